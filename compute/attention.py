@@ -1,0 +1,258 @@
+"""Exact attention: the float64 dense reference and the tiled online-softmax recurrence.
+
+`dense_attention` materialises the full score matrix and is the reference every other
+path is checked against. `tiled_attention` runs the recurrence the seed defines
+(running max m, denominator l, numerator a, rescale factor alpha) over K/V tiles, in
+either loop order, optionally with the rounding a GPU kernel would apply.
+
+Both loop orders are vectorised over query blocks: query blocks are independent in
+the recurrence (FlashAttention-2 runs them in parallel), so processing every block's
+rows for one key tile at a time gives exactly the per-block results while keeping
+the Python loop at T_c iterations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Order = Literal["q-outer", "kv-outer"]
+ORDERS: tuple[str, ...] = ("q-outer", "kv-outer")
+DTYPES: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16")
+
+# Bytes per element of each input dtype; statistics are float32 unless inputs are float64.
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def default_scale(d: int) -> float:
+    """The softmax temperature used when none is given: 1/sqrt(d)."""
+    return 1.0 / math.sqrt(d)
+
+
+def causal_offset(n_q: int, n_k: int) -> int:
+    """Bottom-right alignment: query row r sees key c iff c <= r + offset."""
+    return n_k - n_q
+
+
+def causal_mask(rows: np.ndarray, cols: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
+    """Boolean visibility of keys `cols` to queries `rows` (True = visible)."""
+    return cols[None, :] <= rows[:, None] + causal_offset(n_q, n_k)
+
+
+def stats_dtype(dtype: str) -> type[np.floating]:
+    """Statistics and accumulators: float64 for float64 inputs, float32 otherwise (as GPUs do)."""
+    return np.float64 if dtype == "float64" else np.float32
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round `x` to `dtype`'s precision, returned in the accumulator dtype for that dtype."""
+    if dtype == "float64":
+        return np.asarray(x, dtype=np.float64)
+    if dtype == "float32":
+        return np.asarray(x, dtype=np.float32)
+    if dtype == "float16":
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+    if dtype == "bfloat16":
+        # Round-to-nearest-even on the upper 16 bits of the float32 pattern (NaN-free inputs).
+        bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+        return ((bits + rounding) & np.uint32(0xFFFF0000)).view(np.float32)
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
+
+
+def output_dtype(dtype: str) -> type[np.floating]:
+    """NumPy dtype in which `tiled_attention` returns its output (bfloat16 lives in float32)."""
+    return {"float64": np.float64, "float32": np.float32, "float16": np.float16}.get(
+        dtype, np.float32
+    )
+
+
+def _safe_max(m: np.ndarray) -> np.ndarray:
+    # A row that has seen no key has m = -inf; subtracting it would give -inf - -inf = NaN.
+    return np.where(np.isneginf(m), np.zeros_like(m), m)
+
+
+def _divide_rows(a: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
+    # Rows with no visible key have l = 0 and return zeros, never NaN.
+    out = np.zeros_like(a)
+    np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
+    return out
+
+
+def dense_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+) -> np.ndarray:
+    """Materialised softmax(Q Kᵀ · scale) V in float64: the reference for every other path."""
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    scale = default_scale(q.shape[1]) if scale is None else float(scale)
+    s = (q @ k.T) * scale
+    if causal:
+        s = np.where(causal_mask(np.arange(len(q)), np.arange(len(k)), len(q), len(k)), s, -np.inf)
+    m = s.max(axis=1) if s.shape[1] else np.full(len(q), -np.inf)
+    p = np.exp(s - _safe_max(m)[:, None])
+    return _divide_rows(p @ v, p.sum(axis=1))
+
+
+def tile_visibility(n_q: int, n_k: int, block_q: int, block_k: int, causal: bool) -> np.ndarray:
+    """(T_r, T_c) booleans: True where some row of query block i can see some key of tile j."""
+    t_r, t_c = math.ceil(n_q / block_q), math.ceil(n_k / block_k)
+    if not causal:
+        return np.ones((t_r, t_c), dtype=bool)
+    last_row = np.minimum((np.arange(t_r) + 1) * block_q, n_q) - 1
+    first_col = np.arange(t_c) * block_k
+    return first_col[None, :] <= last_row[:, None] + causal_offset(n_q, n_k)
+
+
+@dataclass(frozen=True)
+class RowHistory:
+    """Per-row online-softmax state after each key tile (index 0 = before any tile).
+
+    m, l, alpha: (N_q, T_c + 1); a: (N_q, T_c + 1, d_v). alpha[:, j + 1] is the factor
+    that rescaled the old sums at tile j (zero before any key is seen, one when the tile
+    was skipped or did not raise the max). p_tilde (N_q, N_k) holds, for every score,
+    the exponentiated value the recurrence formed with that tile's running max.
+    """
+
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741
+    a: np.ndarray
+    alpha: np.ndarray
+    p_tilde: np.ndarray
+
+
+def _prepare(q, k, v, dtype, scale):
+    acc = stats_dtype(dtype)
+    qd, kd, vd = (round_to(np.asarray(x, dtype=np.float64), dtype).astype(acc) for x in (q, k, v))
+    scale = default_scale(qd.shape[1]) if scale is None else float(scale)
+    return acc, qd, kd, vd, acc(scale)
+
+
+def _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal):
+    s = (qd[rows] @ kd[cols].T) * scale  # S_ij = Q_i K_jᵀ · scale
+    if causal:
+        r = np.arange(n_q)[rows]
+        c = np.arange(n_k)[cols]
+        s = np.where(causal_mask(r, c, n_q, n_k), s, s.dtype.type(-np.inf))
+    return s
+
+
+def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {order!r}.")
+    if block_q < 1 or block_k < 1:
+        raise ValueError("block_q and block_k must be at least 1.")
+    acc, qd, kd, vd, scale = _prepare(q, k, v, dtype, scale)
+    n_q, n_k, d_v = len(qd), len(kd), vd.shape[1]
+    t_c = math.ceil(n_k / block_k)
+    visible = tile_visibility(n_q, n_k, block_q, block_k, causal)
+    m = np.full(n_q, -np.inf, dtype=acc)
+    l = np.zeros(n_q, dtype=acc)  # noqa: E741
+    # q-outer carries the unnormalised numerator a; kv-outer (Algorithm 1) carries O = a/l.
+    a = np.zeros((n_q, d_v), dtype=acc)
+    o = np.zeros((n_q, d_v), dtype=acc)
+    hist = None
+    if record:
+        hist = RowHistory(
+            m=np.full((n_q, t_c + 1), -np.inf, dtype=acc),
+            l=np.zeros((n_q, t_c + 1), dtype=acc),
+            a=np.zeros((n_q, t_c + 1, d_v), dtype=acc),
+            alpha=np.zeros((n_q, t_c + 1), dtype=acc),
+            p_tilde=np.zeros((n_q, n_k), dtype=acc),
+        )
+    for j in range(t_c):
+        cols = slice(j * block_k, min(n_k, (j + 1) * block_k))
+        active_blocks = np.flatnonzero(visible[:, j])
+        if record:
+            hist.m[:, j + 1], hist.l[:, j + 1], hist.alpha[:, j + 1] = m, l, 1
+            hist.a[:, j + 1] = a if order == "q-outer" else o * l[:, None]
+        if active_blocks.size == 0:
+            continue
+        # Under causal masking visibility is monotone in the block index, so the blocks
+        # that load tile j are a contiguous run ending at the last block.
+        rows = slice(int(active_blocks[0]) * block_q, n_q)
+        s = _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal)
+        m_old, l_old = m[rows], l[rows]
+        if order == "q-outer":
+            m_new = np.maximum(m_old, s.max(axis=1))  # m_new = max(m, rowmax(S_ij))
+            m_ref = _safe_max(m_new)
+            alpha = np.exp(m_old - m_ref)  # α = exp(m − m_new); 0 before any key is seen
+            p = np.exp(s - m_ref[:, None])  # P̃_ij = exp(S_ij − m_new)
+            l_new = alpha * l_old + p.sum(axis=1)  # ℓ = α ℓ + rowsum(P̃_ij)
+            # a = α a + P̃_ij V_j, with P̃ rounded to the input dtype before the matmul.
+            a[rows] = alpha[:, None] * a[rows] + round_to(p, dtype).astype(acc) @ vd[cols]
+            a_now = a[rows]
+        else:
+            m_tile = s.max(axis=1)  # m̃_ij = rowmax(S_ij)
+            p = np.exp(s - _safe_max(m_tile)[:, None])  # P̃_ij = exp(S_ij − m̃_ij)
+            l_tile = p.sum(axis=1)  # ℓ̃_ij = rowsum(P̃_ij)
+            m_new = np.maximum(m_old, m_tile)  # m_new = max(m_i, m̃_ij)
+            m_ref = _safe_max(m_new)
+            alpha = np.exp(m_old - m_ref)  # e^{m_i − m_new}
+            beta = np.exp(m_tile - m_ref)  # e^{m̃_ij − m_new}
+            l_new = alpha * l_old + beta * l_tile  # ℓ_new = e^{..} ℓ_i + e^{..} ℓ̃_ij
+            pv = round_to(p, dtype).astype(acc) @ vd[cols]
+            # O_i = diag(ℓ_new)⁻¹ (diag(ℓ_i) e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij V_j)
+            a_now = (l_old * alpha)[:, None] * o[rows] + beta[:, None] * pv
+            o[rows] = _divide_rows(a_now, l_new)
+            p = p * beta[:, None]  # express P̃ against the running max, as q-outer does
+        m[rows], l[rows] = m_new, l_new
+        if record:
+            hist.m[rows, j + 1], hist.l[rows, j + 1] = m_new, l_new
+            hist.alpha[rows, j + 1] = alpha
+            hist.a[rows, j + 1] = a_now
+            hist.p_tilde[rows, cols] = p
+    out = _divide_rows(a, l) if order == "q-outer" else o  # one division at the end (q-outer)
+    out = round_to(out, dtype).astype(output_dtype(dtype))
+    lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(acc)
+    return out, lse, hist
+
+
+def tiled_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    block_q: int,
+    block_k: int,
+    order: Order = "q-outer",
+    causal: bool = False,
+    scale: float | None = None,
+    dtype: str = "float64",
+    return_lse: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Exact attention by the online-softmax recurrence over (block_q × block_k) tiles.
+
+    order="q-outer" is the seed's query-resident schedule (FlashAttention-2's forward
+    order); order="kv-outer" is Algorithm 1 of the original paper. With a dtype other
+    than float64, inputs and P̃ are rounded to that dtype and statistics kept in float32,
+    as a GPU kernel does. With return_lse, also returns L = m + log ℓ per row (-inf for a
+    row that sees no key).
+    """
+    out, lse, _ = _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=False)
+    return (out, lse) if return_lse else out
+
+
+def tiled_attention_history(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    block_q: int,
+    block_k: int,
+    order: Order = "q-outer",
+    causal: bool = False,
+    scale: float | None = None,
+    dtype: str = "float64",
+) -> tuple[np.ndarray, np.ndarray, RowHistory]:
+    """`tiled_attention` that also records every row's state after each key tile."""
+    return _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=True)
