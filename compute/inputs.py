@@ -62,7 +62,8 @@ def validate_inputs(
     q, k, v = arrays
     if q.shape[1] != k.shape[1]:
         raise InputError(
-            f"Q has d = {q.shape[1]} columns but K has {k.shape[1]}; Q and K need the same head size d."
+            f"Q has d = {q.shape[1]} columns but K has {k.shape[1]}; "
+            "Q and K need the same head size d."
         )
     if k.shape[0] != v.shape[0]:
         raise InputError(
@@ -130,7 +131,8 @@ def load_inputs(path: str | Path) -> Inputs:
             stacked = np.load(path, allow_pickle=False)
             if stacked.ndim != 3 or stacked.shape[0] != 3:
                 raise InputError(
-                    f"{path.name} has shape {stacked.shape}; a .npy must stack Q, K, V as (3, N, d) — "
+                    f"{path.name} has shape {stacked.shape}; "
+                    "a .npy must stack Q, K, V as (3, N, d) — "
                     "use a .npz with arrays q, k, v for other shapes."
                 )
             q, k, v = stacked
