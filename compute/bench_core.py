@@ -1,0 +1,100 @@
+"""Benchmark of the NumPy core: build_trace time and peak memory, tiled vs dense attention.
+
+Run: `python -m compute.bench_core [--json assets/benchmarks/core.json]`. Prints a table
+and writes JSON; nothing here asserts on time (tests never do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+from . import build_trace, dense_attention, random_inputs, tiled_attention
+
+
+def _time(fn, repeats: int) -> float:
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+def _peak_mib(fn) -> float:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def run(sizes: tuple[int, ...] = (64, 256, 1024, 4096), d: int = 64, block: int = 64) -> dict:
+    rows = []
+    for n in sizes:
+        r = random_inputs(n, d, d, seed=0)
+
+        def trace(r=r):
+            return build_trace(r.q, r.k, r.v, block_q=block, block_k=block)
+
+        repeats = 5 if n <= 1024 else 1
+        rows.append(
+            {
+                "n": n,
+                "d": d,
+                "block": block,
+                "steps": trace().n_steps,
+                "build_trace_s": _time(trace, repeats),
+                "peak_mib": _peak_mib(trace),
+            }
+        )
+    r = random_inputs(4096, d, d, seed=0)
+    dense_s = _time(lambda: dense_attention(r.q, r.k, r.v), 3)
+    tiled_s = _time(lambda: tiled_attention(r.q, r.k, r.v, block_q=block, block_k=block), 3)
+    return {
+        "machine": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "processor": platform.machine(),
+        },
+        "build_trace": rows,
+        "attention_n4096_d64": {
+            "dense_s": dense_s,
+            "tiled_s": tiled_s,
+            "block": block,
+            "tiled_over_dense": tiled_s / dense_s,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    result = run()
+    print(f"{'N':>6} {'steps':>7} {'build_trace (s)':>16} {'peak (MiB)':>11}")
+    for row in result["build_trace"]:
+        print(
+            f"{row['n']:>6} {row['steps']:>7} {row['build_trace_s']:>16.3f} {row['peak_mib']:>11.1f}"
+        )
+    a = result["attention_n4096_d64"]
+    print(
+        f"N=4096 d=64: dense_attention {a['dense_s']:.3f} s, tiled_attention (blocks {a['block']}) "
+        f"{a['tiled_s']:.3f} s, ratio {a['tiled_over_dense']:.2f}"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

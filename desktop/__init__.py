@@ -1,0 +1,5 @@
+"""FlashAttention Explorer's desktop side: the Qt app, exports and the command line.
+
+This package's __init__ and `cli` import no Qt, so `flash-explorer ledger` and
+`flash-explorer bench` run on a GPU server with no display and no PySide6.
+"""

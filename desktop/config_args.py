@@ -1,0 +1,148 @@
+"""Command-line configuration flags shared by every flash-explorer command (no Qt here).
+
+`ledger`, `export`, `export-ledger`, the GUI and `--screenshot` accept the same flags,
+so a configuration typed once reproduces the same trace everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import NoReturn
+
+from compute import DTYPES, ORDERS, Inputs, load_inputs, random_inputs, seed_example
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below the minimum of 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
+    return value
+
+
+@dataclass(frozen=True)
+class ExplorerConfig:
+    """One configuration of both lanes: sizes, schedule, precision and where inputs come from."""
+
+    n: int = 6
+    n_keys: int | None = None  # None: same as n
+    d: int = 2
+    d_v: int | None = None  # None: same as d
+    block_q: int = 2
+    block_k: int = 2
+    order: str = "q-outer"
+    causal: bool = False
+    save_lse: bool = False
+    dtype: str = "float64"
+    sram_capacity: int | None = None
+    input: str = "seed"  # "seed", "random", or a path to a .npy/.npz file
+    seed: int = 0
+    input_scale: float = 1.0
+    row: int = 0
+
+    @property
+    def keys(self) -> int:
+        return self.n if self.n_keys is None else self.n_keys
+
+    @property
+    def value_dim(self) -> int:
+        return self.d if self.d_v is None else self.d_v
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
+    """Add the shared configuration flags (defaults: the seed's example)."""
+    g = parser.add_argument_group("configuration")
+    g.add_argument("--n", type=positive_int, default=6, help="query positions N (default 6)")
+    g.add_argument("--n-keys", type=positive_int, help="key positions N_k (default: N)")
+    g.add_argument("--d", type=positive_int, default=2, help="head size d of Q and K (default 2)")
+    g.add_argument("--dv", type=positive_int, help="head size d_v of V (default: d)")
+    g.add_argument("--block-q", type=positive_int, default=2, help="query block B_r (default 2)")
+    g.add_argument("--block-k", type=positive_int, default=2, help="key tile B_c (default 2)")
+    g.add_argument("--order", choices=ORDERS, default="q-outer", help="tiled loop order")
+    g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
+    g.add_argument("--save-lse", action="store_true", help="write L = m + log ℓ per row")
+    g.add_argument("--dtype", choices=DTYPES, default="float64", help="tiled lane precision")
+    g.add_argument("--sram", type=positive_int, help="SRAM capacity M in elements")
+    if inputs:
+        g.add_argument(
+            "--input",
+            default="seed",
+            help="seed (the seed's vectors), random, or a .npy/.npz file (default seed)",
+        )
+        g.add_argument("--seed", type=int, default=0, help="random seed for --input random")
+        g.add_argument(
+            "--input-scale", type=positive_float, default=1.0, help="scale of random Q and K"
+        )
+        g.add_argument("--row", type=int, default=0, help="selected query row (default 0)")
+
+
+def config_from_args(args: argparse.Namespace) -> ExplorerConfig:
+    """Build an ExplorerConfig from parsed flags."""
+    return ExplorerConfig(
+        n=args.n,
+        n_keys=args.n_keys,
+        d=args.d,
+        d_v=args.dv,
+        block_q=args.block_q,
+        block_k=args.block_k,
+        order=args.order,
+        causal=args.causal,
+        save_lse=args.save_lse,
+        dtype=args.dtype,
+        sram_capacity=args.sram,
+        input=getattr(args, "input", "seed"),
+        seed=getattr(args, "seed", 0),
+        input_scale=getattr(args, "input_scale", 1.0),
+        row=getattr(args, "row", 0),
+    )
+
+
+def fail(message: str, prog: str = "flash-explorer") -> int:
+    """Print one error sentence on stderr and return the exit status for failures."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 1
+
+
+SEED_SIZES = (6, 6, 2, 2)
+
+
+def make_inputs(config: ExplorerConfig) -> Inputs:
+    """The inputs a configuration names; raises InputError with one sentence when impossible.
+
+    "seed" gives the seed's vectors at the seed's sizes (N = 6, d = d_v = 2); at any
+    other size it falls back to seeded random inputs, so size flags always apply.
+    """
+    sizes = (config.n, config.keys, config.d, config.value_dim)
+    if config.input == "seed" and sizes == SEED_SIZES:
+        return seed_example()
+    if config.input in ("seed", "random"):
+        return random_inputs(
+            config.n,
+            config.d,
+            config.value_dim,
+            n_k=config.keys,
+            seed=config.seed,
+            scale=config.input_scale,
+        )
+    return load_inputs(config.input)
