@@ -75,7 +75,7 @@ def _safe_max(m: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(m), np.zeros_like(m), m)
 
 
-def _divide_rows(a: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
+def _divide_rows(a: np.ndarray, l: np.ndarray) -> np.ndarray:
     # Rows with no visible key have l = 0 and return zeros, never NaN.
     out = np.zeros_like(a)
     np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
@@ -124,7 +124,7 @@ class RowHistory:
     """
 
     m: np.ndarray
-    l: np.ndarray  # noqa: E741
+    l: np.ndarray
     a: np.ndarray
     alpha: np.ndarray
     p_tilde: np.ndarray
@@ -156,7 +156,7 @@ def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
     t_c = math.ceil(n_k / block_k)
     visible = tile_visibility(n_q, n_k, block_q, block_k, causal)
     m = np.full(n_q, -np.inf, dtype=acc)
-    l = np.zeros(n_q, dtype=acc)  # noqa: E741
+    l = np.zeros(n_q, dtype=acc)
     # q-outer carries the unnormalised numerator a; kv-outer (Algorithm 1) carries O = a/l.
     a = np.zeros((n_q, d_v), dtype=acc)
     o = np.zeros((n_q, d_v), dtype=acc)

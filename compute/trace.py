@@ -57,7 +57,7 @@ class RowState:
 
     tile: int  # how many key tiles (by index) the row's block has passed; 0 = none
     m: float
-    l: float  # noqa: E741
+    l: float
     a: np.ndarray
     alpha: float
 

@@ -6,7 +6,6 @@ the GUI and exports import Qt only when asked for.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -42,7 +41,9 @@ def format_ledger(result: Ledger) -> str:
         f"{'total bytes':<22}{'dense':>6} {dense.total_bytes:>14,}   tiled {tiled.total_bytes:>14,}",
         f"dense / tiled transfers: {result.ratio:.2f}x",
     ]
-    sram = f"SRAM working set (elements): dense {dense.sram_elements:,}, tiled {tiled.sram_elements:,}"
+    sram = (
+        f"SRAM working set (elements): dense {dense.sram_elements:,}, tiled {tiled.sram_elements:,}"
+    )
     if result.sram_capacity is not None:
         verdict = {True: "fits", False: "does not fit"}
         sram += (
