@@ -1,0 +1,162 @@
+"""Tensor-core FlashAttention forward for CuPy arrays (CUDA C++ through ``cupy.RawModule``).
+
+``flash_attention(q, k, v, causal=..., scale=..., return_lse=...)`` takes CuPy arrays shaped
+(batch, heads, N, d) in float16, or bfloat16 passed as a ``uint16`` view of the bits (CuPy has
+no bfloat16 dtype), and returns the output in the same dtype (bf16 again as ``uint16`` bits).
+Accumulation and softmax statistics are float32. d must be 64 or 128; any N works (tails
+are masked); N_q may differ from N_k, in which case causal masking is bottom-right aligned
+(query row r sees key c iff c <= r + N_k - N_q). Rows that see no key return zeros and
+LSE = -inf. With ``return_lse=True`` the row log-sum-exp of the scaled scores (natural log,
+float32, shape (batch, heads, N_q)) is returned as well.
+
+Two kernels live in ``kernels/``: ``flash_fwd_mma.cu`` (FA2 schedule with mma.sync, any
+sm_80+ GPU) and ``flash_fwd_wgmma.cu`` (Hopper wgmma, sm_90a only). The module imports
+without CuPy; CuPy is imported on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+_KERNEL_DIR = Path(__file__).parent / "kernels"
+_LOG2E = 1.4426950408889634
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One compiled kernel variant."""
+
+    kernel: str  # "mma" or "wgmma"
+    d: int
+    warps: int  # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each)
+    block_n: int
+    min_blocks: int = 1
+    extra: int = 0  # kernel-specific template knob (wgmma: descriptor variant)
+
+    @property
+    def block_m(self) -> int:
+        return self.warps * (16 if self.kernel == "mma" else 64)
+
+    @property
+    def threads(self) -> int:
+        return self.warps * (32 if self.kernel == "mma" else 128)
+
+    def smem_bytes(self) -> int:
+        if self.kernel == "mma":
+            return (self.block_m + 4 * self.block_n) * self.d * 2
+        # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
+        return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
+
+    def name(self, dt: int) -> str:
+        if self.kernel == "mma":
+            return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
+        return (
+            f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
+            f"{self.extra}>"
+        )
+
+
+# Defaults, chosen from the measurements recorded in FLASH_NOTES.md.
+DEFAULT_CONFIGS: dict[int, Config] = {
+    64: Config("mma", 64, 8, 64, 2),
+    128: Config("mma", 128, 8, 64, 1),
+}
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+@functools.cache
+def _module(kernel: str, names: tuple[str, ...]):
+    cp = _cupy()
+    src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
+    arch = "-arch=sm_90a" if kernel == "wgmma" else None
+    options = ["-std=c++17"]
+    if arch:
+        options.append(arch)
+    return cp.RawModule(code=src, options=tuple(options), name_expressions=list(names))
+
+
+@functools.cache
+def _function(cfg: Config, dt: int):
+    name = cfg.name(dt)
+    mod = _module(cfg.kernel, (name,))
+    fn = mod.get_function(name)
+    fn.max_dynamic_shared_size_bytes = cfg.smem_bytes()
+    return fn
+
+
+def _dtype_code(a) -> int:
+    cp = _cupy()
+    if a.dtype == cp.float16:
+        return 0
+    if a.dtype == cp.uint16:
+        return 1  # bfloat16 bits
+    raise TypeError(f"flash_attention takes float16 or bfloat16-as-uint16 arrays, not {a.dtype}")
+
+
+def _check(q, k, v):
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError("q, k, v must be shaped (batch, heads, N, d)")
+    b, h, _, d = q.shape
+    if k.shape != v.shape or k.shape[:2] != (b, h) or k.shape[3] != d:
+        raise ValueError(f"shapes do not agree: q {q.shape}, k {k.shape}, v {v.shape}")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head dim d must be one of {SUPPORTED_HEAD_DIMS}, not {d}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError("q, k, v must share one dtype")
+
+
+def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, config=None, out=None):
+    """softmax(Q Kᵀ · scale [causal mask]) V on the GPU; see the module docstring.
+
+    ``config`` (a :class:`Config`) overrides the kernel variant (for benchmarking); ``out``
+    (contiguous, q's shape and dtype) receives the result instead of a new array.
+    """
+    cp = _cupy()
+    _check(q, k, v)
+    dt = _dtype_code(q)
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if not scale > 0:
+        raise ValueError("scale must be positive")
+    cfg = config or DEFAULT_CONFIGS[d]
+    if cfg.d != d:
+        raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
+    q = cp.ascontiguousarray(q)
+    k = cp.ascontiguousarray(k)
+    v = cp.ascontiguousarray(v)
+    if out is None:
+        out = cp.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or not out.flags.c_contiguous:
+        raise ValueError("out must be contiguous with q's shape and dtype")
+    lse = cp.empty((b, h, n_q), dtype=cp.float32) if return_lse else None
+    if b * h and n_q:
+        fn = _function(cfg, dt)
+        grid = ((n_q + cfg.block_m - 1) // cfg.block_m, b * h, 1)
+        fn(
+            grid,
+            (cfg.threads, 1, 1),
+            (
+                q,
+                k,
+                v,
+                out,
+                lse if lse is not None else cp.uint64(0),
+                cp.int32(n_q),
+                cp.int32(n_k),
+                cp.float32(scale * _LOG2E),
+                cp.int32(1 if causal else 0),
+            ),
+            shared_mem=cfg.smem_bytes(),
+        )
+    return (out, lse) if return_lse else out
