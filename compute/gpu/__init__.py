@@ -1,0 +1,35 @@
+"""GPU backend: the tiled CUDA kernel at any tile sizes, the dense path, and their benchmark.
+
+Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
+`status()` says whether a device is usable (or why not). `flash_attention` is the
+tensor-core kernel of `compute.gpu.fast`, loaded on first access.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from .device import DeviceStatus, status
+
+_LAZY = {
+    "tiled_attention_gpu": ".tiled",
+    "compile_kernels": ".tiled",
+    "TileTooLarge": ".tiled",
+    "TileShape": ".tiled",
+    "dense_attention_gpu": ".dense",
+    "BenchConfig": ".bench",
+    "run_bench": ".bench",
+    "GpuUnavailable": ".bench",
+    "BenchCancelled": ".bench",
+    "flash_attention": ".fast",
+}
+
+__all__ = ["DeviceStatus", "status", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import compute.gpu` stays free of CuPy (and of the fast module's imports).
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,337 @@
+"""One GPU benchmark: the tiled kernel against the dense path (and the fast kernel if present).
+
+`run_bench(config)` returns a JSON-ready report: for each path the median CUDA-event
+time, TFLOP/s, the ledger's bytes and the implied bandwidth, peak device memory, the
+error against a float64 NumPy reference on sampled heads and rows, and for the tiled
+kernel the transfers its instrumented build counted beside the modelled ledger.
+With `sweep_blocks`, also a block_q x block_k grid of tiled-kernel times.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import closed_form_ledger
+from .device import status
+from .reference import error_stats, reference_rows, sample_indices
+from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
+from .timing import peak_pool_bytes, rotation_count, time_cuda
+
+REPORT_FORMAT = "flash-explorer-gpu-bench"
+KERNELS = ("tiled", "dense", "fast")
+SWEEP_SIZES = (16, 32, 64, 128)
+
+
+class GpuUnavailable(RuntimeError):
+    """No usable CUDA device; the message is status()'s one-sentence reason."""
+
+
+class BenchCancelled(RuntimeError):
+    """The caller's should_stop() returned True between steps."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure. n_keys and d_v default to n and d."""
+
+    n: int = 4096
+    n_keys: int | None = None
+    d: int = 64
+    d_v: int | None = None
+    block_q: int = 64
+    block_k: int = 64
+    order: str = "q-outer"
+    causal: bool = False
+    dtype: str = "float32"
+    batch_heads: int = 32
+    kernels: tuple[str, ...] = ("tiled", "dense")
+    sweep_blocks: bool = False
+    sweep_q: tuple[int, ...] = SWEEP_SIZES
+    sweep_k: tuple[int, ...] = SWEEP_SIZES
+    warmup: int = 3
+    repeats: int = 20
+    count_transfers: bool = True
+    seed: int = 0
+
+    @property
+    def n_k(self) -> int:
+        return self.n if self.n_keys is None else self.n_keys
+
+    @property
+    def dv(self) -> int:
+        return self.d if self.d_v is None else self.d_v
+
+    def flops(self) -> float:
+        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal."""
+        f = 2.0 * self.batch_heads * self.n * self.n_k * (self.d + self.dv)
+        return f / 2 if self.causal else f
+
+
+@dataclass
+class _Inputs:
+    sets: list  # rotated (q, k, v) device triples
+    heads: np.ndarray
+    rows: np.ndarray
+    ref: np.ndarray  # float64 reference for (heads, rows)
+
+
+@dataclass
+class _Context:
+    cfg: BenchConfig
+    progress: Callable[[int, int, str], None] | None
+    should_stop: Callable[[], bool] | None
+    total: int
+    done: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def step(self, message: str) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise BenchCancelled("benchmark cancelled")
+        if self.progress is not None:
+            self.progress(self.done, self.total, message)
+        self.done += 1
+
+
+def _make_inputs(cfg: BenchConfig, l2_bytes: int) -> _Inputs:
+    import cupy
+
+    rng = cupy.random.default_rng(cfg.seed)
+    dt = np.dtype(cfg.dtype)
+    shapes = [
+        (cfg.batch_heads, cfg.n, cfg.d),
+        (cfg.batch_heads, cfg.n_k, cfg.d),
+        (cfg.batch_heads, cfg.n_k, cfg.dv),
+    ]
+    set_bytes = sum(math.prod(s) for s in shapes) * dt.itemsize
+    sets = []
+    for _ in range(rotation_count(set_bytes, l2_bytes)):
+        sets.append(tuple(rng.standard_normal(s, dtype=cupy.float32).astype(dt) for s in shapes))
+    heads, rows = sample_indices(cfg.batch_heads, cfg.n, seed=cfg.seed)
+    q, k, v = (x[cupy.asarray(heads)].get() for x in sets[0])  # the rounded inputs the kernels see
+    ref = np.stack(
+        [reference_rows(q[h], k[h], v[h], rows, causal=cfg.causal) for h in range(len(heads))]
+    )
+    return _Inputs(sets, heads, rows, ref)
+
+
+def _release() -> None:
+    """Hand cached blocks back so the next path starts from the same free memory."""
+    import cupy
+
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _errors(out, inputs: _Inputs) -> dict[str, float]:
+    import cupy
+
+    sample = out[cupy.asarray(inputs.heads)][:, cupy.asarray(inputs.rows)].get()
+    return error_stats(sample, inputs.ref)
+
+
+def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
+    return closed_form_ledger(
+        cfg.n, cfg.n_k, cfg.d, cfg.dv, block_q=block_q, block_k=block_k, order=order,
+        causal=cfg.causal, dtype=cfg.dtype,
+    )  # fmt: skip
+
+
+def _row(cfg: BenchConfig, kernel: str, fn, inputs: _Inputs, lane, extra: dict) -> dict:
+    """Error, peak memory and timing of fn(q, k, v) -> output array."""
+    out = fn(*inputs.sets[0])
+    errs = _errors(out, inputs)
+    del out
+    peak, out_bytes = peak_pool_bytes(lambda: fn(*inputs.sets[0]))
+    timing = time_cuda(fn, inputs.sets, warmup=cfg.warmup, repeats=cfg.repeats)
+    _release()
+    ms = timing.median_ms
+    ledger_bytes = lane.total_bytes * cfg.batch_heads
+    return {
+        "kernel": kernel,
+        **extra,
+        "ms": ms,
+        "ms_min": timing.min_ms,
+        "ms_max": timing.max_ms,
+        "runs": len(timing.times_ms),
+        "tflops": cfg.flops() / (ms * 1e-3) / 1e12,
+        "ledger_elements": lane.total_elements * cfg.batch_heads,
+        "ledger_bytes": ledger_bytes,
+        "ledger_gbs": ledger_bytes / (ms * 1e-3) / 1e9,
+        "peak_bytes": peak,
+        "output_bytes": out_bytes,
+        "extra_bytes": max(peak - out_bytes, 0),
+        "max_abs_err": errs["max_abs"],
+        "rel_err": errs["rel"],
+    }
+
+
+def _error_row(kernel: str, extra: dict, exc: BaseException) -> dict:
+    text = str(exc).strip() or type(exc).__name__
+    return {"kernel": kernel, **extra, "error": text.splitlines()[0], "error_detail": text}
+
+
+def _guarded(kernel: str, extra: dict, body: Callable[[], dict]) -> dict:
+    """Run one path; a user-causable failure becomes a row with an `error` sentence."""
+    import cupy
+
+    try:
+        return body()
+    except (BenchCancelled, GpuUnavailable):
+        raise
+    except TileTooLarge as exc:
+        return _error_row(kernel, extra, exc)
+    except cupy.cuda.memory.OutOfMemoryError as exc:
+        return _error_row(kernel, extra, RuntimeError(f"out of device memory: {exc}"))
+    except cupy.cuda.compiler.CompileException as exc:
+        return _error_row(kernel, extra, RuntimeError(f"kernel compile error: {exc}"))
+    except (ValueError, RuntimeError, NotImplementedError, ImportError) as exc:
+        return _error_row(kernel, extra, exc)
+
+
+def _tiled_row(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int) -> dict:
+    extra = {"order": order, "block_q": bq, "block_k": bk}
+
+    def body() -> dict:
+        comp = compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
+
+        def fn(q, k, v):
+            return tiled_attention_gpu(
+                q, k, v, block_q=bq, block_k=bk, order=order, causal=cfg.causal
+            ).out
+
+        lane = _ledger(cfg, bq, bk, order).lanes["tiled"]
+        row = _row(cfg, "tiled", fn, inputs, lane, extra)
+        row["compile_s"] = comp.compile_s
+        if cfg.count_transfers:
+            row.update(_counted(cfg, inputs, order, bq, bk, lane))
+        return row
+
+    return _guarded("tiled", extra, body)
+
+
+def _counted(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int, lane) -> dict:
+    """The instrumented build's per-head counts beside the ledger's."""
+    q, k, v = inputs.sets[0]
+    res = tiled_attention_gpu(
+        q, k, v, block_q=bq, block_k=bk, order=order, causal=cfg.causal, count_transfers=True
+    )
+    per_head = {t: {d: n // cfg.batch_heads for d, n in rw.items()} for t, rw in res.counts.items()}
+    modelled = {t: dict(lane.counts[t]) for t in per_head}
+    return {
+        "counted_compile_s": res.compile_s,
+        "counts_kernel": per_head,
+        "counts_ledger": modelled,
+        "counts_match": per_head == modelled,
+    }
+
+
+def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
+    from .dense import dense_attention_gpu
+
+    def body() -> dict:
+        lane = _ledger(cfg, cfg.block_q, cfg.block_k, cfg.order).lanes["dense"]
+        fn = lambda q, k, v: dense_attention_gpu(q, k, v, causal=cfg.causal)  # noqa: E731
+        return _row(cfg, "dense", fn, inputs, lane, {})
+
+    return _guarded("dense", {}, body)
+
+
+def _fast_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
+    def body() -> dict:
+        from . import fast  # the tensor-core kernel (issue 6), when it exists
+
+        lane = _ledger(cfg, cfg.block_q, cfg.block_k, "q-outer").lanes["tiled"]
+        fn = lambda q, k, v: fast.flash_attention(q, k, v, causal=cfg.causal)  # noqa: E731
+        return _row(cfg, "fast", fn, inputs, lane, {"order": "q-outer"})
+
+    return _guarded("fast", {}, body)
+
+
+def _time_tiles(cfg: BenchConfig, inputs: _Inputs, bq: int, bk: int) -> dict:
+    def fn(q, k, v):
+        return tiled_attention_gpu(
+            q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.causal
+        ).out
+
+    compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
+    return {"ms": time_cuda(fn, inputs.sets, warmup=2, repeats=cfg.repeats).median_ms}
+
+
+def _sweep(cfg: BenchConfig, inputs: _Inputs, ctx: _Context) -> dict:
+    """Median time of the tiled kernel at every (block_q, block_k) of the sweep grid."""
+    grid: list[list[float | None]] = []
+    errors: dict[str, str] = {}
+    for bq in cfg.sweep_q:
+        line: list[float | None] = []
+        for bk in cfg.sweep_k:
+            ctx.step(f"sweep {bq}x{bk}")
+            row = _guarded("tiled", {}, lambda bq=bq, bk=bk: _time_tiles(cfg, inputs, bq, bk))
+            line.append(row.get("ms"))
+            if "error" in row:
+                errors[f"{bq}x{bk}"] = row["error"]
+        grid.append(line)
+    timed = [
+        (ms, bq, bk)
+        for bq, line in zip(cfg.sweep_q, grid, strict=True)
+        for bk, ms in zip(cfg.sweep_k, line, strict=True)
+        if ms is not None
+    ]
+    best = min(timed) if timed else None
+    return {
+        "order": cfg.order,
+        "block_q": list(cfg.sweep_q),
+        "block_k": list(cfg.sweep_k),
+        "ms": grid,
+        "best": None if best is None else {"block_q": best[1], "block_k": best[2], "ms": best[0]},
+        "errors": errors,
+    }
+
+
+def run_bench(
+    cfg: BenchConfig,
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict:
+    """Measure cfg on device 0 and return the report dict (raises GpuUnavailable)."""
+    st = status()
+    if not st.usable:
+        raise GpuUnavailable(st.reason)
+    kernels = [k for k in cfg.kernels if k in KERNELS]
+    n_sweep = len(cfg.sweep_q) * len(cfg.sweep_k) if cfg.sweep_blocks else 0
+    ctx = _Context(cfg, progress, should_stop, total=1 + len(kernels) + n_sweep)
+    ctx.step("preparing inputs and float64 reference")
+    inputs = _make_inputs(cfg, st.l2_bytes)
+    results: list[dict] = []
+    sweep = None
+    if cfg.sweep_blocks:
+        sweep = _sweep(cfg, inputs, ctx)
+    for kernel in kernels:
+        ctx.step(f"timing {kernel}")
+        if kernel == "tiled":
+            results.append(_tiled_row(cfg, inputs, cfg.order, cfg.block_q, cfg.block_k))
+        elif kernel == "dense":
+            results.append(_dense_row(cfg, inputs))
+        else:
+            results.append(_fast_row(cfg, inputs))
+    dense_ms = next((r["ms"] for r in results if r["kernel"] == "dense" and "ms" in r), None)
+    for r in results:
+        if dense_ms is not None and "ms" in r:
+            r["speedup_vs_dense"] = dense_ms / r["ms"]
+    if progress is not None:
+        progress(ctx.total, ctx.total, "done")
+    return {
+        "format": REPORT_FORMAT,
+        "version": 1,
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "device": st.to_dict(),
+        "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
+        "sample": {"heads": inputs.heads.tolist(), "rows": len(inputs.rows)},
+        "rotated_input_sets": len(inputs.sets),
+        "results": results,
+        "sweep": sweep,
+    }

@@ -1,0 +1,97 @@
+"""`flash-explorer bench`: measure the tiled kernel against the dense path, print, write JSON.
+
+Also runnable as `python -m compute.gpu.bench_cli ...` (the GPU server has no Qt).
+With no usable GPU it prints status()'s reason on one stderr line and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .device import status
+from .report import format_report
+
+KERNEL_CHOICES = ("tiled", "dense", "fast", "all")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="flash-explorer bench",
+        description="Time the tiled CUDA kernel against the dense S/P path on this GPU.",
+    )
+    p.add_argument("--n", type=_positive, default=4096, help="queries N (default 4096)")
+    p.add_argument("--n-keys", type=_positive, default=None, help="keys N_k (default N)")
+    p.add_argument("--d", type=_positive, default=64, help="head size of Q and K (default 64)")
+    p.add_argument("--dv", type=_positive, default=None, help="head size of V (default d)")
+    p.add_argument("--block-q", type=_positive, default=64, help="B_r (default 64)")
+    p.add_argument("--block-k", type=_positive, default=64, help="B_c (default 64)")
+    p.add_argument("--order", choices=("q-outer", "kv-outer"), default="q-outer")
+    p.add_argument("--causal", action="store_true", help="bottom-right causal mask")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    p.add_argument("--batch-heads", type=_positive, default=32, help="batch*heads (default 32)")
+    p.add_argument("--kernel", choices=KERNEL_CHOICES, default="all")
+    p.add_argument("--sweep-blocks", action="store_true", help="time a block_q x block_k grid")
+    p.add_argument("--repeats", type=_positive, default=20, help="timed runs (default 20)")
+    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the report")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse argv, run the benchmark, print a table, write JSON; 0 on success."""
+    args = build_parser().parse_args(argv)
+    st = status()
+    if not st.usable:
+        print(f"flash-explorer bench: {st.reason}", file=sys.stderr)
+        return 1
+    from .bench import BenchCancelled, BenchConfig, GpuUnavailable, run_bench
+
+    kernels = ("tiled", "dense", "fast") if args.kernel == "all" else (args.kernel,)
+    cfg = BenchConfig(
+        n=args.n,
+        n_keys=args.n_keys,
+        d=args.d,
+        d_v=args.dv,
+        block_q=args.block_q,
+        block_k=args.block_k,
+        order=args.order,
+        causal=args.causal,
+        dtype=args.dtype,
+        batch_heads=args.batch_heads,
+        kernels=kernels,
+        sweep_blocks=args.sweep_blocks,
+        repeats=max(args.repeats, 20),
+    )
+
+    def progress(done: int, total: int, message: str) -> None:
+        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
+    try:
+        report = run_bench(cfg, progress=progress)
+    except (GpuUnavailable, BenchCancelled) as exc:
+        print(f"flash-explorer bench: {exc}", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    if args.json is not None:
+        try:
+            tmp = args.json.with_suffix(args.json.suffix + ".tmp")
+            tmp.write_text(json.dumps(report, indent=1))
+            tmp.replace(args.json)  # atomic: a reader never sees half a report
+        except OSError as exc:
+            print(f"flash-explorer bench: could not write {args.json}: {exc}", file=sys.stderr)
+            return 1
+    failed = any("error" in r for r in report["results"] if r["kernel"] != "fast")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""Plain-text tables of a GPU bench report (what `flash-explorer bench` prints)."""
+
+from __future__ import annotations
+
+MIB = 2**20
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def result_rows(report: dict) -> list[list[str]]:
+    """One list of cells per result of the report."""
+    rows = []
+    for r in report["results"]:
+        blocks = f"{r['block_q']}x{r['block_k']}" if "block_q" in r else "-"
+        if "error" in r:
+            rows.append([r["kernel"], r.get("order", "-"), blocks, "error: " + r["error"]])
+            continue
+        rows.append(
+            [
+                r["kernel"],
+                r.get("order", "-"),
+                blocks,
+                _fmt(r["ms"], ".3f"),
+                _fmt(r["tflops"], ".2f"),
+                _fmt(r["ledger_gbs"], ".0f"),
+                _fmt(r["peak_bytes"] / MIB, ".1f"),
+                _fmt(r["extra_bytes"] / MIB, ".1f"),
+                _fmt(r["max_abs_err"], ".2e"),
+                _fmt(r["rel_err"], ".2e"),
+                _fmt(r.get("speedup_vs_dense"), ".2f"),
+            ]
+        )
+    return rows
+
+
+HEADER = [
+    "kernel",
+    "order",
+    "blocks",
+    "ms",
+    "TFLOP/s",
+    "ledger GB/s",
+    "peak MiB",
+    "extra MiB",
+    "max abs err",
+    "rel err",
+    "x dense",
+]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(header[i]), *(len(r[i]) for r in rows if i < len(r))) for i in range(len(header))
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)))
+    return "\n".join(lines)
+
+
+def format_counts(result: dict) -> str:
+    """Kernel-counted transfers per head beside the modelled ledger."""
+    kc, lc = result["counts_kernel"], result["counts_ledger"]
+    rows = []
+    for tensor in kc:
+        for direction in ("read", "write"):
+            k, m = kc[tensor][direction], lc[tensor][direction]
+            if k or m:
+                rows.append([tensor, direction, str(k), str(m), "yes" if k == m else "NO"])
+    return _table(["tensor", "dir", "kernel", "ledger", "equal"], rows)
+
+
+def format_report(report: dict) -> str:
+    """The device line, the config, the results table, counts and the sweep grid."""
+    c = report["config"]
+    dev = report["device"]
+    out = [
+        f"device: {dev['name']} (sm_{''.join(map(str, dev['compute_capability']))})",
+        f"N_q={c['n']} N_k={c['n_keys']} d={c['d']} d_v={c['d_v']} dtype={c['dtype']} "
+        f"batch*heads={c['batch_heads']} causal={c['causal']} "
+        f"(median of {c['repeats']} runs, {report['rotated_input_sets']} rotated input sets)",
+        "",
+        _table(HEADER, result_rows(report)),
+    ]
+    for r in report["results"]:
+        if "counts_kernel" in r:
+            verdict = "equal" if r["counts_match"] else "DIFFERENT"
+            out += ["", f"transfers per head, {r['order']} {r['block_q']}x{r['block_k']}: "
+                    f"kernel-counted vs ledger ({verdict})", format_counts(r)]  # fmt: skip
+    sweep = report.get("sweep")
+    if sweep:
+        header = ["block_q \\ block_k", *map(str, sweep["block_k"])]
+        rows = [
+            [str(bq), *(_fmt(ms, ".3f") for ms in line)]
+            for bq, line in zip(sweep["block_q"], sweep["ms"], strict=True)
+        ]
+        out += ["", f"sweep ({sweep['order']}), ms:", _table(header, rows)]
+        if sweep["best"]:
+            b = sweep["best"]
+            out.append(f"best: {b['block_q']}x{b['block_k']} at {b['ms']:.3f} ms")
+    return "\n".join(out)
