@@ -1,0 +1,174 @@
+"""The explorer's configuration: one frozen value, its command-line flags, and its build.
+
+No Qt here: `Config` is plain data, so the GUI, its tests, the screenshot path and
+any headless exporter share one definition of "what is being shown". `build` turns a
+Config into inputs and a Trace through the compute core (the GUI computes nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import compute
+from compute import InputError, Inputs, Trace
+
+from .config_args import SEED_SIZES, ExplorerConfig
+
+INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
+N_MAX = 2048  # the N control reaches past the issue's 1024
+D_MAX = 256
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that decides the Trace. n_keys = 0 means "same as N"; sram = 0 means unset."""
+
+    n: int = 6
+    n_keys: int = 0
+    d: int = 2
+    dv: int = 2
+    block_q: int = 2
+    block_k: int = 2
+    order: str = "q-outer"
+    causal: bool = False
+    save_lse: bool = False
+    dtype: str = "float64"
+    input: str = "seed"
+    seed: int = 0
+    input_scale: float = 1.0
+    file: str = ""
+    sram: int = 0
+
+    @property
+    def keys(self) -> int:
+        return self.n_keys or self.n
+
+    @property
+    def sram_capacity(self) -> int | None:
+        return self.sram or None
+
+    def replace(self, **changes: object) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Config:
+        """Rebuild from saved settings, ignoring unknown keys and falling back on bad values."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        clean = {}
+        for name, value in data.items():
+            if name in fields:
+                default = getattr(cls(), name)
+                try:
+                    clean[name] = type(default)(value)
+                except (TypeError, ValueError):
+                    continue
+        try:
+            return cls(**clean).validated()
+        except InputError:
+            return cls()
+
+    def validated(self) -> Config:
+        """Raise InputError (one sentence) for values no control can produce."""
+        for name in ("n", "d", "dv", "block_q", "block_k"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, not {getattr(self, name)}.")
+        if self.n_keys < 0 or self.sram < 0:
+            raise InputError("N_keys and the SRAM capacity must not be negative.")
+        if self.order not in compute.ORDERS:
+            raise InputError(f"The loop order must be one of {', '.join(compute.ORDERS)}.")
+        if self.dtype not in compute.DTYPES:
+            raise InputError(f"The dtype must be one of {', '.join(compute.DTYPES)}.")
+        if self.input not in INPUT_MODES:
+            raise InputError(f"The input must be one of {', '.join(INPUT_MODES)}.")
+        if self.input == "file" and not self.file:
+            raise InputError("Choose a .npy or .npz file to open.")
+        if not (math.isfinite(self.input_scale) and self.input_scale > 0):
+            raise InputError(f"The input scale must be a positive number, not {self.input_scale}.")
+        return self
+
+    def estimated_steps(self) -> int:
+        """Roughly how many timeline steps the trace will hold (decides threading)."""
+        t_r = math.ceil(self.n / self.block_q)
+        t_c = math.ceil(self.keys / self.block_k)
+        return 3 * t_r * t_c + 2 * t_r
+
+
+def make_inputs(config: Config) -> Inputs:
+    """The inputs a Config names; shapes follow the inputs for seed and file sources."""
+    if config.input == "seed":
+        return compute.seed_example()
+    if config.input == "file":
+        return compute.load_inputs(config.file)
+    return compute.random_inputs(
+        config.n, config.d, config.dv, n_k=config.keys, seed=config.seed, scale=config.input_scale
+    )
+
+
+def conform(config: Config, inputs: Inputs) -> Config:
+    """The config with N, N_keys, d, d_v taken from the inputs actually loaded."""
+    n_q, d = inputs.q.shape
+    n_k, dv = inputs.v.shape
+    return config.replace(n=n_q, n_keys=0 if n_k == n_q else n_k, d=d, dv=dv)
+
+
+def build(config: Config) -> tuple[Config, Trace]:
+    """Inputs and Trace for a config; raises InputError with one user-facing sentence."""
+    config = config.validated()
+    inputs = make_inputs(config)
+    config = conform(config, inputs)
+    try:
+        trace = compute.build_trace(
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            block_q=config.block_q,
+            block_k=config.block_k,
+            order=config.order,
+            causal=config.causal,
+            sram_capacity=config.sram_capacity,
+            dtype=config.dtype,
+            save_lse=config.save_lse,
+        )
+    except InputError:
+        raise
+    except ValueError as exc:  # the core's own checks are already one sentence
+        raise InputError(str(exc)) from None
+    return config, trace
+
+
+def from_explorer_config(ec: ExplorerConfig, open_path: str | None = None) -> Config:
+    """The GUI's Config for the command line's ExplorerConfig (same flags everywhere).
+
+    As in `config_args.make_inputs`, "seed" at sizes other than the seed's means seeded
+    random inputs, and any other --input value is a file path.
+    """
+    sizes = (ec.n, ec.keys, ec.d, ec.value_dim)
+    source, path = ec.input, ""
+    if source == "seed" and sizes != SEED_SIZES:
+        source = "random"
+    elif source not in ("seed", "random"):
+        source, path = "file", source
+    if open_path:
+        source, path = "file", open_path
+    return Config(
+        n=ec.n,
+        n_keys=0 if ec.n_keys is None else ec.n_keys,
+        d=ec.d,
+        dv=ec.value_dim,
+        block_q=ec.block_q,
+        block_k=ec.block_k,
+        order=ec.order,
+        causal=ec.causal,
+        save_lse=ec.save_lse,
+        dtype=ec.dtype,
+        input=source,
+        seed=ec.seed,
+        input_scale=ec.input_scale,
+        file=path,
+        sram=ec.sram_capacity or 0,
+    )

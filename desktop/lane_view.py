@@ -1,0 +1,362 @@
+"""One lane (dense or tiled): its HBM tensors, its SRAM tiles and the current transfers.
+
+A LaneView reads AppState and paints; it never computes attention. Heatmaps come from
+the images prepared once per Trace (desktop.render), so a step only costs veils for
+not-yet-written cells, a few highlight rectangles and the small SRAM tiles. Each lane
+is its own widget so an exporter can `grab()` one lane at any step.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QMouseEvent, QPainter, QPalette, QPen
+from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+
+from compute import Trace
+
+from . import lane_geometry as geo
+from .painting import (
+    draw_arrow,
+    draw_grid,
+    draw_image,
+    draw_matrix,
+    draw_numbers,
+    highlight,
+    transfer_path,
+    veil_image,
+)
+from .render import lane_sources
+from .state import AppState
+from .theme import READ, WRITE, qimage
+
+ARROW_GAP = 26.0  # room between HBM and SRAM for the transfer arrows
+TITLES = {
+    "dense": "Dense: standard attention writes S and P to HBM",
+    "tiled": "Tiled: FlashAttention keeps S and P on chip",
+}
+
+
+class LaneView(QWidget):
+    """Paints one lane of the current trace at the current step."""
+
+    def __init__(self, state: AppState, lane: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state, self.lane = state, lane
+        self.progress = 1.0  # how far the current step's transfers have travelled
+        self._images: dict[str, object] = {}
+        self._rects: dict[str, QRectF] = {}
+        self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setMinimumSize(420, 190)
+        state.sigTraceChanged.connect(self._on_trace)
+        state.sigStepChanged.connect(self._on_step)
+        state.sigRowChanged.connect(self.update)
+
+    # ---- state -------------------------------------------------------------------
+    def _on_trace(self, _trace: Trace) -> None:
+        imgs = self.state.images.lanes[self.lane]
+        self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
+        self._rects = {}
+        self.update()
+
+    def _on_step(self, _step: int) -> None:
+        self.update()
+
+    def set_progress(self, progress: float) -> None:
+        self.progress = progress
+        self.update()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._rects = {}
+        super().resizeEvent(event)
+
+    # ---- geometry ------------------------------------------------------------------
+    def _frames(self) -> tuple[QRectF, QRectF]:
+        """HBM above, SRAM below: data falls from memory onto the chip and back."""
+        w, h = float(self.width()), float(self.height())
+        hbm_h = max(90.0, (h - 30) * 0.60)
+        hbm = QRectF(6, 26, w - 12, hbm_h)
+        top = hbm.bottom() + ARROW_GAP
+        return hbm, QRectF(6, top, w - 12, max(60.0, h - top - 4))
+
+    def _layout(self) -> dict[str, QRectF]:
+        if not self._rects and self.state.trace is not None:
+            hbm, _ = self._frames()
+            area = hbm.adjusted(24, 24, -10, -6)
+            self._rects = geo.layout_hbm(geo.hbm_slots(self.state.trace), area)
+        return self._rects
+
+    # ---- painting ------------------------------------------------------------------
+    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        pal = self.palette()
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
+        trace = self.state.trace
+        if trace is None:
+            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Building the trace…")
+            return
+        step = self.state.step
+        hbm, sram = self._frames()
+        self._paint_title(p, trace, step)
+        self._paint_frame(p, hbm, "HBM (off chip)")
+        self._paint_frame(p, sram, "SRAM (on chip)")
+        rects = self._layout()
+        self._paint_hbm(p, trace, step, rects)
+        self._paint_sram(p, trace, step, sram)
+        self._paint_transfers(p, trace, step, rects, hbm)
+        p.end()
+
+    def _paint_title(self, p: QPainter, trace: Trace, step: int) -> None:
+        f = QFont(self.font())
+        f.setBold(True)
+        p.setFont(f)
+        p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+        title = TITLES[self.lane]
+        if self.lane == "tiled":
+            title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
+        p.drawText(QRectF(8, 2, self.width() - 16, 22), Qt.AlignmentFlag.AlignVCenter, title)
+        total = trace.totals_at(step)[self.lane]
+        p.setFont(self.font())
+        p.drawText(
+            QRectF(8, 2, self.width() - 16, 22),
+            Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+            f"HBM transfers so far: {total:,}",
+        )
+
+    def _paint_frame(self, p: QPainter, rect: QRectF, label: str) -> None:
+        pal = self.palette()
+        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        p.setBrush(pal.color(QPalette.ColorRole.Base))
+        p.drawRoundedRect(rect, 6, 6)
+        p.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
+        f = QFont(self.font())
+        f.setPointSizeF(f.pointSizeF() * 0.85)
+        p.setFont(f)
+        p.save()  # the frame's name runs up its left margin, out of the tensors' way
+        p.translate(rect.left() + 3, rect.bottom() - 4)
+        p.rotate(-90)
+        p.drawText(QRectF(0, 0, rect.height() - 8, 14), Qt.AlignmentFlag.AlignLeft, label)
+        p.restore()
+        p.setFont(self.font())
+
+    def _veil_colors(self) -> tuple[QColor, QColor]:
+        base = QColor(self.palette().color(QPalette.ColorRole.Base))
+        never, partial = QColor(base), QColor(base)
+        never.setAlpha(235)
+        partial.setAlpha(150)
+        return never, partial
+
+    def _paint_hbm(self, p: QPainter, trace: Trace, step: int, rects: dict[str, QRectF]) -> None:
+        s = trace.schedule
+        images = self.state.images
+        lane_imgs = images.lanes[self.lane]
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        grid = QColor(self.palette().color(QPalette.ColorRole.Mid))
+        grid.setAlpha(160)
+        never, partial = self._veil_colors()
+        for name, r in rects.items():
+            img = lane_imgs.get(name)
+            ghost = img is None and self.lane == "tiled"
+            if img is None and not ghost:
+                continue  # the dense lane has no m, ℓ, L
+            p.setPen(text)
+            p.setFont(self.font())
+            sym = geo.SYMBOL.get(name, name)
+            rows, cols = img.shape if img else (s.n_q, s.n_k if name in "SP" else 1)
+            label = f"{sym}  {rows}×{cols}" if r.width() > 56 else sym
+            label_rect = QRectF(r.left() - 6, r.top() - 20, r.width() + 12, 18)
+            p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
+            if ghost:
+                self._paint_ghost(p, r, name)
+                continue
+            draw_image(p, r, self._images[name])
+            veils = img.veils(step)
+            if veils is not None:
+                draw_image(p, r, veil_image(veils[0], never))
+                draw_image(p, r, veil_image(veils[1], partial))
+            if img.values is not None:
+                # Numbers only where the value is in HBM by now (values kept only when
+                # small, when display cells are elements).
+                hidden = veils[0] | veils[1] if veils is not None else None
+                draw_numbers(p, r, img.values, images.scale, self.font(), hidden)
+            block = (
+                s.block_q if name in geo.QUERY_TENSORS else s.block_k,
+                s.block_k if name in "SP" else 0,
+            )
+            draw_grid(p, r, img.shape, block, grid)
+        self._paint_row(p, trace, rects)
+
+    def _paint_ghost(self, p: QPainter, r: QRectF, name: str) -> None:
+        pen = QPen(self.palette().color(QPalette.ColorRole.Mid), 1.5, Qt.PenStyle.DashLine)
+        p.setPen(pen)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRect(r)
+        p.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
+        if name in "SP":
+            msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
+        else:
+            msg = "on\nchip\nonly" if r.height() > 50 else "—"
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, msg)
+
+    def _paint_row(self, p: QPainter, trace: Trace, rects: dict[str, QRectF]) -> None:
+        row, n_q = self.state.row, trace.schedule.n_q
+        color = self.palette().color(QPalette.ColorRole.WindowText)
+        p.setPen(QPen(color, 2.0))
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        for name, r in rects.items():
+            if name not in geo.QUERY_TENSORS or name not in self.state.images.lanes[self.lane]:
+                continue
+            h = r.height() / n_q
+            p.drawRect(QRectF(r.left() - 1, r.top() + row * h - 1, r.width() + 2, max(h, 1.0) + 2))
+        q = rects.get("Q")
+        if q is not None:
+            y = q.top() + (row + 0.5) * q.height() / n_q
+            p.setBrush(color)
+            p.drawPolygon(
+                [
+                    QPointF(q.left() - 3, y),
+                    QPointF(q.left() - 10, y - 5),
+                    QPointF(q.left() - 10, y + 5),
+                ]
+            )
+
+    def _paint_sram(self, p: QPainter, trace: Trace, step: int, area: QRectF) -> None:
+        tiles = geo.tiled_sram(trace, step) if self.lane == "tiled" else geo.dense_sram(trace, step)
+        inner = area.adjusted(0, 4, 0, -22)
+        slots = geo.layout_sram(tiles, self._layout(), inner)
+        pal = self.palette()
+        scale = self.state.images.scale
+        self._sram = []
+        for tile, slot in zip(tiles, slots, strict=True):
+            rect = self._tile_rect(tile, slot.adjusted(0, 18, 0, 0))
+            self._sram.append((tile, slot, rect))
+            p.setPen(pal.color(QPalette.ColorRole.WindowText))
+            p.setFont(self.font())
+            label_rect = QRectF(slot.left() - 10, slot.top(), slot.width() + 20, 16)
+            p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, tile.label)
+            if tile.values is None:
+                p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1, Qt.PenStyle.DashLine))
+                p.setBrush(Qt.BrushStyle.NoBrush)
+                p.drawRect(rect)
+                if tile.note:
+                    p.drawText(
+                        rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note
+                    )
+                continue
+            draw_matrix(p, rect, tile.values, scale, self.font(), neutral=tile.tensor == "l")
+        self._paint_capacity(p, trace, area)
+
+    def _tile_rect(self, tile: geo.SramTile, box: QRectF) -> QRectF:
+        """A tile's cells: as large as the HBM cells allow, centred under its column."""
+        if tile.values is not None:
+            rows, cols = tile.values.shape
+        else:
+            rows, cols = 2, 2
+        cw = min(geo.MAX_CELL_W, box.width() / cols)
+        ch = min(geo.MAX_CELL_H, box.height() / rows)
+        w, h = max(cols * cw, 6.0), max(rows * ch, 6.0)
+        return QRectF(box.center().x() - w / 2, box.top(), w, h)
+
+    def _paint_capacity(self, p: QPainter, trace: Trace, area: QRectF) -> None:
+        need = trace.schedule.sram_elements(self.lane)
+        cap = trace.sram_capacity
+        bar = QRectF(area.right() - 330, area.bottom() - 18, 320, 14)
+        pal = self.palette()
+        text = pal.color(QPalette.ColorRole.WindowText)
+        p.setPen(text)
+        align = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
+        if cap is None:
+            p.drawText(bar, align, f"peak working set {need:,} elements (M not set)")
+            return
+        fits = need <= cap
+        color = QColor("#2e8b57") if fits else QColor("#c0392b")
+        color.setAlpha(150)
+        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRect(bar)
+        p.fillRect(
+            QRectF(bar.left(), bar.top(), bar.width() * min(1.0, need / cap), bar.height()), color
+        )
+        p.setPen(text)
+        verdict = "fits" if fits else "does not fit"
+        p.drawText(
+            bar, Qt.AlignmentFlag.AlignCenter, f"working set {need:,} of M = {cap:,}: {verdict}"
+        )
+
+    def _paint_transfers(
+        self, p: QPainter, trace: Trace, step: int, rects: dict[str, QRectF], hbm: QRectF
+    ) -> None:
+        action = geo.action_of(trace, self.lane, step)
+        if action is None:
+            return
+        lane_imgs = self.state.images.lanes[self.lane]
+        neutral = QColor(self.palette().color(QPalette.ColorRole.WindowText))
+        neutral.setAlpha(150)
+        for region in action.resident:  # the blocks being worked on, even without a transfer
+            r = rects.get(region.tensor)
+            if r is not None and region.tensor in lane_imgs:
+                p.setPen(QPen(neutral, 1.2, Qt.PenStyle.DashLine))
+                p.setBrush(Qt.BrushStyle.NoBrush)
+                p.drawRect(geo.region_rect(r, lane_imgs[region.tensor].shape, region))
+        tiles = {tile.tensor: rect for tile, _slot, rect in self._sram}
+        for tr in action.transfers:
+            r = rects.get(tr.tensor)
+            if r is None or tr.tensor not in lane_imgs:
+                continue
+            rr = geo.region_rect(r, lane_imgs[tr.tensor].shape, tr.region)
+            color = READ if tr.direction == "read" else WRITE
+            highlight(p, rr, color)
+            target = tiles.get(tr.tensor) or tiles.get("m" if tr.tensor == "L" else "O")
+            if target is None:
+                continue
+            start = QPointF(rr.center().x(), r.bottom() + 2)
+            end = QPointF(target.center().x(), target.top() - 18)
+            path = transfer_path(start, end)
+            draw_arrow(p, path, color, tr.direction == "read", self.progress)
+            highlight(p, target, color, fill_alpha=0)
+
+    # ---- interaction -----------------------------------------------------------------
+    def row_at(self, pos: QPointF) -> int | None:
+        """The query row under `pos` in any query-row tensor of HBM or SRAM, else None."""
+        trace = self.state.trace
+        if trace is None:
+            return None
+        n_q = trace.schedule.n_q
+        lane_imgs = self.state.images.lanes[self.lane]
+        for name, r in self._layout().items():
+            if name in geo.QUERY_TENSORS and name in lane_imgs and r.contains(pos):
+                return min(n_q - 1, int((pos.y() - r.top()) / r.height() * n_q))
+        for tile, _slot, rect in self._sram:
+            if tile.first_row is not None and tile.values is not None and rect.contains(pos):
+                rows = tile.values.shape[0]
+                return tile.first_row + min(
+                    rows - 1, int((pos.y() - rect.top()) / rect.height() * rows)
+                )
+        return None
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt override)
+        row = self.row_at(event.position())
+        if row is not None and event.button() == Qt.MouseButton.LeftButton:
+            self.state.set_row(row)
+        super().mousePressEvent(event)
+
+    def event(self, ev: QEvent) -> bool:
+        if ev.type() == QEvent.Type.ToolTip:
+            QToolTip.showText(ev.globalPos(), self._tooltip(QPointF(ev.pos())) or "", self)
+            return True
+        return super().event(ev)
+
+    def _tooltip(self, pos: QPointF) -> str | None:
+        trace = self.state.trace
+        if trace is None:
+            return None
+        sources = lane_sources(trace, self.lane)
+        for name, r in self._layout().items():
+            if name in sources and r.contains(pos):
+                values = sources[name]
+                rows, cols = values.shape
+                i = min(rows - 1, int((pos.y() - r.top()) / r.height() * rows))
+                j = min(cols - 1, int((pos.x() - r.left()) / r.width() * cols))
+                return f"{geo.SYMBOL.get(name, name)}[{i}, {j}] = {values[i, j]:.6g}"
+        return None

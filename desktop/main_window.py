@@ -1,0 +1,262 @@
+"""The main window: two lanes in the middle, controls left, statistics and ledger right.
+
+Owns the AppState, the Playback and the docks; wires menus, shortcuts, the status bar,
+QSettings persistence and error dialogs. Side panels (the GPU panel) join through
+`add_side_panel`; exporters render frames through `render_frame`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QImage, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .config import Config
+from .controls import ControlsPanel
+from .lane_view import LaneView
+from .ledger_panel import LedgerPanel
+from .legend import Legend
+from .playback import Playback
+from .playback_bar import PlaybackBar
+from .state import AppState
+from .stats_panel import StatsPanel
+from .theme import THEMES, apply_theme
+
+ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
+ABOUT = (
+    "<h3>FlashAttention Explorer</h3>"
+    "<p>Two lanes compute the same exact attention on the same inputs. The dense lane writes "
+    "the N×N scores S and probabilities P to HBM and reads them back; the tiled lane streams "
+    "K/V tiles through SRAM and carries a running max m, denominator ℓ and numerator a per "
+    "query row, so S and P never leave the chip.</p>"
+    "<p>Counts are for the declared schedules (FlashAttention-2's Q-outer order, or Algorithm 1's "
+    "KV-outer order), not measurements of a GPU. References: Dao et al., FlashAttention (2022); "
+    "Dao, FlashAttention-2 (2023).</p>"
+    "<p>Keys: Space play/pause · ←/→ step · Home/End first/last.</p>"
+)
+
+
+def saved_config() -> Config | None:
+    """The configuration the last session closed with, if any."""
+    raw = QSettings(ORGANISATION, APPLICATION).value("config")
+    if raw is None:
+        return None
+    try:
+        return Config.from_dict(json.loads(str(raw)))
+    except (ValueError, TypeError):
+        return None
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self, config: Config | None = None, *, persist: bool = True, build_inline: bool = False
+    ) -> None:
+        super().__init__()
+        self.persist = persist  # screenshots and tests neither read nor write settings
+        self.setWindowTitle("FlashAttention Explorer")
+        self.state = AppState(self)
+        self.state.builder.force_inline = build_inline
+        self.playback = Playback(self.state, self)
+        self.lanes = {lane: LaneView(self.state, lane) for lane in ("dense", "tiled")}
+        self.legend = Legend(self.state)
+        self.bar = PlaybackBar(self.state, self.playback)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        for lane in self.lanes.values():
+            splitter.addWidget(lane)
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.bar)
+        self.setCentralWidget(central)
+        self.controls = ControlsPanel(self.state)
+        self.stats_panel = StatsPanel(self.state)
+        self.ledger_panel = LedgerPanel(self.state)
+        scroll = QScrollArea()
+        scroll.setWidget(self.controls)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(self.controls.sizeHint().width() + 24)
+        self.docks: dict[str, QDockWidget] = {}
+        self._dock("controls", "Configuration", scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._dock(
+            "stats",
+            "Selected row: online softmax",
+            self.stats_panel,
+            Qt.DockWidgetArea.RightDockWidgetArea,
+        )
+        self._dock(
+            "ledger", "HBM ledger", self.ledger_panel, Qt.DockWidgetArea.BottomDockWidgetArea
+        )
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.resizeDocks(
+            [self.docks["controls"], self.docks["stats"]], [270, 440], Qt.Orientation.Horizontal
+        )
+        self.resizeDocks([self.docks["ledger"]], [290], Qt.Orientation.Vertical)
+        self.status_label = QLabel()
+        self.busy_label = QLabel()
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.busy_label)
+        self.theme = "system"
+        self._build_menus()
+        self.playback.sigProgress.connect(self._set_progress)
+        self.state.sigStepChanged.connect(self._show_status)
+        self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
+        self.state.sigError.connect(self.show_error)
+        self.state.sigBusy.connect(
+            lambda busy: self.busy_label.setText("computing…" if busy else "")
+        )
+        self.resize(1600, 1000)
+        self._restore(config)
+
+    # ---- construction ----------------------------------------------------------------
+    def _dock(self, key: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock_{key}")  # saveState needs stable names
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        self.docks[key] = dock
+        return dock
+
+    def add_side_panel(self, widget: QWidget, title: str, key: str | None = None) -> QDockWidget:
+        """Add a panel (e.g. the GPU panel) as a dock tabbed with the ledger."""
+        dock = self._dock(
+            key or title.lower().replace(" ", "_"),
+            title,
+            widget,
+            Qt.DockWidgetArea.RightDockWidgetArea,
+        )
+        self.tabifyDockWidget(self.docks["ledger"], dock)
+        self.docks["ledger"].raise_()
+        self._view_menu.addAction(dock.toggleViewAction())
+        return dock
+
+    def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        act = QAction(text, self)
+        if shortcut is not None:
+            act.setShortcut(QKeySequence(shortcut))
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        act.setStatusTip(tip)
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        file_menu = mb.addMenu("&File")
+        self._action(
+            file_menu, "&Open Q, K, V…", self.controls.open_file, QKeySequence.StandardKey.Open
+        )
+        self._action(
+            file_menu, "Back to the &seed example", lambda: self.state.set_config(Config())
+        )
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        play = mb.addMenu("&Playback")
+        pb = self.playback
+        self.play_action = self._action(play, "Play / pause", pb.toggle, Qt.Key.Key_Space)
+        self._action(play, "Step forward", lambda: pb.step_by(1), Qt.Key.Key_Right)
+        self._action(play, "Step back", lambda: pb.step_by(-1), Qt.Key.Key_Left)
+        self._action(play, "First step", lambda: pb.step_by(-self.state.n_steps), Qt.Key.Key_Home)
+        self._action(play, "Last step", lambda: pb.step_by(self.state.n_steps), Qt.Key.Key_End)
+        self._view_menu = mb.addMenu("&View")
+        for dock in self.docks.values():
+            self._view_menu.addAction(dock.toggleViewAction())
+        self._view_menu.addSeparator()
+        theme_menu = self._view_menu.addMenu("Theme")
+        group = QActionGroup(self)
+        self._theme_actions = {}
+        for theme in THEMES:
+            act = self._action(
+                theme_menu, theme.capitalize(), lambda _c=False, t=theme: self.set_theme(t)
+            )
+            act.setCheckable(True)
+            group.addAction(act)
+            self._theme_actions[theme] = act
+        help_menu = mb.addMenu("&Help")
+        self._action(help_menu, "&About FlashAttention Explorer", self.about)
+
+    # ---- behaviour -----------------------------------------------------------------
+    def _set_progress(self, progress: float) -> None:
+        for lane in self.lanes.values():
+            lane.set_progress(progress)
+
+    def _show_status(self, step: int) -> None:
+        trace = self.state.trace
+        if trace is not None:
+            self.status_label.setText(trace.steps[step].describe())
+
+    def show_error(self, message: str) -> None:
+        QMessageBox.warning(self, "FlashAttention Explorer", message)
+
+    def about(self) -> None:
+        QMessageBox.about(self, "About FlashAttention Explorer", ABOUT)
+
+    def set_theme(self, theme: str) -> None:
+        self.theme = theme if theme in THEMES else "system"
+        apply_theme(QApplication.instance(), self.theme)
+        self._theme_actions[self.theme].setChecked(True)
+        for w in (*self.lanes.values(), self.legend):
+            w.update()
+        self.stats_panel.restyle()
+        self.ledger_panel.restyle()
+
+    def render_frame(self, step: int | None = None, target: str = "window") -> QImage:
+        """The window, one lane ('dense', 'tiled'), 'stats' or 'ledger' at a step, as a QImage."""
+        if step is not None:
+            self.state.set_step(step)
+        self._set_progress(1.0)
+        widget = {"window": self, "stats": self.stats_panel, "ledger": self.ledger_panel}.get(
+            target
+        )
+        widget = widget or self.lanes[target]
+        QApplication.processEvents()
+        return widget.grab().toImage()
+
+    # ---- settings ------------------------------------------------------------------
+    def _settings(self) -> QSettings:
+        return QSettings(ORGANISATION, APPLICATION)
+
+    def _restore(self, config: Config | None) -> None:
+        saved = None
+        if self.persist:
+            s = self._settings()
+            if s.value("geometry") is not None:
+                self.restoreGeometry(QByteArray(s.value("geometry")))
+                self.restoreState(QByteArray(s.value("windowState")))
+            saved = saved_config()
+            self.state.set_row(int(s.value("row", 0)))
+            self.bar.set_speed(float(s.value("speed", 2.0)))
+            self.set_theme(str(s.value("theme", "system")))
+        else:
+            self._theme_actions["system"].setChecked(True)
+        self.state.set_config(config or saved or Config())
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt override)
+        self.playback.pause()
+        self.state.builder.shutdown()
+        if self.persist:
+            s = self._settings()
+            s.setValue("geometry", self.saveGeometry())
+            s.setValue("windowState", self.saveState())
+            if self.state.config is not None:
+                s.setValue("config", json.dumps(self.state.config.to_dict()))
+            s.setValue("row", self.state.row)
+            s.setValue("speed", self.playback.speed)
+            s.setValue("theme", self.theme)
+        super().closeEvent(event)

@@ -1,0 +1,191 @@
+"""Per-trace image preparation for the lanes: colour scale, heatmaps, write history.
+
+NumPy only (it runs on the build worker thread). Everything expensive about drawing a
+lane happens here once per Trace: every HBM tensor becomes an RGBA array at display
+resolution (block-averaged when larger than `DISPLAY_CAP` cells a side, so N = 1024
+draws as fast as N = 6), and every written tensor gets the first and last step that
+wrote each display cell. Per-step drawing then only compares those arrays with the
+current step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compute import Trace
+
+DISPLAY_CAP = 256  # display cells per side before block-averaging
+MASKED_RGBA = (128, 128, 128, 90)  # causally masked score (−∞): a faint grey
+# Diverging blue–white–red (ColorBrewer RdBu) anchors, negative to positive.
+_ANCHORS = np.array(
+    [
+        [33, 102, 172],
+        [103, 169, 207],
+        [209, 229, 240],
+        [247, 247, 247],
+        [253, 219, 199],
+        [239, 138, 98],
+        [178, 24, 43],
+    ],
+    dtype=np.float64,
+)
+_POS = np.linspace(0.0, 1.0, len(_ANCHORS))
+LUT = np.empty((256, 4), dtype=np.uint8)
+for _c in range(3):
+    LUT[:, _c] = np.round(np.interp(np.linspace(0, 1, 256), _POS, _ANCHORS[:, _c]))
+LUT[:, 3] = 255
+
+
+@dataclass(frozen=True)
+class ColorScale:
+    """Symmetric shared scale: −vmax maps to blue, 0 to white, +vmax to red."""
+
+    vmax: float
+
+    def rgba(self, values: np.ndarray) -> np.ndarray:
+        """(h, w) floats to (h, w, 4) uint8; −∞ becomes MASKED_RGBA, NaN transparent."""
+        values = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(values)
+        t = np.where(finite, values, 0.0) / self.vmax
+        idx = np.clip(np.round((t + 1.0) * 127.5), 0, 255).astype(np.intp)
+        out = LUT[idx]
+        out[np.isneginf(values)] = MASKED_RGBA
+        out[np.isnan(values)] = (0, 0, 0, 0)
+        return np.ascontiguousarray(out)
+
+
+def downsample(values: np.ndarray, cap: int = DISPLAY_CAP) -> tuple[np.ndarray, int, int]:
+    """Block means to at most `cap` cells a side; a block that is mostly −∞ stays −∞.
+
+    Returns (array, row factor, column factor).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    rows, cols = values.shape
+    fr, fc = math.ceil(rows / cap), math.ceil(cols / cap)
+    if fr == 1 and fc == 1:
+        return values, 1, 1
+    hr, hc = math.ceil(rows / fr), math.ceil(cols / fc)
+    pad = np.full((hr * fr, hc * fc), np.nan)
+    pad[:rows, :cols] = values
+    blocks = pad.reshape(hr, fr, hc, fc)
+    finite = np.isfinite(blocks)
+    count = finite.sum(axis=(1, 3))
+    total = np.where(finite, blocks, 0.0).sum(axis=(1, 3))
+    masked = np.isneginf(blocks).sum(axis=(1, 3))
+    mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+    mean[masked > count] = -np.inf
+    return mean, fr, fc
+
+
+@dataclass
+class TensorImage:
+    """One HBM tensor as drawn: RGBA at display resolution plus its write history."""
+
+    name: str
+    shape: tuple[int, int]  # element rows, columns
+    rgba: np.ndarray  # (h, w, 4) uint8
+    factor: tuple[int, int]  # elements per display cell (rows, cols)
+    values: np.ndarray | None = None  # element values, kept when small enough for numbers
+    first_write: np.ndarray | None = None  # (h, w) step of first write; big = never
+    last_write: np.ndarray | None = None
+
+    @property
+    def display_shape(self) -> tuple[int, int]:
+        return self.rgba.shape[0], self.rgba.shape[1]
+
+    def veils(self, step: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(never written yet, written but not final) masks at `step`; None if never written."""
+        if self.first_write is None:
+            return None
+        return self.first_write > step, (self.first_write <= step) & (self.last_write > step)
+
+
+@dataclass
+class LaneImages:
+    """All tensors of both lanes for one trace, with their shared colour scale."""
+
+    scale: ColorScale
+    lanes: dict[str, dict[str, TensorImage]] = field(default_factory=dict)
+
+
+NEVER = np.iinfo(np.int32).max
+NUMBERS_CAP = 64  # keep element values (for numbers in cells) up to this many per side
+
+
+def _shared_vmax(trace: Trace) -> float:
+    parts = [trace.q, trace.k, trace.v, trace.reference, trace.probs]
+    s = trace.scores[np.isfinite(trace.scores)]
+    vmax = max(
+        [float(np.max(np.abs(p), initial=0.0)) for p in parts]
+        + [float(np.max(np.abs(s), initial=0.0))]
+    )
+    return vmax if vmax > 0 else 1.0
+
+
+def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray]:
+    """The HBM tensors a lane shows, in drawing order, with the values the trace holds."""
+    if lane == "dense":
+        return {
+            "Q": trace.q,
+            "K": trace.k,
+            "V": trace.v,
+            "S": trace.scores,
+            "P": trace.probs,
+            "O": trace.reference,
+        }
+    s = trace.schedule
+    out = {"Q": trace.q, "K": trace.k, "V": trace.v, "O": trace.tiled_output}
+    if s.order == "kv-outer":
+        out["m"] = trace.history.m[:, -1:]
+        out["l"] = trace.history.l[:, -1:]
+    if s.save_lse:
+        out["L"] = trace.lse[:, None]
+    return out
+
+
+def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> None:
+    h, w = img.display_shape
+    fr, fc = img.factor
+    first = np.full((h, w), NEVER, dtype=np.int32)
+    last = np.full((h, w), NEVER, dtype=np.int32)
+    seen = np.zeros((h, w), dtype=bool)
+    for st in trace.steps:
+        action = st.action(lane)
+        if action is None:
+            continue
+        for tr in action.transfers:
+            if tr.direction != "write" or tr.tensor != tensor:
+                continue
+            (r0, r1), (c0, c1) = tr.region.rows, tr.region.cols
+            sl = (slice(r0 // fr, math.ceil(r1 / fr)), slice(c0 // fc, math.ceil(c1 / fc)))
+            first[sl] = np.where(seen[sl], first[sl], st.index)
+            last[sl] = st.index
+            seen[sl] = True
+    img.first_write, img.last_write = first, last
+
+
+def prepare_images(trace: Trace) -> LaneImages:
+    """Heatmaps and write histories of both lanes' HBM tensors."""
+    images = LaneImages(ColorScale(_shared_vmax(trace)))
+    written = {"O", "S", "P", "m", "l", "L"}
+    cache: dict[int, tuple[np.ndarray, int, int]] = {}
+    for lane in ("dense", "tiled"):
+        images.lanes[lane] = {}
+        for name, values in lane_sources(trace, lane).items():
+            key = id(values)
+            if key not in cache:  # Q, K, V are shared by both lanes
+                cache[key] = downsample(values)
+            small, fr, fc = cache[key]
+            if name in ("l", "L"):
+                rgba = np.tile(np.array([225, 225, 215, 255], dtype=np.uint8), (*small.shape, 1))
+            else:
+                rgba = images.scale.rgba(small)
+            keep = values if max(values.shape) <= NUMBERS_CAP else None
+            img = TensorImage(name, values.shape, rgba, (fr, fc), keep)
+            if name in written:
+                _write_history(trace, lane, name, img)
+            images.lanes[lane][name] = img
+    return images

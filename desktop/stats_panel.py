@@ -1,0 +1,179 @@
+"""Per-row statistics: m, ℓ, α, every component of a, and a/ℓ converging to the output.
+
+For the selected query row, the tiled lane's state after each timeline step is looked
+up in the Trace's recorded history (the core's numbers, indexed by how many key tiles
+the row's block has passed). Curves are rebuilt on a new trace or row; a step change
+only moves the step markers and the value read-outs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QSpinBox, QVBoxLayout, QWidget
+
+from compute import Trace
+
+from .state import AppState
+from .theme import style_plot
+
+PLOTS = (
+    ("m", "m: running max"),
+    ("l", "ℓ: running denominator"),
+    ("alpha", "α = exp(m_old − m_new)"),
+    ("a", "a: unnormalised numerator"),
+    ("out", "a/ℓ → O (dashed: dense output)"),
+)
+MAX_COMPONENT_CURVES = 64
+
+
+def fmt(x: float) -> str:
+    """How the panel writes a number (tests compare against the same format)."""
+    return "−∞" if np.isneginf(x) else f"{x:.6g}".replace("-", "−")
+
+
+def fmt_vec(v: np.ndarray, limit: int = 4) -> str:
+    items = ", ".join(fmt(float(x)) for x in v[:limit])
+    return f"[{items}{', …' if len(v) > limit else ''}]"
+
+
+def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
+    """The row's state after every step: looked up in the trace's history, not computed."""
+    steps, tiles = trace.row_updates(row)
+    n = np.searchsorted(steps, np.arange(trace.n_steps), side="right")
+    tile = np.where(n > 0, tiles[np.maximum(n - 1, 0)] + 1, 0) if len(tiles) else np.zeros_like(n)
+    h = trace.history
+    m, l, a = h.m[row, tile], h.l[row, tile], h.a[row, tile]  # noqa: E741
+    out = np.full_like(a, np.nan, dtype=np.float64)
+    np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
+    return {"tile": tile, "m": m, "l": l, "alpha": h.alpha[row, tile], "a": a, "out": out}
+
+
+class StatsPanel(QWidget):
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.row_spin = QSpinBox()
+        self.row_spin.setToolTip(
+            "Query row whose online-softmax state is plotted (or click a row in a lane)"
+        )
+        self.row_spin.valueChanged.connect(state.set_row)
+        self.labels = {k: QLabel() for k in ("m", "l", "alpha", "a", "out", "ref", "error")}
+        for lab in self.labels.values():
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            # Long vectors must not widen the dock: let the label be clipped instead.
+            lab.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grid = QGridLayout()
+        grid.addWidget(QLabel("Query row"), 0, 0)
+        grid.addWidget(self.row_spin, 0, 1)
+        names = {
+            "m": "m",
+            "l": "ℓ",
+            "alpha": "α",
+            "a": "a",
+            "out": "a/ℓ",
+            "ref": "dense O",
+            "error": "error",
+        }
+        for k, (key, text) in enumerate(names.items()):
+            grid.addWidget(QLabel(text), 1 + k // 2, (k % 2) * 2)
+            grid.addWidget(self.labels[key], 1 + k // 2, (k % 2) * 2 + 1)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setMinimumHeight(260)
+        self._items: dict[str, pg.PlotItem] = {}
+        self._markers: list[pg.InfiniteLine] = []
+        self._curves: dict[str, list[pg.PlotDataItem]] = {k: [] for k, _ in PLOTS}
+        self._refs: list[pg.PlotDataItem] = []
+        for k, (key, title) in enumerate(PLOTS):
+            item = self.plots.addPlot(row=k, col=0)
+            item.setTitle(title, size="9pt")
+            item.showGrid(x=True, y=True, alpha=0.2)
+            item.setMenuEnabled(False)
+            item.hideButtons()
+            if k:
+                item.setXLink(self._items["m"])
+            if k < len(PLOTS) - 1:
+                item.getAxis("bottom").setStyle(showValues=False)
+            else:
+                item.setLabel("bottom", "step")
+            marker = pg.InfiniteLine(angle=90, pen=pg.mkPen((200, 60, 60), width=1.5))
+            item.addItem(marker)
+            self._markers.append(marker)
+            self._items[key] = item
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(grid)
+        layout.addWidget(self.plots, 1)
+        self._series: dict[str, np.ndarray] | None = None
+        self.restyle()
+        state.sigTraceChanged.connect(self._rebuild)
+        state.sigRowChanged.connect(self._rebuild)
+        state.sigStepChanged.connect(self._on_step)
+
+    def restyle(self) -> None:
+        style_plot(self.plots, self._items.values(), self.palette())
+
+    def _curves_for(self, key: str, count: int, dashed: bool = False) -> list[pg.PlotDataItem]:
+        pool = self._refs if dashed else self._curves[key]
+        item = self._items[key]
+        while len(pool) < count:
+            k = len(pool)
+            pen = pg.mkPen(
+                pg.intColor(k, hues=max(count, 8)),
+                width=1.5,
+                style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine,
+            )
+            curve = pg.PlotDataItem(pen=pen, connect="finite")
+            item.addItem(curve)
+            pool.append(curve)
+        for curve in pool[count:]:
+            curve.setData([], [])
+        return pool[:count]
+
+    def _rebuild(self, *_args: object) -> None:
+        trace, row = self.state.trace, self.state.row
+        if trace is None or row < 0:
+            return
+        with QSignalBlocker(self.row_spin):
+            self.row_spin.setRange(0, trace.schedule.n_q - 1)
+            self.row_spin.setValue(row)
+        s = self._series = row_series(trace, row)
+        # Step curves: the value after step t holds over [t − ½, t + ½], centred on the marker.
+        x = np.arange(trace.n_steps + 1, dtype=float) - 0.5
+        m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
+        for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
+            (curve,) = self._curves_for(key, 1)
+            curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
+        d_v = min(trace.schedule.d_v, MAX_COMPONENT_CURVES)
+        for k, curve in enumerate(self._curves_for("a", d_v)):
+            curve.setData(x, s["a"][:, k], stepMode="center")
+        for k, curve in enumerate(self._curves_for("out", d_v)):
+            curve.setData(x, s["out"][:, k], stepMode="center")
+        ref = trace.reference[row]
+        span = np.array([0.0, max(trace.n_steps - 1, 1)])
+        for k, curve in enumerate(self._curves_for("out", d_v, dashed=True)):
+            curve.setData(span, np.full(2, ref[k]))
+        for item in self._items.values():
+            item.enableAutoRange()
+        err_row = float(
+            np.max(np.abs(trace.tiled_output[row].astype(np.float64) - ref), initial=0.0)
+        )
+        self.labels["ref"].setText(fmt_vec(ref))
+        self.labels["error"].setText(
+            f"row {fmt(err_row)}, all {fmt(trace.max_abs_error)} (vs float64, {trace.dtype})"
+        )
+        self._on_step(self.state.step)
+
+    def _on_step(self, step: int) -> None:
+        s = self._series
+        if s is None or step >= len(s["m"]):
+            return
+        for marker in self._markers:
+            marker.setPos(step)
+        self.labels["m"].setText(fmt(float(s["m"][step])))
+        self.labels["l"].setText(fmt(float(s["l"][step])))
+        self.labels["alpha"].setText(fmt(float(s["alpha"][step])))
+        self.labels["a"].setText(fmt_vec(s["a"][step]))
+        out = s["out"][step]
+        self.labels["out"].setText("— (no keys yet)" if np.isnan(out).all() else fmt_vec(out))

@@ -1,0 +1,84 @@
+"""Colours and palettes: read/write highlight colours, light and dark Fusion palettes.
+
+Read and write colours are chosen away from the heatmap's blue–white–red scale (green
+for HBM → SRAM reads, amber for SRAM → HBM writes) so a highlight never looks like a
+value, and they differ in lightness for colour-blind readers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtGui import QColor, QImage, QPalette
+from PySide6.QtWidgets import QApplication
+
+READ = QColor("#1a9850")
+WRITE = QColor("#e3a008")
+THEMES: tuple[str, ...] = ("system", "light", "dark")
+
+
+def is_dark(palette: QPalette) -> bool:
+    return palette.color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def _dark_palette() -> QPalette:
+    p = QPalette()
+    role, group = QPalette.ColorRole, QPalette.ColorGroup
+    colors = {
+        role.Window: "#202326",
+        role.WindowText: "#e6e6e6",
+        role.Base: "#16181a",
+        role.AlternateBase: "#26292c",
+        role.ToolTipBase: "#2d3135",
+        role.ToolTipText: "#e6e6e6",
+        role.Text: "#e6e6e6",
+        role.Button: "#2b2e31",
+        role.ButtonText: "#e6e6e6",
+        role.BrightText: "#ff6b6b",
+        role.Highlight: "#3d7edb",
+        role.HighlightedText: "#ffffff",
+        role.Link: "#6aa8ff",
+        role.Mid: "#55595e",
+        role.Dark: "#141517",
+        role.Light: "#3a3e42",
+        role.PlaceholderText: "#8a8f94",
+    }
+    for r, c in colors.items():
+        p.setColor(r, QColor(c))
+    for r in (role.WindowText, role.Text, role.ButtonText):
+        p.setColor(group.Disabled, r, QColor("#7a7f84"))
+    return p
+
+
+def apply_theme(app: QApplication, theme: str) -> None:
+    """Fusion style with a light, dark or the platform's palette."""
+    app.setStyle("Fusion")
+    if theme == "dark":
+        app.setPalette(_dark_palette())
+    elif theme == "light":
+        app.setPalette(app.style().standardPalette())
+    else:
+        app.setPalette(QPalette())
+
+
+def qimage(rgba: np.ndarray) -> QImage:
+    """An owning QImage from an (h, w, 4) uint8 array."""
+    rgba = np.ascontiguousarray(rgba)
+    h, w = rgba.shape[:2]
+    return QImage(rgba.data, w, h, 4 * w, QImage.Format.Format_RGBA8888).copy()
+
+
+def style_plot(widget, plot_items, palette: QPalette) -> None:
+    """Give pyqtgraph widgets the window's colours (it defaults to black on any theme)."""
+    bg = palette.color(QPalette.ColorRole.Base)
+    fg = palette.color(QPalette.ColorRole.WindowText)
+    widget.setBackground(bg)
+    for item in plot_items:
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.setPen(fg)
+            axis.setTextPen(fg)
+        if item.titleLabel.text:
+            item.titleLabel.setText(item.titleLabel.text, color=fg.name(), size="9pt")
+        legend = item.legend
+        if legend is not None:
+            legend.setLabelTextColor(fg)

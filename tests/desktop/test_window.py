@@ -1,0 +1,169 @@
+"""The window on the seed example: ledger totals, per-row state, clicks, dialogs, frames."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPoint, Qt
+
+import compute
+from desktop import lane_geometry as geo
+from desktop.config import Config
+from desktop.stats_panel import fmt, fmt_vec
+
+
+def test_opens_on_seed_example_and_ends_at_240_and_96(window):
+    st = window.state
+    assert st.config == Config()
+    assert st.trace.schedule.n_q == 6 and st.trace.schedule.d == 2
+    window.playback.step_by(-st.n_steps)
+    assert st.step == 0
+    window.playback.step_by(st.n_steps)
+    assert st.step == st.n_steps - 1
+    assert window.ledger_panel.dense_total_label.text() == "240"
+    assert window.ledger_panel.tiled_total_label.text() == "96"
+    assert window.ledger_panel.ratio_label.text() == "2.50×"
+
+
+def test_each_tile_of_q0_shows_the_cores_state(window):
+    st = window.state
+    trace = st.trace
+    st.set_row(0)
+    steps, tiles = trace.row_updates(0)
+    assert len(steps) == trace.schedule.t_c
+    labels = window.stats_panel.labels
+    for step, tile in zip(steps.tolist(), tiles.tolist(), strict=True):
+        st.set_step(step)
+        core = trace.row_state(0, step)
+        assert core.tile == tile + 1
+        assert labels["m"].text() == fmt(core.m)
+        assert labels["l"].text() == fmt(core.l)
+        assert labels["alpha"].text() == fmt(core.alpha)
+        assert labels["a"].text() == fmt_vec(core.a)
+        assert labels["out"].text() == fmt_vec(core.partial_output)
+        # The tiled lane's SRAM tiles hold the same numbers.
+        sram = {t.tensor: t for t in geo.tiled_sram(trace, step)}
+        assert sram["m"].values[0, 0] == core.m
+        assert sram["l"].values[0, 0] == core.l
+        np.testing.assert_array_equal(sram["O"].values[0], core.a)
+    # After the last tile, a/ℓ is the output and the error is against float64.
+    np.testing.assert_allclose(trace.row_state(0, steps[-1]).partial_output, trace.reference[0])
+    assert "2.22" in labels["error"].text() or "0" in labels["error"].text()
+
+
+def _row_point(lane, tensor: str, row: int) -> QPoint:
+    lane.grab()  # lays out and paints once
+    rect = lane._layout()[tensor]
+    n_q = lane.state.trace.schedule.n_q
+    y = rect.top() + (row + 0.5) * rect.height() / n_q
+    return QPoint(int(rect.center().x()), int(y))
+
+
+def test_clicking_a_row_selects_it_in_either_lane(window, qtbot):
+    st = window.state
+    for lane_name, tensor, row in (("dense", "S", 3), ("tiled", "Q", 5), ("dense", "O", 1)):
+        lane = window.lanes[lane_name]
+        qtbot.mouseClick(lane, Qt.MouseButton.LeftButton, pos=_row_point(lane, tensor, row))
+        assert st.row == row
+        assert window.stats_panel.row_spin.value() == row
+    # K rows are keys, not query rows: clicking them leaves the selection alone.
+    lane = window.lanes["dense"]
+    qtbot.mouseClick(lane, Qt.MouseButton.LeftButton, pos=_row_point(lane, "K", 4))
+    assert st.row == 1
+
+
+def test_clicking_an_sram_tile_row_selects_it(window, qtbot):
+    st = window.state
+    st.set_step(st.trace.row_updates(2)[0][0])  # block 1 updating
+    lane = window.lanes["tiled"]
+    lane.grab()
+    tile, _slot, rect = next(x for x in lane._sram if x[0].tensor == "Q")
+    assert tile.first_row == 2
+    pos = QPoint(int(rect.center().x()), int(rect.top() + rect.height() * 0.75))
+    qtbot.mouseClick(lane, Qt.MouseButton.LeftButton, pos=pos)
+    assert st.row == 3
+
+
+def test_bad_npy_shows_a_dialog_and_keeps_the_previous_state(window, dialogs, tmp_path):
+    st = window.state
+    before_config, before_trace = st.config, st.trace
+    bad_shape = tmp_path / "bad.npy"
+    np.save(bad_shape, np.zeros((2, 3)))
+    garbage = tmp_path / "garbage.npy"
+    garbage.write_bytes(b"not a numpy file at all")
+    nan = tmp_path / "nan.npz"
+    np.savez(nan, q=np.full((4, 2), np.nan), k=np.ones((4, 2)), v=np.ones((4, 2)))
+    for path in (bad_shape, garbage, nan, tmp_path / "missing.npy"):
+        st.update_config(input="file", file=str(path))
+        assert st.config is before_config and st.trace is before_trace
+        assert window.controls.input_combo.currentData() == "seed"
+    assert len(dialogs) == 4
+    for text in dialogs:
+        assert text.endswith(".") and "\n" not in text
+
+
+def test_open_file_through_the_dialog(window, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog
+
+    path = tmp_path / "qkv.npz"
+    rng = np.random.default_rng(1)
+    np.savez(path, q=rng.normal(size=(5, 3)), k=rng.normal(size=(7, 3)), v=rng.normal(size=(7, 4)))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    window.controls.open_file()
+    s = window.state.trace.schedule
+    assert (s.n_q, s.n_k, s.d, s.d_v) == (5, 7, 3, 4)
+    assert window.state.config.input == "file"
+    assert window.controls.n_spin.value() == 5 and window.controls.nk_spin.value() == 7
+
+
+def test_render_frames_of_window_lanes_and_panels(window):
+    for target in ("window", "dense", "tiled", "stats", "ledger"):
+        image = window.render_frame(3, target)
+        assert not image.isNull() and image.width() > 100
+    assert window.state.step == 3
+
+
+def test_status_bar_names_the_step(window):
+    window.state.set_step(4)
+    assert window.status_label.text() == window.state.trace.steps[4].describe()
+
+
+def test_themes_and_about(window, dialogs):
+    for theme in ("dark", "light", "system"):
+        window.set_theme(theme)
+        window.render_frame(5)
+    window.about()
+    assert "FlashAttention" in dialogs[-1]
+
+
+def test_causal_kv_outer_with_lse_draws_every_step(window):
+    window.state.set_config(
+        Config(
+            n=9,
+            n_keys=11,
+            d=3,
+            dv=2,
+            block_q=2,
+            block_k=3,
+            order="kv-outer",
+            causal=True,
+            save_lse=True,
+            input="random",
+            sram=40,
+        )
+    )
+    trace = window.state.trace
+    assert trace.schedule.causal and trace.schedule.order == "kv-outer"
+    for step in range(trace.n_steps):
+        window.state.set_step(step)
+        for lane in window.lanes.values():
+            lane.grab()
+    led = trace.ledger()
+    assert window.ledger_panel.tiled_total_label.text() == f"{led.lanes['tiled'].total_elements:,}"
+    assert (
+        compute.ledger(
+            9, 11, 3, 2, block_q=2, block_k=3, order="kv-outer", causal=True, save_lse=True
+        )
+        .lanes["tiled"]
+        .total_elements
+        == led.lanes["tiled"].total_elements
+    )
