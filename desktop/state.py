@@ -53,18 +53,20 @@ class AppState(QObject):
         self.set_config(base.replace(**changes))
 
     def _built(self, config: Config, trace: Trace, images: LaneImages) -> None:
+        # Keep the position in the timeline where it still exists; a first trace, or one
+        # viewed at its end, opens at the end, where the whole story is visible.
         at_end = self.trace is None or self.step >= self.trace.n_steps - 1
+        step = trace.n_steps - 1 if at_end else min(self.step, trace.n_steps - 1)
+        row = min(self._row_hint, trace.schedule.n_q - 1)
+        row_changed = row != self.row
+        # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
-        self.requested = config
+        self.requested, self.step, self.row = config, step, row
         self.sigConfigChanged.emit(config)
         self.sigTraceChanged.emit(trace)
-        # Keep the position in the timeline where it still exists; a first trace or one
-        # viewed at its end opens at the end, where the whole story is visible.
-        step = trace.n_steps - 1 if at_end else min(self.step, trace.n_steps - 1)
-        self.step = -2  # force the emit below
-        self.set_step(step)
-        self.row = -1  # force the emit: the same row index means new numbers
-        self.set_row(self._row_hint)
+        self.sigStepChanged.emit(step)
+        if row_changed:
+            self.sigRowChanged.emit(row)
 
     def _failed(self, message: str) -> None:
         self.requested = self.config
