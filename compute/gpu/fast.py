@@ -36,7 +36,7 @@ class Config:
     warps: int  # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each)
     block_n: int
     min_blocks: int = 1
-    extra: int = 0  # kernel-specific template knob (wgmma: descriptor variant)
+    extra: int = 0  # wgmma: bit 0 = V descriptor variant, bit 1 = pipelined (v3) kernel
 
     @property
     def block_m(self) -> int:
@@ -55,17 +55,31 @@ class Config:
     def name(self, dt: int) -> str:
         if self.kernel == "mma":
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
-        return (
-            f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
-            f"{self.extra}>"
-        )
+        fn = "flash_fwd_wgmma_pipe" if self.extra & 2 else "flash_fwd_wgmma"
+        return f"{fn}<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},{self.extra & 1}>"
 
 
-# Defaults, chosen from the measurements recorded in FLASH_NOTES.md.
-DEFAULT_CONFIGS: dict[int, Config] = {
-    64: Config("mma", 64, 8, 64, 2),
-    128: Config("mma", 128, 8, 64, 1),
+# Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
+# wgmma kernel; any other GPU the mma.sync kernel.
+WGMMA_CONFIGS: dict[int, Config] = {
+    64: Config("wgmma", 64, 2, 64, 2),
+    128: Config("wgmma", 128, 2, 128, 1),
 }
+MMA_CONFIGS: dict[int, Config] = {
+    64: Config("mma", 64, 4, 64, 4),
+    128: Config("mma", 128, 8, 128, 1),
+}
+
+
+@functools.cache
+def _is_hopper() -> bool:
+    cp = _cupy()
+    return cp.cuda.Device().compute_capability == "90"
+
+
+def default_config(d: int) -> Config:
+    """The kernel variant flash_attention uses for head dim d on the current device."""
+    return (WGMMA_CONFIGS if _is_hopper() else MMA_CONFIGS)[d]
 
 
 def _cupy():
@@ -78,11 +92,10 @@ def _cupy():
 def _module(kernel: str, names: tuple[str, ...]):
     cp = _cupy()
     src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
-    arch = "-arch=sm_90a" if kernel == "wgmma" else None
-    options = ["-std=c++17"]
-    if arch:
-        options.append(arch)
-    return cp.RawModule(code=src, options=tuple(options), name_expressions=list(names))
+    options = ("-std=c++17",)
+    if kernel == "wgmma":  # wgmma needs the sm_90a target (NVRTC; see platform notes)
+        options += ("-arch=sm_90a", "-DFA_FORCE_WGMMA")
+    return cp.RawModule(code=src, options=options, name_expressions=list(names))
 
 
 @functools.cache
@@ -129,9 +142,11 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not scale > 0:
         raise ValueError("scale must be positive")
-    cfg = config or DEFAULT_CONFIGS[d]
+    cfg = config or default_config(d)
     if cfg.d != d:
         raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
+    if cfg.kernel == "wgmma" and not _is_hopper():
+        raise ValueError("the wgmma kernel needs an sm_90 (Hopper) GPU")
     q = cp.ascontiguousarray(q)
     k = cp.ascontiguousarray(k)
     v = cp.ascontiguousarray(v)

@@ -29,10 +29,13 @@ ERR = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
 def _configs():
-    """Kernel variants to test: the defaults, plus FLASH_TEST_CONFIGS specs if set."""
+    """Kernel variants to test: the device default (None), the portable mma.sync kernel, and
+    FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:0 mma:64:8:64:2")."""
     from compute.gpu.bench_fast import parse_spec
+    from compute.gpu.fast import MMA_CONFIGS
 
-    return [None] + [parse_spec(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
+    extra = [parse_spec(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
+    return [None, *MMA_CONFIGS.values(), *extra]
 
 
 def _rand(shape, dtype, rng):
