@@ -101,3 +101,55 @@ def format_report(report: dict) -> str:
             b = sweep["best"]
             out.append(f"best: {b['block_q']}x{b['block_k']} at {b['ms']:.3f} ms")
     return "\n".join(out)
+
+
+FIGURES_FORMAT = "flash-explorer-gpu-figures"
+BENCH_FORMAT = "flash-explorer-gpu-bench"
+
+
+class ReportError(ValueError):
+    """A file that is not a GPU bench report; the message is one sentence."""
+
+
+def report_label(report: dict) -> str:
+    """A short name for a report: dtype, N, mask and what it holds."""
+    c = report["config"]
+    kinds = [
+        f"{r['kernel']}" + (f" {r['order']}" if r["kernel"] == "tiled" else "")
+        for r in report["results"]
+    ]
+    held = ", ".join(kinds) if kinds else ""
+    if report.get("sweep"):
+        held = (held + ", " if held else "") + "block sweep"
+    mask = " causal" if c["causal"] else ""
+    return f"{c['dtype']} N={c['n']}{mask}: {held or 'empty'}"
+
+
+def split_reports(data: object) -> list[dict]:
+    """The bench reports in a parsed JSON file (one report, or a figures file of many)."""
+    if not isinstance(data, dict):
+        raise ReportError("The file does not hold a GPU bench report.")
+    if data.get("format") == BENCH_FORMAT:
+        reports = [data]
+    elif data.get("format") == FIGURES_FORMAT:
+        reports = list(data.get("reports", []))
+    else:
+        raise ReportError("The file does not hold a GPU bench report (no known 'format').")
+    for rep in reports:
+        if not isinstance(rep, dict) or not {"config", "results", "device"} <= rep.keys():
+            raise ReportError("A report in the file is missing its config, device or results.")
+    if not reports:
+        raise ReportError("The file holds no reports.")
+    return reports
+
+
+def sweep_for(report: dict, reports: list[dict]) -> dict | None:
+    """The report's own block sweep, else one recorded for the same dtype and d."""
+    if report.get("sweep"):
+        return report["sweep"]
+    c = report["config"]
+    for other in reports:
+        oc = other["config"]
+        if other.get("sweep") and (oc["dtype"], oc["d"]) == (c["dtype"], c["d"]):
+            return other["sweep"]
+    return None
