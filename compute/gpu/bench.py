@@ -188,7 +188,7 @@ def _guarded(kernel: str, extra: dict, body: Callable[[], dict]) -> dict:
         return _error_row(kernel, extra, RuntimeError(f"out of device memory: {exc}"))
     except cupy.cuda.compiler.CompileException as exc:
         return _error_row(kernel, extra, RuntimeError(f"kernel compile error: {exc}"))
-    except (ValueError, RuntimeError, NotImplementedError, ImportError) as exc:
+    except (ValueError, TypeError, RuntimeError, NotImplementedError, ImportError) as exc:
         return _error_row(kernel, extra, exc)
 
 
@@ -244,9 +244,15 @@ def _fast_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
     def body() -> dict:
         from . import fast  # the tensor-core kernel (issue 6), when it exists
 
-        lane = _ledger(cfg, cfg.block_q, cfg.block_k, "q-outer").lanes["tiled"]
-        fn = lambda q, k, v: fast.flash_attention(q, k, v, causal=cfg.causal)  # noqa: E731
-        return _row(cfg, "fast", fn, inputs, lane, {"order": "q-outer"})
+        fcfg = fast.default_config(cfg.d)  # its own tiles, for its modelled ledger
+        bq, bk = fcfg.block_m, fcfg.block_n
+        lane = _ledger(cfg, bq, bk, "q-outer").lanes["tiled"]
+
+        def fn(q, k, v):  # fast takes (batch, heads, N, d): batch*heads as one batch of heads
+            return fast.flash_attention(q[None], k[None], v[None], causal=cfg.causal)[0]
+
+        extra = {"order": "q-outer", "block_q": bq, "block_k": bk, "variant": fcfg.kernel}
+        return _row(cfg, "fast", fn, inputs, lane, extra)
 
     return _guarded("fast", {}, body)
 
