@@ -244,6 +244,8 @@ def _fast_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
     def body() -> dict:
         from . import fast  # the tensor-core kernel (issue 6), when it exists
 
+        if cfg.d != cfg.dv or cfg.d not in fast.SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"the fast kernel takes d = d_v in {fast.SUPPORTED_HEAD_DIMS}")
         fcfg = fast.default_config(cfg.d)  # its own tiles, for its modelled ledger
         bq, bk = fcfg.block_m, fcfg.block_n
         lane = _ledger(cfg, bq, bk, "q-outer").lanes["tiled"]
