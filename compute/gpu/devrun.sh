@@ -2,6 +2,7 @@
 # One device-machine call: GPU tests, then the README figures. Logs and JSON land in $OUT.
 #   run: bash compute/gpu/devrun.sh [tests|figures|all|tune]
 #   tune: the bench CLI end to end (sweep, all kernels), source-variant timings, one ncu pass.
+#   cli: the bench CLI end to end twice (float16 with sweep; float32 causal with N_q != N_k).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
@@ -11,6 +12,19 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
     >"$OUT/smi.txt" 2>&1
 python3 -c "import compute.gpu as g; print(g.status().describe())" | tee "$OUT/status.txt"
 rc=0
+if [ "$what" = cli ]; then
+    timeout 150 python3 -m compute.gpu.bench_cli --n 4096 --dtype float16 --kernel all \
+        --sweep-blocks --block-q 128 --block-k 64 --json "$OUT/gpu_bench_cli_h200.json" \
+        >"$OUT/cli.log" 2>"$OUT/cli.err"
+    echo "bench_cli float16 rc=$?"
+    timeout 120 python3 -m compute.gpu.bench_cli --n 4096 --n-keys 6144 --causal --dtype float32 \
+        --kernel all --block-q 128 --block-k 64 --json "$OUT/gpu_bench_cli_causal_h200.json" \
+        >>"$OUT/cli.log" 2>>"$OUT/cli.err"
+    echo "bench_cli float32 causal rc=$?"
+    tail -3 "$OUT/cli.err"
+    cat "$OUT/cli.log"
+    exit 0
+fi
 if [ "$what" = tune ]; then
     timeout 150 python3 -m compute.gpu.bench_cli --n 4096 --dtype float16 --kernel all \
         --sweep-blocks --json "$OUT/gpu_bench_cli_h200.json" >"$OUT/cli.log" 2>"$OUT/cli.err"

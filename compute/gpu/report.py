@@ -82,8 +82,11 @@ def format_report(report: dict) -> str:
         f"batch*heads={c['batch_heads']} causal={c['causal']} "
         f"(median of {c['repeats']} runs, {report['rotated_input_sets']} rotated input sets)",
         "",
-        _table(HEADER, result_rows(report)),
+        _table(HEADER, [r for r in result_rows(report) if len(r) == len(HEADER)]),
     ]
+    for r in report["results"]:  # failures below the table, one sentence each
+        if "error" in r:
+            out.append(f"{r['kernel']} {r.get('order', '')}: {r['error']}".replace("  ", " "))
     for r in report["results"]:
         if "counts_kernel" in r:
             verdict = "equal" if r["counts_match"] else "DIFFERENT"
