@@ -9,7 +9,7 @@ is its own widget so an exporter can `grab()` one lane at any step.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QMouseEvent, QPainter, QPalette, QPen
+from PySide6.QtGui import QColor, QFont, QImage, QMouseEvent, QPainter, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
@@ -45,6 +45,8 @@ class LaneView(QWidget):
         self.progress = 1.0  # how far the current step's transfers have travelled
         self._images: dict[str, object] = {}
         self._rects: dict[str, QRectF] = {}
+        self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
+        self._tile_cache: dict[tuple, QImage] = {}
         self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, 190)
@@ -56,7 +58,8 @@ class LaneView(QWidget):
     def _on_trace(self, _trace: Trace) -> None:
         imgs = self.state.images.lanes[self.lane]
         self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
-        self._rects = {}
+        self._rects, self._static = {}, None
+        self._tile_cache: dict[tuple, QImage] = {}
         self.update()
 
     def _on_step(self, _step: int) -> None:
@@ -67,8 +70,13 @@ class LaneView(QWidget):
         self.update()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self._rects = {}
+        self._rects, self._static = {}, None
         super().resizeEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
+            self._static = None  # the cached layer holds the old colours
+        super().changeEvent(event)
 
     # ---- geometry ------------------------------------------------------------------
     def _frames(self) -> tuple[QRectF, QRectF]:
@@ -98,11 +106,11 @@ class LaneView(QWidget):
             return
         step = self.state.step
         hbm, sram = self._frames()
-        self._paint_title(p, trace, step)
-        self._paint_frame(p, hbm, "HBM (off chip)")
-        self._paint_frame(p, sram, "SRAM (on chip)")
         rects = self._layout()
-        self._paint_hbm(p, trace, step, rects)
+        p.drawPixmap(0, 0, self._static_layer(trace, rects, hbm, sram))
+        self._paint_title(p, trace, step)
+        self._paint_veils(p, trace, step, rects)
+        self._paint_row(p, trace, rects)
         self._paint_sram(p, trace, step, sram)
         self._paint_transfers(p, trace, step, rects, hbm)
         p.end()
@@ -143,18 +151,35 @@ class LaneView(QWidget):
     def _veil_colors(self) -> tuple[QColor, QColor]:
         base = QColor(self.palette().color(QPalette.ColorRole.Base))
         never, partial = QColor(base), QColor(base)
-        never.setAlpha(235)
+        never.setAlpha(255)  # hides the numbers painted underneath, too
         partial.setAlpha(150)
         return never, partial
 
-    def _paint_hbm(self, p: QPainter, trace: Trace, step: int, rects: dict[str, QRectF]) -> None:
+    def _static_layer(
+        self, trace: Trace, rects: dict[str, QRectF], hbm: QRectF, sram: QRectF
+    ) -> QPixmap:
+        """Everything that does not change with the step, painted once per trace and size."""
+        if self._static is None:
+            dpr = self.devicePixelRatioF()
+            pix = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
+            pix.setDevicePixelRatio(dpr)
+            pix.fill(self.palette().color(QPalette.ColorRole.Window))
+            p = QPainter(pix)
+            p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+            self._paint_frame(p, hbm, "HBM (off chip)")
+            self._paint_frame(p, sram, "SRAM (on chip)")
+            self._paint_hbm(p, trace, rects)
+            p.end()
+            self._static = pix
+        return self._static
+
+    def _paint_hbm(self, p: QPainter, trace: Trace, rects: dict[str, QRectF]) -> None:
         s = trace.schedule
         images = self.state.images
         lane_imgs = images.lanes[self.lane]
         text = self.palette().color(QPalette.ColorRole.WindowText)
         grid = QColor(self.palette().color(QPalette.ColorRole.Mid))
         grid.setAlpha(160)
-        never, partial = self._veil_colors()
         for name, r in rects.items():
             img = lane_imgs.get(name)
             ghost = img is None and self.lane == "tiled"
@@ -171,21 +196,25 @@ class LaneView(QWidget):
                 self._paint_ghost(p, r, name)
                 continue
             draw_image(p, r, self._images[name])
-            veils = img.veils(step)
-            if veils is not None:
-                draw_image(p, r, veil_image(veils[0], never))
-                draw_image(p, r, veil_image(veils[1], partial))
             if img.values is not None:
-                # Numbers only where the value is in HBM by now (values kept only when
-                # small, when display cells are elements).
-                hidden = veils[0] | veils[1] if veils is not None else None
-                draw_numbers(p, r, img.values, images.scale, self.font(), hidden)
+                draw_numbers(p, r, img.values, images.scale, self.font())
             block = (
                 s.block_q if name in geo.QUERY_TENSORS else s.block_k,
                 s.block_k if name in "SP" else 0,
             )
             draw_grid(p, r, img.shape, block, grid)
-        self._paint_row(p, trace, rects)
+
+    def _paint_veils(self, p: QPainter, trace: Trace, step: int, rects: dict[str, QRectF]) -> None:
+        """Cover what is not in HBM yet: opaque if never written, translucent if not final."""
+        never, partial = self._veil_colors()
+        for name, img in self.state.images.lanes[self.lane].items():
+            veils = img.veils(step)
+            r = rects.get(name)
+            if veils is None or r is None:
+                continue
+            for mask, color in zip(veils, (never, partial), strict=True):
+                if mask.any():
+                    draw_image(p, r, veil_image(mask, color))
 
     def _paint_ghost(self, p: QPainter, r: QRectF, name: str) -> None:
         pen = QPen(self.palette().color(QPalette.ColorRole.Mid), 1.5, Qt.PenStyle.DashLine)
@@ -244,8 +273,27 @@ class LaneView(QWidget):
                         rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note
                     )
                 continue
-            draw_matrix(p, rect, tile.values, scale, self.font(), neutral=tile.tensor == "l")
+            draw_matrix(
+                p,
+                rect,
+                tile.values,
+                scale,
+                self.font(),
+                image=self._tile_image(tile.values),
+                neutral=tile.tensor == "l",
+            )
         self._paint_capacity(p, trace, area)
+
+    def _tile_image(self, values) -> QImage:
+        """A tile's heatmap, cached: tiles are views into the trace's read-only arrays, so
+        (address, shape, strides) names their content for the trace's lifetime."""
+        key = (values.__array_interface__["data"][0], values.shape, values.strides)
+        image = self._tile_cache.get(key)
+        if image is None:
+            if len(self._tile_cache) > 512:
+                self._tile_cache.clear()
+            image = self._tile_cache[key] = qimage(self.state.images.scale.rgba(values))
+        return image
 
     def _tile_rect(self, tile: geo.SramTile, box: QRectF) -> QRectF:
         """A tile's cells: as large as the HBM cells allow, centred under its column."""

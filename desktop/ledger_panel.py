@@ -8,9 +8,11 @@ tiled loop orders, beside Theorem 2's order N²d²/M; the current N is marked.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QGridLayout,
@@ -35,25 +37,28 @@ COLUMNS = (("dense", "read"), ("dense", "write"), ("tiled", "read"), ("tiled", "
 SYMBOLS = {"l": "ℓ"}
 
 
+SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
+
+
 def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     """Total transfers against N for dense, q-outer and kv-outer at the config's shapes."""
-    ns = np.unique(np.append(np.geomspace(4, 4096, 28).astype(int), config.n))
-    ratio = config.keys / config.n
-    out = {"n": ns, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}
-    for n in ns:
-        kw = dict(
-            block_q=config.block_q,
-            block_k=config.block_k,
-            causal=config.causal,
-            save_lse=config.save_lse,
-            dtype=config.dtype,
-        )
+    key = (config.keys / config.n, config.d, config.dv, config.block_q, config.block_k)
+    return _sweep(*key, config.causal, config.save_lse, sram)
+
+
+@functools.lru_cache(maxsize=64)  # dragging N leaves every other argument unchanged
+def _sweep(
+    ratio: float, d: int, dv: int, block_q: int, block_k: int, causal: bool, lse: bool, sram: int
+) -> dict[str, np.ndarray]:
+    out = {"n": SWEEP_N, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}
+    kw = dict(block_q=block_q, block_k=block_k, causal=causal, save_lse=lse)
+    for n in SWEEP_N.tolist():
         n_k = max(1, round(n * ratio))
         for order in ("q-outer", "kv-outer"):
-            led = compute.closed_form_ledger(int(n), n_k, config.d, config.dv, order=order, **kw)
+            led = compute.closed_form_ledger(n, n_k, d, dv, order=order, **kw)
             out[order].append(led.lanes["tiled"].total_elements)
         out["dense"].append(led.lanes["dense"].total_elements)
-        out["bound"].append(compute.theorem2_bound(int(n), config.d, sram))
+        out["bound"].append(compute.theorem2_bound(n, d, sram))
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
 
@@ -101,7 +106,6 @@ class LedgerPanel(QWidget):
         item.setLogMode(x=True, y=True)
         item.setLabel("bottom", "N (query and key positions)")
         item.setLabel("left", "HBM transfers (elements)")
-        item.showGrid(x=True, y=True, alpha=0.2)
         item.setMenuEnabled(False)
         item.addLegend(offset=(6, 6), labelTextSize="8pt")  # top left: the lines rise to the right
         pens = {
@@ -139,6 +143,11 @@ class LedgerPanel(QWidget):
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()  # a theme switch reaches pyqtgraph only through here
+        super().changeEvent(event)
+
     def _on_trace(self, trace: Trace) -> None:
         full = trace.counts_at(trace.n_steps - 1)
         self._tensors = [t for t in compute.TENSORS if any(full[lane][t][d] for lane, d in COLUMNS)]
@@ -153,14 +162,10 @@ class LedgerPanel(QWidget):
         data = sweep(config, sram)
         for key, line in self._lines.items():
             line.setData(data["n"], data[key])
-        led = trace.ledger()
+        totals = trace.totals_at(trace.n_steps - 1)  # the whole run's totals
         n = trace.schedule.n_q
         self._marks.setData(
-            [np.log10(n)] * 2,
-            [
-                np.log10(led.lanes["dense"].total_elements),
-                np.log10(led.lanes["tiled"].total_elements),
-            ],
+            [np.log10(n)] * 2, [np.log10(totals["dense"]), np.log10(totals["tiled"])]
         )
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(

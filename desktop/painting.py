@@ -21,10 +21,8 @@ NEUTRAL = QColor(225, 225, 215)  # matches the ℓ and L columns in HBM
 
 def format_number(x: float, width: float) -> str:
     """Compact cell text: 3 significant digits when the cell is wide, 2 otherwise."""
-    if np.isneginf(x):
-        return "−∞"
-    if np.isposinf(x):
-        return "∞"
+    if math.isinf(x):
+        return "−∞" if x < 0 else "∞"
     text = f"{x:.3g}" if width >= 36 else f"{x:.2g}"
     return text.replace("-", "−")
 

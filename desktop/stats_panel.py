@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtCore import QEvent, QSignalBlocker, Qt
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QSpinBox, QVBoxLayout, QWidget
 
 from compute import Trace
@@ -25,7 +25,33 @@ PLOTS = (
     ("a", "a: unnormalised numerator"),
     ("out", "a/ℓ → O (dashed: dense output)"),
 )
-MAX_COMPONENT_CURVES = 64
+SCALAR_COLORS = {"m": "#2471a3", "l": "#1a9850", "alpha": "#8e44ad"}
+MAX_COLOURED = 8  # above this many components of a, draw them as one bundle
+
+
+def _finite_range(values) -> tuple[float, float]:
+    """(min, max) over the finite entries of an array or tuple of arrays; (0, 1) if none."""
+    parts = values if isinstance(values, tuple) else (values,)
+    flat = np.concatenate([np.ravel(np.asarray(v, dtype=np.float64)) for v in parts])
+    flat = flat[np.isfinite(flat)]
+    if flat.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(flat.min()), float(flat.max())
+    return (lo - 0.5, hi + 0.5) if hi - lo < 1e-12 else (lo, hi)
+
+
+def _step_bundle(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step curves of every column of `values` (steps × components) in one NaN-split line."""
+    n, comps = values.shape
+    x = np.repeat(edges, 2)[1:-1] if len(edges) == n + 1 else np.repeat(edges, 1)
+    xs = np.concatenate([np.append(x, np.nan)] * comps)
+    if len(edges) == n + 1:
+        ys = np.concatenate([np.append(np.repeat(values[:, c], 2), np.nan) for c in range(comps)])
+    else:  # constant targets drawn across `edges`
+        ys = np.concatenate(
+            [np.append(np.full(len(x), values[0, c]), np.nan) for c in range(comps)]
+        )
+    return xs, ys
 
 
 def fmt(x: float) -> str:
@@ -67,6 +93,16 @@ class StatsPanel(QWidget):
         grid = QGridLayout()
         grid.addWidget(QLabel("Query row"), 0, 0)
         grid.addWidget(self.row_spin, 0, 1)
+        # Scalars two to a line; vectors and the error get a whole line each.
+        places = {
+            "m": (1, 0, 1),
+            "l": (1, 2, 1),
+            "alpha": (2, 0, 1),
+            "a": (3, 0, 3),
+            "out": (4, 0, 3),
+            "ref": (5, 0, 3),
+            "error": (6, 0, 3),
+        }
         names = {
             "m": "m",
             "l": "ℓ",
@@ -76,9 +112,11 @@ class StatsPanel(QWidget):
             "ref": "dense O",
             "error": "error",
         }
-        for k, (key, text) in enumerate(names.items()):
-            grid.addWidget(QLabel(text), 1 + k // 2, (k % 2) * 2)
-            grid.addWidget(self.labels[key], 1 + k // 2, (k % 2) * 2 + 1)
+        for key, (row, col, span) in places.items():
+            grid.addWidget(QLabel(names[key]), row, col)
+            grid.addWidget(self.labels[key], row, col + 1, 1, span)
+        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(3, 1)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(260)
         self._items: dict[str, pg.PlotItem] = {}
@@ -88,17 +126,20 @@ class StatsPanel(QWidget):
         for k, (key, title) in enumerate(PLOTS):
             item = self.plots.addPlot(row=k, col=0)
             item.setTitle(title, size="9pt")
-            item.showGrid(x=True, y=True, alpha=0.2)
+            # No grid: pyqtgraph's grid lines cost ~10 ms a plot per repaint, too much
+            # for 60 fps playback (measured offscreen, desktop.bench_gui).
             item.setMenuEnabled(False)
             item.hideButtons()
             if k:
                 item.setXLink(self._items["m"])
             if k < len(PLOTS) - 1:
-                item.getAxis("bottom").setStyle(showValues=False)
+                item.hideAxis("bottom")  # the x axis (steps) is shared; label it once
             else:
                 item.setLabel("bottom", "step")
-            marker = pg.InfiniteLine(angle=90, pen=pg.mkPen((200, 60, 60), width=1.5))
-            item.addItem(marker)
+            marker = pg.InfiniteLine(
+                angle=90, pen=pg.mkPen((128, 128, 128), width=1.5, style=Qt.PenStyle.DashLine)
+            )
+            item.addItem(marker, ignoreBounds=True)  # moving it must not re-autorange
             self._markers.append(marker)
             self._items[key] = item
         layout = QVBoxLayout(self)
@@ -106,6 +147,15 @@ class StatsPanel(QWidget):
         layout.addLayout(grid)
         layout.addWidget(self.plots, 1)
         self._series: dict[str, np.ndarray] | None = None
+        self._bundles = [
+            pg.PlotDataItem(pen=pg.mkPen(70, 110, 200, 110), connect="finite"),
+            pg.PlotDataItem(pen=pg.mkPen(70, 110, 200, 110), connect="finite"),
+            pg.PlotDataItem(
+                pen=pg.mkPen(200, 80, 60, 160, style=Qt.PenStyle.DashLine), connect="finite"
+            ),
+        ]
+        for key, item in zip(("a", "out", "out"), self._bundles, strict=True):
+            self._items[key].addItem(item)
         self.restyle()
         state.sigTraceChanged.connect(self._rebuild)
         state.sigRowChanged.connect(self._rebuild)
@@ -114,13 +164,18 @@ class StatsPanel(QWidget):
     def restyle(self) -> None:
         style_plot(self.plots, self._items.values(), self.palette())
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()  # a theme switch reaches pyqtgraph only through here
+        super().changeEvent(event)
+
     def _curves_for(self, key: str, count: int, dashed: bool = False) -> list[pg.PlotDataItem]:
         pool = self._refs if dashed else self._curves[key]
         item = self._items[key]
         while len(pool) < count:
             k = len(pool)
             pen = pg.mkPen(
-                pg.intColor(k, hues=max(count, 8)),
+                pg.intColor(k, hues=MAX_COLOURED),
                 width=1.5,
                 style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine,
             )
@@ -144,18 +199,42 @@ class StatsPanel(QWidget):
         m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
         for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
             (curve,) = self._curves_for(key, 1)
+            curve.setPen(pg.mkPen(SCALAR_COLORS[key], width=2))
             curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
-        d_v = min(trace.schedule.d_v, MAX_COMPONENT_CURVES)
-        for k, curve in enumerate(self._curves_for("a", d_v)):
-            curve.setData(x, s["a"][:, k], stepMode="center")
-        for k, curve in enumerate(self._curves_for("out", d_v)):
-            curve.setData(x, s["out"][:, k], stepMode="center")
         ref = trace.reference[row]
-        span = np.array([0.0, max(trace.n_steps - 1, 1)])
-        for k, curve in enumerate(self._curves_for("out", d_v, dashed=True)):
-            curve.setData(span, np.full(2, ref[k]))
-        for item in self._items.values():
-            item.enableAutoRange()
+        span = np.array([-0.5, trace.n_steps - 0.5])
+        d_v = trace.schedule.d_v
+        if d_v <= MAX_COLOURED:
+            # One coloured curve per component; the same colour for a, a/ℓ and its target.
+            for k, curve in enumerate(self._curves_for("a", d_v)):
+                curve.setData(x, s["a"][:, k], stepMode="center")
+            for k, curve in enumerate(self._curves_for("out", d_v)):
+                curve.setData(x, s["out"][:, k], stepMode="center")
+            for k, curve in enumerate(self._curves_for("out", d_v, dashed=True)):
+                curve.setData(span, np.full(2, ref[k]))
+            bundles = ((None, None), (None, None), (None, None))
+        else:
+            # Many components: every one is drawn, but as one bundle item per plot, so a
+            # repaint costs one item, not d_v of them.
+            for key in ("a", "out"):
+                self._curves_for(key, 0)
+            self._curves_for("out", 0, dashed=True)
+            bundles = (
+                _step_bundle(x, s["a"]),
+                _step_bundle(x, s["out"]),
+                _step_bundle(span, np.tile(ref, (1, 1))),
+            )
+        for (bx, by), item in zip(bundles, self._bundles, strict=True):
+            item.setData([] if bx is None else bx, [] if by is None else by)
+        # Ranges from the series directly: cheaper than pyqtgraph's auto-range, which
+        # walks every curve's bounds again on each repaint.
+        ys = {"m": m, "l": s["l"], "alpha": s["alpha"], "a": s["a"], "out": (s["out"], ref)}
+        for key, item in self._items.items():
+            lo, hi = _finite_range(ys[key])
+            item.disableAutoRange()
+            item.setYRange(lo, hi, padding=0.06)
+        # The other plots follow through their x link.
+        self._items["m"].setXRange(-0.5, trace.n_steps - 0.5, padding=0.01)
         err_row = float(
             np.max(np.abs(trace.tiled_output[row].astype(np.float64) - ref), initial=0.0)
         )
