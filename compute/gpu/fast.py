@@ -36,7 +36,9 @@ class Config:
     warps: int  # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each)
     block_n: int
     min_blocks: int = 1
-    extra: int = 0  # wgmma: bit 0 = V descriptor variant, bit 1 = pipelined (v3) kernel
+    # wgmma: bit 0 = V descriptor variant (1 = swapped LBO/SBO, wrong: a negative control),
+    # bit 1 = intra-warpgroup pipelined kernel, bit 2 = ping-pong between two warpgroups.
+    extra: int = 0
 
     @property
     def block_m(self) -> int:
@@ -55,15 +57,17 @@ class Config:
     def name(self, dt: int) -> str:
         if self.kernel == "mma":
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
-        fn = "flash_fwd_wgmma_pipe" if self.extra & 2 else "flash_fwd_wgmma"
-        return f"{fn}<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},{self.extra & 1}>"
+        head = f"{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},{self.extra & 1}"
+        if self.extra & 2:
+            return f"flash_fwd_wgmma_pipe<{head}>"
+        return f"flash_fwd_wgmma<{head},{(self.extra >> 2) & 1}>"
 
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
 # wgmma kernel; any other GPU the mma.sync kernel.
 WGMMA_CONFIGS: dict[int, Config] = {
     64: Config("wgmma", 64, 2, 64, 2),
-    128: Config("wgmma", 128, 2, 128, 1),
+    128: Config("wgmma", 128, 2, 64, 2),
 }
 MMA_CONFIGS: dict[int, Config] = {
     64: Config("mma", 64, 4, 64, 4),

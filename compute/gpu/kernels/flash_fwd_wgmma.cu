@@ -77,6 +77,16 @@ template <int N>
 __device__ __forceinline__ void fa_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Named barriers 1 and 2 (0 is __syncthreads) over the CTA's two warpgroups (256 threads).
+// (Immediate ids, so ptxas reserves 3 barriers rather than all 16.)
+__device__ __forceinline__ void fa_named_sync(int id) {
+    if (id == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    else asm volatile("bar.sync 2, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void fa_named_arrive(int id) {
+    if (id == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+}
 __device__ __forceinline__ void fa_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -342,12 +352,16 @@ __device__ __forceinline__ void fa_epilogue(const float* o, const float* m, cons
     u32 a[BN / 16][4];
 
 // v2: S and P V issued back to back, each waited for in full (no overlap inside a warpgroup).
-template <int DT, int D, int NWG, int BN, int MINB, int VAR>
+// PP = 1 (two warpgroups only): ping-pong the tensor cores between the warpgroups with two
+// named barriers (FA3's inter-warpgroup overlap), so one warpgroup's softmax runs while the
+// other's GEMM does: the issue order is WG0 S, WG1 S, WG0 PV, WG1 PV in every iteration.
+template <int DT, int D, int NWG, int BN, int MINB, int VAR, int PP>
 __global__ void __launch_bounds__(NWG * 128, MINB)
     flash_fwd_wgmma(const u16* __restrict__ Q, const u16* __restrict__ K,
                     const u16* __restrict__ V, u16* __restrict__ O, float* __restrict__ LSE,
                     int Nq, int Nk, float scale_log2, int causal) {
 #if FA_HAVE_WGMMA
+    static_assert(PP == 0 || NWG == 2, "ping-pong needs exactly two warpgroups");
     FA_KERNEL_PROLOGUE
 
     fa_load_panels<D, BM, NT>(sQ, Qb, q0, Nq, tid);
@@ -372,6 +386,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
         const u32 kbase = sK + buf * KV_BYTES;
         const u32 vbase = sV + buf * KV_BYTES;
 
+        // Ping-pong: each named-barrier wait pairs with exactly one arrive of the other
+        // warpgroup (WG0 skips its first wait, WG1 its last arrive, so the counts match).
+        if constexpr (PP) {
+            if (!(wg == 0 && j == 0)) fa_named_sync(1 + wg);
+        }
         fa_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -380,6 +399,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
             fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
         }
         fa_wgmma_commit();
+        if constexpr (PP) fa_named_arrive(2 - wg);
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
@@ -393,11 +413,15 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
 
 #pragma unroll
         for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+        if constexpr (PP) fa_named_sync(1 + wg);
         fa_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
             fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
         fa_wgmma_commit();
+        if constexpr (PP) {
+            if (!(wg == 1 && j == ntiles - 1)) fa_named_arrive(2 - wg);
+        }
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
