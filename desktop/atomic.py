@@ -51,6 +51,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise ExportError(describe_os_error(exc, path)) from None
     os.close(fd)
     tmp_path = Path(tmp)
+    # mkstemp creates 0600; a finished export should get the usual umask-based mode.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)
     try:
         yield tmp_path
         os.replace(tmp_path, path)

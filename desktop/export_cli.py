@@ -1,0 +1,177 @@
+"""Headless exports: `flash-explorer export` (frames, GIF, MP4) and `export-ledger`.
+
+No display needed: without one, Qt's offscreen platform is used. The window is built
+synchronously from the same flags as the GUI, rendered by the GUI's own views, and
+every file is written atomically. Bad arguments or failures: one line on stderr and
+a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from compute import InputError, ledger
+
+from .atomic import ExportError
+from .config_args import OneLineParser, add_config_arguments, fail, positive_float, positive_int
+
+SCREEN_SIZE = (1600, 1000)
+
+
+def _common_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description=description)
+    add_config_arguments(parser)
+    parser.add_argument("--open", metavar="FILE", help="open Q, K, V from a .npy or .npz file")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    return parser
+
+
+def ensure_app():
+    """A QApplication; offscreen when there is no display, so exports run on servers."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import qInstallMessageHandler
+    from PySide6.QtWidgets import QApplication
+
+    qInstallMessageHandler(_quiet_platform_notes)
+    return QApplication.instance() or QApplication([sys.argv[0]])
+
+
+def _quiet_platform_notes(_mode, _context, message: str) -> None:
+    # The offscreen platform reports unsupported window hints on every window; that is
+    # noise for a headless export. Everything else still reaches stderr.
+    if "propagateSizeHints" not in message:
+        print(message, file=sys.stderr)
+
+
+def headless_window(config, *, row: int = 0, theme: str = "light", size=SCREEN_SIZE):
+    """A MainWindow on `config`, built synchronously and laid out but never shown on screen."""
+    from PySide6.QtCore import Qt
+
+    from .main_window import MainWindow
+
+    ensure_app()
+    window = MainWindow(config, persist=False, build_inline=True)
+    window.set_theme(theme)
+    window.state.set_row(row)
+    window.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+    window.resize(*size)
+    window.show()
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.processEvents()
+    return window
+
+
+def export_parser() -> argparse.ArgumentParser:
+    from .frames import TARGETS
+
+    p = _common_parser(
+        "flash-explorer export",
+        "Render the explorer's views headless: a PNG or SVG frame, a GIF or MP4 animation.",
+    )
+    g = p.add_argument_group("output")
+    g.add_argument("--steps", help="1-based step range A:B (default: all); a still shows B")
+    g.add_argument("--fps", type=positive_float, default=6.0, help="frames per second (default 6)")
+    g.add_argument("--hold", type=positive_int, default=2, help="frames per step (default 2)")
+    g.add_argument("--size", help="frame size WxH (default: the view's own size)")
+    g.add_argument("--scale", type=positive_float, default=1.0, help="PNG scale, e.g. 2 for print")
+    g.add_argument(
+        "--lane",
+        choices=TARGETS,
+        help="what to draw: both lanes, one lane, the window, stats or ledger "
+        "(default: both for animations, window for stills)",
+    )
+    g.add_argument("--theme", choices=("light", "dark"), default="light", help="colour theme")
+    g.add_argument("--quiet", action="store_true", help="print nothing on success")
+    return p
+
+
+def _build_config(args):
+    from .app import requested_config
+    from .config import build
+
+    config = requested_config(args)
+    return build(config)[0]
+
+
+def main(argv: list[str]) -> int:
+    """`flash-explorer export`."""
+    parser = export_parser()
+    args = parser.parse_args(argv)
+    try:
+        from .exporter import VIEW_SUFFIXES, check_suffix, export_animation, export_still
+        from .frames import FramePlan, parse_size, parse_steps
+
+        path = check_suffix(args.out, VIEW_SUFFIXES)
+        size = parse_size(args.size) if args.size else None
+        config = _build_config(args)
+        window = headless_window(config, row=args.row, theme=args.theme, size=size or SCREEN_SIZE)
+        if not 0 <= args.row < window.state.trace.schedule.n_q:
+            raise ExportError(
+                f"Row {args.row} does not exist; choose a query row from 0 to "
+                f"{window.state.trace.schedule.n_q - 1}."
+            )
+        steps = parse_steps(args.steps, window.state.n_steps)
+        still = path.suffix.lower() in (".png", ".svg")
+        target = args.lane or ("window" if still else "both")
+        if still:
+            export_still(
+                window,
+                path,
+                target=target,
+                step=steps[-1],
+                scale=args.scale,
+                size=size if target != "window" else None,
+            )
+            what = f"step {steps[-1] + 1} of {window.state.n_steps}"
+        else:
+            plan = FramePlan(steps, args.hold)
+            export_animation(window, path, plan=plan, fps=args.fps, target=target, size=size)
+            what = f"{len(plan)} frames, steps {steps[0] + 1}-{steps[-1] + 1}"
+        window.close()
+    except (ExportError, InputError) as exc:
+        return fail(str(exc), parser.prog)
+    if not args.quiet:
+        print(f"wrote {path} ({what})")
+    return 0
+
+
+def main_ledger(argv: list[str]) -> int:
+    """`flash-explorer export-ledger`."""
+    parser = _common_parser(
+        "flash-explorer export-ledger", "Write the ledger of a configuration as PNG, CSV or JSON."
+    )
+    parser.add_argument("--scale", type=positive_float, default=1.0, help="PNG scale (default 1)")
+    args = parser.parse_args(argv)
+    try:
+        from .app import requested_config
+        from .config import conform, make_inputs
+        from .exporter import check_suffix
+        from .ledger_export import LEDGER_SUFFIXES, export_ledger
+
+        path = check_suffix(args.out, LEDGER_SUFFIXES)
+        config = requested_config(args).validated()
+        config = conform(config, make_inputs(config))
+        result = ledger(
+            config.n,
+            config.keys,
+            config.d,
+            config.dv,
+            block_q=config.block_q,
+            block_k=config.block_k,
+            order=config.order,
+            causal=config.causal,
+            save_lse=config.save_lse,
+            dtype=config.dtype,
+            sram_capacity=config.sram_capacity,
+        )
+        if path.suffix.lower() == ".png":
+            ensure_app()
+        export_ledger(result, path, scale=args.scale)
+    except (ExportError, InputError, ValueError) as exc:
+        return fail(str(exc), parser.prog)
+    print(f"wrote {path}")
+    return 0
