@@ -167,3 +167,27 @@ def test_sliders_settling_rerun_once(panel_factory, qtbot):
         panel.set_blocks(bq, 64)
     qtbot.waitUntil(lambda: len(calls) == 1 and panel._thread is None, timeout=5000)
     assert calls == [(64, 64)]
+
+
+CLI_REPORT = Path(__file__).parent / "data" / "gpu_report_cli_h200.json"
+CLI_CAUSAL = Path(__file__).parent / "data" / "gpu_report_cli_causal_h200.json"
+
+
+def test_single_cli_report_with_its_own_sweep(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(CLI_REPORT)
+    assert panel.selector.count() == 1
+    kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
+    assert kernels == ["tiled", "dense", "fast"]
+    assert panel.image.image.shape == (4, 4)
+    panel.set_blocks(128, 64)
+    assert "sliders: 128×64" in panel.sweep_note.text() and "N=4096" in panel.sweep_note.text()
+
+
+def test_failed_path_is_a_row_message(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(CLI_CAUSAL)
+    fast = _cells(panel.table, 2)
+    assert fast[0] == "fast" and fast[-1].startswith("error: flash_attention takes float16")
+    assert panel.table.columnSpan(2, 3) == panel.table.columnCount() - 3
+    assert "no block sweep" in panel.sweep_note.text()
