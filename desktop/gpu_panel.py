@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QThread, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QThread, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -42,6 +42,8 @@ from compute.gpu.report import sweep_for as find_sweep
 
 from .theme import style_plot
 
+# The H200 recording shipped in a checkout: shown until the user opens or records another.
+BUNDLED_REPORT = Path(__file__).parents[1] / "assets" / "benchmarks" / "gpu_tiled_h200.json"
 DEBOUNCE_MS = 600  # sliders must rest this long before an automatic re-run
 COUNT_HEADER = ["tensor", "dir", "kernel-counted", "ledger", "equal"]
 Runner = Callable[..., dict]
@@ -119,6 +121,7 @@ class GpuPanel(QWidget):
         self.run_button.clicked.connect(self.run_current)
         self.cancel_button.clicked.connect(self.cancel)
         self.auto_check = QCheckBox("Re-run when the sliders settle")
+        self.sweep_check = QCheckBox("with the block sweep", checked=True)
         self.progress = QProgressBar()
         self.detail = QPlainTextEdit(readOnly=True)
         self.detail.setMaximumHeight(90)
@@ -164,7 +167,11 @@ class GpuPanel(QWidget):
         layout.addLayout(files)
         layout.addWidget(self.recorded_label)
         layout.addLayout(run)
-        layout.addWidget(self.auto_check)
+        options = QHBoxLayout()
+        options.addWidget(self.auto_check)
+        options.addWidget(self.sweep_check)
+        options.addStretch(1)
+        layout.addLayout(options)
         layout.addWidget(self.progress)
         layout.addWidget(self.message)
         layout.addWidget(self.detail)
@@ -343,7 +350,7 @@ class GpuPanel(QWidget):
         return BenchConfig(
             n=self.n_spin.value(), block_q=bq, block_k=bk, order=self.order,
             dtype=self.dtype_combo.currentText(), batch_heads=self.bh_spin.value(),
-            kernels=("tiled", "dense"), sweep_blocks=True,
+            kernels=("tiled", "dense"), sweep_blocks=self.sweep_check.isChecked(),
         )  # fmt: skip
 
     def run_current(self) -> bool:
@@ -397,3 +404,39 @@ class GpuPanel(QWidget):
         if self._thread is not None:
             self._thread.cancel()
             self._thread.wait(msecs)
+
+
+class _CloseWatcher(QObject):
+    """Stops the panel's benchmark thread when the window closes (a running QThread
+    destroyed with its parent would abort the application)."""
+
+    def __init__(self, panel: GpuPanel, window: QObject) -> None:
+        super().__init__(panel)
+        self._panel = panel
+        window.installEventFilter(self)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.Close:
+            self._panel.shutdown()
+        return False
+
+
+def attach_gpu_panel(window, title: str = "GPU benchmark") -> GpuPanel:
+    """Dock a GpuPanel in the main window, follow its sliders, stop it on close.
+
+    `window` needs `add_side_panel(widget, title, key)` and `state.sigConfigChanged`
+    emitting a Config with block_q, block_k and order (desktop.main_window.MainWindow).
+    """
+    panel = GpuPanel()
+    window.add_side_panel(panel, title, "gpu")
+    if BUNDLED_REPORT.is_file():
+        panel.load_report(BUNDLED_REPORT)
+
+    def follow(config) -> None:
+        panel.set_blocks(config.block_q, config.block_k, config.order)
+
+    window.state.sigConfigChanged.connect(follow)
+    if getattr(window.state, "config", None) is not None:
+        follow(window.state.config)
+    _CloseWatcher(panel, window)
+    return panel

@@ -191,3 +191,37 @@ def test_failed_path_is_a_row_message(panel_factory):
     assert fast[0] == "fast" and fast[-1].startswith("error: flash_attention takes float16")
     assert panel.table.columnSpan(2, 3) == panel.table.columnCount() - 3
     assert "no block sweep" in panel.sweep_note.text()
+
+
+def test_attach_follows_the_sliders_and_stops_on_close(qtbot, monkeypatch):
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import QObject, Signal
+    from PySide6.QtWidgets import QMainWindow
+
+    import desktop.gpu_panel as gp
+
+    class State(QObject):
+        sigConfigChanged = Signal(object)
+
+    class Window(QMainWindow):
+        def __init__(self):
+            super().__init__()
+            self.state, self.state.config, self.added = State(), None, []
+
+        def add_side_panel(self, widget, title, key=None):
+            self.added.append((title, key))
+            widget.setParent(self)
+
+    monkeypatch.setattr(gp, "status", lambda: NO_GPU)
+    window = Window()
+    qtbot.addWidget(window)
+    panel = gp.attach_gpu_panel(window)
+    assert window.added == [("GPU benchmark", "gpu")]
+    assert panel.selector.count() > 1  # the bundled H200 recording is shown at once
+    window.state.sigConfigChanged.emit(SimpleNamespace(block_q=32, block_k=16, order="kv-outer"))
+    assert (panel.blocks, panel.order) == ((32, 16), "kv-outer")
+    stopped = []
+    monkeypatch.setattr(panel, "shutdown", lambda: stopped.append(True))
+    window.close()
+    assert stopped == [True]
