@@ -66,7 +66,7 @@ class Config:
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
 # wgmma kernel; any other GPU the mma.sync kernel.
 WGMMA_CONFIGS: dict[int, Config] = {
-    64: Config("wgmma", 64, 2, 64, 2),
+    64: Config("wgmma", 64, 2, 128, 2),
     128: Config("wgmma", 128, 2, 64, 2),
 }
 MMA_CONFIGS: dict[int, Config] = {
