@@ -130,6 +130,8 @@ def _check(q, k, v):
         raise ValueError(f"head dim d must be one of {SUPPORTED_HEAD_DIMS}, not {d}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError("q, k, v must share one dtype")
+    if b * h > 65535:
+        raise ValueError("batch * heads must be at most 65535 (one grid row per head)")
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, config=None, out=None):
