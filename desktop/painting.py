@@ -94,15 +94,16 @@ def veil_image(mask: np.ndarray, color: QColor) -> QImage:
 def draw_grid(
     painter: QPainter, rect: QRectF, shape: tuple[int, int], block: tuple[int, int], color: QColor
 ) -> None:
-    """Block boundaries (every block[0] rows, block[1] columns) when at least 6 px apart."""
+    """Block boundaries (every block[0] rows, block[1] columns) when at least 12 px apart
+    (denser lines would stripe the heatmap rather than show its tiles)."""
     rows, cols = shape
     painter.setPen(QPen(color, 1.0))
     ch, cw = rect.height() / rows, rect.width() / cols
-    if block[0] and block[0] * ch >= 6:
+    if block[0] and block[0] * ch >= 12:
         for r in range(block[0], rows, block[0]):
             y = rect.top() + r * ch
             painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
-    if block[1] and block[1] * cw >= 6:
+    if block[1] and block[1] * cw >= 12:
         for c in range(block[1], cols, block[1]):
             x = rect.left() + c * cw
             painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))

@@ -2,11 +2,49 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSignalBlocker, Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSignalBlocker, Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap, QPolygonF
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 
 from .playback import SPEEDS, Playback
 from .state import AppState
+
+
+def transport_icon(kind: str, color: QColor, dpr: float = 1.0) -> QIcon:
+    """A 16 px media glyph: triangles and bars."""
+    size = 16
+    pix = QPixmap(int(size * dpr), int(size * dpr))
+    pix.setDevicePixelRatio(dpr)
+    pix.fill(Qt.GlobalColor.transparent)
+    p = QPainter(pix)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
+    p.setPen(Qt.PenStyle.NoPen)
+    p.setBrush(color)
+
+    def tri(x0: float, x1: float) -> None:  # pointing from x0 to x1
+        p.drawPolygon(QPolygonF([QPointF(x0, 3), QPointF(x1, 8), QPointF(x0, 13)]))
+
+    if kind == "play":
+        tri(4, 13)
+    elif kind == "pause":
+        p.drawRect(QRectF(4, 3, 3, 10))
+        p.drawRect(QRectF(9, 3, 3, 10))
+    elif kind == "forward":
+        tri(3, 10)
+        p.drawRect(QRectF(11, 3, 2, 10))
+    elif kind == "back":
+        tri(13, 6)
+        p.drawRect(QRectF(3, 3, 2, 10))
+    elif kind == "last":
+        tri(2, 8)
+        tri(8, 14)
+        p.drawRect(QRectF(13, 3, 2, 10))
+    elif kind == "first":
+        tri(14, 8)
+        tri(8, 2)
+        p.drawRect(QRectF(1, 3, 2, 10))
+    p.end()
+    return QIcon(pix)
 
 
 class PlaybackBar(QWidget):
@@ -14,9 +52,9 @@ class PlaybackBar(QWidget):
         super().__init__(parent)
         self.state, self.playback = state, playback
 
-        def button(icon: QStyle.StandardPixmap, tip: str, slot) -> QToolButton:
+        def button(kind: str, tip: str, slot) -> QToolButton:
             b = QToolButton()
-            b.setIcon(self.style().standardIcon(icon))
+            b.setProperty("icon_kind", kind)
             b.setToolTip(tip)
             b.setAutoRaise(True)
             b.setMinimumWidth(30)
@@ -24,28 +62,22 @@ class PlaybackBar(QWidget):
             return b
 
         self.first_button = button(
-            QStyle.StandardPixmap.SP_MediaSkipBackward,
-            "First step (Home)",
-            lambda: playback.step_by(-state.n_steps),
+            "first", "First step (Home)", lambda: playback.step_by(-state.n_steps)
         )
-        self.back_button = button(
-            QStyle.StandardPixmap.SP_MediaSeekBackward,
-            "Step back (Left)",
-            lambda: playback.step_by(-1),
-        )
-        self.play_button = button(
-            QStyle.StandardPixmap.SP_MediaPlay, "Play / pause (Space)", playback.toggle
-        )
-        self.forward_button = button(
-            QStyle.StandardPixmap.SP_MediaSeekForward,
-            "Step forward (Right)",
-            lambda: playback.step_by(1),
-        )
+        self.back_button = button("back", "Step back (Left)", lambda: playback.step_by(-1))
+        self.play_button = button("play", "Play / pause (Space)", playback.toggle)
+        self.forward_button = button("forward", "Step forward (Right)", lambda: playback.step_by(1))
         self.last_button = button(
-            QStyle.StandardPixmap.SP_MediaSkipForward,
-            "Last step (End)",
-            lambda: playback.step_by(state.n_steps),
+            "last", "Last step (End)", lambda: playback.step_by(state.n_steps)
         )
+        self._buttons = (
+            self.first_button,
+            self.back_button,
+            self.play_button,
+            self.forward_button,
+            self.last_button,
+        )
+        self._paint_icons()
         self.scrubber = QSlider(Qt.Orientation.Horizontal)
         self.scrubber.setToolTip(
             "Timeline: both lanes advance in lock-step, one action each per step"
@@ -79,10 +111,20 @@ class PlaybackBar(QWidget):
         self.set_speed(playback.speed)
 
     def _show_playing(self, playing: bool) -> None:
-        icon = (
-            QStyle.StandardPixmap.SP_MediaPause if playing else QStyle.StandardPixmap.SP_MediaPlay
-        )
-        self.play_button.setIcon(self.style().standardIcon(icon))
+        self.play_button.setProperty("icon_kind", "pause" if playing else "play")
+        self._paint_icons()
+
+    def _paint_icons(self) -> None:
+        """Icons drawn in the palette's text colour, so they read on light and dark themes
+        (the style's stock media icons are dark glyphs that vanish on a dark palette)."""
+        color = self.palette().color(QPalette.ColorRole.ButtonText)
+        for b in self._buttons:
+            b.setIcon(transport_icon(b.property("icon_kind"), color, self.devicePixelRatioF()))
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._paint_icons()
+        super().changeEvent(event)
 
     def set_speed(self, speed: float) -> None:
         index = self.speed_combo.findData(speed)

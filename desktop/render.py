@@ -115,13 +115,20 @@ NEVER = np.iinfo(np.int32).max
 NUMBERS_CAP = 64  # keep element values (for numbers in cells) up to this many per side
 
 
+ROBUST_ABOVE = 4096  # values; above this the scale is a percentile, not the maximum
+ROBUST_PERCENTILE = 99.5
+
+
 def _shared_vmax(trace: Trace) -> float:
-    parts = [trace.q, trace.k, trace.v, trace.reference, trace.probs]
-    s = trace.scores[np.isfinite(trace.scores)]
-    vmax = max(
-        [float(np.max(np.abs(p), initial=0.0)) for p in parts]
-        + [float(np.max(np.abs(s), initial=0.0))]
-    )
+    """The scale's half-width: the largest |value| for small examples (every cell carries
+    its number), the 99.5th percentile for large ones, so a few extremes do not wash
+    every heatmap out (cells beyond it saturate)."""
+    parts = [trace.q, trace.k, trace.v, trace.reference, trace.probs, trace.scores]
+    flat = np.abs(np.concatenate([np.ravel(p) for p in parts]))
+    flat = flat[np.isfinite(flat)]
+    if flat.size == 0:
+        return 1.0
+    vmax = float(np.percentile(flat, ROBUST_PERCENTILE) if flat.size > ROBUST_ABOVE else flat.max())
     return vmax if vmax > 0 else 1.0
 
 

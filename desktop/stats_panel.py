@@ -220,10 +220,13 @@ class StatsPanel(QWidget):
             for key in ("a", "out"):
                 self._curves_for(key, 0)
             self._curves_for("out", 0, dashed=True)
+            # Targets as short dashes at the right end, where a/ℓ arrives: 64 full-width
+            # dashed lines would hide the curves.
+            tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5])
             bundles = (
                 _step_bundle(x, s["a"]),
                 _step_bundle(x, s["out"]),
-                _step_bundle(span, np.tile(ref, (1, 1))),
+                _step_bundle(tail, np.tile(ref, (1, 1))),
             )
         for (bx, by), item in zip(bundles, self._bundles, strict=True):
             item.setData([] if bx is None else bx, [] if by is None else by)
