@@ -158,14 +158,15 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         mb = self.menuBar()
-        file_menu = mb.addMenu("&File")
+        # Public so other features (exports) can add their entries above Quit.
+        self.file_menu = file_menu = mb.addMenu("&File")
         self._action(
             file_menu, "&Open Q, K, V…", self.controls.open_file, QKeySequence.StandardKey.Open
         )
         self._action(
             file_menu, "Back to the &seed example", lambda: self.state.set_config(Config())
         )
-        file_menu.addSeparator()
+        self.quit_separator = file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         play = mb.addMenu("&Playback")
         pb = self.playback

@@ -69,10 +69,13 @@ class AppState(QObject):
             self.sigRowChanged.emit(row)
 
     def _failed(self, message: str) -> None:
-        self.requested = self.config
+        failed, self.requested = self.requested, self.config
         self.sigError.emit(message)
         if self.config is not None:
             self.sigConfigChanged.emit(self.config)  # controls fall back to what is shown
+        elif failed != Config():
+            # Nothing shown yet (e.g. the saved file has gone): open on the seed example.
+            self.set_config(Config())
 
     # ---- timeline and selection ----------------------------------------------------
     @property

@@ -25,6 +25,15 @@ PLOTS = (
     ("a", "a: unnormalised numerator"),
     ("out", "a/ℓ → O (dashed: dense output)"),
 )
+FORMULAS = {
+    "m": "Running max after the tiles seen so far: m_new = max(m, rowmax(S_ij)); −∞ before any key",
+    "l": "Running denominator: ℓ = α ℓ + rowsum(P̃_ij), with P̃_ij = exp(S_ij − m_new)",
+    "alpha": "Rescale factor of the old sums at the last tile: α = exp(m_old − m_new) (0 before any key)",
+    "a": "Unnormalised numerator: a = α a + P̃_ij V_j (d_v components)",
+    "out": "Partial output a/ℓ: attention over the keys seen so far; the output after the last tile",
+    "ref": "The dense lane's output row, softmax(S) V, in float64",
+    "error": "max |tiled output − float64 reference| for this row and over the whole output",
+}
 SCALAR_COLORS = {"m": "#2471a3", "l": "#1a9850", "alpha": "#8e44ad"}
 MAX_COLOURED = 8  # above this many components of a, draw them as one bundle
 
@@ -113,7 +122,10 @@ class StatsPanel(QWidget):
             "error": "error",
         }
         for key, (row, col, span) in places.items():
-            grid.addWidget(QLabel(names[key]), row, col)
+            self.labels[key].setToolTip(FORMULAS[key])
+            name = QLabel(names[key])
+            name.setToolTip(FORMULAS[key])
+            grid.addWidget(name, row, col)
             grid.addWidget(self.labels[key], row, col + 1, 1, span)
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)

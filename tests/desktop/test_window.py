@@ -167,3 +167,13 @@ def test_causal_kv_outer_with_lse_draws_every_step(window):
         .total_elements
         == led.lanes["tiled"].total_elements
     )
+
+
+def test_a_failing_first_configuration_falls_back_to_the_seed(qtbot, dialogs, tmp_path):
+    from desktop.main_window import MainWindow
+
+    w = MainWindow(Config(input="file", file=str(tmp_path / "gone.npz")), persist=False)
+    qtbot.addWidget(w)
+    assert len(dialogs) == 1 and "does not exist" in dialogs[0]
+    assert w.state.config == Config() and w.state.trace is not None
+    w.close()
