@@ -113,21 +113,36 @@ class LaneView(SramPainter, QWidget):
         p.end()
 
     def _paint_title(self, p: QPainter, trace: Trace, step: int) -> None:
-        f = QFont(self.font())
-        f.setBold(True)
-        p.setFont(f)
-        p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+        """Lane name left, what it does at this step in the middle, transfers so far right."""
+        bold = QFont(self.font())
+        bold.setBold(True)
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        line = QRectF(8, 2, self.width() - 16, 22)
         title = TITLES[self.lane]
         if self.lane == "tiled":
             title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
-        p.drawText(QRectF(8, 2, self.width() - 16, 22), Qt.AlignmentFlag.AlignVCenter, title)
-        total = trace.totals_at(step)[self.lane]
+        p.setFont(bold)
+        p.setPen(text)
+        p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
+        title_w = p.fontMetrics().horizontalAdvance(title) + 24
         p.setFont(self.font())
-        p.drawText(
-            QRectF(8, 2, self.width() - 16, 22),
-            Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
-            f"HBM transfers so far: {total:,}",
-        )
+        total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
+        right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
+        p.drawText(line, right, total)
+        total_w = p.fontMetrics().horizontalAdvance(total) + 24
+        action = trace.steps[step].action(self.lane)
+        now = f"now: {action.label}" if action is not None else "done"
+        room = line.width() - title_w - total_w
+        if room > 60:
+            italic = QFont(self.font())
+            italic.setItalic(True)
+            p.setFont(italic)
+            p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
+            now = p.fontMetrics().elidedText(now, Qt.TextElideMode.ElideRight, int(room))
+            p.drawText(
+                QRectF(line.left() + title_w, 2, room, 22), Qt.AlignmentFlag.AlignVCenter, now
+            )
+            p.setFont(self.font())
 
     def _paint_frame(self, p: QPainter, rect: QRectF, label: str) -> None:
         pal = self.palette()
