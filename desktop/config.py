@@ -18,6 +18,9 @@ from .config_args import SEED_SIZES, ExplorerConfig
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
 N_MAX = 2048  # the N control reaches past the issue's 1024
+# At most this many blocks per side: N = 1024 with blocks of 2 would be 400,000 steps
+# (minutes to build, unusable to scrub); 128 keeps the timeline under ~50,000 steps.
+MAX_TILES = 128
 D_MAX = 256
 
 
@@ -109,11 +112,24 @@ def make_inputs(config: Config) -> Inputs:
     )
 
 
+def min_block(positions: int) -> int:
+    """The smallest block that keeps a side at MAX_TILES tiles or fewer."""
+    return max(1, math.ceil(positions / MAX_TILES))
+
+
 def conform(config: Config, inputs: Inputs) -> Config:
-    """The config with N, N_keys, d, d_v taken from the inputs actually loaded."""
+    """The config with N, N_keys, d, d_v taken from the inputs actually loaded, and block
+    sizes raised where they would cut a side into more than MAX_TILES tiles."""
     n_q, d = inputs.q.shape
     n_k, dv = inputs.v.shape
-    return config.replace(n=n_q, n_keys=0 if n_k == n_q else n_k, d=d, dv=dv)
+    return config.replace(
+        n=n_q,
+        n_keys=0 if n_k == n_q else n_k,
+        d=d,
+        dv=dv,
+        block_q=max(config.block_q, min_block(n_q)),
+        block_k=max(config.block_k, min_block(n_k)),
+    )
 
 
 def build(config: Config) -> tuple[Config, Trace]:

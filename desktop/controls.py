@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 import compute
 
-from .config import D_MAX, N_MAX, Config
+from .config import D_MAX, N_MAX, Config, min_block
 from .state import AppState
 
 INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
@@ -78,10 +78,14 @@ class ControlsPanel(QWidget):
         self.d_spin = _spin(1, D_MAX, "d: head size of Q and K; scores S = Q Kᵀ / √d")
         self.dv_spin = _spin(1, D_MAX, "d_v: head size of V and of the output O = softmax(S) V")
         self.bq_spin = _spin(
-            1, N_MAX, "B_r (block_q): query rows per block; T_r = ⌈N / B_r⌉ blocks"
+            1,
+            N_MAX,
+            "B_r (block_q): query rows per block; T_r = ⌈N / B_r⌉ blocks (at most 128 a side)",
         )
         self.bk_spin = _spin(
-            1, N_MAX, "B_c (block_k): keys per K/V tile; T_c = ⌈N_keys / B_c⌉ tiles"
+            1,
+            N_MAX,
+            "B_c (block_k): keys per K/V tile; T_c = ⌈N_keys / B_c⌉ tiles (at most 128 a side)",
         )
         self.order_combo = QComboBox()
         self.order_combo.addItem("Q-outer (FA-2)", "q-outer")
@@ -181,8 +185,16 @@ class ControlsPanel(QWidget):
         self.paper_button.clicked.connect(self.apply_paper_rule)
 
     def _shape(self, **changes: int) -> None:
-        # Shapes only mean something for generated inputs: switch to random.
-        self.state.update_config(input="random", **changes)
+        # Shapes only mean something for generated inputs: switch to random. Blocks grow
+        # with N here, in the request, so a drag to N = 2048 never asks for a huge trace.
+        base = self.state.requested or self.state.config or Config()
+        cfg = base.replace(input="random", **changes)
+        self.state.set_config(
+            cfg.replace(
+                block_q=max(cfg.block_q, min_block(cfg.n)),
+                block_k=max(cfg.block_k, min_block(cfg.keys)),
+            )
+        )
 
     def _input_chosen(self, _index: int) -> None:
         mode = self.input_combo.currentData()
@@ -222,6 +234,10 @@ class ControlsPanel(QWidget):
         )
         for widget, value in values:
             with QSignalBlocker(widget):
+                if widget is self.bq_spin:
+                    widget.setMinimum(min_block(cfg.n))  # no more than MAX_TILES blocks
+                elif widget is self.bk_spin:
+                    widget.setMinimum(min_block(cfg.keys))
                 widget.setValue(value)
         with QSignalBlocker(self.scale_spin):
             self.scale_spin.setValue(cfg.input_scale)

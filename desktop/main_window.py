@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
         self.state.sigError.connect(self.show_error)
+        self.state.sigNotice.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.state.sigBusy.connect(
             lambda busy: self.busy_label.setText("computing…" if busy else "")
         )

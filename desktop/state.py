@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Signal
 
 from compute import Trace
 
-from .config import Config
+from .config import MAX_TILES, Config
 from .render import LaneImages
 from .worker import TraceBuilder
 
@@ -25,6 +25,7 @@ class AppState(QObject):
     sigRowChanged = Signal(int)
     sigError = Signal(str)  # one user-facing sentence
     sigBusy = Signal(bool)
+    sigNotice = Signal(str)  # a passing remark for the status bar
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -59,6 +60,12 @@ class AppState(QObject):
         step = trace.n_steps - 1 if at_end else min(self.step, trace.n_steps - 1)
         row = min(self._row_hint, trace.schedule.n_q - 1)
         row_changed = row != self.row
+        asked = self.requested
+        if asked is not None and (asked.block_q, asked.block_k) != (config.block_q, config.block_k):
+            self.sigNotice.emit(
+                f"Blocks raised to {config.block_q}×{config.block_k}: the explorer keeps at "
+                f"most {MAX_TILES} tiles a side."
+            )
         # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
         self.requested, self.step, self.row = config, step, row

@@ -74,15 +74,20 @@ def fmt_vec(v: np.ndarray, limit: int = 4) -> str:
 
 
 def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
-    """The row's state after every step: looked up in the trace's history, not computed."""
+    """The row's state as a step function of the timeline, looked up in the trace's history.
+
+    The state only changes at the row's update steps, so the series holds one value per
+    update (plus the initial state) and `edges`, the step boundaries where each value
+    starts and ends: ~T_c points per curve however long the timeline is.
+    """
     steps, tiles = trace.row_updates(row)
-    n = np.searchsorted(steps, np.arange(trace.n_steps), side="right")
-    tile = np.where(n > 0, tiles[np.maximum(n - 1, 0)] + 1, 0) if len(tiles) else np.zeros_like(n)
+    cols = np.concatenate([[0], np.asarray(tiles, dtype=int) + 1])  # history index per value
+    edges = np.concatenate([[-0.5], np.asarray(steps, dtype=float) - 0.5, [trace.n_steps - 0.5]])
     h = trace.history
-    m, l, a = h.m[row, tile], h.l[row, tile], h.a[row, tile]  # noqa: E741
-    out = np.full_like(a, np.nan, dtype=np.float64)
+    m, l, a = h.m[row, cols], h.l[row, cols], h.a[row, cols]  # noqa: E741
+    out = np.full(a.shape, np.nan, dtype=np.float64)
     np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
-    return {"tile": tile, "m": m, "l": l, "alpha": h.alpha[row, tile], "a": a, "out": out}
+    return {"edges": edges, "m": m, "l": l, "alpha": h.alpha[row, cols], "a": a, "out": out}
 
 
 class StatsPanel(QWidget):
@@ -207,8 +212,9 @@ class StatsPanel(QWidget):
             self.row_spin.setRange(0, trace.schedule.n_q - 1)
             self.row_spin.setValue(row)
         s = self._series = row_series(trace, row)
-        # Step curves: the value after step t holds over [t − ½, t + ½], centred on the marker.
-        x = np.arange(trace.n_steps + 1, dtype=float) - 0.5
+        # Step curves: a value holds from its update step to the next; the edges sit at
+        # half steps so the marker at step t is inside the value shown after step t.
+        x = s["edges"]
         m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
         for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
             (curve,) = self._curves_for(key, 1)
@@ -261,14 +267,15 @@ class StatsPanel(QWidget):
         self._on_step(self.state.step)
 
     def _on_step(self, step: int) -> None:
-        s = self._series
-        if s is None or step >= len(s["m"]):
+        trace, s = self.state.trace, self._series
+        if trace is None or s is None or step >= trace.n_steps:
             return
         for marker in self._markers:
             marker.setPos(step)
-        self.labels["m"].setText(fmt(float(s["m"][step])))
-        self.labels["l"].setText(fmt(float(s["l"][step])))
-        self.labels["alpha"].setText(fmt(float(s["alpha"][step])))
-        self.labels["a"].setText(fmt_vec(s["a"][step]))
-        out = s["out"][step]
-        self.labels["out"].setText("— (no keys yet)" if np.isnan(out).all() else fmt_vec(out))
+        core = trace.row_state(self.state.row, step)  # the core's numbers, shown as they are
+        self.labels["m"].setText(fmt(core.m))
+        self.labels["l"].setText(fmt(core.l))
+        self.labels["alpha"].setText(fmt(core.alpha))
+        self.labels["a"].setText(fmt_vec(core.a))
+        out = "— (no keys yet)" if core.l <= 0 else fmt_vec(core.partial_output)
+        self.labels["out"].setText(out)

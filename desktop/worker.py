@@ -2,7 +2,8 @@
 
 A one-thread QThreadPool runs at most one build at a time. A new request drops any
 queued-but-unstarted build (`QThreadPool.clear`) and bumps a generation counter, so
-a build that was already running when the user moved on is discarded on arrival.
+a build that was already running when the user moved on is discarded on arrival;
+long builds start only after requests pause briefly, so a drag starts one build.
 Results cross back to the GUI thread through a queued signal.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 
 from compute import InputError
 
@@ -51,6 +52,7 @@ def build_all(config: Config) -> tuple[Config, object, LaneImages]:
 # Above this many timeline steps a build can pass 50 ms (about 0.1 ms per step), so
 # it goes to the worker thread; smaller builds are faster done inline.
 THREAD_THRESHOLD_STEPS = 400
+DEBOUNCE_MS = 120
 
 
 class TraceBuilder(QObject):
@@ -70,6 +72,11 @@ class TraceBuilder(QObject):
         self._relay = _Relay(self)
         self._relay.sigDone.connect(self._finished)
         self.force_inline = False  # screenshots and exports want the result now
+        self._pending_config: Config | None = None
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(DEBOUNCE_MS)
+        self._debounce.timeout.connect(self._start_pending)
 
     @property
     def busy(self) -> bool:
@@ -83,6 +90,8 @@ class TraceBuilder(QObject):
     def request(self, config: Config) -> None:
         self._generation += 1
         if self.force_inline or config.estimated_steps() <= THREAD_THRESHOLD_STEPS:
+            self._debounce.stop()
+            self._pending_config = None
             self._pool.clear()
             self._set_busy(False)
             generation = self._generation
@@ -95,7 +104,16 @@ class TraceBuilder(QObject):
             return
         self._pool.clear()  # an older queued build is now pointless
         self._set_busy(True)
-        self._pool.start(_BuildJob(self._generation, config, self._relay))
+        # Start a long build only once requests pause for DEBOUNCE_MS: a drag across N
+        # would otherwise start builds for values already left behind, and a running
+        # build cannot be interrupted (the newest would wait behind it).
+        self._pending_config = config
+        self._debounce.start()
+
+    def _start_pending(self) -> None:
+        config, self._pending_config = self._pending_config, None
+        if config is not None:
+            self._pool.start(_BuildJob(self._generation, config, self._relay))
 
     def _finished(self, generation: int, result: object, error: object) -> None:
         if generation == self._generation:
@@ -112,9 +130,14 @@ class TraceBuilder(QObject):
 
     def wait(self, msecs: int = 30000) -> bool:
         """Block until queued builds finish (tests, shutdown); results still arrive queued."""
+        if self._debounce.isActive():
+            self._debounce.stop()
+            self._start_pending()
         return self._pool.waitForDone(msecs)
 
     def shutdown(self) -> None:
         self._generation += 1
+        self._debounce.stop()
+        self._pending_config = None
         self._pool.clear()
         self._pool.waitForDone(30000)

@@ -118,3 +118,22 @@ def test_keyboard_shortcuts(window, qtbot):
     assert window.playback.playing
     qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_Space)
     assert not window.playback.playing
+
+
+def test_large_n_raises_blocks_to_keep_the_timeline_short(window, qtbot):
+    from desktop.config import MAX_TILES
+
+    st, c = window.state, window.controls
+    notices = []
+    st.sigNotice.connect(notices.append)
+    c.n_spin.setValue(1024)  # blocks are still the seed's 2 × 2
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 1024, timeout=60000)
+    s = st.trace.schedule
+    assert (s.block_q, s.block_k) == (1024 // MAX_TILES, 1024 // MAX_TILES)
+    assert s.t_r <= MAX_TILES and s.t_c <= MAX_TILES
+    assert c.bq_spin.minimum() == 8 and c.bq_spin.value() == 8
+    # A file or command line asking for tiny blocks is raised too, and says so.
+    st.set_config(st.config.replace(n=600, block_q=1, block_k=3))
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 600, timeout=60000)
+    assert (st.config.block_q, st.config.block_k) == (5, 5)
+    assert notices and "5×5" in notices[-1]
