@@ -32,8 +32,11 @@ class SramPainter:
             self._sram.append((tile, slot, rect))
             p.setPen(pal.color(QPalette.ColorRole.WindowText))
             p.setFont(self.font())
-            label_rect = QRectF(slot.left() - 10, slot.top(), slot.width() + 20, 16)
-            p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, tile.label)
+            label_rect = QRectF(slot.left() - 6, slot.top(), slot.width() + 12, 16)
+            label = tile.label
+            if p.fontMetrics().horizontalAdvance(label) > label_rect.width():
+                label = label.split(" ")[0]  # "a = Σ P̃V" → "a" over a narrow column
+            p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
             if tile.values is None:
                 p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1, Qt.PenStyle.DashLine))
                 p.setBrush(Qt.BrushStyle.NoBrush)

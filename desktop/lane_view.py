@@ -237,7 +237,8 @@ class LaneView(SramPainter, QWidget):
         if name in "SP":
             msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
         else:
-            msg = "on\nchip\nonly" if r.height() > 50 else "—"
+            # Too narrow for words: the dashed outline and the label above say enough.
+            msg = "on\nchip\nonly" if r.height() > 50 and r.width() >= 36 else ""
         p.drawText(r, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, msg)
 
     def _paint_row(self, p: QPainter, trace: Trace, rects: dict[str, QRectF]) -> None:
