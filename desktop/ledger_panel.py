@@ -150,6 +150,7 @@ class LedgerPanel(QWidget):
 
     def _on_trace(self, trace: Trace) -> None:
         full = trace.counts_at(trace.n_steps - 1)
+        self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
         self._tensors = [t for t in compute.TENSORS if any(full[lane][t][d] for lane, d in COLUMNS)]
         self.table.setRowCount(len(self._tensors) + 1)
         self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors] + ["total"])
@@ -194,7 +195,8 @@ class LedgerPanel(QWidget):
                 for t in compute.TENSORS
                 for d in ("read", "write")
             )
-            label.setText(f"{format_bytes(nbytes)} ({trace.dtype})")
+            final = self._final[lane]
+            label.setText(f"{format_bytes(nbytes)} ({trace.dtype}) · of {final:,}")
 
     def _set(self, row: int, col: int, value: int) -> None:
         item = self.table.item(row, col)

@@ -66,6 +66,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.persist = persist  # screenshots and tests neither read nor write settings
         self.setWindowTitle("FlashAttention Explorer")
+        self.setAcceptDrops(True)
         self.state = AppState(self)
         self.state.builder.force_inline = build_inline
         self.playback = Playback(self.state, self)
@@ -115,6 +116,7 @@ class MainWindow(QMainWindow):
         self.theme = "system"
         self._build_menus()
         self.playback.sigProgress.connect(self._set_progress)
+        self.stats_panel.sigTileJump.connect(self.playback.row_tile)
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
         self.state.sigError.connect(self.show_error)
@@ -176,6 +178,21 @@ class MainWindow(QMainWindow):
         self._action(play, "Step back", lambda: pb.step_by(-1), Qt.Key.Key_Left)
         self._action(play, "First step", lambda: pb.step_by(-self.state.n_steps), Qt.Key.Key_Home)
         self._action(play, "Last step", lambda: pb.step_by(self.state.n_steps), Qt.Key.Key_End)
+        play.addSeparator()
+        self._action(
+            play,
+            "Next key tile of the selected row",
+            lambda: pb.row_tile(+1),
+            "Ctrl+Right",
+            "Jump to the next step that updates the selected row's m, ℓ and a",
+        )
+        self._action(
+            play,
+            "Previous key tile of the selected row",
+            lambda: pb.row_tile(-1),
+            "Ctrl+Left",
+            "Jump back to the previous step that updated the selected row",
+        )
         self._view_menu = mb.addMenu("&View")
         for dock in self.docks.values():
             self._view_menu.addAction(dock.toggleViewAction())
@@ -192,6 +209,24 @@ class MainWindow(QMainWindow):
             self._theme_actions[theme] = act
         help_menu = mb.addMenu("&Help")
         self._action(help_menu, "&About FlashAttention Explorer", self.about)
+
+    # ---- drag and drop: a .npy/.npz dropped on the window opens it ----------------------
+    @staticmethod
+    def _dropped_file(mime) -> str | None:
+        urls = mime.urls() if mime.hasUrls() else []
+        paths = [u.toLocalFile() for u in urls if u.isLocalFile()]
+        ok = [p for p in paths if p.lower().endswith((".npy", ".npz"))]
+        return ok[0] if len(ok) == 1 else None
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self._dropped_file(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        path = self._dropped_file(event.mimeData())
+        if path:
+            event.acceptProposedAction()
+            self.state.update_config(input="file", file=path)
 
     # ---- behaviour -----------------------------------------------------------------
     def _set_progress(self, progress: float) -> None:

@@ -13,7 +13,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from .state import AppState
 
-SPEEDS: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256)  # steps per second
+# Steps per second; the fast end plays N = 1024 timelines (tens of thousands of steps).
+SPEEDS: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
 
 
 class Playback(QObject):
@@ -89,3 +90,15 @@ class Playback(QObject):
         self.pause()
         self.state.set_step(self.state.step + delta)
         self.sigProgress.emit(1.0)
+
+    def row_tile(self, direction: int) -> None:
+        """Jump to the next (+1) or previous (−1) step that updates the selected row's
+        m, ℓ, a: following one query through its key tiles, as the seed suggests."""
+        trace = self.state.trace
+        if trace is None:
+            return
+        steps = trace.row_updates(self.state.row)[0].tolist()
+        step = self.state.step
+        later = [s for s in steps if s > step] if direction > 0 else [s for s in steps if s < step]
+        if later:
+            self.step_by((later[0] if direction > 0 else later[-1]) - step)

@@ -177,3 +177,42 @@ def test_a_failing_first_configuration_falls_back_to_the_seed(qtbot, dialogs, tm
     assert len(dialogs) == 1 and "does not exist" in dialogs[0]
     assert w.state.config == Config() and w.state.trace is not None
     w.close()
+
+
+def test_jumping_through_the_selected_rows_key_tiles(window, qtbot):
+    st = window.state
+    st.set_row(3)
+    window.playback.step_by(-st.n_steps)
+    updates = st.trace.row_updates(3)[0].tolist()
+    seen = []
+    for _ in range(len(updates) + 1):  # one extra press past the last tile stays put
+        window.stats_panel.sigTileJump.emit(+1)
+        seen.append(st.step)
+    assert seen == updates + [updates[-1]]
+    window.playback.row_tile(-1)
+    assert st.step == updates[-2]
+
+
+def test_dropping_an_npz_opens_it(window, tmp_path):
+    from PySide6.QtCore import QMimeData, QUrl
+
+    path = tmp_path / "drop.npz"
+    rng = np.random.default_rng(2)
+    np.savez(path, q=rng.normal(size=(4, 2)), k=rng.normal(size=(4, 2)), v=rng.normal(size=(4, 2)))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    assert window._dropped_file(mime) == str(path)
+    other = QMimeData()
+    other.setUrls([QUrl.fromLocalFile(str(tmp_path / "notes.txt"))])
+    assert window._dropped_file(other) is None
+    window.state.update_config(input="file", file=window._dropped_file(mime))
+    assert window.state.trace.schedule.n_q == 4
+
+
+def test_ledger_shows_running_and_final_totals(window):
+    st = window.state
+    st.set_step(0)
+    panel = window.ledger_panel
+    assert panel.dense_total_label.text() == f"{st.trace.totals_at(0)['dense']:,}"
+    assert panel.dense_bytes_label.text().endswith("of 240")
+    assert panel.tiled_bytes_label.text().endswith("of 96")

@@ -1,0 +1,76 @@
+"""The selected row's numbers for the statistics panel: series, formats, formulas.
+
+NumPy only. The series are looked up in the Trace's recorded history (the compute
+core's numbers), never computed here; formats are shared with the tests so a test can
+compare what the panel shows with what the core holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compute import Trace
+
+FORMULAS = {
+    "m": "Running max after the tiles seen so far: m_new = max(m, rowmax(S_ij)); −∞ before any key",
+    "l": "Running denominator: ℓ = α ℓ + rowsum(P̃_ij), with P̃_ij = exp(S_ij − m_new)",
+    "alpha": "Rescale factor of the old sums at the last tile: α = exp(m_old − m_new) (0 before any key)",
+    "a": "Unnormalised numerator: a = α a + P̃_ij V_j (d_v components)",
+    "out": "Partial output a/ℓ: attention over the keys seen so far; the output after the last tile",
+    "ref": "The dense lane's output row, softmax(S) V, in float64",
+    "error": "max |tiled output − float64 reference| for this row and over the whole output",
+}
+SCALAR_COLORS = {"m": "#2471a3", "l": "#1a9850", "alpha": "#8e44ad"}
+MAX_COLOURED = 8  # above this many components of a, draw them as one bundle
+
+
+def finite_range(values) -> tuple[float, float]:
+    """(min, max) over the finite entries of an array or tuple of arrays; (0, 1) if none."""
+    parts = values if isinstance(values, tuple) else (values,)
+    flat = np.concatenate([np.ravel(np.asarray(v, dtype=np.float64)) for v in parts])
+    flat = flat[np.isfinite(flat)]
+    if flat.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(flat.min()), float(flat.max())
+    return (lo - 0.5, hi + 0.5) if hi - lo < 1e-12 else (lo, hi)
+
+
+def step_bundle(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step curves of every column of `values` (steps × components) in one NaN-split line."""
+    n, comps = values.shape
+    x = np.repeat(edges, 2)[1:-1] if len(edges) == n + 1 else np.repeat(edges, 1)
+    xs = np.concatenate([np.append(x, np.nan)] * comps)
+    if len(edges) == n + 1:
+        ys = np.concatenate([np.append(np.repeat(values[:, c], 2), np.nan) for c in range(comps)])
+    else:  # constant targets drawn across `edges`
+        ys = np.concatenate(
+            [np.append(np.full(len(x), values[0, c]), np.nan) for c in range(comps)]
+        )
+    return xs, ys
+
+
+def fmt(x: float) -> str:
+    """How the panel writes a number (tests compare against the same format)."""
+    return "−∞" if np.isneginf(x) else f"{x:.6g}".replace("-", "−")
+
+
+def fmt_vec(v: np.ndarray, limit: int = 4) -> str:
+    items = ", ".join(fmt(float(x)) for x in v[:limit])
+    return f"[{items}{', …' if len(v) > limit else ''}]"
+
+
+def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
+    """The row's state as a step function of the timeline, looked up in the trace's history.
+
+    The state only changes at the row's update steps, so the series holds one value per
+    update (plus the initial state) and `edges`, the step boundaries where each value
+    starts and ends: ~T_c points per curve however long the timeline is.
+    """
+    steps, tiles = trace.row_updates(row)
+    cols = np.concatenate([[0], np.asarray(tiles, dtype=int) + 1])  # history index per value
+    edges = np.concatenate([[-0.5], np.asarray(steps, dtype=float) - 0.5, [trace.n_steps - 0.5]])
+    h = trace.history
+    m, l, a = h.m[row, cols], h.l[row, cols], h.a[row, cols]  # noqa: E741
+    out = np.full(a.shape, np.nan, dtype=np.float64)
+    np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
+    return {"edges": edges, "m": m, "l": l, "alpha": h.alpha[row, cols], "a": a, "out": out}
