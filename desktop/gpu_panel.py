@@ -350,7 +350,7 @@ class GpuPanel(QWidget):
         return BenchConfig(
             n=self.n_spin.value(), block_q=bq, block_k=bk, order=self.order,
             dtype=self.dtype_combo.currentText(), batch_heads=self.bh_spin.value(),
-            kernels=("tiled", "dense"), sweep_blocks=self.sweep_check.isChecked(),
+            kernels=("tiled", "dense", "fast"), sweep_blocks=self.sweep_check.isChecked(),
         )  # fmt: skip
 
     def run_current(self) -> bool:

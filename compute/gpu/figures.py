@@ -55,7 +55,10 @@ def figures(
         runs = [replace(base, n=n, block_q=bq, block_k=bk) for n in sizes]
         runs.append(replace(base, n=4096, block_q=bq, block_k=bk, causal=True))
         for cfg in runs:
-            for order, kernels in (("q-outer", ("tiled", "dense")), ("kv-outer", ("tiled",))):
+            for order, kernels in (
+                ("q-outer", ("tiled", "dense", "fast")),
+                ("kv-outer", ("tiled",)),
+            ):
                 if cfg.causal and order == "kv-outer":
                     continue
                 _log(f"== {dtype} N={cfg.n} causal={cfg.causal} {order} {bq}x{bk}")
