@@ -226,7 +226,8 @@ class LaneView(SramPainter, QWidget):
                 continue
             for mask, color in zip(veils, (never, partial), strict=True):
                 if mask.any():
-                    draw_image(p, r, veil_image(mask, color))
+                    # 1 px wider: scaled heatmap edges otherwise peek out
+                    draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(mask, color))
 
     def _paint_ghost(self, p: QPainter, r: QRectF, name: str) -> None:
         pen = QPen(self.palette().color(QPalette.ColorRole.Mid), 1.5, Qt.PenStyle.DashLine)
@@ -238,7 +239,7 @@ class LaneView(SramPainter, QWidget):
             msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
         else:
             # Too narrow for words: the dashed outline and the label above say enough.
-            msg = "on\nchip\nonly" if r.height() > 50 and r.width() >= 36 else ""
+            msg = "on\nchip\nonly" if r.height() > 50 and r.width() >= 28 else ""
         p.drawText(r, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, msg)
 
     def _paint_row(self, p: QPainter, trace: Trace, rects: dict[str, QRectF]) -> None:
