@@ -9,20 +9,15 @@ is its own widget so an exporter can `grab()` one lane at any step.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QImage, QMouseEvent, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
 
 from . import lane_geometry as geo
+from .lane_hbm import HbmPainter
 from .lane_sram import SramPainter
-from .painting import (
-    draw_grid,
-    draw_image,
-    draw_numbers,
-    veil_image,
-)
-from .render import lane_sources
+from .render import lane_sources, live_tensors
 from .state import AppState
 from .theme import qimage
 
@@ -33,7 +28,7 @@ TITLES = {
 }
 
 
-class LaneView(SramPainter, QWidget):
+class LaneView(HbmPainter, SramPainter, QWidget):
     """Paints one lane of the current trace at the current step."""
 
     def __init__(self, state: AppState, lane: str, parent: QWidget | None = None) -> None:
@@ -43,6 +38,7 @@ class LaneView(SramPainter, QWidget):
         self._images: dict[str, object] = {}
         self._rects: dict[str, QRectF] = {}
         self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
+        self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
         self._tile_cache: dict[tuple, QImage] = {}
         self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -52,7 +48,8 @@ class LaneView(SramPainter, QWidget):
         state.sigRowChanged.connect(self.update)
 
     # ---- state -------------------------------------------------------------------
-    def _on_trace(self, _trace: Trace) -> None:
+    def _on_trace(self, trace: Trace) -> None:
+        self._live = live_tensors(trace, self.lane)
         imgs = self.state.images.lanes[self.lane]
         self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
         self._rects, self._static = {}, None
@@ -106,6 +103,7 @@ class LaneView(SramPainter, QWidget):
         rects = self._layout()
         p.drawPixmap(0, 0, self._static_layer(trace, rects, hbm, sram))
         self._paint_title(p, trace, step)
+        self._paint_live(p, trace, step, rects)
         self._paint_veils(p, trace, step, rects)
         self._paint_row(p, trace, rects)
         self._paint_sram(p, trace, step, sram)
@@ -143,126 +141,6 @@ class LaneView(SramPainter, QWidget):
                 QRectF(line.left() + title_w, 2, room, 22), Qt.AlignmentFlag.AlignVCenter, now
             )
             p.setFont(self.font())
-
-    def _paint_frame(self, p: QPainter, rect: QRectF, label: str) -> None:
-        pal = self.palette()
-        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
-        p.setBrush(pal.color(QPalette.ColorRole.Base))
-        p.drawRoundedRect(rect, 6, 6)
-        p.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
-        f = QFont(self.font())
-        f.setPointSizeF(f.pointSizeF() * 0.85)
-        p.setFont(f)
-        p.save()  # the frame's name runs up its left margin, out of the tensors' way
-        p.translate(rect.left() + 3, rect.bottom() - 4)
-        p.rotate(-90)
-        p.drawText(QRectF(0, 0, rect.height() - 8, 14), Qt.AlignmentFlag.AlignLeft, label)
-        p.restore()
-        p.setFont(self.font())
-
-    def _veil_colors(self) -> tuple[QColor, QColor]:
-        base = QColor(self.palette().color(QPalette.ColorRole.Base))
-        never, partial = QColor(base), QColor(base)
-        never.setAlpha(255)  # hides the numbers painted underneath, too
-        partial.setAlpha(150)
-        return never, partial
-
-    def _static_layer(
-        self, trace: Trace, rects: dict[str, QRectF], hbm: QRectF, sram: QRectF
-    ) -> QPixmap:
-        """Everything that does not change with the step, painted once per trace and size."""
-        if self._static is None:
-            dpr = self.devicePixelRatioF()
-            pix = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
-            pix.setDevicePixelRatio(dpr)
-            pix.fill(self.palette().color(QPalette.ColorRole.Window))
-            p = QPainter(pix)
-            p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-            self._paint_frame(p, hbm, "HBM (off chip)")
-            self._paint_frame(p, sram, "SRAM (on chip)")
-            self._paint_hbm(p, trace, rects)
-            p.end()
-            self._static = pix
-        return self._static
-
-    def _paint_hbm(self, p: QPainter, trace: Trace, rects: dict[str, QRectF]) -> None:
-        s = trace.schedule
-        images = self.state.images
-        lane_imgs = images.lanes[self.lane]
-        text = self.palette().color(QPalette.ColorRole.WindowText)
-        grid = QColor(self.palette().color(QPalette.ColorRole.Mid))
-        grid.setAlpha(160)
-        for name, r in rects.items():
-            img = lane_imgs.get(name)
-            ghost = img is None and self.lane == "tiled"
-            if img is None and not ghost:
-                continue  # the dense lane has no m, ℓ, L
-            p.setPen(text)
-            p.setFont(self.font())
-            sym = geo.SYMBOL.get(name, name)
-            rows, cols = img.shape if img else (s.n_q, s.n_k if name in "SP" else 1)
-            label = f"{sym}  {rows}×{cols}" if r.width() > 56 else sym
-            label_rect = QRectF(r.left() - 6, r.top() - 20, r.width() + 12, 18)
-            p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
-            if ghost:
-                self._paint_ghost(p, r, name)
-                continue
-            draw_image(p, r, self._images[name])
-            if img.values is not None:
-                draw_numbers(p, r, img.values, images.scale, self.font())
-            block = (
-                s.block_q if name in geo.QUERY_TENSORS else s.block_k,
-                s.block_k if name in "SP" else 0,
-            )
-            draw_grid(p, r, img.shape, block, grid)
-
-    def _paint_veils(self, p: QPainter, trace: Trace, step: int, rects: dict[str, QRectF]) -> None:
-        """Cover what is not in HBM yet: opaque if never written, translucent if not final."""
-        never, partial = self._veil_colors()
-        for name, img in self.state.images.lanes[self.lane].items():
-            veils = img.veils(step)
-            r = rects.get(name)
-            if veils is None or r is None:
-                continue
-            for mask, color in zip(veils, (never, partial), strict=True):
-                if mask.any():
-                    # 1 px wider: scaled heatmap edges otherwise peek out
-                    draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(mask, color))
-
-    def _paint_ghost(self, p: QPainter, r: QRectF, name: str) -> None:
-        pen = QPen(self.palette().color(QPalette.ColorRole.Mid), 1.5, Qt.PenStyle.DashLine)
-        p.setPen(pen)
-        p.setBrush(Qt.BrushStyle.NoBrush)
-        p.drawRect(r)
-        p.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
-        if name in "SP":
-            msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
-        else:
-            # Too narrow for words: the dashed outline and the label above say enough.
-            msg = "on\nchip\nonly" if r.height() > 50 and r.width() >= 28 else ""
-        p.drawText(r, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, msg)
-
-    def _paint_row(self, p: QPainter, trace: Trace, rects: dict[str, QRectF]) -> None:
-        row, n_q = self.state.row, trace.schedule.n_q
-        color = self.palette().color(QPalette.ColorRole.WindowText)
-        p.setPen(QPen(color, 2.0))
-        p.setBrush(Qt.BrushStyle.NoBrush)
-        for name, r in rects.items():
-            if name not in geo.QUERY_TENSORS or name not in self.state.images.lanes[self.lane]:
-                continue
-            h = r.height() / n_q
-            p.drawRect(QRectF(r.left() - 1, r.top() + row * h - 1, r.width() + 2, max(h, 1.0) + 2))
-        q = rects.get("Q")
-        if q is not None:
-            y = q.top() + (row + 0.5) * q.height() / n_q
-            p.setBrush(color)
-            p.drawPolygon(
-                [
-                    QPointF(q.left() - 3, y),
-                    QPointF(q.left() - 10, y - 5),
-                    QPointF(q.left() - 10, y + 5),
-                ]
-            )
 
     # ---- interaction -----------------------------------------------------------------
     def row_at(self, pos: QPointF) -> int | None:

@@ -196,3 +196,47 @@ def prepare_images(trace: Trace) -> LaneImages:
                 _write_history(trace, lane, name, img)
             images.lanes[lane][name] = img
     return images
+
+
+def live_tensors(trace: Trace, lane: str) -> tuple[str, ...]:
+    """HBM tensors whose contents change over the run (drawn per step, not once).
+
+    Only Algorithm 1 (KV-outer) keeps running state in HBM: O, ℓ and m are written at
+    the start and rewritten after every visit of a query block.
+    """
+    return ("O", "m", "l") if lane == "tiled" and trace.schedule.order == "kv-outer" else ()
+
+
+def kv_outer_hbm(trace: Trace, step: int) -> dict[str, np.ndarray]:
+    """What HBM holds for O, m and ℓ after `step` under KV-outer: each block's state as of
+    its last write (the initial O = 0, ℓ = 0, m = −∞ before its first visit)."""
+    s, h = trace.schedule, trace.history
+    writes = _state_writes(trace)
+    m = np.empty(s.n_q)
+    l = np.empty(s.n_q)  # noqa: E741
+    a = np.empty((s.n_q, s.d_v))
+    for i in range(s.t_r):
+        r0, r1 = s.rows(i)
+        done = [w for w in writes.get(i, ()) if w <= step]
+        tile = trace.row_state(r0, done[-1]).tile if done else 0
+        m[r0:r1], l[r0:r1], a[r0:r1] = h.m[r0:r1, tile], h.l[r0:r1, tile], h.a[r0:r1, tile]
+    o = np.zeros_like(a)
+    np.divide(a, l[:, None], out=o, where=l[:, None] > 0)  # HBM holds O = a/ℓ, not a
+    return {"O": o, "m": m[:, None], "l": l[:, None]}
+
+
+def _state_writes(trace: Trace) -> dict[int, list[int]]:
+    cached = _WRITES.get(id(trace))
+    if cached is not None and cached[0] is trace:
+        return cached[1]
+    writes: dict[int, list[int]] = {}
+    for st in trace.steps:
+        a = st.tiled
+        if a is not None and a.phase == "write_state":
+            writes.setdefault(a.block_i, []).append(st.index)
+    _WRITES.clear()  # one trace at a time is shown
+    _WRITES[id(trace)] = (trace, writes)
+    return writes
+
+
+_WRITES: dict[int, tuple[Trace, dict[int, list[int]]]] = {}

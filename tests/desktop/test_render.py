@@ -1,0 +1,55 @@
+"""Per-trace images and KV-outer's live HBM state (NumPy only, no widgets)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import compute
+from desktop.render import ColorScale, downsample, kv_outer_hbm, live_tensors, prepare_images
+
+
+def _trace(**kw):
+    inp = compute.random_inputs(9, 3, 2, n_k=7, seed=4)
+    return compute.build_trace(inp.q, inp.k, inp.v, block_q=2, block_k=3, **kw)
+
+
+def test_kv_outer_hbm_holds_each_blocks_last_written_state():
+    tr = _trace(order="kv-outer", causal=True)
+    assert live_tensors(tr, "tiled") == ("O", "m", "l") and live_tensors(tr, "dense") == ()
+    first = kv_outer_hbm(tr, 0)  # after "initialise O = 0, ℓ = 0, m = −∞"
+    assert np.isneginf(first["m"]).all() and (first["l"] == 0).all() and (first["O"] == 0).all()
+    last = kv_outer_hbm(tr, tr.n_steps - 1)
+    np.testing.assert_allclose(last["O"], tr.tiled_output, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(last["m"][:, 0], tr.history.m[:, -1])
+    # Mid-run HBM lags SRAM: an update changes SRAM; the write_state after it, HBM.
+    for st in tr.steps:
+        a = st.tiled
+        if a is None or a.phase != "update":
+            continue
+        assert tr.steps[st.index + 1].tiled.phase == "write_state"
+        r0, r1 = tr.schedule.rows(a.block_i)
+        sram = [tr.row_state(r, st.index).m for r in range(r0, r1)]
+        after = kv_outer_hbm(tr, st.index + 1)["m"][r0:r1, 0]
+        np.testing.assert_array_equal(after, sram)
+
+
+def test_images_cover_both_lanes_and_write_history():
+    tr = _trace(save_lse=True)
+    images = prepare_images(tr)
+    assert set(images.lanes["dense"]) == {"Q", "K", "V", "S", "P", "O"}
+    assert set(images.lanes["tiled"]) == {"Q", "K", "V", "O", "L"}
+    s = images.lanes["dense"]["S"]
+    never, partial = s.veils(-1)
+    assert never.all() and not partial.any()
+    never, _ = s.veils(tr.n_steps - 1)
+    assert not never.any()
+
+
+def test_downsample_keeps_masked_blocks_and_means():
+    a = np.arange(16.0).reshape(4, 4)
+    a[0:2, 2:4] = -np.inf
+    small, fr, fc = downsample(a, cap=2)
+    assert (fr, fc) == (2, 2)
+    assert np.isneginf(small[0, 1]) and small[1, 1] == np.mean([10, 11, 14, 15])
+    rgba = ColorScale(3.0).rgba(np.array([[-3.0, 0.0, 3.0, -np.inf]]))
+    assert rgba.shape == (1, 4, 4) and rgba[0, 1, :3].min() > 240
