@@ -35,6 +35,17 @@ from .theme import style_plot
 
 COLUMNS = (("dense", "read"), ("dense", "write"), ("tiled", "read"), ("tiled", "write"))
 SYMBOLS = {"l": "ℓ"}
+TENSOR_TIPS = {
+    "Q": "Queries, N × d: read once per query block",
+    "K": "Keys, N_keys × d: read once per query block (T_r times) in Q-outer and dense",
+    "V": "Values, N_keys × d_v",
+    "O": "Output, N × d_v (KV-outer also reads and rewrites it on every visit)",
+    "S": "Scores S = Q Kᵀ / √d, N × N_keys: only the dense lane stores them (4N² with P)",
+    "P": "Probabilities P = softmax(S), N × N_keys: only the dense lane stores them",
+    "m": "Running max per row (KV-outer keeps it in HBM between visits)",
+    "l": "Running denominator ℓ per row (KV-outer keeps it in HBM between visits)",
+    "L": "Log-sum-exp L = m + log ℓ per row, saved for the backward pass",
+}
 
 
 SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
@@ -154,6 +165,8 @@ class LedgerPanel(QWidget):
         self._tensors = [t for t in compute.TENSORS if any(full[lane][t][d] for lane, d in COLUMNS)]
         self.table.setRowCount(len(self._tensors) + 1)
         self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors] + ["total"])
+        for r, t in enumerate(self._tensors):
+            self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
         self._update_plot(trace)
         self._on_step(self.state.step)
 

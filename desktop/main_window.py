@@ -8,9 +8,10 @@ QSettings persistence and error dialogs. Side panels (the GPU panel) join throug
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QImage, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -28,6 +29,7 @@ from .controls import ControlsPanel
 from .lane_view import LaneView
 from .ledger_panel import LedgerPanel
 from .legend import Legend
+from .menus import build_menus
 from .playback import Playback
 from .playback_bar import PlaybackBar
 from .state import AppState
@@ -120,6 +122,7 @@ class MainWindow(QMainWindow):
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
         self.state.sigError.connect(self.show_error)
+        self.state.sigConfigChanged.connect(self._show_title)
         self.state.sigNotice.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.state.sigBusy.connect(
             lambda busy: self.busy_label.setText("computing…" if busy else "")
@@ -160,55 +163,7 @@ class MainWindow(QMainWindow):
         return act
 
     def _build_menus(self) -> None:
-        mb = self.menuBar()
-        # Public so other features (exports) can add their entries above Quit.
-        self.file_menu = file_menu = mb.addMenu("&File")
-        self._action(
-            file_menu, "&Open Q, K, V…", self.controls.open_file, QKeySequence.StandardKey.Open
-        )
-        self._action(
-            file_menu, "Back to the &seed example", lambda: self.state.set_config(Config())
-        )
-        self.quit_separator = file_menu.addSeparator()
-        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
-        play = mb.addMenu("&Playback")
-        pb = self.playback
-        self.play_action = self._action(play, "Play / pause", pb.toggle, Qt.Key.Key_Space)
-        self._action(play, "Step forward", lambda: pb.step_by(1), Qt.Key.Key_Right)
-        self._action(play, "Step back", lambda: pb.step_by(-1), Qt.Key.Key_Left)
-        self._action(play, "First step", lambda: pb.step_by(-self.state.n_steps), Qt.Key.Key_Home)
-        self._action(play, "Last step", lambda: pb.step_by(self.state.n_steps), Qt.Key.Key_End)
-        play.addSeparator()
-        self._action(
-            play,
-            "Next key tile of the selected row",
-            lambda: pb.row_tile(+1),
-            "Ctrl+Right",
-            "Jump to the next step that updates the selected row's m, ℓ and a",
-        )
-        self._action(
-            play,
-            "Previous key tile of the selected row",
-            lambda: pb.row_tile(-1),
-            "Ctrl+Left",
-            "Jump back to the previous step that updated the selected row",
-        )
-        self._view_menu = mb.addMenu("&View")
-        for dock in self.docks.values():
-            self._view_menu.addAction(dock.toggleViewAction())
-        self._view_menu.addSeparator()
-        theme_menu = self._view_menu.addMenu("Theme")
-        group = QActionGroup(self)
-        self._theme_actions = {}
-        for theme in THEMES:
-            act = self._action(
-                theme_menu, theme.capitalize(), lambda _c=False, t=theme: self.set_theme(t)
-            )
-            act.setCheckable(True)
-            group.addAction(act)
-            self._theme_actions[theme] = act
-        help_menu = mb.addMenu("&Help")
-        self._action(help_menu, "&About FlashAttention Explorer", self.about)
+        build_menus(self)
 
     # ---- drag and drop: a .npy/.npz dropped on the window opens it ----------------------
     @staticmethod
@@ -232,6 +187,15 @@ class MainWindow(QMainWindow):
     def _set_progress(self, progress: float) -> None:
         for lane in self.lanes.values():
             lane.set_progress(progress)
+
+    def _show_title(self, cfg: Config) -> None:
+        source = {"seed": "seed example", "random": f"random (seed {cfg.seed})"}.get(
+            cfg.input, Path(cfg.file).name
+        )
+        self.setWindowTitle(
+            f"FlashAttention Explorer — {source}, N = {cfg.n}, d = {cfg.d}, "
+            f"blocks {cfg.block_q}×{cfg.block_k}"
+        )
 
     def _show_status(self, step: int) -> None:
         trace = self.state.trace
