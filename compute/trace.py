@@ -145,6 +145,16 @@ class Trace:
         counts = {lane: count_actions(st.action(lane) for st in self.steps) for lane in LANES}
         return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
 
+    def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
+        """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.
+
+        Phase 3 of the dense lane reads P_ij and V_j tile by tile and sums them into O_i
+        on chip; after the last tile this is the reference output of the block's rows.
+        """
+        r0, r1 = self.schedule.rows(block)
+        c1 = self.schedule.cols(tile)[1]
+        return self.probs[r0:r1, :c1] @ self.v[:c1]
+
     @property
     def max_abs_error(self) -> float:
         """Largest |tiled − reference| over the output."""

@@ -85,6 +85,7 @@ class SramTile:
     values: np.ndarray | None  # None: the slot is empty at this step
     first_row: int | None = None  # query row of values[0] (for clicks); None for K/V
     note: str = ""  # shown when there are no values (e.g. "accumulating")
+    cached: bool = True  # values are a view into the trace (safe to cache its image)
 
 
 def _block_tile_count(trace: Trace, block: int, step: int) -> int:
@@ -142,8 +143,9 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
     for r in action.resident:
         values = sources.get(r.tensor)
         first = r.rows[0] if r.tensor in QUERY_TENSORS else None
-        if values is None:  # the O accumulator: its partial sums are not in the trace
-            tiles.append(SramTile(r.tensor, "O_i += P_ij V_j", None, first, "accumulating"))
+        if values is None:  # the O accumulator: Σ P_ij V_j over the tiles read so far
+            partial = trace.dense_partial_output(action.block_i, action.block_j)
+            tiles.append(SramTile(r.tensor, "O_i += P_ij V_j", partial, first, cached=False))
             continue
         label = f"{r.tensor}_{'ij' if r.tensor in 'SP' else ('i' if r.tensor == 'Q' else 'j')}"
         if r.cols[1] - r.cols[0] == trace.schedule.n_k and r.tensor in "SP":

@@ -52,7 +52,7 @@ class SramPainter:
                 tile.values,
                 scale,
                 self.font(),
-                image=self._tile_image(tile.values),
+                image=self._tile_image(tile.values) if tile.cached else None,
                 neutral=tile.tensor == "l",
             )
         self._paint_capacity(p, trace, area)
