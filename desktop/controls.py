@@ -8,6 +8,8 @@ formula.
 
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -31,6 +33,19 @@ from .config import D_MAX, N_MAX, Config, min_block
 from .state import AppState
 
 INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
+
+
+SLIDER_STEPS = 1000
+
+
+def n_from_slider(position: int) -> int:
+    """Slider position to N, logarithmic: N = 1 … 8 takes as much travel as 256 … 2048,
+    so the small examples worth reading number by number stay easy to reach."""
+    return max(1, min(N_MAX, round(N_MAX ** (position / SLIDER_STEPS))))
+
+
+def slider_from_n(n: int) -> int:
+    return round(math.log(max(1, n)) / math.log(N_MAX) * SLIDER_STEPS)
 
 
 def _spin(lo: int, hi: int, tip: str, special: str | None = None) -> QSpinBox:
@@ -69,7 +84,7 @@ class ControlsPanel(QWidget):
             "A .npz with arrays q, k, v, or a .npy stacking Q, K, V as (3, N, d)"
         )
         self.n_slider = QSlider(Qt.Orientation.Horizontal)
-        self.n_slider.setRange(1, N_MAX)
+        self.n_slider.setRange(0, SLIDER_STEPS)  # logarithmic in N: see n_from_slider
         self.n_slider.setToolTip(
             "N: query positions. Dense traffic grows as N² (S and P), tiled as N² d² / M"
         )
@@ -166,7 +181,8 @@ class ControlsPanel(QWidget):
             lambda v: st.update_config(input_scale=v, input="random")
         )
         self.open_button.clicked.connect(self.open_file)
-        self.n_slider.valueChanged.connect(self.n_spin.setValue)  # the spin box asks
+        # The spin box asks for the trace; the slider only moves it.
+        self.n_slider.valueChanged.connect(lambda v: self.n_spin.setValue(n_from_slider(v)))
         self.n_spin.valueChanged.connect(lambda v: self._shape(n=v))
         self.nk_spin.valueChanged.connect(lambda v: self._shape(n_keys=v))
         self.d_spin.valueChanged.connect(lambda v: self._shape(d=v))
@@ -224,7 +240,7 @@ class ControlsPanel(QWidget):
         values = (
             (self.seed_spin, cfg.seed),
             (self.n_spin, cfg.n),
-            (self.n_slider, cfg.n),
+            (self.n_slider, slider_from_n(cfg.n)),
             (self.nk_spin, cfg.n_keys),
             (self.d_spin, cfg.d),
             (self.dv_spin, cfg.dv),

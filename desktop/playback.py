@@ -15,6 +15,8 @@ from .state import AppState
 
 # Steps per second; the fast end plays N = 1024 timelines (tens of thousands of steps).
 SPEEDS: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
+AUTO = 0.0  # a speed meaning "play the whole timeline in AUTO_SECONDS"
+AUTO_SECONDS = 20.0
 
 
 class Playback(QObject):
@@ -57,6 +59,13 @@ class Playback(QObject):
     def toggle(self) -> None:
         self.pause() if self.playing else self.play()
 
+    @property
+    def rate(self) -> float:
+        """Steps per second now: `speed`, or for AUTO the whole timeline in AUTO_SECONDS."""
+        if self.speed == AUTO:
+            return max(1.0, self.state.n_steps / AUTO_SECONDS)
+        return self.speed
+
     def set_speed(self, steps_per_second: float) -> None:
         if self.playing:
             self._rebase()  # keep the current position; only the rate changes
@@ -66,7 +75,7 @@ class Playback(QObject):
         self._t0, self._pos0 = time.perf_counter(), float(self.state.step)
 
     def _tick(self) -> None:
-        pos = self._pos0 + (time.perf_counter() - self._t0) * self.speed
+        pos = self._pos0 + (time.perf_counter() - self._t0) * self.rate
         last = self.state.n_steps - 1
         if pos >= last + 1:
             self.state.set_step(last)

@@ -6,7 +6,7 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, QSignalBlocker, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap, QPolygonF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 
-from .playback import SPEEDS, Playback
+from .playback import AUTO, AUTO_SECONDS, SPEEDS, Playback
 from .state import AppState
 
 
@@ -86,6 +86,7 @@ class PlaybackBar(QWidget):
         self.step_label = QLabel()
         self.step_label.setMinimumWidth(110)
         self.speed_combo = QComboBox()
+        self.speed_combo.addItem(f"whole run in {AUTO_SECONDS:g} s", AUTO)
         for s in SPEEDS:
             self.speed_combo.addItem(f"{s:g} steps/s", s)
         self.speed_combo.setToolTip("Playback speed; slow frames skip steps rather than drift")
@@ -128,7 +129,7 @@ class PlaybackBar(QWidget):
 
     def set_speed(self, speed: float) -> None:
         index = self.speed_combo.findData(speed)
-        self.speed_combo.setCurrentIndex(index if index >= 0 else 2)
+        self.speed_combo.setCurrentIndex(index if index >= 0 else self.speed_combo.findData(2.0))
 
     def _scrubbed(self, value: int) -> None:
         self.state.set_step(value)

@@ -14,7 +14,10 @@ def test_every_control_changes_the_trace(window, qtbot):
 
     c.n_spin.setValue(8)
     assert trace().schedule.n_q == 8 and st.config.input == "random"
-    c.n_slider.setValue(10)
+    from desktop.controls import n_from_slider, slider_from_n
+
+    c.n_slider.setValue(slider_from_n(10))
+    assert n_from_slider(slider_from_n(10)) == 10
     assert trace().schedule.n_q == 10 and c.n_spin.value() == 10
     c.nk_spin.setValue(12)
     assert trace().schedule.n_k == 12
@@ -137,3 +140,12 @@ def test_large_n_raises_blocks_to_keep_the_timeline_short(window, qtbot):
     qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 600, timeout=60000)
     assert (st.config.block_q, st.config.block_k) == (5, 5)
     assert notices and "5×5" in notices[-1]
+
+
+def test_auto_speed_plays_the_whole_run_in_twenty_seconds(window):
+    from desktop.playback import AUTO, AUTO_SECONDS
+
+    bar, pb = window.bar, window.playback
+    bar.speed_combo.setCurrentIndex(bar.speed_combo.findData(AUTO))
+    assert pb.speed == AUTO
+    assert pb.rate == max(1.0, window.state.n_steps / AUTO_SECONDS)
