@@ -50,7 +50,8 @@ class HbmPainter:
         self, trace: Trace, rects: dict[str, QRectF], hbm: QRectF, sram: QRectF
     ) -> QPixmap:
         """Everything that does not change with the step, painted once per trace and size."""
-        if self._static is None:
+        if self._static is None or self._static.devicePixelRatio() != self.devicePixelRatioF():
+            # (also rebuilt when the window moves to a screen of another pixel ratio)
             dpr = self.devicePixelRatioF()
             pix = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
             pix.setDevicePixelRatio(dpr)
