@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen
 from compute import Trace
 
 from . import lane_geometry as geo
+from .equations import step_equation
 from .painting import draw_arrow, draw_matrix, highlight, transfer_path
 from .theme import READ, WRITE, qimage
 
@@ -56,6 +57,7 @@ class SramPainter:
                 neutral=tile.tensor == "l",
             )
         self._paint_capacity(p, trace, area)
+        self._paint_equation(p, trace, step, area)
 
     def _tile_image(self, values) -> QImage:
         """A tile's heatmap, cached: tiles are views into the trace's read-only arrays, so
@@ -78,6 +80,16 @@ class SramPainter:
         ch = min(geo.MAX_CELL_H, box.height() / rows)
         w, h = max(cols * cw, 6.0), max(rows * ch, 6.0)
         return QRectF(box.center().x() - w / 2, box.top(), w, h)
+
+    def _paint_equation(self, p: QPainter, trace: Trace, step: int, area: QRectF) -> None:
+        """The step's recurrence in words and numbers, left of the capacity read-out."""
+        line = QRectF(area.left() + 22, area.bottom() - 19, area.width() - 380, 16)
+        if line.width() < 80:
+            return
+        text = step_equation(trace, self.lane, step, self.state.row)
+        p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
+        text = p.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, int(line.width()))
+        p.drawText(line, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
 
     def _paint_capacity(self, p: QPainter, trace: Trace, area: QRectF) -> None:
         need = trace.schedule.sram_elements(self.lane)

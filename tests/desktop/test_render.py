@@ -53,3 +53,24 @@ def test_downsample_keeps_masked_blocks_and_means():
     assert np.isneginf(small[0, 1]) and small[1, 1] == np.mean([10, 11, 14, 15])
     rgba = ColorScale(3.0).rgba(np.array([[-3.0, 0.0, 3.0, -np.inf]]))
     assert rgba.shape == (1, 4, 4) and rgba[0, 1, :3].min() > 240
+
+
+def test_step_equation_shows_the_cores_numbers_for_the_selected_row():
+    from desktop.equations import PHASE_TEXT, num, step_equation
+
+    s = compute.seed_example()
+    tr = compute.build_trace(s.q, s.k, s.v, block_q=2, block_k=2)
+    steps, tiles = tr.row_updates(0)
+    for step, tile in zip(steps.tolist(), tiles.tolist(), strict=True):
+        after, before = tr.row_state(0, step), tr.row_state(0, step - 1)
+        text = step_equation(tr, "tiled", step, 0)
+        assert text.startswith(f"row 0, tile {tile}:")
+        assert num(after.m) in text and num(after.l) in text and num(before.l) in text
+        # ℓ = α ℓ_old + ΣP̃ holds for the numbers shown.
+        c0, c1 = tr.schedule.cols(tile)
+        sum_p = tr.history.p_tilde[0, c0:c1].sum()
+        assert abs(after.alpha * before.l + sum_p - after.l) < 1e-12
+    # Another block's row, or another phase: the phase in words.
+    assert step_equation(tr, "tiled", int(steps[0]), 4) == PHASE_TEXT[("tiled", "update")]
+    assert step_equation(tr, "dense", 0, 0) == PHASE_TEXT[("dense", "load_q")]
+    assert step_equation(tr, "tiled", tr.n_steps - 1, 0) == "done"
