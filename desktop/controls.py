@@ -254,6 +254,8 @@ class ControlsPanel(QWidget):
                     widget.setMinimum(min_block(cfg.n))  # no more than MAX_TILES blocks
                 elif widget is self.bk_spin:
                     widget.setMinimum(min_block(cfg.keys))
+                if widget is not self.n_slider and value > widget.maximum():
+                    widget.setMaximum(value)  # a file can be larger than the sliders go
                 widget.setValue(value)
         with QSignalBlocker(self.scale_spin):
             self.scale_spin.setValue(cfg.input_scale)

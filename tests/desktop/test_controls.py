@@ -149,3 +149,15 @@ def test_auto_speed_plays_the_whole_run_in_twenty_seconds(window):
     bar.speed_combo.setCurrentIndex(bar.speed_combo.findData(AUTO))
     assert pb.speed == AUTO
     assert pb.rate == max(1.0, window.state.n_steps / AUTO_SECONDS)
+
+
+def test_controls_show_a_file_larger_than_their_usual_range(window, tmp_path):
+    import numpy as np
+
+    path = tmp_path / "wide.npz"
+    rng = np.random.default_rng(0)
+    np.savez(
+        path, q=rng.normal(size=(3, 300)), k=rng.normal(size=(4, 300)), v=rng.normal(size=(4, 2))
+    )
+    window.state.update_config(input="file", file=str(path))
+    assert window.controls.d_spin.value() == 300 and window.state.trace.schedule.d == 300
