@@ -132,29 +132,26 @@ class Exports:
     def settings(self) -> QSettings:
         return self.window._settings()
 
-    def add_actions(self, menu) -> None:
+    def add_actions(self, menu, before=None) -> None:
+        """Add the three exports to `menu` (before `before`) and to an Export toolbar."""
         w = self.window
-        w._action(
-            menu,
-            "Export &frame…",
-            self.export_frame,
-            QKeySequence("Ctrl+E"),
-            "PNG or SVG of the current step",
+        specs = (
+            ("Export &frame…", self.export_frame, "Ctrl+E", "PNG or SVG of the current step"),
+            ("Export &animation…", self.export_animation, "Ctrl+Shift+E", "GIF or MP4 of steps"),
+            ("Export &ledger…", self.export_ledger, "Ctrl+L", "PNG, CSV or JSON of the ledger"),
         )
-        w._action(
-            menu,
-            "Export &animation…",
-            self.export_animation,
-            QKeySequence("Ctrl+Shift+E"),
-            "GIF or MP4 of a step range",
-        )
-        w._action(
-            menu,
-            "Export &ledger…",
-            self.export_ledger,
-            QKeySequence("Ctrl+L"),
-            "PNG, CSV or JSON of the ledger",
-        )
+        toolbar = w.addToolBar("Export")
+        toolbar.setObjectName("toolbar_export")  # saveState needs stable names
+        self.actions = []
+        for text, slot, keys, tip in specs:
+            act = w._action(menu, text, slot, QKeySequence(keys), tip)
+            if before is not None:
+                menu.removeAction(act)
+                menu.insertAction(before, act)
+            toolbar.addAction(act)
+            self.actions.append(act)
+        if before is not None:
+            menu.insertSeparator(before)
 
     def _ask_path(self, title: str, default_name: str, filters: str) -> Path | None:
         s = self.settings()

@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
 
 from .config import Config
 from .controls import ControlsPanel
+from .export_dialogs import Exports
+from .gpu_panel import attach_gpu_panel
 from .lane_view import LaneView
 from .ledger_panel import LedgerPanel
 from .legend import Legend
@@ -117,6 +119,9 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.busy_label)
         self.theme = "system"
         self._build_menus()
+        self.exports = Exports(self)
+        self.exports.add_actions(self.file_menu, before=self.quit_separator)
+        self.gpu_panel = attach_gpu_panel(self)
         self.playback.sigProgress.connect(self._set_progress)
         self.stats_panel.sigTileJump.connect(self.playback.row_tile)
         self.state.sigStepChanged.connect(self._show_status)
