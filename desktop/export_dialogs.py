@@ -156,13 +156,17 @@ class Exports:
     def _ask_path(self, title: str, default_name: str, filters: str) -> Path | None:
         s = self.settings()
         folder = str(s.value("export/folder", str(Path.home())))
-        name, _ = QFileDialog.getSaveFileName(
+        name, chosen = QFileDialog.getSaveFileName(
             self.window, title, str(Path(folder) / default_name), filters
         )
         if not name:
             return None
-        s.setValue("export/folder", str(Path(name).parent))
-        return Path(name)
+        path = Path(name)
+        if not path.suffix and "(*" in chosen:
+            # A typed name without extension takes the chosen filter's one.
+            path = path.with_suffix(chosen.split("(*", 1)[1].rstrip(")").split()[0])
+        s.setValue("export/folder", str(path.parent))
+        return path
 
     def _report(self, exc: Exception) -> None:
         if not isinstance(exc, ExportCancelled):

@@ -196,3 +196,72 @@ def test_parsers():
         parse_steps("0:3", 10)
     assert len(FramePlan(range(2, 5), 4)) == 12
     assert FramePlan(range(1), 4).frames() == [(0, 0.25), (0, 0.5), (0, 0.75), (0, 1.0)]
+
+
+# ---- the GUI's File-menu exports ------------------------------------------------------
+
+
+def accept_dialogs(monkeypatch, path, chosen_filter="PNG image (*.png)"):
+    from PySide6.QtWidgets import QDialog, QFileDialog
+
+    from desktop import export_dialogs
+
+    monkeypatch.setattr(export_dialogs._Options, "exec", lambda self: QDialog.DialogCode.Accepted)
+    monkeypatch.setattr(
+        QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(path), chosen_filter))
+    )
+
+
+def test_gui_frame_export_writes_the_current_step(window, monkeypatch, tmp_path):
+    window.state.set_step(7)
+    accept_dialogs(monkeypatch, tmp_path / "frame")  # no extension: the filter's is added
+    window.exports.export_frame()
+    got = np.asarray(Image.open(tmp_path / "frame.png").convert("RGB"))
+    now = to_rgb_array(window.render_frame(7, "window"))
+    # Everything but the status bar, which now says "Wrote …".
+    top = now.shape[0] - window.statusBar().height()
+    assert got.shape == now.shape and np.array_equal(got[:top], now[:top])
+    assert window.state.step == 7
+
+
+def test_gui_animation_export_and_cancel(window, monkeypatch, tmp_path, dialogs):
+    from PySide6.QtWidgets import QProgressDialog
+
+    plan = FramePlan(range(0, 5), 2)
+    assert window.exports.run_animation(tmp_path / "a.gif", plan, 8, "tiled", (200, 150))
+    info, frames = gif_frames(tmp_path / "a.gif")
+    assert len(frames) == 10 and frames[0].shape == (150, 200, 3)
+
+    calls = {"n": 0}
+
+    def cancelled(self):
+        calls["n"] += 1
+        return calls["n"] >= 3
+
+    monkeypatch.setattr(QProgressDialog, "wasCanceled", cancelled)
+    target = tmp_path / "b.mp4"
+    assert window.exports.run_animation(target, plan, 8, "both", None) is False
+    assert not target.exists() and dialogs == []  # cancelling is not an error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif"]
+
+
+def test_gui_export_failure_is_one_sentence_in_a_dialog(window, monkeypatch, tmp_path, dialogs):
+    accept_dialogs(monkeypatch, tmp_path / "missing" / "x.png")
+    window.exports.export_frame()
+    assert len(dialogs) == 1 and "does not exist" in dialogs[0]
+    assert not (tmp_path / "missing").exists()
+
+
+def test_gui_ledger_export_csv(window, monkeypatch, tmp_path):
+    accept_dialogs(monkeypatch, tmp_path / "ledger.csv", "CSV table (*.csv)")
+    window.exports.export_ledger()
+    rows = list(csv.DictReader((tmp_path / "ledger.csv").open()))
+    totals = {r["lane"]: int(r["elements"]) for r in rows if r["tensor"] == "total"}
+    assert totals == {"dense": 240, "tiled": 96}
+
+
+def test_export_actions_are_in_the_file_menu_and_toolbar(window):
+    texts = [a.text() for a in window.file_menu.actions()]
+    assert "Export &animation…" in texts
+    assert texts.index("Export &ledger…") < texts.index("&Quit")
+    assert window.exports.actions[0].shortcut().toString() == "Ctrl+E"
