@@ -35,6 +35,8 @@ class HbmPainter:
         p.save()  # the frame's name runs up its left margin, out of the tensors' way
         p.translate(rect.left() + 3, rect.bottom() - 4)
         p.rotate(-90)
+        if p.fontMetrics().horizontalAdvance(label) > rect.height() - 8:
+            label = label.split(" ")[0]  # a short frame: "SRAM", not "SRAM (on chi…"
         p.drawText(QRectF(0, 0, rect.height() - 8, 14), Qt.AlignmentFlag.AlignLeft, label)
         p.restore()
         p.setFont(self.font())

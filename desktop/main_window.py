@@ -38,6 +38,7 @@ from .state import AppState
 from .stats_panel import StatsPanel
 from .theme import THEMES, apply_theme
 
+LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
 ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
 ABOUT = (
     "<h3>FlashAttention Explorer</h3>"
@@ -112,7 +113,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks(
             [self.docks["controls"], self.docks["stats"]], [270, 440], Qt.Orientation.Horizontal
         )
-        self.resizeDocks([self.docks["ledger"]], [290], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
         self.status_label = QLabel()
         self.busy_label = QLabel()
         self.statusBar().addWidget(self.status_label, 1)
@@ -145,15 +146,24 @@ class MainWindow(QMainWindow):
         return dock
 
     def add_side_panel(self, widget: QWidget, title: str, key: str | None = None) -> QDockWidget:
-        """Add a panel (e.g. the GPU panel) as a dock tabbed with the ledger."""
+        """Add a panel (e.g. the GPU panel) as a dock tabbed with the ledger.
+
+        The panel sits in a scroll area: a tall panel must not force the bottom dock,
+        and with it the lanes, to its own minimum height.
+        """
+        scroll = QScrollArea()
+        scroll.setWidget(widget)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         dock = self._dock(
             key or title.lower().replace(" ", "_"),
             title,
-            widget,
-            Qt.DockWidgetArea.RightDockWidgetArea,
+            scroll,
+            Qt.DockWidgetArea.BottomDockWidgetArea,
         )
         self.tabifyDockWidget(self.docks["ledger"], dock)
         self.docks["ledger"].raise_()
+        self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
         self._view_menu.addAction(dock.toggleViewAction())
         return dock
 
