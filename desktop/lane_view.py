@@ -17,7 +17,7 @@ from compute import Trace
 from . import lane_geometry as geo
 from .lane_hbm import HbmPainter
 from .lane_sram import SramPainter
-from .render import lane_sources, live_tensors
+from .render import kv_outer_hbm, lane_sources, live_tensors
 from .state import AppState
 from .theme import qimage
 
@@ -178,6 +178,8 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         if trace is None:
             return None
         sources = lane_sources(trace, self.lane)
+        if self._live:  # KV-outer: what HBM holds now, as drawn
+            sources.update(kv_outer_hbm(trace, self.state.step))
         for name, r in self._layout().items():
             if name in sources and r.contains(pos):
                 values = sources[name]

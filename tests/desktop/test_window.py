@@ -216,3 +216,15 @@ def test_ledger_shows_running_and_final_totals(window):
     assert panel.dense_total_label.text() == f"{st.trace.totals_at(0)['dense']:,}"
     assert panel.dense_bytes_label.text().endswith("of 240")
     assert panel.tiled_bytes_label.text().endswith("of 96")
+
+
+def test_tooltips_name_the_cell_and_its_value(window):
+    from PySide6.QtCore import QPointF
+
+    lane = window.lanes["dense"]
+    lane.grab()
+    rect = lane._layout()["S"]
+    n = window.state.trace.schedule.n_q
+    pos = QPointF(rect.left() + 2.5 * rect.width() / n, rect.top() + 1.5 * rect.height() / n)
+    value = window.state.trace.scores[1, 2]
+    assert lane._tooltip(pos) == f"S[1, 2] = {value:.6g}"
