@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import Config, from_explorer_config
+from .config import Config
 from .config_args import OneLineParser, add_config_arguments, config_from_args
 
 CONFIG_FLAGS = (
@@ -54,7 +54,7 @@ def flags_given(argv: list[str]) -> bool:
 
 
 def requested_config(args: argparse.Namespace) -> Config:
-    return from_explorer_config(config_from_args(args), args.open)
+    return config_from_args(args, args.open)
 
 
 def main(argv: list[str] | None = None) -> int:

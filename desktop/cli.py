@@ -67,7 +67,7 @@ def run_ledger(argv: Sequence[str]) -> int:
             cfg.n,
             cfg.keys,
             cfg.d,
-            cfg.value_dim,
+            cfg.dv,
             block_q=cfg.block_q,
             block_k=cfg.block_k,
             order=cfg.order,

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import compute
 from compute import InputError, Inputs, Trace
 
-from .config_args import SEED_SIZES, ExplorerConfig
-
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
+SEED_SIZES = (6, 6, 2, 2)  # the seed example's N, N_keys, d, d_v
 N_MAX = 2048  # the N control reaches past the issue's 1024
 # At most this many blocks per side: N = 1024 with blocks of 2 would be 400,000 steps
 # (minutes to build, unusable to scrub); 128 keeps the timeline under ~50,000 steps.
@@ -155,36 +154,3 @@ def build(config: Config) -> tuple[Config, Trace]:
     except ValueError as exc:  # the core's own checks are already one sentence
         raise InputError(str(exc)) from None
     return config, trace
-
-
-def from_explorer_config(ec: ExplorerConfig, open_path: str | None = None) -> Config:
-    """The GUI's Config for the command line's ExplorerConfig (same flags everywhere).
-
-    As in `config_args.make_inputs`, "seed" at sizes other than the seed's means seeded
-    random inputs, and any other --input value is a file path.
-    """
-    sizes = (ec.n, ec.keys, ec.d, ec.value_dim)
-    source, path = ec.input, ""
-    if source == "seed" and sizes != SEED_SIZES:
-        source = "random"
-    elif source not in ("seed", "random"):
-        source, path = "file", source
-    if open_path:
-        source, path = "file", open_path
-    return Config(
-        n=ec.n,
-        n_keys=0 if ec.n_keys is None else ec.n_keys,
-        d=ec.d,
-        dv=ec.value_dim,
-        block_q=ec.block_q,
-        block_k=ec.block_k,
-        order=ec.order,
-        causal=ec.causal,
-        save_lse=ec.save_lse,
-        dtype=ec.dtype,
-        input=source,
-        seed=ec.seed,
-        input_scale=ec.input_scale,
-        file=path,
-        sram=ec.sram_capacity or 0,
-    )

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from typing import NoReturn
 
-from compute import DTYPES, ORDERS, Inputs, load_inputs, random_inputs, seed_example
+from compute import DTYPES, ORDERS
+
+from .config import SEED_SIZES, Config
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -41,35 +42,6 @@ def positive_float(text: str) -> float:
     return value
 
 
-@dataclass(frozen=True)
-class ExplorerConfig:
-    """One configuration of both lanes: sizes, schedule, precision and where inputs come from."""
-
-    n: int = 6
-    n_keys: int | None = None  # None: same as n
-    d: int = 2
-    d_v: int | None = None  # None: same as d
-    block_q: int = 2
-    block_k: int = 2
-    order: str = "q-outer"
-    causal: bool = False
-    save_lse: bool = False
-    dtype: str = "float64"
-    sram_capacity: int | None = None
-    input: str = "seed"  # "seed", "random", or a path to a .npy/.npz file
-    seed: int = 0
-    input_scale: float = 1.0
-    row: int = 0
-
-    @property
-    def keys(self) -> int:
-        return self.n if self.n_keys is None else self.n_keys
-
-    @property
-    def value_dim(self) -> int:
-        return self.d if self.d_v is None else self.d_v
-
-
 def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
     """Add the shared configuration flags (defaults: the seed's example)."""
     g = parser.add_argument_group("configuration")
@@ -97,24 +69,38 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
         g.add_argument("--row", type=int, default=0, help="selected query row (default 0)")
 
 
-def config_from_args(args: argparse.Namespace) -> ExplorerConfig:
-    """Build an ExplorerConfig from parsed flags."""
-    return ExplorerConfig(
+def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> Config:
+    """The Config the flags describe (same flags in every command).
+
+    "--input seed" means the seed's vectors at the seed's sizes (N = 6, d = d_v = 2); with
+    other sizes it means seeded random inputs, so size flags always apply. Any other
+    --input value, or --open, is a .npy/.npz path.
+    """
+    d_v = args.d if args.dv is None else args.dv
+    n_keys = 0 if args.n_keys is None else args.n_keys
+    source, path = getattr(args, "input", "seed"), ""
+    if source == "seed" and (args.n, n_keys or args.n, args.d, d_v) != SEED_SIZES:
+        source = "random"
+    elif source not in ("seed", "random"):
+        source, path = "file", source
+    if open_path:
+        source, path = "file", open_path
+    return Config(
         n=args.n,
-        n_keys=args.n_keys,
+        n_keys=n_keys,
         d=args.d,
-        d_v=args.dv,
+        dv=d_v,
         block_q=args.block_q,
         block_k=args.block_k,
         order=args.order,
         causal=args.causal,
         save_lse=args.save_lse,
         dtype=args.dtype,
-        sram_capacity=args.sram,
-        input=getattr(args, "input", "seed"),
+        input=source,
         seed=getattr(args, "seed", 0),
         input_scale=getattr(args, "input_scale", 1.0),
-        row=getattr(args, "row", 0),
+        file=path,
+        sram=args.sram or 0,
     )
 
 
@@ -122,27 +108,3 @@ def fail(message: str, prog: str = "flash-explorer") -> int:
     """Print one error sentence on stderr and return the exit status for failures."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 1
-
-
-SEED_SIZES = (6, 6, 2, 2)
-
-
-def make_inputs(config: ExplorerConfig) -> Inputs:
-    """The inputs a configuration names; raises InputError with one sentence when impossible.
-
-    "seed" gives the seed's vectors at the seed's sizes (N = 6, d = d_v = 2); at any
-    other size it falls back to seeded random inputs, so size flags always apply.
-    """
-    sizes = (config.n, config.keys, config.d, config.value_dim)
-    if config.input == "seed" and sizes == SEED_SIZES:
-        return seed_example()
-    if config.input in ("seed", "random"):
-        return random_inputs(
-            config.n,
-            config.d,
-            config.value_dim,
-            n_k=config.keys,
-            seed=config.seed,
-            scale=config.input_scale,
-        )
-    return load_inputs(config.input)
