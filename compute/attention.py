@@ -89,16 +89,23 @@ def dense_attention(
     *,
     causal: bool = False,
     scale: float | None = None,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Materialised softmax(Q Kᵀ · scale) V in float64: the reference for every other path."""
+    """Materialised softmax(Q Kᵀ · scale) V in float64: the reference for every other path.
+
+    With `rows`, only those query rows are computed (a sample for large problems); the
+    causal mask still aligns them against the full N_q.
+    """
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
+    n_q, n_k = len(q), len(k)
+    rows = np.arange(n_q) if rows is None else np.asarray(rows)
     scale = default_scale(q.shape[1]) if scale is None else float(scale)
-    s = (q @ k.T) * scale
+    s = (q[rows] @ k.T) * scale
     if causal:
-        s = np.where(causal_mask(np.arange(len(q)), np.arange(len(k)), len(q), len(k)), s, -np.inf)
-    m = s.max(axis=1) if s.shape[1] else np.full(len(q), -np.inf)
+        s = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s, -np.inf)
+    m = np.max(s, axis=1, initial=-np.inf)
     p = np.exp(s - _safe_max(m)[:, None])
     return _divide_rows(p @ v, p.sum(axis=1))
 

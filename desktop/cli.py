@@ -10,8 +10,9 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from compute import TENSORS, InputError, Ledger, ledger
+from compute import TENSORS, InputError, Ledger
 
+from .config import ledger_for
 from .config_args import OneLineParser, add_config_arguments, config_from_args, fail
 
 DIRECTIONS = ("read", "write")
@@ -61,21 +62,8 @@ def run_ledger(argv: Sequence[str]) -> int:
     add_config_arguments(parser, inputs=False)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
-    cfg = config_from_args(args)
     try:
-        result = ledger(
-            cfg.n,
-            cfg.keys,
-            cfg.d,
-            cfg.dv,
-            block_q=cfg.block_q,
-            block_k=cfg.block_k,
-            order=cfg.order,
-            causal=cfg.causal,
-            save_lse=cfg.save_lse,
-            dtype=cfg.dtype,
-            sram_capacity=cfg.sram_capacity,
-        )
+        result = ledger_for(config_from_args(args))
     except (InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
     print(json.dumps(result.to_dict()) if args.json else format_ledger(result))

@@ -111,6 +111,30 @@ def make_inputs(config: Config) -> Inputs:
     )
 
 
+def ledger_for(config: Config) -> compute.Ledger:
+    """The exact ledger of a config at the block sizes asked for (no display cap here).
+
+    Only shapes matter: a file is read for its shapes, random inputs are not drawn.
+    """
+    n_q, n_k, d, dv = config.n, config.keys, config.d, config.dv
+    if config.input != "random":
+        inputs = make_inputs(config)
+        (n_q, d), (n_k, dv) = inputs.q.shape, inputs.v.shape
+    return compute.ledger(
+        n_q,
+        n_k,
+        d,
+        dv,
+        block_q=config.block_q,
+        block_k=config.block_k,
+        order=config.order,
+        causal=config.causal,
+        save_lse=config.save_lse,
+        dtype=config.dtype,
+        sram_capacity=config.sram_capacity,
+    )
+
+
 def min_block(positions: int) -> int:
     """The smallest block that keeps a side at MAX_TILES tiles or fewer."""
     return max(1, math.ceil(positions / MAX_TILES))

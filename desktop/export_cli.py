@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from compute import InputError, ledger
+from compute import InputError
 
 from .atomic import ExportError
 from .config_args import OneLineParser, add_config_arguments, fail, positive_float, positive_int
@@ -89,12 +89,24 @@ def export_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _build_config(args):
-    from .app import requested_config
-    from .config import build
+def _checked_config(args):
+    """The config the flags ask for, checked and fitted to its inputs (one sentence if not).
 
-    config = requested_config(args)
-    return build(config)[0]
+    The window draws at most MAX_TILES blocks a side and raises smaller blocks; say so,
+    since the frames then show other block sizes than the flags named.
+    """
+    from .app import requested_config
+    from .config import MAX_TILES, conform, make_inputs
+
+    asked = requested_config(args).validated()
+    config = conform(asked, make_inputs(asked))
+    if (config.block_q, config.block_k) != (asked.block_q, asked.block_k):
+        print(
+            f"note: drawing blocks {config.block_q}x{config.block_k} instead of "
+            f"{asked.block_q}x{asked.block_k}, to keep at most {MAX_TILES} blocks a side",
+            file=sys.stderr,
+        )
+    return config
 
 
 def main(argv: list[str]) -> int:
@@ -107,7 +119,7 @@ def main(argv: list[str]) -> int:
 
         path = check_suffix(args.out, VIEW_SUFFIXES)
         size = parse_size(args.size) if args.size else None
-        config = _build_config(args)
+        config = _checked_config(args)
         window = headless_window(config, row=args.row, theme=args.theme, size=size or SCREEN_SIZE)
         if not 0 <= args.row < window.state.trace.schedule.n_q:
             raise ExportError(
@@ -148,26 +160,12 @@ def main_ledger(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         from .app import requested_config
-        from .config import conform, make_inputs
+        from .config import ledger_for
         from .exporter import check_suffix
         from .ledger_export import LEDGER_SUFFIXES, export_ledger
 
         path = check_suffix(args.out, LEDGER_SUFFIXES)
-        config = requested_config(args).validated()
-        config = conform(config, make_inputs(config))
-        result = ledger(
-            config.n,
-            config.keys,
-            config.d,
-            config.dv,
-            block_q=config.block_q,
-            block_k=config.block_k,
-            order=config.order,
-            causal=config.causal,
-            save_lse=config.save_lse,
-            dtype=config.dtype,
-            sram_capacity=config.sram_capacity,
-        )
+        result = ledger_for(requested_config(args).validated())
         if path.suffix.lower() == ".png":
             ensure_app()
         export_ledger(result, path, scale=args.scale)

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from ..attention import dense_attention
+
 
 def sample_indices(bh: int, n_q: int, *, max_heads: int = 2, max_rows: int = 512, seed: int = 0):
     """Heads and query rows to check: all when small, else a fixed random sample (sorted).
@@ -36,23 +38,7 @@ def reference_rows(
     scale: float | None = None,
 ) -> np.ndarray:
     """Float64 attention output for query rows `rows` of one head (q is the full (N_q, d))."""
-    q = np.asarray(q, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
-    n_q, n_k = len(q), len(k)
-    scale = 1.0 / math.sqrt(q.shape[1]) if scale is None else float(scale)
-    s = (q[rows] @ k.T) * scale
-    if causal:
-        visible = np.arange(n_k)[None, :] <= rows[:, None] + (n_k - n_q)
-        s = np.where(visible, s, -np.inf)
-    else:
-        visible = np.ones(s.shape, dtype=bool)
-    m = np.where(visible.any(axis=1), s.max(axis=1, initial=-np.inf), 0.0)
-    p = np.where(visible, np.exp(np.where(visible, s, 0.0) - m[:, None]), 0.0)
-    num, den = p @ v, p.sum(axis=1)
-    out = np.zeros_like(num)
-    np.divide(num, den[:, None], out=out, where=den[:, None] > 0)
-    return out
+    return dense_attention(q, k, v, causal=causal, scale=scale, rows=np.asarray(rows))
 
 
 def error_stats(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
