@@ -229,7 +229,13 @@ class GpuPanel(QWidget):
         self.selector.blockSignals(True)  # programmatic change: show once, below
         self.selector.clear()
         self.selector.addItems([report_label(r) for r in reports])
-        first = next((i for i, r in enumerate(reports) if r["results"]), 0)
+        # Open on the most complete report (most kernels measured, then the panel's N).
+        def completeness(i: int) -> tuple[int, bool]:
+            r = reports[i]
+            ok = sum("error" not in x for x in r["results"])
+            return ok, r["config"].get("n") == self.n_spin.value()
+
+        first = max(range(len(reports)), key=completeness)
         self.selector.setCurrentIndex(first)
         self.selector.blockSignals(False)
         self.show_message("")
