@@ -8,6 +8,7 @@ works with QT_QPA_PLATFORM=offscreen.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -57,9 +58,29 @@ def requested_config(args: argparse.Namespace) -> Config:
     return config_from_args(args, args.open)
 
 
+def has_display() -> bool:
+    """Whether a window can be shown: always off Linux; on Linux, an X11 or Wayland display."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
+    if not has_display() and not os.environ.get("QT_QPA_PLATFORM"):
+        if not args.screenshot:
+            print(
+                "flash-explorer: error: no display was found; run it on a desktop, or use "
+                "--screenshot or `flash-explorer export` for headless output.",
+                file=sys.stderr,
+            )
+            return 2
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a screenshot needs no screen
+    if args.screenshot:
+        from .export_cli import quiet_platform_notes
+
+        quiet_platform_notes()
     from PySide6.QtWidgets import QApplication
 
     from .main_window import APPLICATION, ORGANISATION, MainWindow, saved_config

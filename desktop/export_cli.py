@@ -30,13 +30,21 @@ def _common_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def ensure_app():
     """A QApplication; offscreen when there is no display, so exports run on servers."""
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    from .app import has_display
+
+    if not has_display():
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
-    qInstallMessageHandler(_quiet_platform_notes)
+    quiet_platform_notes()
     return QApplication.instance() or QApplication([sys.argv[0]])
+
+
+def quiet_platform_notes() -> None:
+    """Drop the offscreen platform's per-window note from stderr (everything else stays)."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    qInstallMessageHandler(_quiet_platform_notes)
 
 
 def _quiet_platform_notes(_mode, _context, message: str) -> None:

@@ -229,6 +229,7 @@ class GpuPanel(QWidget):
         self.selector.blockSignals(True)  # programmatic change: show once, below
         self.selector.clear()
         self.selector.addItems([report_label(r) for r in reports])
+
         # Open on the most complete report (most kernels measured, then the panel's N).
         def completeness(i: int) -> tuple[int, bool]:
             r = reports[i]

@@ -63,3 +63,36 @@ def test_bad_arguments_give_one_line_and_nonzero_exit(args):
 def test_help_lists_subcommands(capsys):
     assert main(["--help"]) == 0
     assert "ledger" in capsys.readouterr().out
+
+
+def test_gui_without_a_display_says_so_in_one_line():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.pop("QT_QPA_PLATFORM", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "desktop.cli"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "flash-explorer: error: no display was found; run it on a desktop, or use "
+        "--screenshot or `flash-explorer export` for headless output."
+    ]
+
+
+def test_screenshot_without_a_display_goes_offscreen(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.pop("QT_QPA_PLATFORM", None)
+    out = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "desktop.cli", "--screenshot", str(out), "--step", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and "step 3 of 27" in proc.stdout
+    assert out.stat().st_size > 10_000
