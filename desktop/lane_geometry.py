@@ -86,6 +86,7 @@ class SramTile:
     first_row: int | None = None  # query row of values[0] (for clicks); None for K/V
     note: str = ""  # shown when there are no values (e.g. "accumulating")
     cached: bool = True  # values are a view into the trace (safe to cache its image)
+    probabilities: bool = False  # values are P (drawn on the probability scale)
 
 
 def _block_tile_count(trace: Trace, block: int, step: int) -> int:
@@ -151,7 +152,13 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
         if r.cols[1] - r.cols[0] == trace.schedule.n_k and r.tensor in "SP":
             label = f"{r.tensor} rows of block {action.block_i}"
         tiles.append(
-            SramTile(r.tensor, label, values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]], first)
+            SramTile(
+                r.tensor,
+                label,
+                values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]],
+                first,
+                probabilities=r.tensor == "P",
+            )
         )
     if action.phase == "write_o":
         r0, r1 = trace.schedule.rows(action.block_i)

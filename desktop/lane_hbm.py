@@ -93,7 +93,7 @@ class HbmPainter:
                 continue  # drawn per step by _paint_live
             draw_image(p, r, self._images[name])
             if img.values is not None:
-                draw_numbers(p, r, img.values, images.scale, self.font())
+                draw_numbers(p, r, img.values, images.scale_for(name), self.font())
             block = (
                 s.block_q if name in geo.QUERY_TENSORS else s.block_k,
                 s.block_k if name in "SP" else 0,

@@ -26,7 +26,7 @@ class SramPainter:
         inner = area.adjusted(0, 4, 0, -22)
         slots = geo.layout_sram(tiles, self._layout(), inner)
         pal = self.palette()
-        scale = self.state.images.scale
+        images = self.state.images
         self._sram = []
         for tile, slot in zip(tiles, slots, strict=True):
             rect = self._tile_rect(tile, slot.adjusted(0, 18, 0, 0))
@@ -47,27 +47,28 @@ class SramPainter:
                         rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note
                     )
                 continue
+            scale = images.prob_scale if tile.probabilities else images.scale
             draw_matrix(
                 p,
                 rect,
                 tile.values,
                 scale,
                 self.font(),
-                image=self._tile_image(tile.values) if tile.cached else None,
+                image=self._tile_image(tile.values, scale) if tile.cached else None,
                 neutral=tile.tensor == "l",
             )
         self._paint_capacity(p, trace, area)
         self._paint_equation(p, trace, step, area)
 
-    def _tile_image(self, values) -> QImage:
+    def _tile_image(self, values, scale) -> QImage:
         """A tile's heatmap, cached: tiles are views into the trace's read-only arrays, so
         (address, shape, strides) names their content for the trace's lifetime."""
-        key = (values.__array_interface__["data"][0], values.shape, values.strides)
+        key = (values.__array_interface__["data"][0], values.shape, values.strides, scale.vmax)
         image = self._tile_cache.get(key)
         if image is None:
             if len(self._tile_cache) > 512:
                 self._tile_cache.clear()
-            image = self._tile_cache[key] = qimage(self.state.images.scale.rgba(values))
+            image = self._tile_cache[key] = qimage(scale.rgba(values))
         return image
 
     def _tile_rect(self, tile: geo.SramTile, box: QRectF) -> QRectF:

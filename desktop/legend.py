@@ -1,4 +1,4 @@
-"""The shared colour scale and the legend of highlight colours, under the lanes."""
+"""The two colour scales (values, probabilities) and the legend of highlight colours."""
 
 from __future__ import annotations
 
@@ -19,6 +19,25 @@ class Legend(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         state.sigTraceChanged.connect(self.update)
 
+    def _bar(self, p: QPainter, bar: QRectF, first: int, ticks) -> None:
+        """A colour bar over LUT entries first..255, with value labels under it."""
+        pal = self.palette()
+        grad = QLinearGradient(bar.topLeft(), bar.topRight())
+        for k in range(first, 256, 16):
+            grad.setColorAt((k - first) / (255 - first), QColor(*LUT[k][:3]))
+        grad.setColorAt(1.0, QColor(*LUT[255][:3]))
+        p.fillRect(bar, grad)
+        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        p.drawRect(bar)
+        p.setPen(pal.color(QPalette.ColorRole.WindowText))
+        for frac, value in ticks:
+            x = bar.left() + frac * bar.width()
+            p.drawText(
+                QRectF(x - 40, 16, 80, 16),
+                Qt.AlignmentFlag.AlignCenter,
+                f"{value:.3g}".replace("-", "−"),
+            )
+
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)
         pal = self.palette()
@@ -26,25 +45,13 @@ class Legend(QWidget):
         p.setPen(text)
         images = self.state.images
         vmax = images.scale.vmax if images is not None else 1.0
-        bar = QRectF(190, 4, 220, 12)
-        p.drawText(
-            QRectF(8, 0, 180, 20), Qt.AlignmentFlag.AlignVCenter, "Shared colour scale (values)"
-        )
-        grad = QLinearGradient(bar.topLeft(), bar.topRight())
-        for k in range(0, 256, 32):
-            grad.setColorAt(k / 255, QColor(*LUT[k][:3]))
-        grad.setColorAt(1.0, QColor(*LUT[255][:3]))
-        p.fillRect(bar, grad)
-        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
-        p.drawRect(bar)
-        p.setPen(text)
-        for frac, value in ((0.0, -vmax), (0.5, 0.0), (1.0, vmax)):
-            x = bar.left() + frac * bar.width()
-            p.drawText(
-                QRectF(x - 40, 16, 80, 16),
-                Qt.AlignmentFlag.AlignCenter,
-                f"{value:.3g}".replace("-", "−"),
-            )
+        pmax = images.prob_scale.vmax if images is not None else 1.0
+        p.drawText(QRectF(8, 0, 60, 20), Qt.AlignmentFlag.AlignVCenter, "Values")
+        self._bar(p, QRectF(60, 4, 180, 12), 0, ((0.0, -vmax), (0.5, 0.0), (1.0, vmax)))
+        p.drawText(QRectF(262, 0, 20, 20), Qt.AlignmentFlag.AlignVCenter, "P")
+        # P ≥ 0 uses the white-to-red half of the same palette, scaled to its own maximum.
+        bar = QRectF(280, 4, 100, 12)
+        self._bar(p, bar, 128, ((0.0, 0.0), (1.0, pmax)))
         x, y = bar.right() + 36, 0.0
         never = QColor(pal.color(QPalette.ColorRole.Base))
         items = (

@@ -111,10 +111,18 @@ class TensorImage:
 
 @dataclass
 class LaneImages:
-    """All tensors of both lanes for one trace, with their shared colour scale."""
+    """All tensors of both lanes for one trace, with their two shared colour scales.
+
+    Values (Q, K, V, S, O, the tiles) share one symmetric scale. Probabilities P get
+    their own: they are about 1/N_k, so on the values' scale they fade to white as N grows.
+    """
 
     scale: ColorScale
+    prob_scale: ColorScale = field(default_factory=lambda: ColorScale(1.0))
     lanes: dict[str, dict[str, TensorImage]] = field(default_factory=dict)
+
+    def scale_for(self, tensor: str) -> ColorScale:
+        return self.prob_scale if tensor == "P" else self.scale
 
 
 NEVER = np.iinfo(np.int32).max
@@ -125,11 +133,12 @@ ROBUST_ABOVE = 4096  # values; above this the scale is a percentile, not the max
 ROBUST_PERCENTILE = 99.5
 
 
-def _shared_vmax(trace: Trace) -> float:
+def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
     """The scale's half-width: the largest |value| for small examples (every cell carries
     its number), the 99.5th percentile for large ones, so a few extremes do not wash
-    every heatmap out (cells beyond it saturate)."""
-    parts = [trace.q, trace.k, trace.v, trace.reference, trace.probs, trace.scores]
+    every heatmap out (cells beyond it saturate). Default parts: the values, not P."""
+    if parts is None:
+        parts = [trace.q, trace.k, trace.v, trace.reference, trace.scores]
     flat = np.abs(np.concatenate([np.ravel(p) for p in parts]))
     flat = flat[np.isfinite(flat)]
     if flat.size == 0:
@@ -187,7 +196,9 @@ def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> No
 
 def prepare_images(trace: Trace) -> LaneImages:
     """Heatmaps and write histories of both lanes' HBM tensors."""
-    images = LaneImages(ColorScale(_shared_vmax(trace)))
+    images = LaneImages(
+        ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [trace.probs]))
+    )
     written = {"O", "S", "P", "m", "l", "L"}
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
@@ -200,7 +211,7 @@ def prepare_images(trace: Trace) -> LaneImages:
             if name in ("l", "L"):
                 rgba = np.tile(np.array([225, 225, 215, 255], dtype=np.uint8), (*small.shape, 1))
             else:
-                rgba = images.scale.rgba(small)
+                rgba = images.scale_for(name).rgba(small)
             keep = values if max(values.shape) <= NUMBERS_CAP else None
             img = TensorImage(name, values.shape, rgba, (fr, fc), keep)
             if name in written:
