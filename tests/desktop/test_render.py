@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import compute
 from desktop.render import ColorScale, downsample, kv_outer_hbm, live_tensors, prepare_images
@@ -74,3 +75,16 @@ def test_step_equation_shows_the_cores_numbers_for_the_selected_row():
     assert step_equation(tr, "tiled", int(steps[0]), 4) == PHASE_TEXT[("tiled", "update")]
     assert step_equation(tr, "dense", 0, 0) == PHASE_TEXT[("dense", "load_q")]
     assert step_equation(tr, "tiled", tr.n_steps - 1, 0) == "done"
+
+
+def test_probabilities_have_their_own_scale():
+    s = compute.random_inputs(48, 8, 8, seed=4)
+    trace = compute.build_trace(s.q, s.k, s.v, block_q=8, block_k=8)
+    images = prepare_images(trace)
+    assert images.scale_for("P") is images.prob_scale
+    assert images.prob_scale.vmax == pytest.approx(trace.probs.max())
+    values = [trace.q, trace.k, trace.v, trace.reference, trace.scores]
+    assert images.scale.vmax == pytest.approx(max(float(abs(v).max()) for v in values))
+    # On its own scale the largest probability is fully saturated, not near white.
+    top = images.prob_scale.rgba(np.array([[trace.probs.max()]]))[0, 0, :3]
+    assert top.min() < 120
