@@ -39,6 +39,13 @@ class _BuildJob(QRunnable):
             self.relay.sigDone.emit(
                 self.generation, None, "This configuration needs more memory than is free."
             )
+        except Exception as exc:  # noqa: BLE001 (a worker must always answer, or busy sticks)
+            self.relay.sigDone.emit(
+                self.generation,
+                None,
+                f"Building this configuration failed ({exc.__class__.__name__}: {exc}); "
+                "the previous one is kept.",
+            )
         else:
             self.relay.sigDone.emit(self.generation, result, None)
 
