@@ -11,17 +11,13 @@ with its NVRTC log, out of device memory, tiles too large) becomes a message her
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QThread, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFileDialog,
-    QGraphicsRectItem,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -36,47 +32,17 @@ from PySide6.QtWidgets import (
 )
 
 from compute.gpu import DeviceStatus, status
-from compute.gpu.bench import BenchCancelled, BenchConfig, GpuUnavailable, run_bench
+from compute.gpu.bench import BenchConfig, run_bench
 from compute.gpu.report import HEADER, ReportError, report_label, result_rows, split_reports
 from compute.gpu.report import sweep_for as find_sweep
 
-from .theme import style_plot
+from .gpu_bench_thread import BenchThread, Runner
+from .gpu_sweep import SweepView
 
 # The H200 recording shipped in a checkout: shown until the user opens or records another.
 BUNDLED_REPORT = Path(__file__).parents[1] / "assets" / "benchmarks" / "gpu_tiled_h200.json"
 DEBOUNCE_MS = 600  # sliders must rest this long before an automatic re-run
 COUNT_HEADER = ["tensor", "dir", "kernel-counted", "ledger", "equal"]
-Runner = Callable[..., dict]
-
-
-class BenchThread(QThread):
-    """Runs one benchmark off the GUI thread; cancel() stops it between steps."""
-
-    sigProgress = Signal(int, int, str)
-    sigDone = Signal(object)  # the report dict
-    sigFailed = Signal(str, str)  # one-sentence message, full detail (e.g. the NVRTC log)
-
-    def __init__(self, config: BenchConfig, runner: Runner, parent=None) -> None:
-        super().__init__(parent)
-        self.config, self._runner, self._cancel = config, runner, False
-
-    def cancel(self) -> None:
-        self._cancel = True
-
-    def run(self) -> None:
-        try:
-            report = self._runner(
-                self.config, progress=self.sigProgress.emit, should_stop=lambda: self._cancel
-            )
-        except BenchCancelled:
-            self.sigFailed.emit("Benchmark cancelled.", "")
-        except GpuUnavailable as exc:
-            self.sigFailed.emit(str(exc), "")
-        except Exception as exc:  # the edge: anything else is shown, never raised into Qt
-            text = str(exc).strip() or type(exc).__name__
-            self.sigFailed.emit(f"The benchmark failed: {text.splitlines()[0]}", text)
-        else:
-            self.sigDone.emit(report)
 
 
 class GpuPanel(QWidget):
@@ -98,7 +64,6 @@ class GpuPanel(QWidget):
         self.reports: list[dict] = []
         self.blocks = (64, 64)
         self.order = "q-outer"
-        self._sweep_n = 0
         self._debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
         self._debounce.timeout.connect(self.run_current)
         self._build()
@@ -127,30 +92,7 @@ class GpuPanel(QWidget):
         self.detail.setMaximumHeight(90)
         self.table = self._table(HEADER)
         self.counts = self._table(COUNT_HEADER)
-        self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(180)
-        item = self.plot.getPlotItem()
-        item.setLabel("bottom", "block_k (B_c)")
-        item.setLabel("left", "block_q (B_r)")
-        item.setMenuEnabled(False)
-        item.setMouseEnabled(False, False)
-        self.image = pg.ImageItem()
-        cmap = pg.colormap.get("viridis")
-        cmap.reverse()  # in place: the fastest cell is the brightest
-        self.image.setColorMap(cmap)
-        item.addItem(self.image)
-        self.current_rect = QGraphicsRectItem(0, 0, 1, 1)  # the sliders' cell, outlined
-        pen = pg.mkPen("#e3a008", width=4)
-        pen.setCosmetic(True)
-        self.current_rect.setPen(pen)
-        self.current_rect.setVisible(False)
-        self.best_mark = pg.ScatterPlotItem(symbol="star", size=18, brush=pg.mkBrush("#ffffff"))
-        item.addItem(self.current_rect)
-        item.addItem(self.best_mark)
-        self._cell_text: list[pg.TextItem] = []
-        style_plot(self.plot, [item], self.palette())
-        self.sweep_note = QLabel()
-        self.sweep_note.setWordWrap(True)
+        self.sweep_view = SweepView()
 
         files = QHBoxLayout()
         files.addWidget(self.open_button)
@@ -177,8 +119,7 @@ class GpuPanel(QWidget):
         layout.addWidget(self.detail)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.counts, 1)
-        layout.addWidget(self.plot, 2)
-        layout.addWidget(self.sweep_note)
+        layout.addWidget(self.sweep_view, 2)
         self._set_running(False)
 
     @staticmethod
@@ -260,8 +201,7 @@ class GpuPanel(QWidget):
         self._fill_counts(report)
         sweep = find_sweep(report, self.reports)
         owner = next((r for r in self.reports if r.get("sweep") is sweep), report)
-        self._sweep_n = owner["config"]["n"]
-        self._draw_sweep(sweep)
+        self.sweep_view.show_sweep(sweep, owner["config"]["n"], self.blocks)
         self.sigReportShown.emit()
 
     def _fill_results(self, report: dict) -> None:
@@ -291,64 +231,11 @@ class GpuPanel(QWidget):
                 self.counts.setItem(i, j, QTableWidgetItem(text))
         self.counts.setVisible(bool(rows))
 
-    # -- sweep heatmap -----------------------------------------------------------------
-    def _draw_sweep(self, sweep: dict | None) -> None:
-        item = self.plot.getPlotItem()
-        for text in self._cell_text:
-            item.removeItem(text)
-        self._cell_text = []
-        self.sweep = sweep
-        if not sweep:
-            self.image.clear()
-            self.current_rect.setVisible(False)
-            self.best_mark.setData([], [])
-            self.sweep_note.setText("This report holds no block sweep.")
-            return
-        ms = np.array([[np.nan if v is None else v for v in line] for line in sweep["ms"]])
-        finite = ms[np.isfinite(ms)]
-        lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
-        self.image.setImage(np.nan_to_num(ms.T, nan=hi), levels=(lo, max(hi, lo + 1e-9)))
-        for (y, x), v in np.ndenumerate(ms):
-            label = "does not fit" if np.isnan(v) else f"{v:.2f} ms"
-            text = pg.TextItem(label, color="k", fill=pg.mkBrush(255, 255, 255, 190),
-                               anchor=(0.5, 0.5))  # fmt: skip
-            text.setPos(x + 0.5, y + 0.5)
-            item.addItem(text)
-            self._cell_text.append(text)
-        ticks = [(i + 0.5, str(b)) for i, b in enumerate(sweep["block_k"])]
-        item.getAxis("bottom").setTicks([ticks])
-        ticks = [(i + 0.5, str(b)) for i, b in enumerate(sweep["block_q"])]
-        item.getAxis("left").setTicks([ticks])
-        best = sweep.get("best")
-        if best:
-            x, y = sweep["block_k"].index(best["block_k"]), sweep["block_q"].index(best["block_q"])
-            self.best_mark.setData([x + 0.15], [y + 0.8])  # top-left corner of the cell
-        self._mark_current()
-
-    def _mark_current(self) -> None:
-        sweep = getattr(self, "sweep", None)
-        if not sweep:
-            return
-        bq, bk = self.blocks
-        best = sweep.get("best") or {}
-        note = f"Tiled kernel, ms per run at N={self._sweep_n} ({sweep['order']}); ☆ fastest"
-        if best:
-            note += f": {best['block_q']}×{best['block_k']} at {best['ms']:.3f} ms"
-        if bq in sweep["block_q"] and bk in sweep["block_k"]:
-            x, y = sweep["block_k"].index(bk), sweep["block_q"].index(bq)
-            self.current_rect.setRect(x + 0.02, y + 0.02, 0.96, 0.96)
-            self.current_rect.setVisible(True)
-            note += f"; □ sliders: {bq}×{bk}"
-        else:
-            self.current_rect.setVisible(False)
-            note += f"; the sliders' {bq}×{bk} is not in this sweep"
-        self.sweep_note.setText(note)
-
     # -- running -----------------------------------------------------------------------
     def set_blocks(self, block_q: int, block_k: int, order: str = "q-outer") -> None:
         """The sliders moved: mark the choice; re-run once they settle, if asked to."""
         self.blocks, self.order = (block_q, block_k), order
-        self._mark_current()
+        self.sweep_view.mark(self.blocks)
         if self.auto_check.isChecked() and self.device.usable:
             self._debounce.start()
 

@@ -73,17 +73,17 @@ def test_sweep_heatmap_marks_sliders_and_best(panel_factory):
     panel = panel_factory()
     panel.load_report(FIXTURE)
     _pick(panel, "float32", 1024, "tiled q-outer, dense")  # no sweep of its own: dtype's sweep
-    assert panel.image.image.shape == (3, 3)
+    assert panel.sweep_view.image.image.shape == (3, 3)
     panel.set_blocks(64, 32)
-    cell = panel.current_rect.rect()
-    assert panel.current_rect.isVisible()
+    cell = panel.sweep_view.current_rect.rect()
+    assert panel.sweep_view.current_rect.isVisible()
     assert (round(cell.x()), round(cell.y())) == (0, 1)  # block_k 32 is column 0, block_q 64 row 1
-    assert "sliders: 64×32" in panel.sweep_note.text()
-    bx, by = panel.best_mark.getData()
+    assert "sliders: 64×32" in panel.sweep_view.sweep_note.text()
+    bx, by = panel.sweep_view.best_mark.getData()
     assert (int(bx[0]), int(by[0])) == (1, 2)  # 128x64 was fastest
     panel.set_blocks(100, 50)
-    assert "not in this sweep" in panel.sweep_note.text()
-    assert not panel.current_rect.isVisible()
+    assert "not in this sweep" in panel.sweep_view.sweep_note.text()
+    assert not panel.sweep_view.current_rect.isVisible()
 
 
 def test_bad_files_become_messages(panel_factory, tmp_path):
@@ -179,9 +179,12 @@ def test_single_cli_report_with_its_own_sweep(panel_factory):
     assert panel.selector.count() == 1
     kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
     assert kernels == ["tiled", "dense", "fast"]
-    assert panel.image.image.shape == (4, 4)
+    assert panel.sweep_view.image.image.shape == (4, 4)
     panel.set_blocks(128, 64)
-    assert "sliders: 128×64" in panel.sweep_note.text() and "N=4096" in panel.sweep_note.text()
+    assert (
+        "sliders: 128×64" in panel.sweep_view.sweep_note.text()
+        and "N=4096" in panel.sweep_view.sweep_note.text()
+    )
 
 
 def test_failed_path_is_a_row_message(panel_factory):
@@ -190,7 +193,7 @@ def test_failed_path_is_a_row_message(panel_factory):
     fast = _cells(panel.table, 2)
     assert fast[0] == "fast" and fast[-1].startswith("error: flash_attention takes float16")
     assert panel.table.columnSpan(2, 3) == panel.table.columnCount() - 3
-    assert "no block sweep" in panel.sweep_note.text()
+    assert "no block sweep" in panel.sweep_view.sweep_note.text()
 
 
 def test_attach_follows_the_sliders_and_stops_on_close(qtbot, monkeypatch):
