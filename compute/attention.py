@@ -82,7 +82,7 @@ def _divide_rows(a: np.ndarray, l: np.ndarray) -> np.ndarray:
     return out
 
 
-def dense_attention(
+def dense_lane(
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
@@ -90,11 +90,11 @@ def dense_attention(
     causal: bool = False,
     scale: float | None = None,
     rows: np.ndarray | None = None,
-) -> np.ndarray:
-    """Materialised softmax(Q Kᵀ · scale) V in float64: the reference for every other path.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The dense path's S (−∞ where masked), P and output O, all float64.
 
     With `rows`, only those query rows are computed (a sample for large problems); the
-    causal mask still aligns them against the full N_q.
+    causal mask still aligns them against the full N_q. Fully masked rows give P = O = 0.
     """
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
@@ -107,7 +107,24 @@ def dense_attention(
         s = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s, -np.inf)
     m = np.max(s, axis=1, initial=-np.inf)
     p = np.exp(s - _safe_max(m)[:, None])
-    return _divide_rows(p @ v, p.sum(axis=1))
+    l = p.sum(axis=1)
+    return s, _divide_rows(p, l), _divide_rows(p @ v, l)
+
+
+def dense_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:
+    """Materialised softmax(Q Kᵀ · scale) V in float64: the reference for every other path.
+
+    With `rows`, only those query rows are computed; see `dense_lane`.
+    """
+    return dense_lane(q, k, v, causal=causal, scale=scale, rows=rows)[2]
 
 
 def tile_visibility(n_q: int, n_k: int, block_q: int, block_k: int, causal: bool) -> np.ndarray:

@@ -103,7 +103,8 @@ class Ledger:
         }
 
 
-def _freeze(counts: dict[str, dict[str, int]]) -> Counts:
+def freeze_counts(counts: Mapping[str, Mapping[str, int]]) -> Counts:
+    """Read-only per-tensor, per-direction counts."""
     return MappingProxyType({t: MappingProxyType(dict(counts[t])) for t in TENSORS})
 
 
@@ -119,7 +120,7 @@ def count_actions(actions: Iterable[Action | None]) -> Counts:
             continue
         for transfer in action.transfers:
             counts[transfer.tensor][transfer.direction] += transfer.elements
-    return _freeze(counts)
+    return freeze_counts(counts)
 
 
 def make_ledger(
@@ -199,7 +200,7 @@ def closed_form_counts(s: Schedule) -> dict[str, Counts]:
         for t in ("l", "m"):
             tiled[t]["read"] = visits_rows
             tiled[t]["write"] = s.n_q + visits_rows
-    return {"dense": _freeze(dense), "tiled": _freeze(tiled)}
+    return {"dense": freeze_counts(dense), "tiled": freeze_counts(tiled)}
 
 
 def closed_form_ledger(

@@ -16,13 +16,12 @@ import numpy as np
 
 from .attention import (
     RowHistory,
-    causal_mask,
     default_scale,
-    dense_attention,
+    dense_lane,
     tiled_attention_history,
 )
 from .inputs import validate_inputs
-from .ledger import Ledger, count_actions, make_ledger
+from .ledger import Ledger, freeze_counts, make_ledger
 from .schedule import DIRECTIONS, LANES, TENSORS, Action, Schedule, lane_actions
 
 
@@ -141,8 +140,8 @@ class Trace:
         return {lane: int(c[li].sum()) for li, lane in enumerate(LANES)}
 
     def ledger(self) -> Ledger:
-        """The whole run's ledger, counted from this trace's own steps."""
-        counts = {lane: count_actions(st.action(lane) for st in self.steps) for lane in LANES}
+        """The whole run's ledger: this trace's own steps, summed (the last running counts)."""
+        counts = {lane: freeze_counts(c) for lane, c in self.counts_at(self.n_steps - 1).items()}
         return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
 
     def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
@@ -210,13 +209,7 @@ def build_trace(
         scale=scale,
         dtype=dtype,
     )
-    scores = (q @ k.T) * scale
-    if causal:
-        scores = np.where(causal_mask(np.arange(n_q), np.arange(n_k), n_q, n_k), scores, -np.inf)
-    row_max = np.max(scores, axis=1, initial=-np.inf)
-    p = np.exp(scores - np.where(np.isneginf(row_max), 0.0, row_max)[:, None])
-    denom = p.sum(axis=1, keepdims=True)
-    probs = np.divide(p, denom, out=np.zeros_like(p), where=denom > 0)
+    scores, probs, reference = dense_lane(q, k, v, causal=causal, scale=scale)
     steps = tuple(
         Step(i, dense, tiled)
         for i, (dense, tiled) in enumerate(
@@ -235,7 +228,7 @@ def build_trace(
         v=_readonly(v),
         scores=_readonly(scores),
         probs=_readonly(probs),
-        reference=_readonly(dense_attention(q, k, v, causal=causal, scale=scale)),
+        reference=_readonly(reference),
         tiled_output=_readonly(out),
         lse=_readonly(lse),
         history=hist,
