@@ -5,6 +5,7 @@ imports CuPy lazily), so it runs on a GPU server with no display.
 """
 
 from .attention import DTYPES, ORDERS, dense_attention, tiled_attention, tiled_attention_history
+from .backward import METHODS, attention_backward
 from .inputs import InputError, Inputs, load_inputs, random_inputs, seed_example, validate_inputs
 from .ledger import (
     LaneLedger,
@@ -20,6 +21,7 @@ from .trace import RowState, Step, Trace, build_trace
 
 __all__ = [
     "DTYPES",
+    "METHODS",
     "ORDERS",
     "TENSORS",
     "Action",
@@ -33,6 +35,7 @@ __all__ = [
     "Step",
     "Trace",
     "Transfer",
+    "attention_backward",
     "build_trace",
     "closed_form_ledger",
     "dense_attention",
