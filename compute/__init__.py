@@ -6,6 +6,8 @@ imports CuPy lazily), so it runs on a GPU server with no display.
 
 from .attention import DTYPES, ORDERS, dense_attention, tiled_attention, tiled_attention_history
 from .backward import METHODS, attention_backward
+from .backward_ledger import PassLedger, pass_ledger
+from .backward_schedule import BACKWARD_TENSORS, PASS_TENSORS, PASSES
 from .inputs import InputError, Inputs, load_inputs, random_inputs, seed_example, validate_inputs
 from .ledger import (
     LaneLedger,
@@ -20,15 +22,19 @@ from .schedule import TENSORS, Action, Region, Schedule, Transfer
 from .trace import RowState, Step, Trace, build_trace
 
 __all__ = [
+    "BACKWARD_TENSORS",
     "DTYPES",
     "METHODS",
     "ORDERS",
+    "PASSES",
+    "PASS_TENSORS",
     "TENSORS",
     "Action",
     "InputError",
     "Inputs",
     "LaneLedger",
     "Ledger",
+    "PassLedger",
     "Region",
     "RowState",
     "Schedule",
@@ -42,6 +48,7 @@ __all__ = [
     "ledger",
     "load_inputs",
     "paper_block_sizes",
+    "pass_ledger",
     "random_inputs",
     "seed_example",
     "standard_attention_accesses",
