@@ -2,7 +2,8 @@
 
 `pass_ledger(..., counted=True)` counts the declared steps of `compute.backward_schedule`
 (the oracle); by default it computes the same numbers from formulas, and a property test
-holds the two equal. In training the tiled forward always writes L, which the backward reads.
+holds the two equal. The tiled backward reads L, so its forward always saves it (in
+training, the forward's ledger counts writing L).
 The results are `Ledger`s (same JSON schema as the forward's), with the gradient tensors
 and D in `by_tensor` and the pass named in the config.
 """
@@ -147,8 +148,8 @@ def pass_ledger(
 
     counted=True walks the declared steps (the oracle); otherwise the closed form gives the
     same numbers. "forward" is `compute.ledger` / `closed_form_ledger` itself. `order` and
-    `save_lse` describe the forward (the backward always runs K/V outer); in "training"
-    the tiled forward always saves L, which the backward reads.
+    `save_lse` describe the forward (the backward always runs K/V outer); with a backward
+    the tiled forward always saves L (the backward reads it), so save_lse is set.
     """
     kw = dict(
         block_q=block_q, block_k=block_k, order=order, causal=causal, save_lse=save_lse,
@@ -161,7 +162,7 @@ def pass_ledger(
     element_bytes("Q", dtype)  # the dtype sentence for an unknown dtype
     if sram_capacity is not None and sram_capacity < 1:
         raise ValueError("SRAM capacity must be at least 1 element.")
-    save_lse = save_lse or pass_name == "training"
+    save_lse = True  # the tiled backward reads L, so its forward saved it
     s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     counts, sram = _counted_or_closed(s, pass_name, counted, dtype)
     lanes = {

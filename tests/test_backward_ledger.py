@@ -57,6 +57,7 @@ def test_training_is_forward_saving_l_plus_backward(order, causal):
     back = pass_ledger("backward", 11, 9, 3, 2, **kw, counted=True)
     fwd = ledger(11, 9, 3, 2, **kw, save_lse=True)
     assert train.config()["save_lse"] is True and train.config()["pass"] == "training"
+    assert back.config()["save_lse"] is True and back.config()["pass"] == "backward"
     for lane in ("dense", "tiled"):
         for t in PASS_TENSORS:
             for d in ("read", "write"):
