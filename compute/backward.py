@@ -114,7 +114,8 @@ def _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k) -> Gradients:
         if blocks.size == 0:
             continue  # no query block sees tile j: dK_j = dV_j = 0
         # Visibility is monotone in the block index, so the visible blocks are a contiguous
-        # run ending at the last block: process all of their rows at once.
+        # run ending at the last block. Their rows are processed at once: the inner loop over
+        # query blocks i becomes one matmul whose row sum is the accumulation over i.
         rows = slice(int(blocks[0]) * block_q, n_q)
         s = (qd[rows] @ kd[cols].T) * scale  # S_ij = Q_i K_jᵀ · scale
         if causal:
@@ -128,7 +129,7 @@ def _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k) -> Gradients:
         ds_lo = round_to(ds, dtype).astype(acc)  # dS in the input dtype for the matmuls
         dq[rows] += (ds_lo @ kd[cols]) * scale  # dQ_i ← dQ_i + dS_ij K_j · scale  (in HBM)
         dk[cols] = (ds_lo.T @ qd[rows]) * scale  # dK_j ← dK_j + dS_ijᵀ Q_i · scale
-        # Write dK_j, dV_j to HBM (done above, once per tile).
+        # dK_j and dV_j are complete: written to HBM once per tile (the assignments above).
     return _finish(dq, dk, dv, dtype)
 
 

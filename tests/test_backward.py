@@ -179,11 +179,14 @@ def test_large_scores_stay_finite(dtype):
         assert_close(got, ref, TOLERANCE[dtype] * s_max)
 
 
-def test_custom_scale():
+@pytest.mark.parametrize("method", METHODS)
+def test_custom_scale(method):
     rng = np.random.default_rng(1205)
     q, k, v, do = random_case(rng, 13, 17, 5, 3)
     ref = jacobian_reference(q, k, v, do, causal=True, scale=0.7)
-    got = attention_backward(q, k, v, do, causal=True, scale=0.7, block_q=4, block_k=6)
+    got = attention_backward(
+        q, k, v, do, causal=True, scale=0.7, method=method, block_q=4, block_k=6
+    )
     assert_close(got, ref, 1e-12)
 
 
