@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
-    collect_ignore_glob = ["test_*.py"]
+    collect_ignore_glob = ["test_*.py", "*/test_*.py"]
 else:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QMessageBox
@@ -40,7 +40,7 @@ else:
     @pytest.fixture
     def window(qtbot, dialogs):
         """The main window on the seed example, shown offscreen, closed afterwards."""
-        from desktop.main_window import MainWindow
+        from desktop.window.main_window import MainWindow
 
         w = MainWindow(persist=False)
         qtbot.addWidget(w)
