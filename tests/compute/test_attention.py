@@ -52,7 +52,7 @@ def random_case(rng, n_q, n_k, d, d_v, scale=1.0):
     [(37, 53, 7, 5), (53, 37, 16, 3), (29, 29, 64, 64), (40, 24, 1, 1), (31, 31, 8, 100)],
 )
 def test_tiled_matches_dense(order, causal, dtype, n_q, n_k, block_q, block_k):
-    rng = np.random.default_rng()  # fresh inputs every run
+    rng = np.random.default_rng(1)
     q, k, v = random_case(rng, n_q, n_k, 16, 12)
     ref = dense_attention(q, k, v, causal=causal)
     out = tiled_attention(
@@ -66,7 +66,7 @@ def test_tiled_matches_dense(order, causal, dtype, n_q, n_k, block_q, block_k):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_is_visibly_rounded(dtype):
     # The emulation must actually round: its error is nonzero yet within tolerance.
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(2)
     q, k, v = random_case(rng, 64, 64, 32, 32)
     out = tiled_attention(q, k, v, block_q=16, block_k=16, dtype=dtype).astype(np.float64)
     err = np.abs(out - dense_attention(q, k, v)).max()
@@ -85,7 +85,7 @@ def test_bfloat16_rounding_is_nearest_even():
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_fully_masked_rows_are_zero_not_nan(order):
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(3)
     q, k, v = random_case(rng, 10, 4, 8, 8)  # n_q > n_k: the first 6 rows see no key
     out, lse = tiled_attention(
         q, k, v, block_q=3, block_k=2, order=order, causal=True, return_lse=True
@@ -98,7 +98,7 @@ def test_fully_masked_rows_are_zero_not_nan(order):
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_lse_matches_logsumexp(order):
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(4)
     q, k, v = random_case(rng, 23, 31, 8, 4)
     _, lse = tiled_attention(q, k, v, block_q=5, block_k=6, order=order, return_lse=True)
     s = q @ k.T / np.sqrt(8)
@@ -109,7 +109,7 @@ def test_lse_matches_logsumexp(order):
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_large_scores_stay_finite_and_exact(order, dtype):
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(5)
     q, k, v = random_case(rng, 48, 48, 4, 4, scale=100.0)
     assert np.abs(q @ k.T / 2).max() > 1e4
     out = tiled_attention(q, k, v, block_q=5, block_k=7, order=order, dtype=dtype)

@@ -87,6 +87,8 @@ def test_gui_without_a_display_says_so_in_one_line():
 def test_screenshot_without_a_display_goes_offscreen(tmp_path):
     import os
 
+    pytest.importorskip("PySide6", reason="the screenshot needs PySide6")
+
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env.pop("QT_QPA_PLATFORM", None)
     out = tmp_path / "shot.png"

@@ -13,7 +13,7 @@ from desktop.export.atomic import ExportCancelled, ExportError, describe_os_erro
 
 
 def frames(n, h=48, w=64):
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(1)
     base = rng.integers(0, 255, size=(h, w, 3), dtype=np.uint8)
     for i in range(n):
         f = base.copy()

@@ -89,12 +89,13 @@ def test_png_at_twice_the_scale(window, tmp_path):
 
 def test_svg_frame_is_vector_and_names_the_step(window, tmp_path):
     path = tmp_path / "frame.svg"
+    before = window.state.step
     export_still(window, path, target="tiled", step=8)
     root = ET.parse(path).getroot()
     assert root.tag.endswith("svg")
     assert len(list(root.iter())) > 50
     assert "Step 9." in path.read_text()
-    assert window.state.step == window.state.step  # window untouched below
+    assert window.state.step == before  # the export leaves the window where it was
     assert window.state.n_steps == 27
 
 
