@@ -76,9 +76,12 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
     --input value, or --open, is a .npy/.npz path.
     """
     d_v = args.d if args.dv is None else args.dv
-    n_keys = 0 if args.n_keys is None else args.n_keys
+    n_keys = args.n_keys
     source, path = getattr(args, "input", "seed"), ""
-    if source == "seed" and (args.n, n_keys or args.n, args.d, d_v) != SEED_SIZES:
+    if (
+        source == "seed"
+        and (args.n, args.n if n_keys is None else n_keys, args.d, d_v) != SEED_SIZES
+    ):
         source = "random"
     elif source not in ("seed", "random"):
         source, path = "file", source
@@ -99,7 +102,7 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
         seed=getattr(args, "seed", 0),
         input_scale=getattr(args, "input_scale", 1.0),
         file=path,
-        sram=args.sram or 0,
+        sram=args.sram or None,
     )
 
 

@@ -183,7 +183,7 @@ class ControlsPanel(QWidget):
         # The spin box asks for the trace; the slider only moves it.
         self.n_slider.valueChanged.connect(lambda v: self.n_spin.setValue(n_from_slider(v)))
         self.n_spin.valueChanged.connect(lambda v: self._shape(n=v))
-        self.nk_spin.valueChanged.connect(lambda v: self._shape(n_keys=v))
+        self.nk_spin.valueChanged.connect(lambda v: self._shape(n_keys=v or None))
         self.d_spin.valueChanged.connect(lambda v: self._shape(d=v))
         self.dv_spin.valueChanged.connect(lambda v: self._shape(dv=v))
         self.bq_spin.valueChanged.connect(lambda v: st.update_config(block_q=v))
@@ -196,7 +196,7 @@ class ControlsPanel(QWidget):
         self.dtype_combo.currentIndexChanged.connect(
             lambda _i: st.update_config(dtype=self.dtype_combo.currentData())
         )
-        self.sram_spin.valueChanged.connect(lambda v: st.update_config(sram=v))
+        self.sram_spin.valueChanged.connect(lambda v: st.update_config(sram=v or None))
         self.paper_button.clicked.connect(self.apply_paper_rule)
 
     def _shape(self, **changes: int) -> None:
@@ -207,7 +207,7 @@ class ControlsPanel(QWidget):
         self.state.set_config(
             cfg.replace(
                 block_q=max(cfg.block_q, min_block(cfg.n)),
-                block_k=max(cfg.block_k, min_block(cfg.keys)),
+                block_k=max(cfg.block_k, min_block(cfg.n_k)),
             )
         )
 
@@ -240,19 +240,19 @@ class ControlsPanel(QWidget):
             (self.seed_spin, cfg.seed),
             (self.n_spin, cfg.n),
             (self.n_slider, slider_from_n(cfg.n)),
-            (self.nk_spin, cfg.n_keys),
+            (self.nk_spin, cfg.n_keys or 0),
             (self.d_spin, cfg.d),
             (self.dv_spin, cfg.dv),
             (self.bq_spin, cfg.block_q),
             (self.bk_spin, cfg.block_k),
-            (self.sram_spin, cfg.sram),
+            (self.sram_spin, cfg.sram or 0),
         )
         for widget, value in values:
             with QSignalBlocker(widget):
                 if widget is self.bq_spin:
                     widget.setMinimum(min_block(cfg.n))  # no more than MAX_TILES blocks
                 elif widget is self.bk_spin:
-                    widget.setMinimum(min_block(cfg.keys))
+                    widget.setMinimum(min_block(cfg.n_k))
                 if widget is not self.n_slider and value > widget.maximum():
                     widget.setMaximum(value)  # a file can be larger than the sliders go
                 widget.setValue(value)

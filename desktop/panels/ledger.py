@@ -52,7 +52,7 @@ SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
 
 def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     """Total transfers against N for dense, q-outer and kv-outer at the config's shapes."""
-    key = (config.keys / config.n, config.d, config.dv, config.block_q, config.block_k)
+    key = (config.n_k / config.n, config.d, config.dv, config.block_q, config.block_k)
     return _sweep(*key, config.causal, config.save_lse, sram)
 
 

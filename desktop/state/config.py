@@ -21,14 +21,15 @@ N_MAX = 2048  # the N control reaches past the issue's 1024
 # (minutes to build, unusable to scrub); 128 keeps the timeline under ~50,000 steps.
 MAX_TILES = 128
 D_MAX = 256
+OPTIONAL_INTS = ("n_keys", "sram")  # None means "same as N" / "not set"
 
 
 @dataclass(frozen=True)
 class Config:
-    """Everything that decides the Trace. n_keys = 0 means "same as N"; sram = 0 means unset."""
+    """Everything that decides the Trace. n_keys None means "same as N"; sram None means unset."""
 
     n: int = 6
-    n_keys: int = 0
+    n_keys: int | None = None
     d: int = 2
     dv: int = 2
     block_q: int = 2
@@ -41,15 +42,12 @@ class Config:
     seed: int = 0
     input_scale: float = 1.0
     file: str = ""
-    sram: int = 0
+    sram: int | None = None
 
     @property
-    def keys(self) -> int:
-        return self.n_keys or self.n
-
-    @property
-    def sram_capacity(self) -> int | None:
-        return self.sram or None
+    def n_k(self) -> int:
+        """The number of keys: N_keys when set, else N."""
+        return self.n if self.n_keys is None else self.n_keys
 
     def replace(self, **changes: object) -> Config:
         return dataclasses.replace(self, **changes)
@@ -66,7 +64,10 @@ class Config:
             if name in fields:
                 default = getattr(cls(), name)
                 try:
-                    clean[name] = type(default)(value)
+                    if name in OPTIONAL_INTS:  # saved as 0, "" or None when unset
+                        clean[name] = int(value) or None if value not in (None, "") else None
+                    else:
+                        clean[name] = type(default)(value)
                 except (TypeError, ValueError):
                     continue
         try:
@@ -79,8 +80,9 @@ class Config:
         for name in ("n", "d", "dv", "block_q", "block_k"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, not {getattr(self, name)}.")
-        if self.n_keys < 0 or self.sram < 0:
-            raise InputError("N_keys and the SRAM capacity must not be negative.")
+        for name in OPTIONAL_INTS:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1 when set, not {getattr(self, name)}.")
         if self.order not in compute.ORDERS:
             raise InputError(f"The loop order must be one of {', '.join(compute.ORDERS)}.")
         if self.dtype not in compute.DTYPES:
@@ -96,7 +98,7 @@ class Config:
     def estimated_steps(self) -> int:
         """Roughly how many timeline steps the trace will hold (decides threading)."""
         t_r = math.ceil(self.n / self.block_q)
-        t_c = math.ceil(self.keys / self.block_k)
+        t_c = math.ceil(self.n_k / self.block_k)
         return 3 * t_r * t_c + 2 * t_r
 
 
@@ -107,7 +109,7 @@ def make_inputs(config: Config) -> Inputs:
     if config.input == "file":
         return compute.load_inputs(config.file)
     return compute.random_inputs(
-        config.n, config.d, config.dv, n_k=config.keys, seed=config.seed, scale=config.input_scale
+        config.n, config.d, config.dv, n_k=config.n_k, seed=config.seed, scale=config.input_scale
     )
 
 
@@ -116,7 +118,7 @@ def ledger_for(config: Config) -> compute.Ledger:
 
     Only shapes matter: a file is read for its shapes, random inputs are not drawn.
     """
-    n_q, n_k, d, dv = config.n, config.keys, config.d, config.dv
+    n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
     if config.input != "random":
         inputs = make_inputs(config)
         (n_q, d), (n_k, dv) = inputs.q.shape, inputs.v.shape
@@ -131,7 +133,7 @@ def ledger_for(config: Config) -> compute.Ledger:
         causal=config.causal,
         save_lse=config.save_lse,
         dtype=config.dtype,
-        sram_capacity=config.sram_capacity,
+        sram_capacity=config.sram,
     )
 
 
@@ -147,7 +149,7 @@ def conform(config: Config, inputs: Inputs) -> Config:
     n_k, dv = inputs.v.shape
     return config.replace(
         n=n_q,
-        n_keys=0 if n_k == n_q else n_k,
+        n_keys=None if n_k == n_q else n_k,
         d=d,
         dv=dv,
         block_q=max(config.block_q, min_block(n_q)),
@@ -169,7 +171,7 @@ def build(config: Config) -> tuple[Config, Trace]:
             block_k=config.block_k,
             order=config.order,
             causal=config.causal,
-            sram_capacity=config.sram_capacity,
+            sram_capacity=config.sram,
             dtype=config.dtype,
             save_lse=config.save_lse,
         )
