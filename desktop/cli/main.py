@@ -10,11 +10,9 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from compute import TENSORS, InputError, Ledger
+from compute import DIRECTIONS, TENSORS, InputError, Ledger
 from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
 from desktop.state.config import ledger_for
-
-DIRECTIONS = ("read", "write")
 
 
 def format_ledger(result: Ledger) -> str:

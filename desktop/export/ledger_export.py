@@ -11,11 +11,10 @@ import io
 import json
 from pathlib import Path
 
-from compute import TENSORS, Ledger
+from compute import DIRECTIONS, TENSORS, Ledger, element_bytes
 from desktop.export.atomic import ExportError, write_atomic, write_text_atomic
 
 LEDGER_SUFFIXES = (".png", ".csv", ".json")
-DIRECTIONS = ("read", "write")
 LANE_COLOURS = {"dense": "#d6604d", "tiled": "#4393c3"}
 TENSOR_LABELS = {"l": "ℓ"}
 
@@ -39,8 +38,6 @@ def ledger_csv(result: Ledger) -> str:
 
 
 def _bytes(result: Ledger, tensor: str) -> int:
-    from compute.ledger import element_bytes
-
     return element_bytes(tensor, result.dtype)
 
 

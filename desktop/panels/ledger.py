@@ -26,8 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 import compute
-from compute import Trace
-from compute.ledger import element_bytes
+from compute import Trace, element_bytes
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
 from desktop.theme import style_plot
