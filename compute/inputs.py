@@ -1,4 +1,4 @@
-"""Inputs for both lanes: the seed's example, seeded random data, and user .npy/.npz files.
+"""Inputs for both lanes: the reference example, seeded random data, and user .npy/.npz files.
 
 Everything a user can get wrong is checked here and reported as one `InputError`
 sentence that says what is wrong and what to do.
@@ -88,7 +88,7 @@ def check_dense_budget(
 
 
 def seed_example() -> Inputs:
-    """The seed's fixed vectors: N = 6, d = d_v = 2."""
+    """The reference example's fixed vectors: N = 6, d = d_v = 2."""
     data = json.loads(resources.files("compute.data").joinpath(REFERENCE_EXAMPLE).read_text())
     q, k, v = (np.array(data[name], dtype=np.float64) for name in ("q", "k", "v"))
     return Inputs(q, k, v, "seed example")

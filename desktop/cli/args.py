@@ -42,7 +42,7 @@ def positive_float(text: str) -> float:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
-    """Add the shared configuration flags (defaults: the seed's example)."""
+    """Add the shared configuration flags (defaults: the reference example)."""
     g = parser.add_argument_group("configuration")
     g.add_argument("--n", type=positive_int, default=6, help="query positions N (default 6)")
     g.add_argument("--n-keys", type=positive_int, help="key positions N_k (default: N)")
@@ -59,7 +59,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
         g.add_argument(
             "--input",
             default="seed",
-            help="seed (the seed's vectors), random, or a .npy/.npz file (default seed)",
+            help="seed (the reference example's vectors), random, or a .npy/.npz file (default seed)",
         )
         g.add_argument("--seed", type=int, default=0, help="random seed for --input random")
         g.add_argument(
@@ -71,7 +71,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
 def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> Config:
     """The Config the flags describe (same flags in every command).
 
-    "--input seed" means the seed's vectors at the seed's sizes (N = 6, d = d_v = 2); with
+    "--input seed" means the reference example's vectors at the reference example's sizes (N = 6, d = d_v = 2); with
     other sizes it means seeded random inputs, so size flags always apply. Any other
     --input value, or --open, is a .npy/.npz path.
     """

@@ -1,7 +1,7 @@
 """Benchmark: time to export 100 frames at 1280×720 as GIF and as MP4, headless.
 
 Run: `python -m desktop.cli.bench_export [--json assets/benchmarks/export.json]`. Frames
-are drawn by the app's own views (both lanes, the seed example, 25 steps held 4
+are drawn by the app's own views (both lanes, the reference example, 25 steps held 4
 frames each), so this measures rendering plus encoding, as a user's export does.
 """
 

@@ -7,8 +7,8 @@ Run offscreen (a script, not a timed test):
 For each case it changes a control through its widget (the same signal path as a
 user's drag), waits for the trace (inline or from the worker thread), then repaints the
 whole window synchronously; and it times playback frames (step + transfer progress +
-full repaint). Prints a table and writes JSON. Targets from issue 3: under 16 ms per
-frame at the seed's size, under 50 ms per slider change at N = 256.
+full repaint). Prints a table and writes JSON. Targets: under 16 ms per
+frame at the reference example's size, under 50 ms per slider change at N = 256.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "export-ledger": run_export_ledger,
 }
 
-USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the seed's example)
+USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
        flash-explorer ledger [flags] [--json]   print both lanes' HBM transfer ledger
        flash-explorer export --out FILE ...     render frames or an animation headless
        flash-explorer export-ledger --out FILE  write the ledger as PNG, CSV or JSON

@@ -66,7 +66,7 @@ class ControlsPanel(QWidget):
         for key, text in INPUT_LABELS.items():
             self.input_combo.addItem(text, key)
         self.input_combo.setToolTip(
-            "Where Q, K and V come from: the seed's fixed vectors, seeded standard-normal values, or a .npy/.npz file"
+            "Where Q, K and V come from: the reference example's fixed vectors, seeded standard-normal values, or a .npy/.npz file"
         )
         self.seed_spin = _spin(
             0, 2**31 - 1, "Random seed for Q, K, V ~ scale · N(0, 1) (V unscaled)"

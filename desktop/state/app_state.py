@@ -80,7 +80,7 @@ class AppState(QObject):
         if self.config is not None:
             self.sigConfigChanged.emit(self.config)  # controls fall back to what is shown
         elif failed != Config():
-            # Nothing shown yet (e.g. the saved file has gone): open on the seed example.
+            # Nothing shown yet (e.g. the saved file has gone): open on the reference example.
             self.set_config(Config())
 
     # ---- timeline and selection ----------------------------------------------------

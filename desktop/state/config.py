@@ -15,8 +15,8 @@ import compute
 from compute import InputError, Inputs, Trace
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
-SEED_SIZES = (6, 6, 2, 2)  # the seed example's N, N_keys, d, d_v
-N_MAX = 2048  # the N control reaches past the 1024
+SEED_SIZES = (6, 6, 2, 2)  # the reference example's N, N_keys, d, d_v
+N_MAX = 2048  # the largest N the window offers
 # At most this many blocks per side: N = 1024 with blocks of 2 would be 400,000 steps
 # (minutes to build, unusable to scrub); 128 keeps the timeline under ~50,000 steps.
 MAX_TILES = 128

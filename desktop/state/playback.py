@@ -102,7 +102,7 @@ class Playback(QObject):
 
     def row_tile(self, direction: int) -> None:
         """Jump to the next (+1) or previous (−1) step that updates the selected row's
-        m, ℓ, a: following one query through its key tiles, as the seed suggests."""
+        m, ℓ, a: following one query through its key tiles, as the explainer suggests."""
         trace = self.state.trace
         if trace is None:
             return

@@ -1,4 +1,4 @@
-"""The maths: tiled attention against the float64 dense reference, and the seed's own check."""
+"""The maths: tiled attention against the float64 dense reference, and the explainer's own check."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ TOLERANCE = {"float64": 1e-12, "float32": 2e-5, "float16": 5e-3, "bfloat16": 4e-
 
 
 def independent_dense(q, k, v):
-    """The seed's own dense softmax, written out as the seed writes it."""
+    """The explainer's own dense softmax, written out as the explainer writes it."""
     scores = q @ k.T / np.sqrt(q.shape[1])
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)

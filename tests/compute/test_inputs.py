@@ -1,4 +1,4 @@
-"""Inputs: the seed example, random inputs and user files, with one-sentence errors."""
+"""Inputs: the reference example, random inputs and user files, with one-sentence errors."""
 
 import numpy as np
 import pytest

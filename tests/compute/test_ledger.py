@@ -1,4 +1,4 @@
-"""The ledger: the seed's totals, counts equal to the closed form, the paper's helpers."""
+"""The ledger: the reference example's totals, counts equal to the closed form, the paper's helpers."""
 
 import pytest
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""The trace: both lanes on one timeline, the seed's Q0 statistics, running counts."""
+"""The trace: both lanes on one timeline, the reference example's Q0 statistics, running counts."""
 
 import numpy as np
 import pytest
@@ -15,7 +15,7 @@ def seed_trace(**kw):
 
 
 def q0_expected_states(block_k):
-    """Q0's (m, ℓ, a, α) after each key tile, computed here from the seed's formulas."""
+    """Q0's (m, ℓ, a, α) after each key tile, computed here from the explainer's formulas."""
     s = SEED.q[0] @ SEED.k.T / np.sqrt(2)
     m, l, a, out = -np.inf, 0.0, np.zeros(2), []
     for c in range(0, 6, block_k):
@@ -48,7 +48,9 @@ def test_replays_q0_statistics(order, block_k):
 def test_q0_max_rises_in_every_tile_and_alpha_starts_at_zero():
     trace = seed_trace()
     h = trace.history
-    assert np.all(np.diff(h.m[0, 1:]) > 0)  # the seed: Q0 raises the maximum in each tile
+    assert np.all(
+        np.diff(h.m[0, 1:]) > 0
+    )  # the reference example: Q0 raises the maximum in each tile
     assert h.alpha[0, 1] == 0  # before any key is seen, α is zero
     assert np.all((h.alpha[0, 2:] > 0) & (h.alpha[0, 2:] < 1))  # later tiles rescale
     before = trace.row_state(0, -1)

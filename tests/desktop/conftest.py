@@ -1,4 +1,4 @@
-"""Qt fixtures for the desktop tests: isolated QSettings, a window on the seed example.
+"""Qt fixtures for the desktop tests: isolated QSettings, a window on the reference example.
 
 Where PySide6 or pytest-qt is missing (the GPU machine), this folder is not collected.
 """
@@ -40,7 +40,7 @@ else:
 
     @pytest.fixture
     def window(qtbot, dialogs):
-        """The main window on the seed example, shown offscreen, closed afterwards."""
+        """The main window on the reference example, shown offscreen, closed afterwards."""
         from desktop.window.main_window import MainWindow
 
         w = MainWindow(persist=False)

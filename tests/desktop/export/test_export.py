@@ -64,7 +64,7 @@ def test_mp4_decodes_with_expected_frame_count(tmp_path, capsys):
     code, _, err = run(["--out", str(out), "--hold", "1", "--size", "640x360"], capsys)
     assert code == 0, err
     frames = list(iio.imiter(out))
-    assert len(frames) == 27  # the seed example has 27 steps
+    assert len(frames) == 27  # the reference example has 27 steps
     assert frames[0].shape == (360, 640, 3)
 
 

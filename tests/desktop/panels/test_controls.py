@@ -129,7 +129,7 @@ def test_large_n_raises_blocks_to_keep_the_timeline_short(window, qtbot):
     st, c = window.state, window.controls
     notices = []
     st.sigNotice.connect(notices.append)
-    c.n_spin.setValue(1024)  # blocks are still the seed's 2 × 2
+    c.n_spin.setValue(1024)  # blocks are still the reference example's 2 × 2
     qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 1024, timeout=60000)
     s = st.trace.schedule
     assert (s.block_q, s.block_k) == (1024 // MAX_TILES, 1024 // MAX_TILES)

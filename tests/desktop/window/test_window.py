@@ -1,4 +1,4 @@
-"""The window on the seed example: ledger totals, per-row state, clicks, dialogs, frames."""
+"""The window on the reference example: ledger totals, per-row state, clicks, dialogs, frames."""
 
 from __future__ import annotations
 
