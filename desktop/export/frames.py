@@ -83,8 +83,7 @@ def target_widget(window, target: str) -> QWidget:
 def show_frame(window, step: int, progress: float = 1.0) -> None:
     """Put the window at `step` with transfers `progress` of the way along, painted."""
     window.state.set_step(step)
-    for lane in window.lanes.values():
-        lane.set_progress(progress)
+    window.state.set_progress(progress)
     QApplication.processEvents()
 
 

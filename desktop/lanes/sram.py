@@ -146,5 +146,5 @@ class SramPainter:
             start = QPointF(rr.center().x(), r.bottom() + 2)
             end = QPointF(target.center().x(), target.top() - 18)
             path = transfer_path(start, end)
-            draw_arrow(p, path, color, tr.direction == "read", self.progress)
+            draw_arrow(p, path, color, tr.direction == "read", self.state.progress)
             highlight(p, target, color, fill_alpha=0)

@@ -33,7 +33,6 @@ class LaneView(HbmPainter, SramPainter, QWidget):
     def __init__(self, state: AppState, lane: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state, self.lane = state, lane
-        self.progress = 1.0  # how far the current step's transfers have travelled
         self._images: dict[str, object] = {}
         self._rects: dict[str, QRectF] = {}
         self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
@@ -45,6 +44,7 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
+        state.sigProgressChanged.connect(self.update)
 
     # ---- state -------------------------------------------------------------------
     def _on_trace(self, trace: Trace) -> None:
@@ -56,10 +56,6 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         self.update()
 
     def _on_step(self, _step: int) -> None:
-        self.update()
-
-    def set_progress(self, progress: float) -> None:
-        self.progress = progress
         self.update()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)

@@ -22,6 +22,7 @@ class AppState(QObject):
     sigTraceChanged = Signal(object)  # the new Trace
     sigStepChanged = Signal(int)
     sigRowChanged = Signal(int)
+    sigProgressChanged = Signal(float)  # how far the step's transfers have travelled
     sigError = Signal(str)  # one user-facing sentence
     sigBusy = Signal(bool)
     sigNotice = Signal(str)  # a passing remark for the status bar
@@ -34,6 +35,7 @@ class AppState(QObject):
         self.images: LaneImages | None = None
         self.step = 0
         self.row = 0
+        self.progress = 1.0  # 0 → 1 within a step while playing; 1 once transfers arrive
         self._row_hint = 0  # the row the user chose; kept when a smaller N clamps it
         self.builder = TraceBuilder(self._built, self._failed)
         self.builder.setParent(self)
@@ -95,6 +97,13 @@ class AppState(QObject):
         if step != self.step:
             self.step = step
             self.sigStepChanged.emit(step)
+
+    def set_progress(self, progress: float) -> None:
+        """Move the current step's transfer arrows; 1.0 means they have arrived."""
+        progress = min(1.0, max(0.0, float(progress)))
+        if progress != self.progress:
+            self.progress = progress
+            self.sigProgressChanged.emit(progress)
 
     def set_row(self, row: int) -> None:
         self._row_hint = max(0, int(row))

@@ -2,7 +2,7 @@
 
 The position is start + elapsed × speed, so a slow frame skips steps instead of
 drifting behind the clock. The fractional part drives the transfer animation
-(`sigProgress`: 0 → 1 within a step; 1 when paused, i.e. transfers have arrived).
+(AppState.progress: 0 → 1 within a step; 1 when paused, i.e. transfers have arrived).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ AUTO_SECONDS = 20.0
 
 class Playback(QObject):
     sigPlaying = Signal(bool)
-    sigProgress = Signal(float)
 
     def __init__(self, state: AppState, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -53,7 +52,7 @@ class Playback(QObject):
         if not self.playing:
             return
         self._timer.stop()
-        self.sigProgress.emit(1.0)
+        self.state.set_progress(1.0)
         self.sigPlaying.emit(False)
 
     def toggle(self) -> None:
@@ -84,7 +83,7 @@ class Playback(QObject):
         step = int(pos)
         self._own_step = step
         self.state.set_step(step)
-        self.sigProgress.emit(pos - step)
+        self.state.set_progress(pos - step)
 
     def _on_step(self, step: int) -> None:
         if self.playing and step != self._own_step:
@@ -98,7 +97,7 @@ class Playback(QObject):
         """Manual stepping pauses playback first (the user takes over)."""
         self.pause()
         self.state.set_step(self.state.step + delta)
-        self.sigProgress.emit(1.0)
+        self.state.set_progress(1.0)
 
     def row_tile(self, direction: int) -> None:
         """Jump to the next (+1) or previous (−1) step that updates the selected row's

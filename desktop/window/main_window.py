@@ -123,7 +123,6 @@ class MainWindow(QMainWindow):
         self.exports = Exports(self)
         self.exports.add_actions(self.file_menu, before=self.quit_separator)
         self.gpu_panel = attach_gpu_panel(self)
-        self.playback.sigProgress.connect(self._set_progress)
         self.stats_panel.sigTileJump.connect(self.playback.row_tile)
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
@@ -199,10 +198,6 @@ class MainWindow(QMainWindow):
             self.state.update_config(input="file", file=path)
 
     # ---- behaviour -----------------------------------------------------------------
-    def _set_progress(self, progress: float) -> None:
-        for lane in self.lanes.values():
-            lane.set_progress(progress)
-
     def _show_title(self, cfg: Config) -> None:
         source = {"seed": "seed example", "random": f"random (seed {cfg.seed})"}.get(
             cfg.input, Path(cfg.file).name
@@ -236,7 +231,7 @@ class MainWindow(QMainWindow):
         """The window, one lane ('dense', 'tiled'), 'stats' or 'ledger' at a step, as a QImage."""
         if step is not None:
             self.state.set_step(step)
-        self._set_progress(1.0)
+        self.state.set_progress(1.0)
         widget = {"window": self, "stats": self.stats_panel, "ledger": self.ledger_panel}.get(
             target
         )

@@ -133,7 +133,7 @@ class PlaybackBar(QWidget):
 
     def _scrubbed(self, value: int) -> None:
         self.state.set_step(value)
-        self.playback.sigProgress.emit(1.0)
+        self.state.set_progress(1.0)
 
     def _on_trace(self, _trace: object) -> None:
         with QSignalBlocker(self.scrubber):
