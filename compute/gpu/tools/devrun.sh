@@ -25,16 +25,16 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a fail
     [ $r -eq 0 ] || rc=$r
 }
 if [ "$what" = check ] || [ "$what" = tests ]; then
-    step pytest 300 python3 -m pytest tests/gpu tests/test_cuda_sources_compile.py -q \
+    step pytest 180 python3 -m pytest tests/gpu tests/test_cuda_sources_compile.py -q \
         -p no:cacheprovider -n 8
 fi
 if [ "$what" = check ]; then
-    step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 1 \
         python3 -m compute.gpu.tools.sanitize_cases
     grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
-    step cli 90 python3 -m compute.gpu.bench_cli --n 2048 --dtype float16 --kernel all \
+    step cli 60 python3 -m compute.gpu.bench_cli --n 2048 --dtype float16 --kernel all \
         --block-q 128 --block-k 64 --json "$OUT/bench_cli_float16_n2048_h200.json"
-    step flash_vs_sdpa 200 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 16384 \
+    step flash_vs_sdpa 120 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 16384 \
         --json "$OUT/flash_vs_sdpa_n4096_16384_h200.json"
     cat "$OUT/cli.log" | grep -v "^\[" | head -20
     sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
