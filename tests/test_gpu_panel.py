@@ -193,6 +193,14 @@ def test_single_cli_report_with_its_own_sweep(panel_factory):
     )
 
 
+def test_version_2_report_names_the_flash_kernel(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(BENCHMARKS / "bench_cli_float16_n2048_h200.json")
+    assert panel.current_report()["version"] == 2
+    kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
+    assert kernels == ["tiled", "dense", "flash"]
+
+
 def test_failed_path_is_a_row_message(panel_factory):
     panel = panel_factory()
     assert panel.load_report(CLI_CAUSAL)
