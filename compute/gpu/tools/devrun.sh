@@ -25,7 +25,7 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a fail
     [ $r -eq 0 ] || rc=$r
 }
 if [ "$what" = check ] || [ "$what" = tests ]; then
-    step pytest 180 python3 -m pytest tests/gpu tests/test_cuda_sources_compile.py -q \
+    step pytest 180 python3 -m pytest tests/compute/gpu -q \
         -p no:cacheprovider -n 8
 fi
 if [ "$what" = check ]; then

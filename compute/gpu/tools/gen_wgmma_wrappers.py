@@ -2,7 +2,8 @@
 
 Run it after changing the shapes or dtypes below (a wgmma instruction names its N and its
 operand types in the opcode, and its accumulator registers one by one, so each shape is its
-own asm block); tests/gpu/test_wgmma_wrappers.py checks the committed header is its output:
+own asm block); tests/compute/gpu/test_cuda_sources_compile.py checks the committed header
+is its output:
 
     python -m compute.gpu.tools.gen_wgmma_wrappers
 """
