@@ -9,8 +9,11 @@ are masked); N_q may differ from N_k, in which case causal masking is bottom-rig
 LSE = -inf. With ``return_lse=True`` the row log-sum-exp of the scaled scores (natural log,
 float32, shape (batch, heads, N_q)) is returned as well.
 
-Two kernels live in ``kernels/``: ``flash_fwd_mma.cu`` (FA2 schedule with mma.sync, any
-sm_80+ GPU) and ``flash_fwd_wgmma.cu`` (Hopper wgmma, sm_90a only). The module imports
+Three kernels live in ``kernels/``: ``flash_fwd_mma.cu`` (FA2 schedule with mma.sync, any
+sm_80+ GPU), ``flash_fwd_wgmma.cu`` (Hopper wgmma, sm_90a only) and ``flash_fwd_ws.cu``
+(Hopper wgmma fed by TMA from a producer warpgroup, with setmaxnreg and softmax overlapped
+with the GEMMs; its tensor maps come from ``tma.py``). Which one a call gets is
+``default_config(d)``; FLASH_NOTES.md records the measurements behind it. The module imports
 without CuPy; CuPy is imported on first use.
 """
 
@@ -31,14 +34,19 @@ SUPPORTED_HEAD_DIMS = (64, 128)
 class Config:
     """One compiled kernel variant."""
 
-    kernel: str  # "mma" or "wgmma"
+    kernel: str  # "mma", "wgmma" or "ws"
     d: int
-    warps: int  # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each)
+    # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each);
+    # ws: consumer warpgroups (64 rows each; one producer warpgroup comes on top)
+    warps: int
     block_n: int
-    min_blocks: int = 1
+    min_blocks: int = 1  # mma / wgmma: CTAs per SM asked of the compiler; ws: always 1
     # wgmma, two warpgroups only: alternate the tensor cores between them with named barriers
     # (FA3's inter-warpgroup overlap); +4-10% at 1 CTA/SM, a loss at 2 (FLASH_NOTES.md).
+    # ws: the same idea for NC consumer warpgroups (a round-robin scheduler barrier).
     ping_pong: bool = False
+    stages: int = 2  # ws: depth of the K and V rings in shared memory
+    overlap: bool = True  # ws: issue S_{j+1} before the softmax of tile j (intra-warpgroup)
 
     @property
     def block_m(self) -> int:
@@ -46,11 +54,17 @@ class Config:
 
     @property
     def threads(self) -> int:
+        if self.kernel == "ws":
+            return (self.warps + 1) * 128
         return self.warps * (32 if self.kernel == "mma" else 128)
 
     def smem_bytes(self) -> int:
         if self.kernel == "mma":
             return (self.block_m + 4 * self.block_n) * self.d * 2
+        if self.kernel == "ws":
+            # Q + `stages` of K and of V + the mbarriers, plus 1 KB for the 1024-byte alignment.
+            tiles = (self.block_m + 2 * self.stages * self.block_n) * self.d * 2
+            return tiles + 8 * (1 + 4 * self.stages) + 1024
         # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
@@ -58,31 +72,45 @@ class Config:
         """The template instantiation NVRTC compiles for dtype code dt (0 fp16, 1 bf16)."""
         if self.kernel == "mma":
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
+        if self.kernel == "ws":
+            mode = int(self.overlap) | (2 * int(self.ping_pong))
+            return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
             f"{int(self.ping_pong)}>"
         )
 
     def spec(self) -> str:
-        """'mma:D:WARPS:BN:MINB' or 'wgmma:D:WG:BN:MINB[:pingpong]' (parse() reads it back)."""
-        text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{self.min_blocks}"
-        return text + (":pingpong" if self.ping_pong else "")
+        """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
+        'ws:D:NC:BN:STAGES[:pingpong][:serial]' (parse() reads it back)."""
+        fifth = self.stages if self.kernel == "ws" else self.min_blocks
+        text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
+        text += ":pingpong" if self.ping_pong else ""
+        return text + (":serial" if self.kernel == "ws" and not self.overlap else "")
 
     @classmethod
     def parse(cls, spec: str) -> Config:
         """The variant a spec() string names; ValueError with one sentence if it names none."""
         parts = spec.split(":")
-        ping_pong = parts[-1] == "pingpong"
-        if ping_pong:
-            parts = parts[:-1]
+        flags = set()
+        while parts and parts[-1] in ("pingpong", "serial"):
+            flags.add(parts.pop())
         if (
-            parts[0] not in ("mma", "wgmma")
+            parts[0] not in ("mma", "wgmma", "ws")
             or len(parts) != 5
             or not all(p.isdigit() for p in parts[1:])
+            or ("serial" in flags and parts[0] != "ws")
         ):
-            raise ValueError(f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]'")
-        d, warps, block_n, min_blocks = (int(p) for p in parts[1:])
-        return cls(parts[0], d, warps, block_n, min_blocks, ping_pong)
+            raise ValueError(
+                f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
+                "or 'ws:128:2:128:2[:pingpong][:serial]'"
+            )
+        d, warps, block_n, fifth = (int(p) for p in parts[1:])
+        if parts[0] == "ws":
+            return cls(
+                "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags
+            )
+        return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
@@ -95,6 +123,15 @@ MMA_CONFIGS: dict[int, Config] = {
     64: Config("mma", 64, 4, 64, 4),
     128: Config("mma", 128, 8, 128, 1),
 }
+# The TMA + warp-specialised kernel (flash_fwd_ws.cu): BM = 128, 128-key tiles, two-stage K
+# and V rings, intra-warpgroup overlap and the scheduler barrier, as FA3 runs d <= 128.
+WS_CONFIGS: dict[int, Config] = {
+    64: Config("ws", 64, 2, 128, 1, True, 2, True),
+    128: Config("ws", 128, 2, 128, 1, True, 2, True),
+}
+# Whether default_config picks WS_CONFIGS on sm_90 (only where it measured faster than
+# WGMMA_CONFIGS; FLASH_NOTES.md, v5). Off: the wgmma kernel stays the Hopper default.
+USE_WS: dict[int, bool] = {64: False, 128: False}
 
 
 @functools.cache
@@ -105,7 +142,9 @@ def _is_hopper() -> bool:
 
 def default_config(d: int) -> Config:
     """The kernel variant flash_attention uses for head dim d on the current device."""
-    return (WGMMA_CONFIGS if _is_hopper() else MMA_CONFIGS)[d]
+    if not _is_hopper():
+        return MMA_CONFIGS[d]
+    return WS_CONFIGS[d] if USE_WS.get(d, False) else WGMMA_CONFIGS[d]
 
 
 def _cupy():
@@ -119,7 +158,7 @@ def _module(kernel: str, names: tuple[str, ...]):
     cp = _cupy()
     src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
     options = ("-std=c++17", "-I" + str(_KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
-    if kernel == "wgmma":  # wgmma needs the sm_90a target (NVRTC; see platform notes)
+    if kernel in ("wgmma", "ws"):  # wgmma needs the sm_90a target (NVRTC; see platform notes)
         options += ("-arch=sm_90a", "-DFA_FORCE_WGMMA")
     return cp.RawModule(code=src, options=options, name_expressions=list(names))
 
@@ -173,8 +212,10 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     cfg = config or default_config(d)
     if cfg.d != d:
         raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
-    if cfg.kernel == "wgmma" and not _is_hopper():
-        raise ValueError("the wgmma kernel needs an sm_90 (Hopper) GPU")
+    if cfg.kernel in ("wgmma", "ws") and not _is_hopper():
+        raise ValueError(f"the {cfg.kernel} kernel needs an sm_90 (Hopper) GPU")
+    if cfg.kernel == "ws" and n_k == 0:
+        cfg = WGMMA_CONFIGS[d]  # a tensor map cannot describe an empty K; nothing to load
     q = cp.ascontiguousarray(q)
     k = cp.ascontiguousarray(k)
     v = cp.ascontiguousarray(v)
@@ -186,6 +227,9 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     if b * h and n_q:
         fn = _function(cfg, dt)
         grid = ((n_q + cfg.block_m - 1) // cfg.block_m, b * h, 1)
+        if cfg.kernel == "ws":
+            _launch_ws(fn, cfg, grid, q, k, v, out, lse, n_q, n_k, scale, causal)
+            return (out, lse) if return_lse else out
         fn(
             grid,
             (cfg.threads, 1, 1),
@@ -203,3 +247,29 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
             shared_mem=cfg.smem_bytes(),
         )
     return (out, lse) if return_lse else out
+
+
+def _launch_ws(fn, cfg: Config, grid, q, k, v, out, lse, n_q, n_k, scale, causal) -> None:
+    """Launch flash_fwd_ws: Q, K, V go in as TMA tensor maps (tma.py), passed by value."""
+    cp = _cupy()
+    from . import tma
+
+    maps = (
+        tma.tiled_map(q, cfg.block_m),
+        tma.tiled_map(k, cfg.block_n),
+        tma.tiled_map(v, cfg.block_n),
+    )
+    fn(
+        grid,
+        (cfg.threads, 1, 1),
+        (
+            *(tma.kernel_arg(m) for m in maps),
+            out,
+            lse if lse is not None else cp.uint64(0),
+            cp.int32(n_q),
+            cp.int32(n_k),
+            cp.float32(scale * _LOG2E),
+            cp.int32(1 if causal else 0),
+        ),
+        shared_mem=cfg.smem_bytes(),
+    )

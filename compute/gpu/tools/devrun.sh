@@ -6,6 +6,9 @@
 #   bash compute/gpu/tools/devrun.sh figures  # the README's tiled-vs-dense figures (tools/figures.py)
 #   bash compute/gpu/tools/devrun.sh cli      # the bench CLI twice (float16 sweep; float32 causal)
 #   bash compute/gpu/tools/devrun.sh tune     # the CLI with a sweep, tiled source variants, one ncu pass
+#   bash compute/gpu/tools/devrun.sh ws       # the TMA + warp-specialised kernel: a smoke test
+#       first (stops there if it fails or hangs), then the flash tests with WS_VARIANTS, memcheck,
+#       and flash vs SDPA at WS_N with every WS_VARIANTS spec timed beside the default
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -63,5 +66,24 @@ if [ "$what" = tune ]; then
         python3 -m compute.gpu.bench_cli --n 4096 --kernel tiled --block-q 128 --block-k 64
     grep -E "Throughput|Pipe|Occupancy|Stall|Bank|Registers|Warp Cycles|Eligible|Issued" \
         "$OUT/ncu.log" | head -40
+fi
+if [ "$what" = ws ]; then
+    variants=${WS_VARIANTS:-"ws:128:2:128:2 ws:128:2:128:2:serial ws:64:3:128:2:pingpong ws:64:2:128:2:serial"}
+    step smoke 120 python3 -m pytest tests/compute/gpu/test_flash.py -q -x -p no:cacheprovider \
+        -k "ws_kernel or (ws and full and 1000)"
+    if [ $rc -eq 0 ]; then
+        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest tests/compute/gpu -q \
+            -p no:cacheprovider -n 8
+        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+            python3 -m compute.gpu.tools.sanitize_cases
+        grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+    fi
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${WS_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} --tune $variants \
+            --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
+        grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/\([0-9.e+-]+\)//g'
+    fi
 fi
 exit $rc

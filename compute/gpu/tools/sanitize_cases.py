@@ -21,7 +21,7 @@ def main() -> int:
     import cupy
 
     from ..dtypes import device_array
-    from ..flash import MMA_CONFIGS, default_config, flash_attention
+    from ..flash import MMA_CONFIGS, WS_CONFIGS, default_config, flash_attention
     from ..tiled import tiled_attention_gpu
 
     cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
@@ -33,7 +33,7 @@ def main() -> int:
                     cupy.asarray(device_array(rng.standard_normal((1, h, n, d), np.float32), dtype))
                     for n in (n_q, n_k, n_k)
                 )
-                for cfg in (default_config(d), MMA_CONFIGS[d]):
+                for cfg in (default_config(d), MMA_CONFIGS[d], WS_CONFIGS[d]):
                     for causal in (False, True):
                         flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
                         cupy.cuda.Device().synchronize()

@@ -34,12 +34,19 @@ DTYPE_CODE = {"float16": 0, "bfloat16": 1}
 
 
 def _configs():
-    """Kernel variants to test: the device default (None), the portable mma.sync kernel, and
-    FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong mma:64:8:64:2")."""
-    from compute.gpu.flash import MMA_CONFIGS, Config
+    """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
+    TMA + warp-specialised kernel (Hopper only), and FLASH_TEST_CONFIGS specs if set (e.g.
+    "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
+    from compute.gpu.flash import MMA_CONFIGS, WS_CONFIGS, Config
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    return [None, *MMA_CONFIGS.values(), *extra]
+    return [None, *MMA_CONFIGS.values(), *WS_CONFIGS.values(), *extra]
+
+
+def _needs_hopper(config) -> bool:
+    if config is None or config.kernel == "mma":
+        return False
+    return cp.cuda.Device().compute_capability != "90"
 
 
 def _rand(shape, dtype, rng):
@@ -109,6 +116,8 @@ def _run_case(b, h, n_q, n_k, d, dtype, causal, seed, config=None, scale=None):
 def test_matches_float64(config, dtype, d, causal, n_q, n_k):
     if config is not None and config.d != d:
         pytest.skip("config is for another d")
+    if _needs_hopper(config):
+        pytest.skip("this kernel needs an sm_90 GPU")
     _run_case(
         2,
         3,
@@ -131,6 +140,20 @@ def test_fully_masked_rows_are_zero_not_nan():
     # causal with n_q > n_k: the first n_q - n_k query rows see no key.
     _run_case(1, 2, 190, 60, 64, "float16", True, seed=11)
     _run_case(1, 2, 190, 60, 128, "bfloat16", True, seed=12)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_kernel_on_many_tiles_and_masked_blocks(d):
+    # Long enough that the K/V rings wrap several times (mbarrier phases flip), with a tail,
+    # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys.
+    from compute.gpu.flash import WS_CONFIGS
+
+    cfg = WS_CONFIGS[d]
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
+    _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
+    _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key
 
 
 def test_return_shapes_and_dtype():

@@ -172,17 +172,32 @@ def test_version_1_reports_read_with_flash_names():
 
 
 def test_flash_config_spec_round_trips():
-    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, Config
+    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
 
     for cfg in [
         *MMA_CONFIGS.values(),
         *WGMMA_CONFIGS.values(),
+        *WS_CONFIGS.values(),
         Config("wgmma", 128, 2, 64, 1, True),
+        Config("ws", 64, 3, 128, 1, False, 3, False),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
+    assert Config.parse("ws:128:2:128:2:pingpong").name(0) == "flash_fwd_ws<0,128,2,128,2,3>"
+    assert Config.parse("ws:64:3:128:3:serial").name(1) == "flash_fwd_ws<1,64,3,128,3,0>"
+    assert Config.parse("ws:64:3:128:3").threads == 512
+    with pytest.raises(ValueError, match="is not a kernel spec"):
+        Config.parse("wgmma:128:2:64:2:serial")  # only the ws kernel has the serial flag
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:4")  # the old EXTRA bits are not accepted
+
+
+def test_tensor_map_is_the_drivers_size():
+    import ctypes
+
+    from compute.gpu import tma
+
+    assert ctypes.sizeof(tma._TensorMap) == tma.MAP_BYTES == 128
 
 
 def test_wheel_ships_kernels_and_reports_but_not_tools():
