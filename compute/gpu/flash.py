@@ -123,10 +123,11 @@ MMA_CONFIGS: dict[int, Config] = {
     64: Config("mma", 64, 4, 64, 4),
     128: Config("mma", 128, 8, 128, 1),
 }
-# The TMA + warp-specialised kernel (flash_fwd_ws.cu): BM = 128, 128-key tiles, two-stage K
-# and V rings, intra-warpgroup overlap and the scheduler barrier, as FA3 runs d <= 128.
+# The TMA + warp-specialised kernel (flash_fwd_ws.cu), FA3's shapes: d=64 three consumer
+# warpgroups (BM = 192), d=128 two (BM = 128); 128-key tiles, two-stage K and V rings,
+# intra-warpgroup overlap and the scheduler barrier.
 WS_CONFIGS: dict[int, Config] = {
-    64: Config("ws", 64, 2, 128, 1, True, 2, True),
+    64: Config("ws", 64, 3, 128, 1, True, 2, True),
     128: Config("ws", 128, 2, 128, 1, True, 2, True),
 }
 # Whether default_config picks WS_CONFIGS on sm_90 (only where it measured faster than

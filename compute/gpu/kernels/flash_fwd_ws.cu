@@ -214,7 +214,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                  float* __restrict__ LSE, int Nq, int Nk, float scale_log2, int causal) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(BN == 64 || BN == 128, "key tile");
+    static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
     static_assert(NC == 2 || NC == 3, "consumer warpgroups");
     constexpr bool OVERLAP = (MODE & 1) != 0;
     constexpr bool SCHED = (MODE & 2) != 0;
@@ -490,4 +490,6 @@ FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)
 FA_WS_INST(1, 64, 2, 128, 2, 0)
+FA_WS_INST(0, 128, 2, 176, 2, 3)
+FA_WS_INST(0, 128, 2, 128, 3, 1)
 #endif

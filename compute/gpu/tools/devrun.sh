@@ -72,10 +72,10 @@ if [ "$what" = ws ]; then
     step smoke 120 python3 -m pytest tests/compute/gpu/test_flash.py -q -x -p no:cacheprovider \
         -k "ws_kernel or (ws and full and 1000)"
     if [ $rc -eq 0 ]; then
-        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest tests/compute/gpu -q \
-            -p no:cacheprovider -n 8
-        step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
-            python3 -m compute.gpu.tools.sanitize_cases
+        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest \
+            tests/compute/gpu/test_flash.py -q -p no:cacheprovider -n 8
+        FLASH_SANITIZE_CONFIGS="$variants" step memcheck 150 compute-sanitizer --tool memcheck \
+            --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
         grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
     fi
     if [ $rc -eq 0 ]; then

@@ -4,13 +4,17 @@ Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
 
-CuPy's memory pool is switched off first, so each array is its own cudaMalloc and an
+FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") adds variants
+beside each head dim's default, mma.sync and warp-specialised kernels. CuPy's memory pool is
+switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
 than N. Prints one line per launch; the outputs are checked against float64 elsewhere.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -21,7 +25,9 @@ def main() -> int:
     import cupy
 
     from ..dtypes import device_array
-    from ..flash import MMA_CONFIGS, WS_CONFIGS, default_config, flash_attention
+    from ..flash import MMA_CONFIGS, WS_CONFIGS, Config, default_config, flash_attention
+
+    extra = [Config.parse(s) for s in os.environ.get("FLASH_SANITIZE_CONFIGS", "").split()]
     from ..tiled import tiled_attention_gpu
 
     cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
@@ -33,7 +39,8 @@ def main() -> int:
                     cupy.asarray(device_array(rng.standard_normal((1, h, n, d), np.float32), dtype))
                     for n in (n_q, n_k, n_k)
                 )
-                for cfg in (default_config(d), MMA_CONFIGS[d], WS_CONFIGS[d]):
+                mine = [c for c in extra if c.d == d]
+                for cfg in (default_config(d), MMA_CONFIGS[d], WS_CONFIGS[d], *mine):
                     for causal in (False, True):
                         flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
                         cupy.cuda.Device().synchronize()
