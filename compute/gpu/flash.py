@@ -47,6 +47,7 @@ class Config:
     ping_pong: bool = False
     stages: int = 2  # ws: depth of the K and V rings in shared memory
     overlap: bool = True  # ws: issue S_{j+1} before the softmax of tile j (intra-warpgroup)
+    persistent: bool = False  # ws: one CTA per SM walking the work items
 
     @property
     def block_m(self) -> int:
@@ -62,9 +63,10 @@ class Config:
         if self.kernel == "mma":
             return (self.block_m + 4 * self.block_n) * self.d * 2
         if self.kernel == "ws":
-            # Q + `stages` of K and of V + the mbarriers, plus 1 KB for the 1024-byte alignment.
-            tiles = (self.block_m + 2 * self.stages * self.block_n) * self.d * 2
-            return tiles + 8 * (1 + 4 * self.stages) + 1024
+            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers,
+            # plus 1 KB for the 1024-byte alignment.
+            rows = self.block_m * (2 if self.persistent else 1) + 2 * self.stages * self.block_n
+            return rows * self.d * 2 + 8 * (2 + 4 * self.stages) + 1024
         # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
@@ -73,7 +75,7 @@ class Config:
         if self.kernel == "mma":
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
         if self.kernel == "ws":
-            mode = int(self.overlap) | (2 * int(self.ping_pong))
+            mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
             return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
@@ -82,34 +84,36 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial]' (parse() reads it back)."""
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist]' (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
         text += ":pingpong" if self.ping_pong else ""
-        return text + (":serial" if self.kernel == "ws" and not self.overlap else "")
+        text += ":serial" if self.kernel == "ws" and not self.overlap else ""
+        return text + (":persist" if self.persistent else "")
 
     @classmethod
     def parse(cls, spec: str) -> Config:
         """The variant a spec() string names; ValueError with one sentence if it names none."""
         parts = spec.split(":")
         flags = set()
-        while parts and parts[-1] in ("pingpong", "serial"):
+        while parts and parts[-1] in ("pingpong", "serial", "persist"):
             flags.add(parts.pop())
         if (
             parts[0] not in ("mma", "wgmma", "ws")
             or len(parts) != 5
             or not all(p.isdigit() for p in parts[1:])
-            or ("serial" in flags and parts[0] != "ws")
+            or (bool(flags & {"serial", "persist"}) and parts[0] != "ws")
         ):
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial]'"
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist]'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
-                "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags
-            )
+                "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
+                "persist" in flags,
+            )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
@@ -131,8 +135,15 @@ WS_CONFIGS: dict[int, Config] = {
     128: Config("ws", 128, 2, 128, 1, True, 2, True),
 }
 # Whether default_config picks WS_CONFIGS on sm_90 (only where it measured faster than
-# WGMMA_CONFIGS; FLASH_NOTES.md, v5). Off: the wgmma kernel stays the Hopper default.
-USE_WS: dict[int, bool] = {64: False, 128: False}
+# WGMMA_CONFIGS): on for both head dims, 1.17-1.45x the wgmma kernel in every case of
+# FLASH_NOTES.md v5 (calls 1 and 2); WGMMA_CONFIGS stays as the fallback.
+USE_WS: dict[int, bool] = {64: True, 128: True}
+
+
+@functools.cache
+def _sm_count() -> int:
+    cp = _cupy()
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
 
 
 @functools.cache
@@ -255,6 +266,9 @@ def _launch_ws(fn, cfg: Config, grid, q, k, v, out, lse, n_q, n_k, scale, causal
     cp = _cupy()
     from . import tma
 
+    num_qb, heads = grid[0], grid[1]
+    if cfg.persistent:  # one CTA per SM, each walking items blockIdx.x, + gridDim.x, ...
+        grid = (min(num_qb * heads, _sm_count()), 1, 1)
     maps = (
         tma.tiled_map(q, cfg.block_m),
         tma.tiled_map(k, cfg.block_n),
@@ -271,6 +285,8 @@ def _launch_ws(fn, cfg: Config, grid, q, k, v, out, lse, n_q, n_k, scale, causal
             cp.int32(n_k),
             cp.float32(scale * _LOG2E),
             cp.int32(1 if causal else 0),
+            cp.int32(num_qb),
+            cp.int32(heads),
         ),
         shared_mem=cfg.smem_bytes(),
     )

@@ -194,31 +194,53 @@ struct FaRegs {
 };
 
 // Shared memory, from a 1024-byte aligned base: Q (BM rows), ST stages of K, ST of V (BN
-// rows each, D / 64 panels of 128-byte rows), then the mbarriers.
-template <int D, int NC, int BN, int ST>
+// rows each, D / 64 panels of 128-byte rows), a separate O staging tile when persistent (so
+// the next tile's Q can land during this tile's epilogue), then the mbarriers.
+template <int D, int NC, int BN, int ST, bool PERSIST>
 struct FaSmem {
     static constexpr u32 BM = NC * 64;
     static constexpr u32 Q_BYTES = BM * D * 2;
     static constexpr u32 KV_BYTES = BN * D * 2;
     static constexpr u32 K_OFF = Q_BYTES;
     static constexpr u32 V_OFF = K_OFF + ST * KV_BYTES;
-    static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES;
-    // barQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST]
-    static constexpr u32 BYTES = BAR_OFF + 8 * (1 + 4 * ST);
+    static constexpr u32 O_OFF = PERSIST ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
+    static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + (PERSIST ? Q_BYTES : 0);
+    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST]
+    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST);
 };
 
+// Work item t of num_qb * BH: consecutive items are query blocks of one head (its K and V
+// stay in L2 while they run), heaviest causal block first.
+__device__ __forceinline__ void fa_tile(int t, int num_qb, int& qb, int& bh) {
+    bh = t / num_qb;
+    qb = num_qb - 1 - (t - bh * num_qb);
+}
+
+// Key tiles a query block needs: all of them, or with causal masking up to its last row's
+// diagonal (bottom-right aligned: row r sees keys c <= r + Nk - Nq); 0 if it sees none.
+template <int BM, int BN>
+__device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
+    const int kv_end = causal ? min(Nk, q0 + BM + Nk - Nq) : Nk;
+    return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+}
+
+// MODE bit 0: intra-warpgroup overlap; bit 1: scheduler barrier; bit 2: persistent (gridDim.x
+// CTAs, one per SM, each walking work items blockIdx.x, + gridDim.x, ...; K/V rings and
+// mbarrier phases run on across items, so the next item's loads overlap this one's tail).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __global__ void __launch_bounds__((NC + 1) * 128, 1)
     flash_fwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, u16* __restrict__ O,
-                 float* __restrict__ LSE, int Nq, int Nk, float scale_log2, int causal) {
+                 float* __restrict__ LSE, int Nq, int Nk, float scale_log2, int causal,
+                 int num_qb, int BH) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
     static_assert(NC == 2 || NC == 3, "consumer warpgroups");
     constexpr bool OVERLAP = (MODE & 1) != 0;
     constexpr bool SCHED = (MODE & 2) != 0;
-    using L = FaSmem<D, NC, BN, ST>;
+    constexpr bool PERSIST = (MODE & 4) != 0;
+    using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
     constexpr int NS = BN / 2;  // S accumulator registers per thread
     constexpr int NO = D / 2;   // O accumulator registers per thread
@@ -232,24 +254,23 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     const u32 sQ = base;
     const u32 sK = base + L::K_OFF;
     const u32 sV = base + L::V_OFF;
+    const u32 sO = base + L::O_OFF;
     const u32 barQ = base + L::BAR_OFF;
-    const u32 fullK = barQ + 8;
+    const u32 emptyQ = barQ + 8;
+    const u32 fullK = emptyQ + 8;
     const u32 fullV = fullK + 8 * ST;
     const u32 emptyK = fullV + 8 * ST;
     const u32 emptyV = emptyK + 8 * ST;
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
-    const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks first
-    const int q0 = qb * BM;
-    const int bh = blockIdx.y;
-    const int offset = Nk - Nq;
-    int kv_end = Nk;
-    if (causal) kv_end = min(Nk, q0 + BM + offset);
-    const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    const int total = num_qb * BH;
+    const int first = PERSIST ? blockIdx.x : blockIdx.y * num_qb + blockIdx.x;
+    const int stride = PERSIST ? gridDim.x : total;
 
     if (tid == 0) {
         fa_mbar_init(barQ, 1);
+        fa_mbar_init(emptyQ, NCT);
         for (int s = 0; s < ST; ++s) {
             fa_mbar_init(fullK + 8 * s, 1);
             fa_mbar_init(fullV + 8 * s, 1);
@@ -263,28 +284,40 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     if (wg == 0) {
         // ---------------- producer ----------------
         fa_setmaxnreg_dec<FaRegs<NC>::PRODUCER>();
-        if (tid == 0 && ntiles > 0) {
+        if (tid == 0) {
             fa_tma_prefetch(&tmQ);
             fa_tma_prefetch(&tmK);
             fa_tma_prefetch(&tmV);
-            fa_mbar_expect_tx(barQ, L::Q_BYTES);
-#pragma unroll
-            for (int p = 0; p < NP; ++p) fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, bh, barQ);
-            for (int j = 0; j < ntiles; ++j) {
-                const int s = j % ST;
-                const u32 round_parity = ((j / ST) & 1) ^ 1;
-                fa_mbar_wait(emptyK + 8 * s, round_parity);
-                fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
-#pragma unroll
-                for (int p = 0; p < NP; ++p)
-                    fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p, j * BN, bh,
-                                fullK + 8 * s);
-                fa_mbar_wait(emptyV + 8 * s, round_parity);
-                fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
+            int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
+            int k = 0;   // work items so far (emptyQ completes once per item)
+            for (int tt = first; tt < total; tt += stride, ++k) {
+                int qb, bh;
+                fa_tile(tt, num_qb, qb, bh);
+                const int q0 = qb * BM;
+                const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+                // Q's buffer is free once every consumer has finished with the last item's Q.
+                fa_mbar_wait(emptyQ, (k & 1) ^ 1);
+                if (ntiles == 0) continue;
+                fa_mbar_expect_tx(barQ, L::Q_BYTES);
 #pragma unroll
                 for (int p = 0; p < NP; ++p)
-                    fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p, j * BN, bh,
-                                fullV + 8 * s);
+                    fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, bh, barQ);
+                for (int j = 0; j < ntiles; ++j, ++it) {
+                    const int s = it % ST;
+                    const u32 round_parity = ((it / ST) & 1) ^ 1;
+                    fa_mbar_wait(emptyK + 8 * s, round_parity);
+                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < NP; ++p)
+                        fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p, j * BN,
+                                    bh, fullK + 8 * s);
+                    fa_mbar_wait(emptyV + 8 * s, round_parity);
+                    fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < NP; ++p)
+                        fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p, j * BN,
+                                    bh, fullV + 8 * s);
+                }
             }
         }
         return;
@@ -298,24 +331,32 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int rl0 = c * 64 + warp * 16 + g;  // this thread's first row in the block
-    const int row_a = q0 + rl0;
     const u32 qwg = sQ + c * 64 * 128;  // this warpgroup's rows in each Q panel
+    const u32 owg = (PERSIST ? sO : sQ) + c * 64 * 128;  // ... and in the O staging tile
+    const int offset = Nk - Nq;
 
     float o[NO];
-#pragma unroll
-    for (int i = 0; i < NO; ++i) o[i] = 0.f;
-    float m[2] = {FA_NEG_INF, FA_NEG_INF};
-    float l[2] = {0.f, 0.f};
+    float m[2];
+    float l[2];
     float alpha[2];
     float s[NS];
     u32 a[BN / 16][4];
 
     // Scheduler barrier: consumer c waits on barrier 1 + c, then lets 1 + (c + 1) % NC go.
-    // Every consumer passes the same number of points (ntiles + 1 with overlap, 2 ntiles
-    // without); the first consumer's first wait is satisfied by its own arrive below, and the
-    // last consumer skips its final arrive, so every barrier ends with its counts matched.
-    int sched_left = OVERLAP ? ntiles + 1 : 2 * ntiles;
+    // Every consumer passes the same points (per item ntiles + 1 with overlap, 2 ntiles
+    // without) in one stream over all its items: the first consumer's first wait is met by
+    // its own arrive below, and the last consumer skips its very last arrive, so the turns
+    // stay strictly round-robin and every barrier ends with its counts matched.
+    int sched_left = 0;
+    if constexpr (SCHED) {
+        for (int tt = first; tt < total; tt += stride) {
+            int qb, bh;
+            fa_tile(tt, num_qb, qb, bh);
+            const int n = fa_kv_tiles<BM, BN>(qb * BM, Nq, Nk, causal);
+            sched_left += n > 0 ? (OVERLAP ? n + 1 : 2 * n) : 0;
+        }
+        if (c == 0 && sched_left > 0) fa_bar_arrive(1, 256);
+    }
     auto sched_wait = [&]() {
         if constexpr (SCHED) fa_bar_sync(1 + c, 256);
     };
@@ -325,154 +366,182 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             if (!(c == NC - 1 && sched_left == 0)) fa_bar_arrive(1 + (c + 1) % NC, 256);
         }
     };
-    if constexpr (SCHED) {
-        if (c == 0 && ntiles > 0) fa_bar_arrive(1, 256);
-    }
 
-    auto issue_s = [&](int j) {  // S_j = Q K_j^T (A and B K-major in shared memory)
-        const u32 kbase = sK + (j % ST) * L::KV_BYTES;
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-            const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-            fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-        }
-        fa_wgmma_commit();
-    };
-    auto issue_pv = [&](int j) {  // O += P_j V_j (A = P from registers, B = V MN-major)
-        const u32 vbase = sV + (j % ST) * L::KV_BYTES;
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
-        fa_wgmma_commit();
-    };
-    auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
-        const int n0 = j * BN;
-        // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
-        // warpgroup's first row (q0 + 64 c); other tiles need no mask.
-        if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
-            fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
-        fa_softmax<NS>(s, m, l, alpha, scale_log2);
-    };
+    int it = 0;  // K/V tiles consumed so far, across items (ring slot it % ST)
+    int qk = 0;  // Q tiles consumed so far (barQ parity)
+    for (int tt = first; tt < total; tt += stride) {
+        int qb, bh;
+        fa_tile(tt, num_qb, qb, bh);
+        const int q0 = qb * BM;
+        const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+        const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
 
-    if (ntiles > 0) {
-        fa_mbar_wait(barQ, 0);
-        if constexpr (OVERLAP) {
-            // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
-            fa_mbar_wait(fullK, 0);
-            sched_wait();
-            issue_s(0);
-            sched_signal();
-            fa_wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-            fa_mbar_arrive(emptyK);
-            softmax_tile(0);
-            fa_to_a<DT, NS>(s, a);
-            for (int j = 1; j < ntiles; ++j) {
-                const int sj = j % ST;
-                const int sp = (j - 1) % ST;
-                fa_mbar_wait(fullK + 8 * sj, (j / ST) & 1);
-                fa_mbar_wait(fullV + 8 * sp, ((j - 1) / ST) & 1);
-                sched_wait();
-                issue_s(j);       // S_j       (group 1)
-                issue_pv(j - 1);  // O += P V  (group 2)
-                sched_signal();
-                fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
+        for (int i = 0; i < NO; ++i) o[i] = 0.f;
+        m[0] = m[1] = FA_NEG_INF;
+        l[0] = l[1] = 0.f;
+
+        auto issue_s = [&](int slot) {  // S = Q K^T (A and B K-major in shared memory)
+            const u32 kbase = sK + slot * L::KV_BYTES;
+            fa_wgmma_fence();
 #pragma unroll
-                for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                fa_mbar_arrive(emptyK + 8 * sj);
-                softmax_tile(j);  // under the P V GEMM
-                fa_wgmma_wait<0>();
-#pragma unroll
-                for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                fa_mbar_arrive(emptyV + 8 * sp);
-                fa_rescale<NO>(o, alpha);
-                fa_to_a<DT, NS>(s, a);
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
+                const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
             }
-            const int sl = (ntiles - 1) % ST;
-            fa_mbar_wait(fullV + 8 * sl, ((ntiles - 1) / ST) & 1);
-            sched_wait();
-            issue_pv(ntiles - 1);
-            sched_signal();
-            fa_wgmma_wait<0>();
+            fa_wgmma_commit();
+        };
+        auto issue_pv = [&](int slot) {  // O += P V (A = P from registers, B = V MN-major)
+            const u32 vbase = sV + slot * L::KV_BYTES;
+            fa_wgmma_fence();
 #pragma unroll
-            for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-            fa_mbar_arrive(emptyV + 8 * sl);
-        } else {
-            for (int j = 0; j < ntiles; ++j) {
-                const int sj = j % ST;
-                const u32 par = (j / ST) & 1;
-                fa_mbar_wait(fullK + 8 * sj, par);
+            for (int kk = 0; kk < BN / 16; ++kk)
+                fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
+            fa_wgmma_commit();
+        };
+        auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
+            const int n0 = j * BN;
+            // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
+            // warpgroup's first row (q0 + 64 c); other tiles need no mask.
+            if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
+                fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
+            fa_softmax<NS>(s, m, l, alpha, scale_log2);
+        };
+
+        if (ntiles > 0) {
+            fa_mbar_wait(barQ, qk & 1);
+            ++qk;
+            if constexpr (OVERLAP) {
+                // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
+                {
+                    const int s0 = it % ST;
+                    fa_mbar_wait(fullK + 8 * s0, (it / ST) & 1);
+                    sched_wait();
+                    issue_s(s0);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    fa_mbar_arrive(emptyK + 8 * s0);
+                    softmax_tile(0);
+                    fa_to_a<DT, NS>(s, a);
+                }
+                for (int j = 1; j < ntiles; ++j) {
+                    const int ic = it + j, ip = it + j - 1;
+                    const int sj = ic % ST, sp = ip % ST;
+                    fa_mbar_wait(fullK + 8 * sj, (ic / ST) & 1);
+                    fa_mbar_wait(fullV + 8 * sp, (ip / ST) & 1);
+                    sched_wait();
+                    issue_s(sj);   // S_j                      (group 1)
+                    issue_pv(sp);  // O += P_{j-1} V_{j-1}     (group 2)
+                    sched_signal();
+                    fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    fa_mbar_arrive(emptyK + 8 * sj);
+                    softmax_tile(j);  // under the P V GEMM
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    fa_mbar_arrive(emptyV + 8 * sp);
+                    fa_rescale<NO>(o, alpha);
+                    fa_to_a<DT, NS>(s, a);
+                }
+                const int il = it + ntiles - 1;
+                const int sl = il % ST;
+                fa_mbar_wait(fullV + 8 * sl, (il / ST) & 1);
                 sched_wait();
-                issue_s(j);
+                issue_pv(sl);
                 sched_signal();
                 fa_wgmma_wait<0>();
 #pragma unroll
-                for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                fa_mbar_arrive(emptyK + 8 * sj);
-                softmax_tile(j);
-                fa_rescale<NO>(o, alpha);
-                fa_to_a<DT, NS>(s, a);
-#pragma unroll
                 for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                fa_mbar_wait(fullV + 8 * sj, par);
-                sched_wait();
-                issue_pv(j);
-                sched_signal();
-                fa_wgmma_wait<0>();
+                fa_mbar_arrive(emptyV + 8 * sl);
+            } else {
+                for (int j = 0; j < ntiles; ++j) {
+                    const int ic = it + j;
+                    const int sj = ic % ST;
+                    const u32 par = (ic / ST) & 1;
+                    fa_mbar_wait(fullK + 8 * sj, par);
+                    sched_wait();
+                    issue_s(sj);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
 #pragma unroll
-                for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                fa_mbar_arrive(emptyV + 8 * sj);
+                    for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    fa_mbar_arrive(emptyK + 8 * sj);
+                    softmax_tile(j);
+                    fa_rescale<NO>(o, alpha);
+                    fa_to_a<DT, NS>(s, a);
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    fa_mbar_wait(fullV + 8 * sj, par);
+                    sched_wait();
+                    issue_pv(sj);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    fa_mbar_arrive(emptyV + 8 * sj);
+                }
+            }
+            it += ntiles;
+        }
+        if constexpr (PERSIST) {
+            // Every S GEMM of this item is complete: the producer may load the next Q now.
+            fa_mbar_arrive(emptyQ);
+            // The previous item's O reads from the staging tile are done in every thread.
+            fa_bar_sync(1 + NC + c, 128);
+        }
+
+        // ---------------- epilogue ----------------
+        // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's rows
+        // of the staging tile (persistent) or of the Q panels (dead since its last S GEMM
+        // completed), in the same swizzled layout, then written with coalesced 16-byte
+        // stores; rows past Nq are not written.
+        u16* Ob = O + static_cast<long long>(bh) * Nq * D;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float lt = l[h];
+            lt += __shfl_xor_sync(0xffffffff, lt, 1);
+            lt += __shfl_xor_sync(0xffffffff, lt, 2);
+            const float inv = lt > 0.f ? 1.f / lt : 0.f;
+            const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
+#pragma unroll
+            for (int dn = 0; dn < D / 8; ++dn) {
+                // 8-column group dn: panel dn / 8, 16-byte chunk (dn % 8) ^ (r % 8), 4 bytes per t.
+                const u32 pk = fa_pack<DT>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
+                const u32 addr = owg + (dn >> 3) * (BM * 128) + r * 128 +
+                                 (((dn & 7) ^ (r & 7)) << 4) + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pk) : "memory");
+            }
+            if (LSE != nullptr && t == 0) {
+                const int row = q0 + c * 64 + r;
+                if (row < Nq) {
+                    LSE[static_cast<long long>(bh) * Nq + row] =
+                        lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f : FA_NEG_INF;
+                }
             }
         }
-    }
-
-    // ---------------- epilogue ----------------
-    // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's own rows
-    // of the Q panels (dead since its last S GEMM completed), in the same swizzled layout,
-    // then written with coalesced 16-byte stores; rows past Nq are not written.
-    u16* Ob = O + static_cast<long long>(bh) * Nq * D;
+        fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
+        constexpr int CPR = D / 8;     // 16-byte chunks per row
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float lt = l[h];
-        lt += __shfl_xor_sync(0xffffffff, lt, 1);
-        lt += __shfl_xor_sync(0xffffffff, lt, 2);
-        const float inv = lt > 0.f ? 1.f / lt : 0.f;
-        const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
-#pragma unroll
-        for (int dn = 0; dn < D / 8; ++dn) {
-            // 8-column group dn: panel dn / 8, 16-byte chunk (dn % 8) ^ (r % 8), 4 bytes per t.
-            const u32 pk = fa_pack<DT>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
-            const u32 addr = qwg + (dn >> 3) * (BM * 128) + r * 128 + (((dn & 7) ^ (r & 7)) << 4) +
-                             4 * t;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pk) : "memory");
-        }
-        if (LSE != nullptr && t == 0) {
+        for (int i = 0; i < 64 * CPR / 128; ++i) {
+            const int idx = ctid + i * 128;
+            const int r = idx / CPR;
+            const int ch = idx % CPR;
             const int row = q0 + c * 64 + r;
             if (row < Nq) {
-                LSE[static_cast<long long>(bh) * Nq + row] =
-                    lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f : FA_NEG_INF;
+                uint4 val;
+                const u32 addr =
+                    owg + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                             : "r"(addr)
+                             : "memory");
+                *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D + ch * 8) = val;
             }
-        }
-    }
-    fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
-    constexpr int CPR = D / 8;     // 16-byte chunks per row
-#pragma unroll
-    for (int i = 0; i < 64 * CPR / 128; ++i) {
-        const int idx = ctid + i * 128;
-        const int r = idx / CPR;
-        const int ch = idx % CPR;
-        const int row = q0 + c * 64 + r;
-        if (row < Nq) {
-            uint4 val;
-            const u32 addr = qwg + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-            asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                         : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
-                         : "r"(addr));
-            *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D + ch * 8) = val;
         }
     }
 #else
@@ -485,11 +554,13 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
-        const __grid_constant__ FaTmap, u16*, float*, int, int, float, int);
+        const __grid_constant__ FaTmap, u16*, float*, int, int, float, int, int, int);
 FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)
 FA_WS_INST(1, 64, 2, 128, 2, 0)
 FA_WS_INST(0, 128, 2, 176, 2, 3)
 FA_WS_INST(0, 128, 2, 128, 3, 1)
+FA_WS_INST(1, 128, 2, 128, 2, 7)
+FA_WS_INST(0, 64, 3, 128, 2, 7)
 #endif

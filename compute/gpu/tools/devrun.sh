@@ -68,12 +68,21 @@ if [ "$what" = tune ]; then
         "$OUT/ncu.log" | head -40
 fi
 if [ "$what" = ws ]; then
-    variants=${WS_VARIANTS:-"ws:128:2:128:2 ws:128:2:128:2:serial ws:64:3:128:2:pingpong ws:64:2:128:2:serial"}
+    variants=${WS_VARIANTS:-"ws:128:2:128:2:pingpong:persist ws:64:3:128:2:pingpong:persist"}
     step smoke 120 python3 -m pytest tests/compute/gpu/test_flash.py -q -x -p no:cacheprovider \
-        -k "ws_kernel or (ws and full and 1000)"
+        -k "ws_kernel and grid"
     if [ $rc -eq 0 ]; then
-        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest \
-            tests/compute/gpu/test_flash.py -q -p no:cacheprovider -n 8
+        skip=()
+        step smoke_persistent 60 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
+            -p no:cacheprovider -k "ws_kernel and persistent"
+        if [ $rc -ne 0 ]; then  # keep going without the persistent variants; say so
+            echo "persistent variants dropped"
+            variants=$(echo "$variants" | tr ' ' '\n' | grep -v persist | tr '\n' ' ')
+            skip=(-k "not persistent")
+            rc=0
+        fi
+        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest tests/compute/gpu -q \
+            -p no:cacheprovider -n 8 "${skip[@]}"
         FLASH_SANITIZE_CONFIGS="$variants" step memcheck 150 compute-sanitizer --tool memcheck \
             --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
         grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
@@ -81,9 +90,9 @@ if [ "$what" = ws ]; then
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
         step flash_vs_sdpa "${WS_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
-            --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} --tune $variants \
-            --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
-        grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/\([0-9.e+-]+\)//g'
+            --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} \
+            --tune $variants ${WS_EXTRA_TUNE:-} --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
+        grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 exit $rc

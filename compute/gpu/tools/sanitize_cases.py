@@ -5,7 +5,7 @@ Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
 
 FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") adds variants
-beside each head dim's default, mma.sync and warp-specialised kernels. CuPy's memory pool is
+beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels. CuPy's memory pool is
 switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
@@ -18,17 +18,18 @@ import os
 
 import numpy as np
 
-CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200)]  # (heads, N_q, N_k)
+# (heads, N_q, N_k); the last has more work items than SMs for the persistent ws variants
+CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200), (150, 130, 260)]
 
 
 def main() -> int:
     import cupy
 
     from ..dtypes import device_array
-    from ..flash import MMA_CONFIGS, WS_CONFIGS, Config, default_config, flash_attention
+    from ..flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config, flash_attention
+    from ..tiled import tiled_attention_gpu
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_SANITIZE_CONFIGS", "").split()]
-    from ..tiled import tiled_attention_gpu
 
     cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
     rng = np.random.default_rng(0)
@@ -40,7 +41,7 @@ def main() -> int:
                     for n in (n_q, n_k, n_k)
                 )
                 mine = [c for c in extra if c.d == d]
-                for cfg in (default_config(d), MMA_CONFIGS[d], WS_CONFIGS[d], *mine):
+                for cfg in (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d], *mine):
                     for causal in (False, True):
                         flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
                         cupy.cuda.Device().synchronize()

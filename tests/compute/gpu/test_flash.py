@@ -35,12 +35,13 @@ DTYPE_CODE = {"float16": 0, "bfloat16": 1}
 
 def _configs():
     """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
-    TMA + warp-specialised kernel (Hopper only), and FLASH_TEST_CONFIGS specs if set (e.g.
-    "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
-    from compute.gpu.flash import MMA_CONFIGS, WS_CONFIGS, Config
+    Hopper kernels (TMA + warp-specialised, and the plain wgmma fallback), and
+    FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
+    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    return [None, *MMA_CONFIGS.values(), *WS_CONFIGS.values(), *extra]
+    hopper = [*WS_CONFIGS.values(), *WGMMA_CONFIGS.values()]
+    return [None, *MMA_CONFIGS.values(), *hopper, *extra]
 
 
 def _needs_hopper(config) -> bool:
@@ -142,18 +143,23 @@ def test_fully_masked_rows_are_zero_not_nan():
     _run_case(1, 2, 190, 60, 128, "bfloat16", True, seed=12)
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_ws_kernel_on_many_tiles_and_masked_blocks(d):
+def test_ws_kernel_on_many_tiles_and_masked_blocks(d, persistent):
     # Long enough that the K/V rings wrap several times (mbarrier phases flip), with a tail,
-    # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys.
+    # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys; the last
+    # case has more work items than SMs, so a persistent CTA walks several (some see no key).
+    from dataclasses import replace
+
     from compute.gpu.flash import WS_CONFIGS
 
-    cfg = WS_CONFIGS[d]
+    cfg = replace(WS_CONFIGS[d], persistent=persistent)
     if _needs_hopper(cfg):
         pytest.skip("this kernel needs an sm_90 GPU")
     _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
     _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
     _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key
+    _run_case(2, 40, 1000, 900, d, "bfloat16", True, seed=24, config=cfg)
 
 
 def test_return_shapes_and_dtype():

@@ -180,12 +180,16 @@ def test_flash_config_spec_round_trips():
         *WS_CONFIGS.values(),
         Config("wgmma", 128, 2, 64, 1, True),
         Config("ws", 64, 3, 128, 1, False, 3, False),
+        Config("ws", 128, 2, 128, 1, True, 2, True, True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
     assert Config.parse("ws:128:2:128:2:pingpong").name(0) == "flash_fwd_ws<0,128,2,128,2,3>"
     assert Config.parse("ws:64:3:128:3:serial").name(1) == "flash_fwd_ws<1,64,3,128,3,0>"
     assert Config.parse("ws:64:3:128:3").threads == 512
+    assert (
+        Config.parse("ws:128:2:128:2:pingpong:persist").name(1) == "flash_fwd_ws<1,128,2,128,2,7>"
+    )
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:serial")  # only the ws kernel has the serial flag
     with pytest.raises(ValueError, match="is not a kernel spec"):
