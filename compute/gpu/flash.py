@@ -13,7 +13,7 @@ Three kernels live in ``kernels/``: ``flash_fwd_mma.cu`` (FA2 schedule with mma.
 sm_80+ GPU), ``flash_fwd_wgmma.cu`` (Hopper wgmma, sm_90a only) and ``flash_fwd_ws.cu``
 (Hopper wgmma fed by TMA from a producer warpgroup, with setmaxnreg and softmax overlapped
 with the GEMMs; its tensor maps come from ``tma.py``). Which one a call gets is
-``default_config(d)``; FLASH_NOTES.md records the measurements behind it. The module imports
+``default_config(d, n_q)``; FLASH_NOTES.md records the measurements behind it. The module imports
 without CuPy; CuPy is imported on first use.
 """
 
@@ -134,10 +134,11 @@ WS_CONFIGS: dict[int, Config] = {
     64: Config("ws", 64, 3, 128, 1, True, 2, True),
     128: Config("ws", 128, 2, 128, 1, True, 2, True),
 }
-# Whether default_config picks WS_CONFIGS on sm_90 (only where it measured faster than
-# WGMMA_CONFIGS): on for both head dims, 1.17-1.45x the wgmma kernel in every case of
-# FLASH_NOTES.md v5 (calls 1 and 2); WGMMA_CONFIGS stays as the fallback.
-USE_WS: dict[int, bool] = {64: True, 128: True}
+# Where default_config picks WS_CONFIGS on sm_90: from this many query rows on, per head dim
+# (FLASH_NOTES.md v5). d=128: 1.21-1.61x the wgmma kernel at every N from 1024 to 16384.
+# d=64: 1.0-1.3x from N = 2048 on, but at N = 1024 its 192-row query blocks leave too few
+# blocks (0.97x full, 0.83x causal), so shorter sequences keep the wgmma kernel there.
+WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
 
 
 @functools.cache
@@ -152,11 +153,11 @@ def _is_hopper() -> bool:
     return cp.cuda.Device().compute_capability == "90"
 
 
-def default_config(d: int) -> Config:
-    """The kernel variant flash_attention uses for head dim d on the current device."""
+def default_config(d: int, n_q: int = 1 << 30) -> Config:
+    """The kernel variant flash_attention uses for head dim d and n_q query rows here."""
     if not _is_hopper():
         return MMA_CONFIGS[d]
-    return WS_CONFIGS[d] if USE_WS.get(d, False) else WGMMA_CONFIGS[d]
+    return WS_CONFIGS[d] if n_q >= WS_MIN_N[d] else WGMMA_CONFIGS[d]
 
 
 def _cupy():
@@ -221,7 +222,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not scale > 0:
         raise ValueError("scale must be positive")
-    cfg = config or default_config(d)
+    cfg = config or default_config(d, n_q)
     if cfg.d != d:
         raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
     if cfg.kernel in ("wgmma", "ws") and not _is_hopper():

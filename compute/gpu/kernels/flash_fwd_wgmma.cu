@@ -32,7 +32,9 @@
 //     -3-5% once 2 CTAs/SM already interleave.
 //   * Occupancy, 2 CTAs/SM (register cap 128, small spill accepted): the largest step after
 //     wgmma itself. d=128 BN=64: 431-458 / 441-448; d=64 BN=128: 392-421 / 402-411.
-//   Final defaults (flash.py): d=64 <64,2,128,2>, d=128 <128,2,64,2>, plain, no ping-pong:
+//   Since v5 (FLASH_NOTES.md) flash_fwd_ws.cu is the sm_90 default; this kernel is the fallback
+//   (and the default for d=64 below 2048 query rows). Its defaults were, and stay,
+//   d=64 <64,2,128,2>, d=128 <128,2,64,2>, plain, no ping-pong:
 //   1.27-1.43x FA2 for N >= 4096 in fp16 and bf16; 0.69-0.93x cuDNN (which has TMA and
 //   warp specialisation; this kernel has neither).
 //

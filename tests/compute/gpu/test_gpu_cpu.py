@@ -196,6 +196,17 @@ def test_flash_config_spec_round_trips():
         Config.parse("wgmma:128:2:64:2:4")  # the old EXTRA bits are not accepted
 
 
+def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
+    from compute.gpu import flash
+
+    monkeypatch.setattr(flash, "_is_hopper", lambda: True)
+    assert flash.default_config(128, 1024) == flash.WS_CONFIGS[128]
+    assert flash.default_config(64, 4096) == flash.WS_CONFIGS[64]
+    assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
+    monkeypatch.setattr(flash, "_is_hopper", lambda: False)
+    assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
+
+
 def test_tensor_map_is_the_drivers_size():
     import ctypes
 
