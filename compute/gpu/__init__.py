@@ -3,7 +3,7 @@ paths, and their benchmark.
 
 Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
 `status()` says whether a device is usable (or why not). `flash_attention` is the
-tensor-core kernel of `compute.gpu.fast`, loaded on first access.
+tensor-core kernel of `compute.gpu.flash`, loaded on first access.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ _LAZY = {
     "run_bench": ".bench",
     "GpuUnavailable": ".bench",
     "BenchCancelled": ".bench",
-    "flash_attention": ".fast",
+    "flash_attention": ".flash",
 }
 
 __all__ = ["DeviceStatus", "status", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so `import compute.gpu` stays free of CuPy (and of the fast module's imports).
+    # Lazy, so `import compute.gpu` stays free of CuPy (and of the flash module's imports).
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..backward_schedule import PASS_TENSORS
-from .tiled import DTYPES, TileTooLarge, _check_inputs, _cupy, _shared_limit
+from .dtypes import KERNEL_DTYPES
+from .tiled import TileTooLarge, _check_inputs, _cupy, _shared_limit
 
 KERNEL_PATH = Path(__file__).parent / "kernels" / "tiled_backward.cu"
 _CTYPES = {"float32": "float", "float16": "unsigned short"}
@@ -95,8 +96,8 @@ def compile_backward(
     block_q: int, block_k: int, d: int, d_v: int, dtype: str, *, count_transfers: bool = False
 ) -> CompiledBackward:
     """Compile (or fetch) the backward kernels for this tile shape; TileTooLarge if they can't fit."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
+    if dtype not in KERNEL_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(KERNEL_DTYPES)}, not {dtype!r}.")
     if min(block_q, block_k, d, d_v) < 1:
         raise ValueError("block sizes and head sizes must be at least 1.")
     key = (block_q, block_k, d, d_v, dtype, count_transfers)

@@ -25,11 +25,12 @@ from .. import attention_backward, pass_ledger
 from .backward import tiled_attention_backward_gpu
 from .dense_backward import dense_attention_backward_gpu, dense_probabilities_gpu
 from .device import status
+from .dtypes import KERNEL_DTYPES
 from .tiled import tiled_attention_gpu
 from .timing import rotation_count, time_cuda
 
 SIZES = (1024, 2048, 4096)
-DTYPES = ("float32", "float16")
+DTYPES = KERNEL_DTYPES
 
 
 def _inputs(seed: int, bh: int, n: int, d: int, dtype: str):

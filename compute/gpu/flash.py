@@ -36,9 +36,9 @@ class Config:
     warps: int  # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each)
     block_n: int
     min_blocks: int = 1
-    # wgmma: bit 0 = V descriptor variant (1 = swapped LBO/SBO, wrong: a negative control),
-    # bit 1 = intra-warpgroup pipelined kernel, bit 2 = ping-pong between two warpgroups.
-    extra: int = 0
+    # wgmma, two warpgroups only: alternate the tensor cores between them with named barriers
+    # (FA3's inter-warpgroup overlap); +4-10% at 1 CTA/SM, a loss at 2 (FLASH_NOTES.md).
+    ping_pong: bool = False
 
     @property
     def block_m(self) -> int:
@@ -55,12 +55,34 @@ class Config:
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
     def name(self, dt: int) -> str:
+        """The template instantiation NVRTC compiles for dtype code dt (0 fp16, 1 bf16)."""
         if self.kernel == "mma":
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
-        head = f"{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},{self.extra & 1}"
-        if self.extra & 2:
-            return f"flash_fwd_wgmma_pipe<{head}>"
-        return f"flash_fwd_wgmma<{head},{(self.extra >> 2) & 1}>"
+        return (
+            f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
+            f"{int(self.ping_pong)}>"
+        )
+
+    def spec(self) -> str:
+        """'mma:D:WARPS:BN:MINB' or 'wgmma:D:WG:BN:MINB[:pingpong]' (parse() reads it back)."""
+        text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{self.min_blocks}"
+        return text + (":pingpong" if self.ping_pong else "")
+
+    @classmethod
+    def parse(cls, spec: str) -> Config:
+        """The variant a spec() string names; ValueError with one sentence if it names none."""
+        parts = spec.split(":")
+        ping_pong = parts[-1] == "pingpong"
+        if ping_pong:
+            parts = parts[:-1]
+        if (
+            parts[0] not in ("mma", "wgmma")
+            or len(parts) != 5
+            or not all(p.isdigit() for p in parts[1:])
+        ):
+            raise ValueError(f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]'")
+        d, warps, block_n, min_blocks = (int(p) for p in parts[1:])
+        return cls(parts[0], d, warps, block_n, min_blocks, ping_pong)
 
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
@@ -96,7 +118,7 @@ def _cupy():
 def _module(kernel: str, names: tuple[str, ...]):
     cp = _cupy()
     src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
-    options = ("-std=c++17",)
+    options = ("-std=c++17", "-I" + str(_KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
     if kernel == "wgmma":  # wgmma needs the sm_90a target (NVRTC; see platform notes)
         options += ("-arch=sm_90a", "-DFA_FORCE_WGMMA")
     return cp.RawModule(code=src, options=options, name_expressions=list(names))

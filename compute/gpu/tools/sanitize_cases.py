@@ -1,0 +1,56 @@
+"""Launch every production kernel once on odd shapes, for compute-sanitizer to watch.
+
+Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize does):
+
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
+
+CuPy's memory pool is switched off first, so each array is its own cudaMalloc and an
+out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
+both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
+than N. Prints one line per launch; the outputs are checked against float64 elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200)]  # (heads, N_q, N_k)
+
+
+def main() -> int:
+    import cupy
+
+    from ..dtypes import device_array
+    from ..flash import MMA_CONFIGS, default_config, flash_attention
+    from ..tiled import tiled_attention_gpu
+
+    cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
+    rng = np.random.default_rng(0)
+    for h, n_q, n_k in CASES:
+        for d in (64, 128):
+            for dtype in ("float16", "bfloat16"):
+                q, k, v = (
+                    cupy.asarray(device_array(rng.standard_normal((1, h, n, d), np.float32), dtype))
+                    for n in (n_q, n_k, n_k)
+                )
+                for cfg in (default_config(d), MMA_CONFIGS[d]):
+                    for causal in (False, True):
+                        flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
+                        cupy.cuda.Device().synchronize()
+                        print(f"flash {cfg.spec()} {dtype} h={h} {n_q}x{n_k} causal={causal}")
+        for order in ("q-outer", "kv-outer"):
+            q, k, v = (
+                cupy.asarray(rng.standard_normal((h, n, w)).astype(np.float32))
+                for n, w in ((n_q, 40), (n_k, 40), (n_k, 24))
+            )
+            for bq, bk in ((16, 7), (128, 96)):
+                tiled_attention_gpu(
+                    q, k, v, block_q=bq, block_k=bk, order=order, causal=True, save_lse=True
+                )
+                cupy.cuda.Device().synchronize()
+                print(f"tiled {order} {bq}x{bk} h={h} {n_q}x{n_k}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
