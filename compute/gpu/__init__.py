@@ -1,4 +1,5 @@
-"""GPU backend: the tiled CUDA kernel at any tile sizes, the dense path, and their benchmark.
+"""GPU backend: the tiled CUDA kernels at any tile sizes (forward and backward), the dense
+paths, and their benchmark.
 
 Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
 `status()` says whether a device is usable (or why not). `flash_attention` is the
@@ -18,6 +19,9 @@ _LAZY = {
     "TileTooLarge": ".tiled",
     "TileShape": ".tiled",
     "dense_attention_gpu": ".dense",
+    "tiled_attention_backward_gpu": ".backward",
+    "compile_backward": ".backward",
+    "dense_attention_backward_gpu": ".dense_backward",
     "BenchConfig": ".bench",
     "run_bench": ".bench",
     "GpuUnavailable": ".bench",

@@ -6,7 +6,8 @@ L2 flushed, rotated inputs), TFLOP/s, the ledger's bytes and the implied bandwid
 device memory, the error against the float64 reference (reference.py) on sampled heads
 and rows, and for the tiled kernel the transfers its instrumented build counted beside
 the modelled ledger. With `sweep_blocks`, also a block_q x block_k grid of tiled-kernel
-times. Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked
+times. With `pass_name="backward"` the tiled and dense rows time the backward pass instead
+(bench_backward.py), against the backward ledger. Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked
 for). The CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call
 this; the GPU tests share its reference, dtypes and dense path.
 """
@@ -30,6 +31,7 @@ from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
 from .timing import peak_pool_bytes, rotation_count, time_cuda
 
 KERNELS = ("tiled", "dense", "flash")
+BENCH_PASSES = ("forward", "backward")
 PATHS = (*KERNELS, *PEERS)
 SWEEP_SIZES = (16, 32, 64, 128)
 
@@ -65,6 +67,7 @@ class BenchConfig:
     count_transfers: bool = True
     seed: int = 0
     flash_specs: tuple[str, ...] = ()  # extra tensor-core variants, flash.Config.spec() strings
+    pass_name: str = "forward"  # or "backward": the tiled and dense paths' backward
 
     @property
     def n_k(self) -> int:
@@ -75,8 +78,10 @@ class BenchConfig:
         return self.d if self.d_v is None else self.d_v
 
     def flops(self) -> float:
-        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal."""
+        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal;
+        the backward counts 2.5 times that (five matmuls to the forward's two)."""
         f = 2.0 * self.batch_heads * self.n * self.n_k * (self.d + self.dv)
+        f *= 2.5 if self.pass_name == "backward" else 1.0
         return f / 2 if self.causal else f
 
     def __post_init__(self) -> None:
@@ -84,6 +89,14 @@ class BenchConfig:
             raise ValueError(f"dtype must be one of {', '.join(BENCH_DTYPES)}, not {self.dtype!r}.")
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}.")
+        if self.pass_name not in BENCH_PASSES:
+            raise ValueError(
+                f"pass must be one of {', '.join(BENCH_PASSES)}, not {self.pass_name!r}."
+            )
+        if self.pass_name == "backward" and self.sweep_blocks:
+            raise ValueError(
+                "The block sweep times the forward only; leave it off for the backward."
+            )
 
 
 @dataclass
@@ -359,6 +372,12 @@ def run_bench(
     total = 1 + len(kernels) + len(cfg.flash_specs) + n_sweep
     ctx = _Context(cfg, progress, should_stop, total=total)
     ctx.step("preparing inputs and float64 reference")
+    if cfg.pass_name == "backward":
+        results, n_sets, n_heads = _backward_results(cfg, st, kernels, ctx)
+        report = _report(cfg, st, results, None, progress, ctx)
+        report["sample"] = {"heads": list(range(n_heads)), "rows": cfg.n}
+        report["rotated_input_sets"] = n_sets
+        return report
     inputs = _make_inputs(cfg, st.l2_bytes)
     results: list[dict] = []
     sweep = None
@@ -377,6 +396,35 @@ def run_bench(
     for spec in cfg.flash_specs:
         ctx.step(f"timing flash[{spec}]")
         results.append(_flash_row(cfg, inputs, spec))
+    report = _report(cfg, st, results, sweep, progress, ctx)
+    report["sample"] = {"heads": inputs.heads.tolist(), "rows": len(inputs.rows)}
+    report["rotated_input_sets"] = len(inputs.sets)
+    return report
+
+
+def _backward_results(cfg: BenchConfig, st, kernels: list[str], ctx: _Context) -> tuple:
+    """The backward rows (tiled and dense measured, other paths one sentence each), how many
+    input sets rotated and how many whole heads the errors cover."""
+    from . import bench_backward as bb
+
+    base, n_heads, ref = bb.backward_inputs(cfg, st.l2_bytes)
+    results = []
+    for kernel in kernels:
+        ctx.step(f"timing {kernel} backward")
+        if kernel == "tiled":
+            extra = {"order": "kv-outer", "block_q": cfg.block_q, "block_k": cfg.block_k}
+            body = lambda: bb.tiled_backward_row(cfg, base, n_heads, ref)  # noqa: E731
+            results.append(_guarded("tiled", extra, body))
+        elif kernel == "dense":
+            body = lambda: bb.dense_backward_row(cfg, base, n_heads, ref)  # noqa: E731
+            results.append(_guarded("dense", {}, body))
+        else:
+            results.append(_error_row(kernel, {}, ValueError(bb.NO_BACKWARD)))
+    return results, len(base), n_heads
+
+
+def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Context) -> dict:
+    """The report dict around the results (speed-ups against the dense row filled in)."""
     dense_ms = next((r["ms"] for r in results if r["kernel"] == "dense" and "ms" in r), None)
     for r in results:
         if dense_ms is not None and "ms" in r:
@@ -390,8 +438,8 @@ def run_bench(
         "device": st.to_dict(),
         "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
         "timing": f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed",
-        "sample": {"heads": inputs.heads.tolist(), "rows": len(inputs.rows)},
-        "rotated_input_sets": len(inputs.sets),
+        "sample": None,
+        "rotated_input_sets": None,
         "results": results,
         "sweep": sweep,
     }

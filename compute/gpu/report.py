@@ -98,7 +98,7 @@ def format_report(report: dict) -> str:
     out = [
         f"device: {dev['name']} (sm_{''.join(map(str, dev['compute_capability']))})",
         f"N_q={c['n']} N_k={c['n_keys']} d={c['d']} d_v={c['d_v']} dtype={c['dtype']} "
-        f"batch*heads={c['batch_heads']} causal={c['causal']} "
+        f"batch*heads={c['batch_heads']} causal={c['causal']} pass={c.get('pass_name', 'forward')} "
         f"(median of {c['repeats']} runs, {report['rotated_input_sets']} rotated input sets)",
         "",
         _table(HEADER, [r for r in result_rows(report) if len(r) == len(HEADER)]),
@@ -140,7 +140,8 @@ def report_label(report: dict) -> str:
     if report.get("sweep"):
         held = (held + ", " if held else "") + "block sweep"
     mask = " causal" if c["causal"] else ""
-    return f"{c['dtype']} N={c['n']}{mask}: {held or 'empty'}"
+    backward = " backward" if c.get("pass_name") == "backward" else ""
+    return f"{c['dtype']} N={c['n']}{mask}{backward}: {held or 'empty'}"
 
 
 def split_reports(data: object) -> list[dict]:
