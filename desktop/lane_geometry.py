@@ -95,8 +95,8 @@ def _block_tile_count(trace: Trace, block: int, step: int) -> int:
 
 def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
     """The tiled lane's SRAM after `step`: Q_i, K_j, V_j, S_ij, m, ℓ, a."""
-    s, h = trace.schedule, trace.history
-    action = trace.steps[step].tiled
+    s = trace.schedule
+    action = trace.action("tiled", step)
     held = {r.tensor: r for r in action.resident} if action else {}
     block = action.block_i if action else None
     acc_label = "a = Σ P̃V" if s.order == "q-outer" else "a = ℓ·O_i"
@@ -117,16 +117,17 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
             by[name].values = src[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
             if name in ("Q", "S"):
                 by[name].first_row = r.rows[0]
+    h = trace.block_history(block) if block is not None else None  # this block's rows only
     if "S" in held:  # P̃_ij = exp(S_ij − m_new), as the recurrence formed it
         r = held["S"]
-        by["P"].values = h.p_tilde[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
+        by["P"].values = h.p_tilde[:, r.cols[0] : r.cols[1]]
         by["P"].first_row = r.rows[0]
     if block is not None:
         r0, r1 = s.rows(block)
         tile = _block_tile_count(trace, block, step)
-        by["m"].values = h.m[r0:r1, tile : tile + 1]
-        by["l"].values = h.l[r0:r1, tile : tile + 1]
-        by["O"].values = h.a[r0:r1, tile]
+        by["m"].values = h.m[:, tile : tile + 1]
+        by["l"].values = h.l[:, tile : tile + 1]
+        by["O"].values = h.a[:, tile]
         if action.phase == "write_o":
             by["O"].label, by["O"].values = "O_i = a/ℓ", trace.tiled_output[r0:r1]
         for name in ("m", "l", "O"):
@@ -136,7 +137,7 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
 
 def dense_sram(trace: Trace, step: int) -> list[SramTile]:
     """The dense lane's SRAM after `step`: whatever its action holds."""
-    action = trace.steps[step].dense
+    action = trace.action("dense", step)
     if action is None:
         return []
     sources = {"Q": trace.q, "K": trace.k, "V": trace.v, "S": trace.scores, "P": trace.probs}
@@ -177,4 +178,4 @@ def layout_sram(tiles: list[SramTile], columns: dict[str, QRectF], area: QRectF)
 
 
 def action_of(trace: Trace, lane: str, step: int) -> Action | None:
-    return trace.steps[step].action(lane) if 0 <= step < trace.n_steps else None
+    return trace.action(lane, step) if 0 <= step < trace.n_steps else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute import Trace
+from compute.timeline import PHASE_CODE
 
 DISPLAY_CAP = 256  # display cells per side before block-averaging
 MASKED_RGBA = (128, 128, 128, 90)  # causally masked score (−∞): a faint grey
@@ -166,8 +167,9 @@ def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray]:
     s = trace.schedule
     out = {"Q": trace.q, "K": trace.k, "V": trace.v, "O": trace.tiled_output}
     if s.order == "kv-outer":
-        out["m"] = trace.history.m[:, -1:]
-        out["l"] = trace.history.l[:, -1:]
+        m, l, _ = trace.state_after_tiles(s.t_c)  # noqa: E741
+        out["m"] = m[:, None]
+        out["l"] = l[:, None]
     if s.save_lse:
         out["L"] = trace.lse[:, None]
     return out
@@ -178,19 +180,18 @@ def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> No
     fr, fc = img.factor
     first = np.full((h, w), NEVER, dtype=np.int32)
     last = np.full((h, w), NEVER, dtype=np.int32)
-    seen = np.zeros((h, w), dtype=bool)
-    for st in trace.steps:
-        action = st.action(lane)
-        if action is None:
-            continue
-        for tr in action.transfers:
-            if tr.direction != "write" or tr.tensor != tensor:
-                continue
-            (r0, r1), (c0, c1) = tr.region.rows, tr.region.cols
-            sl = (slice(r0 // fr, math.ceil(r1 / fr)), slice(c0 // fc, math.ceil(c1 / fc)))
-            first[sl] = np.where(seen[sl], first[sl], st.index)
-            last[sl] = st.index
-            seen[sl] = True
+    steps, r0, r1, c0, c1 = trace.lanes[lane].write_regions(tensor)
+    # Display cells each write covers; steps come in order, so the last assignment
+    # wins for `last` and, walking backwards, for `first`.
+    cr0, cr1 = r0 // fr, -(-r1 // fr)
+    cc0, cc1 = c0 // fc, -(-c1 // fc)
+    rects = list(
+        zip(steps.tolist(), cr0.tolist(), cr1.tolist(), cc0.tolist(), cc1.tolist(), strict=True)
+    )
+    for st, a, b, c, d in rects:
+        last[a:b, c:d] = st
+    for st, a, b, c, d in reversed(rects):
+        first[a:b, c:d] = st
     img.first_write, img.last_write = first, last
 
 
@@ -231,34 +232,29 @@ def live_tensors(trace: Trace, lane: str) -> tuple[str, ...]:
 
 def kv_outer_hbm(trace: Trace, step: int) -> dict[str, np.ndarray]:
     """What HBM holds for O, m and ℓ after `step` under KV-outer: each block's state as of
-    its last write (the initial O = 0, ℓ = 0, m = −∞ before its first visit)."""
-    s, h = trace.schedule, trace.history
-    writes = _state_writes(trace)
-    m = np.empty(s.n_q)
-    l = np.empty(s.n_q)  # noqa: E741
-    a = np.empty((s.n_q, s.d_v))
-    for i in range(s.t_r):
-        r0, r1 = s.rows(i)
-        done = [w for w in writes.get(i, ()) if w <= step]
-        tile = trace.row_state(r0, done[-1]).tile if done else 0
-        m[r0:r1], l[r0:r1], a[r0:r1] = h.m[r0:r1, tile], h.l[r0:r1, tile], h.a[r0:r1, tile]
-    o = np.zeros_like(a)
-    np.divide(a, l[:, None], out=o, where=l[:, None] > 0)  # HBM holds O = a/ℓ, not a
+    its last write (the initial O = 0, ℓ = 0, m = −∞ before its first visit).
+
+    During key tile j's pass, the blocks already written back hold their state after
+    tile j; the others still hold it after tile j − 1.
+    """
+    tl = trace.lanes["tiled"]
+    step = max(0, min(step, tl.length - 1))
+    k = tl.segment_of(step)
+    if tl.parts[int(tl.seg_part[k])].outer == "once":  # the initialisation
+        m, l, o = trace.state_after_tiles(0)  # noqa: E741
+        return {"O": o, "m": m[:, None], "l": l[:, None]}
+    j = int(tl.seg_outer[k])
+    phases, blocks, _, _ = tl.segment(k)
+    upto = step - int(tl.seg_start[k]) + 1
+    written = blocks[:upto][phases[:upto] == PHASE_CODE["write_state"]]
+    before, after = trace.state_after_tiles(j), trace.state_after_tiles(j + 1)
+    s = trace.schedule
+    done = np.zeros(s.n_q, dtype=bool)
+    for b in written.tolist():
+        r0, r1 = s.rows(b)
+        done[r0:r1] = True
+    m, l, o = (
+        np.where(done.reshape((-1,) + (1,) * (x.ndim - 1)), y, x)
+        for x, y in zip(before, after, strict=True)
+    )  # noqa: E741
     return {"O": o, "m": m[:, None], "l": l[:, None]}
-
-
-def _state_writes(trace: Trace) -> dict[int, list[int]]:
-    cached = _WRITES.get(id(trace))
-    if cached is not None and cached[0] is trace:
-        return cached[1]
-    writes: dict[int, list[int]] = {}
-    for st in trace.steps:
-        a = st.tiled
-        if a is not None and a.phase == "write_state":
-            writes.setdefault(a.block_i, []).append(st.index)
-    _WRITES.clear()  # one trace at a time is shown
-    _WRITES[id(trace)] = (trace, writes)
-    return writes
-
-
-_WRITES: dict[int, tuple[Trace, dict[int, list[int]]]] = {}

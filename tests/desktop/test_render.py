@@ -21,7 +21,8 @@ def test_kv_outer_hbm_holds_each_blocks_last_written_state():
     assert np.isneginf(first["m"]).all() and (first["l"] == 0).all() and (first["O"] == 0).all()
     last = kv_outer_hbm(tr, tr.n_steps - 1)
     np.testing.assert_allclose(last["O"], tr.tiled_output, rtol=1e-12, atol=1e-12)
-    np.testing.assert_array_equal(last["m"][:, 0], tr.history.m[:, -1])
+    final_m = [tr.row_history(r).m[-1] for r in range(tr.schedule.n_q)]
+    np.testing.assert_allclose(last["m"][:, 0], final_m, rtol=1e-15)
     # Mid-run HBM lags SRAM: an update changes SRAM; the write_state after it, HBM.
     for st in tr.steps:
         a = st.tiled
@@ -31,7 +32,10 @@ def test_kv_outer_hbm_holds_each_blocks_last_written_state():
         r0, r1 = tr.schedule.rows(a.block_i)
         sram = [tr.row_state(r, st.index).m for r in range(r0, r1)]
         after = kv_outer_hbm(tr, st.index + 1)["m"][r0:r1, 0]
-        np.testing.assert_array_equal(after, sram)
+        np.testing.assert_allclose(after, sram, rtol=1e-15)  # same maths, other row batch
+        before = kv_outer_hbm(tr, st.index)["m"][r0:r1, 0]
+        if np.isfinite(sram).all() and not np.allclose(before, sram, rtol=1e-15):
+            assert not np.array_equal(before, after)  # HBM changes at write_state
 
 
 def test_images_cover_both_lanes_and_write_history():
@@ -69,7 +73,7 @@ def test_step_equation_shows_the_cores_numbers_for_the_selected_row():
         assert num(after.m) in text and num(after.l) in text and num(before.l) in text
         # ℓ = α ℓ_old + ΣP̃ holds for the numbers shown.
         c0, c1 = tr.schedule.cols(tile)
-        sum_p = tr.history.p_tilde[0, c0:c1].sum()
+        sum_p = tr.row_history(0).p_tilde[c0:c1].sum()
         assert abs(after.alpha * before.l + sum_p - after.l) < 1e-12
     # Another block's row, or another phase: the phase in words.
     assert step_equation(tr, "tiled", int(steps[0]), 4) == PHASE_TEXT[("tiled", "update")]
