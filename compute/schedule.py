@@ -6,7 +6,7 @@ holds each lane as arrays and builds an Action only when a view asks for that st
 the loop generators here walk the same actions one by one and are the oracle the
 array timeline and the closed-form ledger are tested against.
 
-Lanes (the seed's conventions):
+Lanes (the conventions of the FlashAttention explainer this app follows):
 - dense: (1) per query block, load Q_i, then per key tile S_ij = Q_i K_jᵀ written to
   HBM; (2) per query block, read the S rows, softmax, write P; (3) per query block,
   read P_ij and V_j to accumulate O_i, then write O_i.

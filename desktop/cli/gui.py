@@ -1,0 +1,126 @@
+"""The GUI entry point: `main(argv)` parses the window's flags and runs the window.
+
+`--screenshot PATH [config flags] [--step K]` renders the window at step K (default:
+the last) to a PNG and exits; it builds synchronously, reads no saved settings and
+works with QT_QPA_PLATFORM=offscreen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from desktop.cli.args import OneLineParser, add_config_arguments, requested_config
+from desktop.cli.session import has_display, quiet_platform_notes
+from desktop.state.config import Config
+
+CONFIG_FLAGS = (
+    "--n",
+    "--n-keys",
+    "--d",
+    "--dv",
+    "--block-q",
+    "--block-k",
+    "--order",
+    "--causal",
+    "--save-lse",
+    "--dtype",
+    "--sram",
+    "--input",
+    "--seed",
+    "--input-scale",
+    "--open",
+)
+
+SCREENSHOT_SIZE = (1600, 1000)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="flash-explorer",
+        description="Watch dense and FlashAttention-style tiled attention move data, step by step.",
+    )
+    add_config_arguments(p)  # the ledger command's flags, including --row
+    p.add_argument("--open", metavar="FILE", help="open Q, K, V from a .npy or .npz file")
+    p.add_argument("--screenshot", metavar="PATH", help="render the window to a PNG and exit")
+    p.add_argument("--step", type=int, help="step shown by --screenshot (1-based; default: last)")
+    p.add_argument("--theme", choices=("system", "light", "dark"), help="colour theme")
+    return p
+
+
+def flags_given(argv: list[str]) -> bool:
+    """Whether any configuration flag was typed (then flags, not saved settings, decide)."""
+    return any(a.split("=")[0] in CONFIG_FLAGS for a in argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    if not has_display() and not os.environ.get("QT_QPA_PLATFORM"):
+        if not args.screenshot:
+            print(
+                "flash-explorer: error: no display was found; run it on a desktop, or use "
+                "--screenshot or `flash-explorer export` for headless output.",
+                file=sys.stderr,
+            )
+            return 2
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a screenshot needs no screen
+    if args.screenshot:
+        quiet_platform_notes()
+    from PySide6.QtWidgets import QApplication
+
+    from desktop.window.main_window import APPLICATION, ORGANISATION, MainWindow, saved_config
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setOrganizationName(ORGANISATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("FlashAttention Explorer")
+    if args.screenshot:
+        return _screenshot(args, MainWindow)
+    config = requested_config(args) if flags_given(argv) else saved_config() or Config()
+    window = MainWindow(config)
+    if "--row" in argv or any(a.startswith("--row=") for a in argv):
+        window.state.set_row(args.row)
+    if args.theme:
+        window.set_theme(args.theme)
+    window.show()
+    window.raise_()
+    return app.exec()
+
+
+def _screenshot(args: argparse.Namespace, window_class) -> int:
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from compute import InputError
+    from desktop.state.config import build
+
+    config = requested_config(args)
+    try:
+        build(config)  # fail with one sentence before any window (and its dialogs) exists
+    except InputError as exc:
+        print(f"flash-explorer: error: {exc}", file=sys.stderr)
+        return 2
+    window = window_class(config, persist=False, build_inline=True)
+    window.set_theme(args.theme or "light")
+    window.state.set_row(args.row)
+    window.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+    window.resize(*SCREENSHOT_SIZE)
+    window.show()
+    QApplication.processEvents()
+    n = window.state.n_steps
+    step = n - 1 if args.step is None else max(0, min(args.step - 1, n - 1))
+    image = window.render_frame(step)
+    path = Path(args.screenshot)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ok = image.save(str(path), "PNG")
+    window.close()
+    if not ok:
+        print(
+            f"flash-explorer: could not write {path}; choose a writable .png path.", file=sys.stderr
+        )
+        return 2
+    print(f"wrote {path} (step {step + 1} of {n})")
+    return 0
