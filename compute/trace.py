@@ -5,8 +5,10 @@ and the tiled lane's t-th action (None once a lane has finished); both lanes are
 `LaneTimeline`s, arrays of O(T_r + T_c) numbers, so a timeline of millions of steps
 costs kilobytes and a Step object exists only while a view asks for it.
 
-Numbers are computed when first asked for and then kept, all read-only: the dense
-lane's S, P and output, the tiled lane's output and L, one query block's history of
+Numbers are computed when first asked for and then kept, all read-only: one chunked
+pass over S (compute.full_pass) gives the dense lane's row statistics, reference
+output and display-resolution S and P, and the tiled lane's output and L; regions of
+S and P are computed when a view shows them; one query block's history of
 (m, ℓ, a, α, P̃) after each key tile (O(N_k · d) per row, a few blocks cached), and
 every row's state at a tile for KV-outer's HBM (a cursor). Views look numbers up here;
 they never compute attention.
@@ -20,12 +22,15 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from .attention import RowHistory, default_scale, dense_lane, round_to, tiled_attention
+from .attention import RowHistory, causal_mask, default_scale, round_to
+from .full_pass import FullPass, full_pass
 from .inputs import validate_inputs
 from .ledger import Ledger, freeze_counts, make_ledger
 from .recurrence import TileCursor, block_history
 from .schedule import DIRECTIONS, LANES, TENSORS, Action, Schedule
 from .timeline import LaneTimeline
+
+DISPLAY_CELLS = 256  # S and P are summarised at this many cells a side unless asked
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,8 @@ class Trace:
         # Per-trace caches (a frozen dataclass: set once, here). A handful of query
         # blocks' histories is what views ask for around the current step and row.
         object.__setattr__(self, "block_history", lru_cache(maxsize=16)(self._block_history))
+        object.__setattr__(self, "_summary", lru_cache(maxsize=2)(self._summary_uncached))
+        object.__setattr__(self, "_region", lru_cache(maxsize=6)(self._region_uncached))
 
     # ---- the timeline ----------------------------------------------------------------
     @cached_property
@@ -122,53 +129,73 @@ class Trace:
         """The action of `lane` at `step` (None when the lane is done or out of range)."""
         return self.lanes[lane].action(step)
 
-    # ---- the dense lane's numbers (float64, computed once when first shown) ----------
-    @cached_property
-    def _dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        out = dense_lane(self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale)
-        return tuple(_readonly(x) for x in out)
+    # ---- numbers that need all of S: one chunked pass, on first use -------------------
+    def summary(self, cap: int = DISPLAY_CELLS) -> FullPass:
+        """The dense lane's row statistics, reference output and S, P at `cap` cells a
+        side, and the tiled lane's output and L (compute.full_pass); cached per cap."""
+        return self._summary(cap)
 
-    @property
-    def scores(self) -> np.ndarray:
-        """Dense S (float64; −∞ where causally masked)."""
-        return self._dense[0]
-
-    @property
-    def probs(self) -> np.ndarray:
-        """Dense P = softmax(S)."""
-        return self._dense[1]
+    def _summary_uncached(self, cap: int) -> FullPass:
+        return full_pass(
+            self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype, cap=cap
+        )
 
     @property
     def reference(self) -> np.ndarray:
         """The float64 output softmax(S) V, every other path's reference."""
-        return self._dense[2]
-
-    # ---- the tiled lane's numbers ----------------------------------------------------
-    @cached_property
-    def _tiled(self) -> tuple[np.ndarray, np.ndarray]:
-        s = self.schedule
-        out, lse = tiled_attention(
-            self.q,
-            self.k,
-            self.v,
-            block_q=s.block_q,
-            block_k=s.block_k,
-            order=s.order,
-            causal=s.causal,
-            scale=self.scale,
-            dtype=self.dtype,
-            return_lse=True,
-        )
-        return _readonly(out), _readonly(lse)
+        return self.summary().reference
 
     @property
     def tiled_output(self) -> np.ndarray:
-        return self._tiled[0]
+        """The tiled lane's O in its dtype (the recurrence's closed form; see full_pass)."""
+        return self.summary().tiled_output
 
     @property
     def lse(self) -> np.ndarray:
         """L = m + log ℓ per row (−∞ for a row that sees no key)."""
-        return self._tiled[1]
+        return self.summary().lse
+
+    def scores_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Dense S[r0:r1, c0:c1] in float64 (−∞ where causally masked); the last few
+        regions asked for are kept, so a view asking again gets the same array."""
+        return self._region("S", r0, r1, c0, c1)
+
+    def probs_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Dense P[r0:r1, c0:c1] = exp(S − rowmax) / rowsum, with the rows' full statistics."""
+        return self._region("P", r0, r1, c0, c1)
+
+    def _region_uncached(self, kind: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        return self._scores(r0, r1, c0, c1) if kind == "S" else self._probs(r0, r1, c0, c1)
+
+    def _scores(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        s = (self.q[r0:r1] @ self.k[c0:c1].T) * self.scale  # S = Q Kᵀ · scale
+        if self.schedule.causal:
+            mask = causal_mask(
+                np.arange(r0, r1), np.arange(c0, c1), self.schedule.n_q, self.schedule.n_k
+            )
+            s = np.where(mask, s, -np.inf)
+        s.setflags(write=False)
+        return s
+
+    def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        f = self.summary()
+        m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
+        p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
+        out = np.zeros_like(p)
+        np.divide(p, l, out=out, where=l > 0)  # a fully masked row has P = 0
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def scores(self) -> np.ndarray:
+        """The whole dense S (N_q × N_k float64): for small problems and tests; views ask
+        for regions or the display-resolution summary instead."""
+        return self._scores(0, self.schedule.n_q, 0, self.schedule.n_k)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        """The whole dense P (N_q × N_k); see `scores`."""
+        return self._probs(0, self.schedule.n_q, 0, self.schedule.n_k)
 
     def _block_history(self, block: int) -> RowHistory:
         return block_history(
@@ -238,7 +265,7 @@ class Trace:
         """
         r0, r1 = self.schedule.rows(block)
         c1 = self.schedule.cols(tile)[1]
-        return self.probs[r0:r1, :c1] @ self.v[:c1]
+        return self._probs(r0, r1, 0, c1) @ self.v[:c1]
 
     @property
     def max_abs_error(self) -> float:

@@ -111,12 +111,16 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
         SramTile("O", acc_label, None),
     ]
     by = {t.tensor: t for t in tiles}
-    for name, src in (("Q", trace.q), ("K", trace.k), ("V", trace.v), ("S", trace.scores)):
+    for name, src in (("Q", trace.q), ("K", trace.k), ("V", trace.v)):
         if name in held:
             r = held[name]
             by[name].values = src[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
-            if name in ("Q", "S"):
+            if name == "Q":
                 by[name].first_row = r.rows[0]
+    if "S" in held:  # the score tile, computed for this region only
+        r = held["S"]
+        by["S"].values = trace.scores_region(*r.rows, *r.cols)
+        by["S"].first_row = r.rows[0]
     h = trace.block_history(block) if block is not None else None  # this block's rows only
     if "S" in held:  # P̃_ij = exp(S_ij − m_new), as the recurrence formed it
         r = held["S"]
@@ -140,10 +144,15 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
     action = trace.action("dense", step)
     if action is None:
         return []
-    sources = {"Q": trace.q, "K": trace.k, "V": trace.v, "S": trace.scores, "P": trace.probs}
+    sources = {"Q": trace.q, "K": trace.k, "V": trace.v}
     tiles = []
     for r in action.resident:
         values = sources.get(r.tensor)
+        if values is not None:
+            values = values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
+        elif r.tensor in ("S", "P"):  # computed for this region only (N × N is never held)
+            region = trace.scores_region if r.tensor == "S" else trace.probs_region
+            values = region(*r.rows, *r.cols)
         first = r.rows[0] if r.tensor in QUERY_TENSORS else None
         if values is None:  # the O accumulator: Σ P_ij V_j over the tiles read so far
             partial = trace.dense_partial_output(action.block_i, action.block_j)
@@ -156,7 +165,7 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
             SramTile(
                 r.tensor,
                 label,
-                values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]],
+                values,
                 first,
                 probabilities=r.tensor == "P",
             )

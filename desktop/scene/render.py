@@ -137,9 +137,11 @@ ROBUST_PERCENTILE = 99.5
 def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
     """The scale's half-width: the largest |value| for small examples (every cell carries
     its number), the 99.5th percentile for large ones, so a few extremes do not wash
-    every heatmap out (cells beyond it saturate). Default parts: the values, not P."""
+    every heatmap out (cells beyond it saturate). Default parts: the values, not P
+    (S enters as the full pass's strided sample of |S|: all of S when it is small)."""
     if parts is None:
-        parts = [trace.q, trace.k, trace.v, trace.reference, trace.scores]
+        summary = trace.summary(DISPLAY_CAP)
+        parts = [trace.q, trace.k, trace.v, summary.reference, summary.scores_sample]
     flat = np.abs(np.concatenate([np.ravel(p) for p in parts]))
     flat = flat[np.isfinite(flat)]
     if flat.size == 0:
@@ -153,15 +155,31 @@ def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
     return vmax if vmax > 0 else 1.0
 
 
-def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray]:
+class RegionSource:
+    """S or P too large to hold (N_q × N_k): its shape, and single values computed when
+    asked (a tooltip); its heatmap comes from the trace's display-resolution summary."""
+
+    def __init__(self, trace: Trace, name: str) -> None:
+        self.trace, self.name = trace, name
+        self.shape = (trace.schedule.n_q, trace.schedule.n_k)
+
+    def __getitem__(self, index: tuple[int, int]) -> float:
+        i, j = index
+        region = self.trace.scores_region if self.name == "S" else self.trace.probs_region
+        return float(region(i, i + 1, j, j + 1)[0, 0])
+
+
+def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource]:
     """The HBM tensors a lane shows, in drawing order, with the values the trace holds."""
     if lane == "dense":
+        s = trace.schedule
+        small = max(s.n_q, s.n_k) <= NUMBERS_CAP  # numbers in cells: hold all of S and P
         return {
             "Q": trace.q,
             "K": trace.k,
             "V": trace.v,
-            "S": trace.scores,
-            "P": trace.probs,
+            "S": trace.scores if small else RegionSource(trace, "S"),
+            "P": trace.probs if small else RegionSource(trace, "P"),
             "O": trace.reference,
         }
     s = trace.schedule
@@ -197,8 +215,9 @@ def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> No
 
 def prepare_images(trace: Trace) -> LaneImages:
     """Heatmaps and write histories of both lanes' HBM tensors."""
+    summary = trace.summary(DISPLAY_CAP)
     images = LaneImages(
-        ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [trace.probs]))
+        ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [summary.probs_sample]))
     )
     written = {"O", "S", "P", "m", "l", "L"}
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
@@ -206,14 +225,17 @@ def prepare_images(trace: Trace) -> LaneImages:
         images.lanes[lane] = {}
         for name, values in lane_sources(trace, lane).items():
             key = id(values)
-            if key not in cache:  # Q, K, V are shared by both lanes
+            if isinstance(values, RegionSource):  # block means from the full pass
+                means = summary.scores_small if name == "S" else summary.probs_small
+                cache[key] = (means.values, *means.factor)
+            elif key not in cache:  # Q, K, V are shared by both lanes
                 cache[key] = downsample(values)
             small, fr, fc = cache[key]
             if name in ("l", "L"):
                 rgba = np.tile(np.array([225, 225, 215, 255], dtype=np.uint8), (*small.shape, 1))
             else:
                 rgba = images.scale_for(name).rgba(small)
-            keep = values if max(values.shape) <= NUMBERS_CAP else None
+            keep = values if max(values.shape) <= NUMBERS_CAP else None  # (never a RegionSource)
             img = TensorImage(name, values.shape, rgba, (fr, fc), keep)
             if name in written:
                 _write_history(trace, lane, name, img)
