@@ -312,13 +312,45 @@ class LaneTimeline:
         return _readonly(self.seg_cumulative[-1].copy())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The whole lane as struct-of-arrays (phase code, block_i, block_j).
+        """The whole lane as struct-of-arrays (phase code, block_i, block_j), vectorised.
 
-        Materialises one entry per step: for tests and small timelines; views ask for
-        single steps or segments instead.
+        One entry per step (9 bytes each): for whole-lane questions such as when each
+        HBM cell is written; views asking about one step use `locate` instead.
         """
-        parts = [self.segment(k)[:3] for k in range(len(self.seg_part))]
-        return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))
+        phases = np.empty(self.length, dtype=np.int8)
+        bi = np.full(self.length, NONE, dtype=np.int64)
+        bj = np.full(self.length, NONE, dtype=np.int64)
+        first = 0
+        for part in self.parts:
+            n_outer = {"rows": self.schedule.t_r, "cols": self.schedule.t_c, "once": 1}[part.outer]
+            starts = self.seg_start[first : first + n_outer]
+            outer = np.arange(n_outer)
+            inner_n = self.seg_inner[first : first + n_outer]
+            for k, phase in enumerate(part.head):  # head actions: (outer, −)
+                self._put(part, phases, bi, bj, starts + k, phase, outer, None)
+            if part.inner and part.inner_set != "none":
+                seg, item = np.nonzero(self._members(part))  # row-major: each segment's items
+                rank = np.arange(len(seg)) - np.repeat(np.cumsum(inner_n) - inner_n, inner_n)
+                base = starts[seg] + len(part.head) + rank * len(part.inner)
+                for k, phase in enumerate(part.inner):
+                    self._put(part, phases, bi, bj, base + k, phase, seg, item)
+            tail0 = starts + len(part.head) + inner_n * len(part.inner)
+            for k, phase in enumerate(part.tail):
+                self._put(part, phases, bi, bj, tail0 + k, phase, outer, None)
+            first += n_outer
+        return phases, bi, bj
+
+    @staticmethod
+    def _put(part, phases, bi, bj, at, phase, outer, item) -> None:
+        phases[at] = PHASE_CODE[phase]
+        if part.outer == "rows":
+            bi[at] = outer
+            if item is not None:
+                bj[at] = item
+        elif part.outer == "cols":
+            bj[at] = outer
+            if item is not None:
+                bi[at] = item
 
     def steps_of(self, phase: str, block_i: int) -> tuple[np.ndarray, np.ndarray]:
         """(steps, key tiles) at which this lane does `phase` on query block `block_i`.

@@ -194,23 +194,30 @@ def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource
 
 
 def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> None:
+    """First and last step that wrote each display cell, from the lane's write arrays.
+
+    Vectorised: every write is spread over the display cells its region covers (one or
+    a few cells each at large N, where a cell holds many blocks), then the smallest and
+    largest step per cell are kept (np.minimum.at / np.maximum.at).
+    """
     h, w = img.display_shape
     fr, fc = img.factor
-    first = np.full((h, w), NEVER, dtype=np.int32)
-    last = np.full((h, w), NEVER, dtype=np.int32)
+    first = np.full(h * w, NEVER, dtype=np.int64)
+    last = np.full(h * w, -1, dtype=np.int64)
     steps, r0, r1, c0, c1 = trace.lanes[lane].write_regions(tensor)
-    # Display cells each write covers; steps come in order, so the last assignment
-    # wins for `last` and, walking backwards, for `first`.
     cr0, cr1 = r0 // fr, -(-r1 // fr)
     cc0, cc1 = c0 // fc, -(-c1 // fc)
-    rects = list(
-        zip(steps.tolist(), cr0.tolist(), cr1.tolist(), cc0.tolist(), cc1.tolist(), strict=True)
-    )
-    for st, a, b, c, d in rects:
-        last[a:b, c:d] = st
-    for st, a, b, c, d in reversed(rects):
-        first[a:b, c:d] = st
-    img.first_write, img.last_write = first, last
+    nr, nc = cr1 - cr0, cc1 - cc0
+    per = nr * nc  # cells per write
+    if per.size:
+        idx = np.repeat(np.arange(len(steps)), per)
+        k = np.arange(len(idx)) - np.repeat(np.cumsum(per) - per, per)  # cell within write
+        cells = (cr0[idx] + k // nc[idx]) * w + cc0[idx] + k % nc[idx]
+        np.minimum.at(first, cells, steps[idx])
+        np.maximum.at(last, cells, steps[idx])
+    last[last < 0] = NEVER
+    img.first_write = first.reshape(h, w).astype(np.int32)
+    img.last_write = last.reshape(h, w).astype(np.int32)
 
 
 def prepare_images(trace: Trace) -> LaneImages:

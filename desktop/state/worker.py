@@ -57,7 +57,7 @@ def build_all(config: Config) -> tuple[Config, object, LaneImages]:
 
 # Above this many timeline steps a build can pass 50 ms (about 0.1 ms per step), so
 # it goes to the worker thread; smaller builds are faster done inline.
-THREAD_THRESHOLD_STEPS = 400
+THREAD_THRESHOLD_WORK = 2_000_000
 DEBOUNCE_MS = 120
 
 
@@ -95,7 +95,7 @@ class TraceBuilder(QObject):
 
     def request(self, config: Config) -> None:
         self._generation += 1
-        if self.force_inline or config.estimated_steps() <= THREAD_THRESHOLD_STEPS:
+        if self.force_inline or config.estimated_work() <= THREAD_THRESHOLD_WORK:
             self._debounce.stop()
             self._pending_config = None
             self._pool.clear()

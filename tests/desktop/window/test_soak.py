@@ -9,6 +9,7 @@ import warnings
 from PySide6.QtCore import QPoint, Qt, QThreadPool, QTimer
 from PySide6.QtWidgets import QApplication
 
+from desktop.state import worker
 from desktop.state.config import Config
 from desktop.window.main_window import MainWindow
 
@@ -87,17 +88,17 @@ def test_newest_threaded_request_wins(qtbot, dialogs):
     w = MainWindow(persist=False)
     qtbot.addWidget(w)
     st = w.state
-    big = Config(n=160, d=4, dv=4, block_q=2, block_k=2, input="random")
-    assert big.estimated_steps() > 400  # goes to the worker thread
+    big = Config(n=600, d=4, dv=4, block_q=2, block_k=2, input="random")
+    assert big.estimated_work() > worker.THREAD_THRESHOLD_WORK  # goes to the worker thread
     seen = []
     st.sigTraceChanged.connect(lambda t: seen.append(t.schedule.n_q))
     st.set_config(big)
     assert st.builder.busy and st.config == Config()  # the window keeps showing the old trace
-    st.set_config(big.replace(n=150))
-    st.set_config(big.replace(n=140))
+    st.set_config(big.replace(n=590))
+    st.set_config(big.replace(n=580))
     qtbot.waitUntil(lambda: not st.builder.busy, timeout=60000)
     QApplication.processEvents()
-    assert st.config.n == 140 and seen == [140]
+    assert st.config.n == 580 and seen == [580]
     w.close()
 
 
