@@ -33,7 +33,7 @@ from .attention import (
 )
 from .schedule import Schedule
 
-CHUNK_ELEMENTS = 1 << 21  # scores per chunk (16 MB in float64): rows = this / N_k
+CHUNK_ELEMENTS = 1 << 20  # scores per chunk (8 MB in float64): rows = this / N_k
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class FullPass:
     reference: np.ndarray  # float64 softmax(S) V
     tiled_output: np.ndarray  # the tiled lane's O in its dtype
     lse: np.ndarray  # the tiled lane's L = m + log ℓ
+    tiled_state: tuple[np.ndarray, np.ndarray, np.ndarray]  # final (m, ℓ, O) in the stats dtype
     scores_small: BlockMeans
     probs_small: BlockMeans
     scores_sample: np.ndarray  # every k-th finite |S|, for a colour scale
@@ -99,11 +100,24 @@ def _tiles(x: np.ndarray, block_k: int, fill: float) -> np.ndarray:
     return pad.reshape(rows, t_c, block_k)
 
 
+def _over_tile(op: np.ufunc, t: np.ndarray) -> np.ndarray:
+    """op-reduce the last axis (a tile's keys). NumPy reduces a short last axis slowly,
+    so narrow tiles are combined column by column instead (same operations, same order
+    for max; a sum of a few terms in sequence)."""
+    if t.shape[2] > 16:
+        return op.reduce(t, axis=2)
+    out = t[:, :, 0].copy()
+    for c in range(1, t.shape[2]):
+        op(out, t[:, :, c], out=out)
+    return out
+
+
 def _tiled_rows(sc: np.ndarray, vd: np.ndarray, s: Schedule, dtype: str, acc):
-    """The tiled lane's (a_T / ℓ_T, m_T, ℓ_T) for a chunk of rows, from its scores `sc`."""
+    """The tiled lane's (a_T / ℓ_T, m_T, ℓ_T) for a chunk of rows, from its scores `sc`
+    (all keys, or the keys of the first few tiles: the state after those tiles)."""
     n_k = sc.shape[1]
     t = _tiles(sc, s.block_k, -np.inf)
-    m_tile = t.max(axis=2)  # m̃_j = rowmax(S_j)
+    m_tile = _over_tile(np.maximum, t)  # m̃_j = rowmax(S_j)
     m_run = np.maximum.accumulate(m_tile, axis=1)  # m_j = max(m_{j−1}, m̃_j)
     m_final = m_run[:, -1]
     ref = _safe_max(m_final)
@@ -113,7 +127,7 @@ def _tiled_rows(sc: np.ndarray, vd: np.ndarray, s: Schedule, dtype: str, acc):
         base = m_tile  # P̃_j = exp(S_j − m̃_j), against the tile's own max (Algorithm 1)
     p = np.exp(t - _safe_max(base)[:, :, None])
     weight = np.exp(base - ref[:, None])  # e^(m_j − m_T): the product of the later α's
-    l_final = (weight * p.sum(axis=2)).sum(axis=1)  # ℓ_T = Σ_j e^(m_j − m_T) rowsum(P̃_j)
+    l_final = (weight * _over_tile(np.add, p)).sum(axis=1)  # ℓ_T = Σ_j e^(m_j − m_T) rowsum(P̃_j)
     rounded = round_to(p, dtype).astype(acc) * weight[:, :, None]
     a_final = rounded.reshape(sc.shape[0], -1)[:, :n_k] @ vd  # a_T = Σ_j e^(..) P̃_j V_j
     return _divide_rows(a_final, l_final), m_final, l_final
@@ -160,7 +174,7 @@ def full_pass(
         first = (-(r0 * n_k)) % stride  # the same global stride across chunks
         flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
         samples.append(np.abs(flat[np.isfinite(flat)]))
-        p_samples.append(p_flat)
+        p_samples.append(p_flat.copy())  # a copy: a view would keep the whole chunk alive
         if dtype == "float64":
             sc = s64
         else:  # the tiled lane works on rounded inputs in its statistics dtype
@@ -170,13 +184,38 @@ def full_pass(
         out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(sc.astype(acc), vd, s, dtype, acc)
     lse = np.where(l_t > 0, m_t + np.log(np.where(l_t > 0, l_t, 1)), -np.inf).astype(acc)
     tiled = round_to(out, dtype).astype(output_dtype(dtype))
-    arrays = (row_max, row_sum, reference, tiled, lse)
+    arrays = (row_max, row_sum, reference, tiled, lse, m_t, l_t, out)
     for a in arrays:
         a.setflags(write=False)
     return FullPass(
-        *arrays,
+        *arrays[:5],
+        tiled_state=(m_t, l_t, out),
         scores_small=s_means.result(),
         probs_small=p_means.result(),
         scores_sample=np.concatenate(samples),
         probs_sample=np.concatenate(p_samples),
     )
+
+
+def tiled_state_after(
+    qd: np.ndarray, kd: np.ndarray, vd: np.ndarray, s: Schedule, tiles: int, *, scale, dtype, acc
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's (m, ℓ, O = a/ℓ) after key tiles 0..tiles−1, by the closed form over the
+    first tiles · B_c keys (inputs already rounded to the dtype, in the statistics dtype).
+    Costs one pass over those keys, wherever the timeline was before."""
+    n_q = s.n_q
+    keys = min(s.n_k, tiles * s.block_k)
+    m = np.full(n_q, -np.inf, dtype=acc)
+    l = np.zeros(n_q, dtype=acc)  # noqa: E741
+    o = np.zeros((n_q, s.d_v), dtype=acc)
+    if keys == 0:
+        return m, l, o
+    cols = np.arange(keys)
+    chunk = max(1, CHUNK_ELEMENTS // keys)
+    for r0 in range(0, n_q, chunk):
+        r1 = min(n_q, r0 + chunk)
+        sc = (qd[r0:r1] @ kd[:keys].T) * scale  # S = Q Kᵀ · scale over the keys seen
+        if s.causal:
+            sc = np.where(causal_mask(np.arange(r0, r1), cols, n_q, s.n_k), sc, acc(-np.inf))
+        o[r0:r1], m[r0:r1], l[r0:r1] = _tiled_rows(sc.astype(acc), vd[:keys], s, dtype, acc)
+    return m, l, o

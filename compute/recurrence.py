@@ -8,10 +8,11 @@ The Trace no longer records every row's state after every key tile (at N = 4096 
   or one of its rows. It calls `tiled_attention_history` itself (the one recurrence),
   on the block's rows with the keys cut where the block's causal mask ends, so the
   causal alignment of the full problem is kept.
-- `TileCursor` holds every row's (m, ℓ, O or a) after the first j key tiles and moves
-  forward one tile at a time (KV-outer's HBM state is this, block by block); moving
-  back restarts from the nearest checkpoint. Its update is `_run`'s loop body, and a
-  test holds its final state equal to `tiled_attention`.
+- `TileCursor` holds every row's (m, ℓ, O or a) after the first j key tiles (KV-outer's
+  HBM state is this, block by block). It moves forward one tile at a time with
+  `_run`'s loop body (playback); a move back or far ahead (a scrub) is one closed-form
+  pass over the keys of those tiles (compute.full_pass), the same numbers up to the
+  order of the additions. Tests hold both to `tiled_attention_history`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .attention import (
     round_to,
     tiled_attention_history,
 )
+from .full_pass import tiled_state_after
 from .schedule import Schedule
 
 
@@ -89,23 +91,17 @@ class TileCursor:
     """Every row's state after the first `tiles` key tiles, advanced one tile at a time.
 
     state(j) returns (m, ℓ, O) with O = a/ℓ as Algorithm 1 keeps it in HBM (zeros where
-    ℓ = 0). Forward moves cost one tile update each; a backward move restarts from the
-    nearest checkpoint (one every `every` tiles, kept while memory allows).
+    ℓ = 0). Forward moves of up to STEP_LIMIT tiles cost one tile update each; any other
+    move is one pass over the keys of the first j tiles.
     """
 
-    MAX_CHECKPOINT_BYTES = 64 << 20
+    STEP_LIMIT = 8  # forward moves up to this many tiles replay the loop; others jump
 
     def __init__(self, q, k, v, schedule: Schedule, *, scale: float, dtype: str) -> None:
         self.s, self.dtype = schedule, dtype
         self.acc, self.qd, self.kd, self.vd, self.scale = _prepare(q, k, v, dtype, scale)
-        n_q, d_v = self.s.n_q, self.s.d_v
-        per = max(1, n_q * (d_v + 2) * np.dtype(self.acc).itemsize)
-        budget = max(1, self.MAX_CHECKPOINT_BYTES // per)
-        self.every = max(1, -(-self.s.t_c // budget))
-        self._checkpoints: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._recent: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._tiles, self._m, self._l, self._a = 0, *self._initial()
-        self._checkpoints[0] = self._snapshot()
 
     def _initial(self):
         n_q, d_v = self.s.n_q, self.s.d_v
@@ -160,14 +156,17 @@ class TileCursor:
         tiles = max(0, min(int(tiles), self.s.t_c))
         if tiles in self._recent:  # views ask for tiles j and j + 1 in turn
             return self._recent[tiles]
-        if tiles < self._tiles:
-            start = max(c for c in self._checkpoints if c <= tiles)
-            m, l, a = self._checkpoints[start]
-            self._tiles, self._m, self._l, self._a = start, m.copy(), l.copy(), a.copy()
+        if not 0 <= tiles - self._tiles <= self.STEP_LIMIT:
+            # Far away or behind: one closed-form pass over the keys of the first `tiles`
+            # tiles (compute.full_pass) instead of replaying tile by tile.
+            m, l, o = tiled_state_after(
+                self.qd, self.kd, self.vd, self.s, tiles,
+                scale=self.scale, dtype=self.dtype, acc=self.acc,
+            )  # fmt: skip
+            a = o if self.s.order == "kv-outer" else o * l[:, None]
+            self._tiles, self._m, self._l, self._a = tiles, m, l, a
         while self._tiles < tiles:
             self._advance()
-            if self._tiles % self.every == 0 and self._tiles not in self._checkpoints:
-                self._checkpoints[self._tiles] = self._snapshot()
         m, l, a = self._snapshot()
         if self.s.order == "q-outer":  # the cursor carried a; HBM-style O = a/ℓ
             a = _divide_rows(a, l)

@@ -141,23 +141,32 @@ class LaneTimeline:
         self._segment_cache = lru_cache(maxsize=8)(self._segment_uncached)
 
     # ---- structure -------------------------------------------------------------------
-    def _members(self, part: Part) -> np.ndarray:
-        """(outer, inner) booleans: which inner indices each segment of the part visits."""
+    def _span_of(self, part: Part) -> tuple[np.ndarray, np.ndarray]:
+        """Each segment's inner indices as a range [lo, hi): visibility is a prefix of the
+        key tiles for a query block, and a suffix of the query blocks for a key tile
+        (causal or not), so O(T) numbers describe it, never a T_r × T_c matrix."""
         s = self.schedule
-        vis = s.visible if part.outer == "rows" else s.visible.T
-        if part.inner_set == "visible":
-            return vis
         n_outer = {"rows": s.t_r, "cols": s.t_c, "once": 1}[part.outer]
         n_inner = s.t_c if part.outer == "rows" else s.t_r
-        return np.full((n_outer, n_inner), part.inner_set == "all")
+        zeros = np.zeros(n_outer, dtype=np.int64)
+        if part.inner_set == "none" or not part.inner:
+            return zeros, zeros
+        if part.inner_set == "all":
+            return zeros, zeros + n_inner
+        if part.outer == "rows":  # query block i loads key tiles 0 .. last_visit[i]
+            return zeros, s.last_visit.astype(np.int64) + 1
+        # key tile j is loaded by query blocks first .. T_r − 1: the first whose last row
+        # reaches the tile's first key (row r sees key c iff c <= r + N_k − N_q)
+        last_row = np.minimum((np.arange(s.t_r) + 1) * s.block_q, s.n_q) - 1
+        if not s.causal:
+            return zeros, zeros + n_inner
+        first_col = np.arange(s.t_c) * s.block_k
+        lo = np.searchsorted(last_row, first_col - (s.n_k - s.n_q), side="left")
+        return lo.astype(np.int64), zeros + n_inner
 
     def _inner_counts(self, part: Part) -> np.ndarray:
-        if part.inner_set == "none" or not part.inner:
-            return np.zeros(
-                {"rows": self.schedule.t_r, "cols": self.schedule.t_c, "once": 1}[part.outer],
-                dtype=np.int64,
-            )
-        return self._members(part).sum(axis=1)
+        lo, hi = self._span_of(part)
+        return hi - lo
 
     def _extent(self, kind: str, i, j):
         s = self.schedule
@@ -181,7 +190,7 @@ class LaneTimeline:
         outer = np.arange(n_outer)
         out = np.zeros((n_outer, len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
         outer_axis = {"rows": "i", "cols": "j", "once": ""}[part.outer]
-        members = self._members(part).astype(np.int64) if part.inner else None
+        lo, hi = self._span_of(part)
         for phase in part.head + part.tail + part.inner:
             inner = phase in part.inner and phase not in part.head + part.tail
             for tensor, direction, rk, ck, cond in TRANSFERS[(self.kind, phase)]:
@@ -190,7 +199,8 @@ class LaneTimeline:
                 if cond == "last" and not s.save_lse:
                     continue
                 value = np.ones(n_outer, dtype=np.int64)
-                inner_weight = np.ones(members.shape[1] if inner else 1, dtype=np.int64)
+                n_inner = s.t_c if part.outer == "rows" else s.t_r
+                inner_weight = np.ones(n_inner, dtype=np.int64)
                 for k in (rk, ck):
                     if k in ("i", "j") and k == outer_axis:
                         value = value * (self.row_sizes if k == "i" else self.col_sizes)[outer]
@@ -200,11 +210,14 @@ class LaneTimeline:
                         )
                     else:
                         value = value * self._extent(k, None, None)
-                if inner:
-                    w = members * inner_weight[None, :]
-                    if cond == "last":  # only where this tile is the block's last visit
-                        w = w * (s.last_visit[None, :] == outer[:, None])
-                    value = value * w.sum(axis=1)
+                if inner and cond == "last":  # only on the block's last visit: tile j
+                    seen = s.last_visit >= 0
+                    value = value * np.bincount(
+                        s.last_visit[seen], weights=inner_weight[seen], minlength=n_outer
+                    ).astype(np.int64)
+                elif inner:  # Σ of the inner factor over the segment's range [lo, hi)
+                    cum = np.concatenate([[0], np.cumsum(inner_weight)])
+                    value = value * (cum[hi] - cum[lo])
                 out[:, _T[tensor], _D[direction]] += value
         return out
 
@@ -221,11 +234,8 @@ class LaneTimeline:
         part = self.parts[int(self.seg_part[k])]
         o = int(self.seg_outer[k])
         s = self.schedule
-        if part.inner:
-            members = self._members(part)[o]
-            inner = np.flatnonzero(members) if part.inner_set != "none" else np.zeros(0, int)
-        else:
-            inner = np.zeros(0, dtype=np.int64)
+        lo, hi = self._span_of(part)
+        inner = np.arange(lo[o], hi[o]) if part.inner else np.zeros(0, dtype=np.int64)
         head = np.array([PHASE_CODE[p] for p in part.head], dtype=np.int8)
         body = np.array([PHASE_CODE[p] for p in part.inner], dtype=np.int8)
         tail = np.array([PHASE_CODE[p] for p in part.tail], dtype=np.int8)
@@ -318,8 +328,8 @@ class LaneTimeline:
         HBM cell is written; views asking about one step use `locate` instead.
         """
         phases = np.empty(self.length, dtype=np.int8)
-        bi = np.full(self.length, NONE, dtype=np.int64)
-        bj = np.full(self.length, NONE, dtype=np.int64)
+        bi = np.full(self.length, NONE, dtype=np.int32)
+        bj = np.full(self.length, NONE, dtype=np.int32)
         first = 0
         for part in self.parts:
             n_outer = {"rows": self.schedule.t_r, "cols": self.schedule.t_c, "once": 1}[part.outer]
@@ -329,8 +339,10 @@ class LaneTimeline:
             for k, phase in enumerate(part.head):  # head actions: (outer, −)
                 self._put(part, phases, bi, bj, starts + k, phase, outer, None)
             if part.inner and part.inner_set != "none":
-                seg, item = np.nonzero(self._members(part))  # row-major: each segment's items
+                lo, _ = self._span_of(part)
+                seg = np.repeat(np.arange(n_outer), inner_n)  # each segment's items, in order
                 rank = np.arange(len(seg)) - np.repeat(np.cumsum(inner_n) - inner_n, inner_n)
+                item = lo[seg] + rank
                 base = starts[seg] + len(part.head) + rank * len(part.inner)
                 for k, phase in enumerate(part.inner):
                     self._put(part, phases, bi, bj, base + k, phase, seg, item)
@@ -359,63 +371,163 @@ class LaneTimeline:
         segment; in a cols-part (KV-outer) the block appears once in each tile that it
         sees, at a position given by its rank among that tile's visible blocks.
         """
-        code = PHASE_CODE[phase]
         steps, tiles = [], []
         for p, part in enumerate(self.parts):
             if phase not in part.inner:
                 continue
             pos = part.inner.index(phase)
             first = int(np.searchsorted(self.seg_part, p))  # first segment of part p
-            members = self._members(part)
+            lo, hi = self._span_of(part)
             if part.outer == "rows":
-                js = np.flatnonzero(members[block_i])
+                js = np.arange(lo[block_i], hi[block_i])
                 start = self.seg_start[first + block_i] + len(part.head)
                 steps.append(start + np.arange(len(js)) * len(part.inner) + pos)
                 tiles.append(js)
             elif part.outer == "cols":
-                js = np.flatnonzero(members[:, block_i])
-                rank = np.cumsum(members, axis=1)[js, block_i] - 1
+                js = np.flatnonzero((lo <= block_i) & (block_i < hi))
+                rank = block_i - lo[js]
                 start = self.seg_start[first + js] + len(part.head)
                 steps.append(start + rank * len(part.inner) + pos)
                 tiles.append(js)
         if not steps:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
-        del code
         return np.concatenate(steps).astype(np.int64), np.concatenate(tiles).astype(np.int64)
 
-    def write_regions(self, tensor: str) -> tuple[np.ndarray, ...]:
-        """(steps, r0, r1, c0, c1) of every HBM write of `tensor` by this lane, in order.
+    def write_regions(self, tensor: str, *, skip_grid: bool = False) -> tuple[np.ndarray, ...]:
+        """(steps, r0, r1, c0, c1) of every HBM write of `tensor` by this lane.
 
-        Vectorised over the whole lane (one entry per write, no Action objects): what a
-        view needs to know when each cell of a written tensor was first and last written.
+        From the structure, never a walk: a head or tail write happens once per segment
+        at a known offset; an inner write once per (segment, inner index). With
+        skip_grid, the writes of a full T_r × T_c loop (the dense lane's S tiles, which
+        `write_steps_per_cell` handles by formula) are left out.
         """
         s = self.schedule
-        phases, bi, bj = self.arrays()
-        steps_all = np.arange(len(phases))
         out: list[tuple[np.ndarray, ...]] = []
-        for (kind, phase), entries in TRANSFERS.items():
-            if kind != self.kind:
+        for part, phase, entry in self._writes(tensor):
+            _t, _direction, rk, ck, cond = entry
+            if skip_grid and self._is_grid(part, phase, rk, ck):
                 continue
-            for t, direction, rk, ck, cond in entries:
-                if t != tensor or direction != "write" or (cond and not s.save_lse):
-                    continue
-                mask = phases == PHASE_CODE[phase]
-                if cond == "last":
-                    mask &= s.last_visit[np.maximum(bi, 0)] == bj
-                steps, i, j = steps_all[mask], bi[mask], bj[mask]
-                if rk == "never":  # KV-outer's init writes L for each block that sees nothing
-                    blocks = np.flatnonzero(s.last_visit < 0)
-                    steps, i = np.repeat(steps, len(blocks)), np.tile(blocks, len(steps))
-                    rk = "i"
-                r0, r1 = self._span(rk, i, j)
-                c0, c1 = self._span(ck, i, j)
-                out.append((steps, r0, r1, c0, c1))
+            p_index = self.parts.index(part)
+            seg0 = int(np.searchsorted(self.seg_part, p_index))
+            n_outer = {"rows": s.t_r, "cols": s.t_c, "once": 1}[part.outer]
+            starts = self.seg_start[seg0 : seg0 + n_outer]
+            inner_n = self.seg_inner[seg0 : seg0 + n_outer]
+            lo, _hi = self._span_of(part)
+            outer = np.arange(n_outer)
+            if phase in part.head:
+                steps, o, item = starts + part.head.index(phase), outer, None
+            elif phase in part.tail:
+                at = len(part.head) + inner_n * len(part.inner) + part.tail.index(phase)
+                steps, o, item = starts + at, outer, None
+            elif cond == "last":  # once per block, in the tile of its last visit
+                item = np.flatnonzero(s.last_visit >= 0)  # query blocks
+                o = s.last_visit[item].astype(np.int64)  # their last tiles (outer, KV-outer)
+                steps = starts[o] + len(part.head) + (item - lo[o]) * len(part.inner)
+                steps = steps + part.inner.index(phase)
+            else:
+                o = np.repeat(outer, inner_n)
+                item = lo[o] + np.arange(len(o)) - np.repeat(np.cumsum(inner_n) - inner_n, inner_n)
+                steps = starts[o] + len(part.head) + (item - lo[o]) * len(part.inner)
+                steps = steps + part.inner.index(phase)
+            if part.outer == "rows":
+                i, j = o, (item if item is not None else np.full(len(o), NONE))
+            elif part.outer == "cols":
+                i, j = (item if item is not None else np.full(len(o), NONE)), o
+            else:
+                i = j = np.full(len(o), NONE)
+            if rk == "never":  # KV-outer's init writes L for each block that sees nothing
+                blocks = np.flatnonzero(s.last_visit < 0)
+                steps, i = np.repeat(steps, len(blocks)), np.tile(blocks, len(steps))
+                j = np.full(len(i), NONE)
+                rk = "i"
+            r0, r1 = self._span(rk, i, j)
+            c0, c1 = self._span(ck, i, j)
+            out.append(tuple(np.asarray(x, dtype=np.int64) for x in (steps, r0, r1, c0, c1)))
         if not out:
             return tuple(np.zeros(0, dtype=np.int64) for _ in range(5))
-        cat = [np.concatenate([o[x] for o in out]) for x in range(5)]
-        order = np.argsort(cat[0], kind="stable")
-        return tuple(np.broadcast_to(c, cat[0].shape)[order] for c in cat)
+        return tuple(np.concatenate([o[x] for o in out]) for x in range(5))
+
+    def _writes(self, tensor: str):
+        for part in self.parts:
+            for phase in part.head + part.inner + part.tail:
+                for entry in TRANSFERS[(self.kind, phase)]:
+                    t, direction, _rk, _ck, cond = entry
+                    if (
+                        t == tensor
+                        and direction == "write"
+                        and (self.schedule.save_lse or not cond)
+                    ):
+                        yield part, phase, entry
+
+    @staticmethod
+    def _is_grid(part: Part, phase: str, rk: str, ck: str) -> bool:
+        return (
+            part.outer == "rows"
+            and part.inner_set == "all"
+            and phase in part.inner
+            and (rk, ck) == ("i", "j")
+        )
+
+    def write_steps_per_cell(
+        self, tensor: str, shape: tuple[int, int], factor: tuple[int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(first, last) step that wrote each cell of a grid of factor[0] × factor[1]
+        elements over a tensor of `shape`; −1 where never written.
+
+        A full T_r × T_c loop of writes (S_ij) steps in order of (i, j), so a cell's first
+        write is its top-left block's and its last the bottom-right's: a formula per cell.
+        Other writes (one per query block or per visit) are spread over the cells their
+        regions cover and reduced with np.minimum.at / np.maximum.at.
+        """
+        s = self.schedule
+        fr, fc = factor
+        h, w = -(-shape[0] // fr), -(-shape[1] // fc)
+        first = np.full((h, w), np.iinfo(np.int64).max, dtype=np.int64)
+        last = np.full((h, w), -1, dtype=np.int64)
+        for p_index, part in enumerate(self.parts):
+            for phase in part.inner:
+                for t, direction, rk, ck, _cond in TRANSFERS[(self.kind, phase)]:
+                    if (
+                        t != tensor
+                        or direction != "write"
+                        or not self._is_grid(part, phase, rk, ck)
+                    ):
+                        continue
+                    seg0 = int(np.searchsorted(self.seg_part, p_index))
+                    rows_a = np.arange(h) * fr
+                    cols_b = np.arange(w) * fc
+                    i_lo = rows_a // s.block_q
+                    i_hi = (np.minimum(rows_a + fr, shape[0]) - 1) // s.block_q
+                    j_lo = cols_b // s.block_k
+                    j_hi = (np.minimum(cols_b + fc, shape[1]) - 1) // s.block_k
+                    base = len(part.head) + part.inner.index(phase)
+                    step = len(part.inner)
+                    f = self.seg_start[seg0 + i_lo][:, None] + base + j_lo[None, :] * step
+                    g = self.seg_start[seg0 + i_hi][:, None] + base + j_hi[None, :] * step
+                    first = np.minimum(first, f)
+                    last = np.maximum(last, g)
+        steps, r0, r1, c0, c1 = self.write_regions(tensor, skip_grid=True)
+        full = (c0 == 0) & (c1 == shape[1])
+        cr0, cr1 = r0 // fr, -(-r1 // fr)
+        # Whole-row writes (O, P, m, ℓ, L): reduced per cell row, then across the columns.
+        sel = np.flatnonzero(full)
+        cells, at = _spread(cr0[sel], cr1[sel] - cr0[sel], np.ones(len(sel), dtype=np.int64), 1)
+        f_rows = np.full(h, np.iinfo(np.int64).max, dtype=np.int64)
+        l_rows = np.full(h, -1, dtype=np.int64)
+        np.minimum.at(f_rows, cells, steps[sel][at])
+        np.maximum.at(l_rows, cells, steps[sel][at])
+        first = np.minimum(first, f_rows[:, None])
+        last = np.maximum(last, l_rows[:, None])
+        sel = np.flatnonzero(~full)  # any other region: its rectangle of cells
+        if sel.size:
+            cc0, cc1 = c0[sel] // fc, -(-c1[sel] // fc)
+            cells, at = _spread(cr0[sel] * w + cc0, cr1[sel] - cr0[sel], cc1 - cc0, w)
+            flat_first, flat_last = first.reshape(-1), last.reshape(-1)
+            np.minimum.at(flat_first, cells, steps[sel][at])
+            np.maximum.at(flat_last, cells, steps[sel][at])
+        first[first == np.iinfo(np.int64).max] = -1
+        return first, last
 
     def _span(self, kind: str, i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Element range [start, end) of an extent kind for each (i, j)."""
@@ -427,3 +539,12 @@ class LaneTimeline:
         end = {"nq": s.n_q, "nk": s.n_k, "d": s.d, "dv": s.d_v, "one": 1}[kind]
         zeros = np.zeros(len(i), dtype=np.int64)
         return zeros, zeros + end
+
+
+def _spread(origin, n_rows, n_cols, width):
+    """Flat cell indices of rectangles (origin, n_rows × n_cols, row pitch `width`) and,
+    for each, the index of the rectangle it came from."""
+    per = n_rows * n_cols
+    at = np.repeat(np.arange(len(per)), per)
+    k = np.arange(len(at)) - np.repeat(np.cumsum(per) - per, per)  # cell within rectangle
+    return origin[at] + (k // n_cols[at]) * width + k % n_cols[at], at

@@ -216,6 +216,8 @@ class Trace:
     def state_after_tiles(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(m, ℓ, O = a/ℓ) of every row after key tiles 0..tiles−1, as Algorithm 1's HBM
         holds them once each block has been written back."""
+        if tiles >= self.schedule.t_c:  # the end of the run: the full pass has it already
+            return self.summary().tiled_state
         return self._cursor.state(tiles)
 
     def row_updates(self, row: int) -> tuple[np.ndarray, np.ndarray]:

@@ -194,30 +194,11 @@ def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource
 
 
 def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> None:
-    """First and last step that wrote each display cell, from the lane's write arrays.
-
-    Vectorised: every write is spread over the display cells its region covers (one or
-    a few cells each at large N, where a cell holds many blocks), then the smallest and
-    largest step per cell are kept (np.minimum.at / np.maximum.at).
-    """
-    h, w = img.display_shape
-    fr, fc = img.factor
-    first = np.full(h * w, NEVER, dtype=np.int64)
-    last = np.full(h * w, -1, dtype=np.int64)
-    steps, r0, r1, c0, c1 = trace.lanes[lane].write_regions(tensor)
-    cr0, cr1 = r0 // fr, -(-r1 // fr)
-    cc0, cc1 = c0 // fc, -(-c1 // fc)
-    nr, nc = cr1 - cr0, cc1 - cc0
-    per = nr * nc  # cells per write
-    if per.size:
-        idx = np.repeat(np.arange(len(steps)), per)
-        k = np.arange(len(idx)) - np.repeat(np.cumsum(per) - per, per)  # cell within write
-        cells = (cr0[idx] + k // nc[idx]) * w + cc0[idx] + k % nc[idx]
-        np.minimum.at(first, cells, steps[idx])
-        np.maximum.at(last, cells, steps[idx])
-    last[last < 0] = NEVER
-    img.first_write = first.reshape(h, w).astype(np.int32)
-    img.last_write = last.reshape(h, w).astype(np.int32)
+    """First and last step that wrote each display cell (the lane's arrays; see
+    LaneTimeline.write_steps_per_cell); NEVER where a cell is never written."""
+    first, last = trace.lanes[lane].write_steps_per_cell(tensor, img.shape, img.factor)
+    first[first < 0], last[last < 0] = NEVER, NEVER
+    img.first_write, img.last_write = first.astype(np.int32), last.astype(np.int32)
 
 
 def prepare_images(trace: Trace) -> LaneImages:
@@ -244,7 +225,7 @@ def prepare_images(trace: Trace) -> LaneImages:
                 rgba = images.scale_for(name).rgba(small)
             keep = values if max(values.shape) <= NUMBERS_CAP else None  # (never a RegionSource)
             img = TensorImage(name, values.shape, rgba, (fr, fc), keep)
-            if name in written:
+            if name in written and name not in live_tensors(trace, lane):  # live: no veils
                 _write_history(trace, lane, name, img)
             images.lanes[lane][name] = img
     return images
@@ -276,7 +257,14 @@ def kv_outer_hbm(trace: Trace, step: int) -> dict[str, np.ndarray]:
     phases, blocks, _, _ = tl.segment(k)
     upto = step - int(tl.seg_start[k]) + 1
     written = blocks[:upto][phases[:upto] == PHASE_CODE["write_state"]]
-    before, after = trace.state_after_tiles(j), trace.state_after_tiles(j + 1)
+    if len(written) == tl.seg_inner[k]:  # every visit of tile j written back
+        m, l, o = trace.state_after_tiles(j + 1)  # noqa: E741
+        return {"O": o, "m": m[:, None], "l": l[:, None]}
+    before = trace.state_after_tiles(j)
+    if len(written) == 0:
+        m, l, o = before  # noqa: E741
+        return {"O": o, "m": m[:, None], "l": l[:, None]}
+    after = trace.state_after_tiles(j + 1)
     s = trace.schedule
     done = np.zeros(s.n_q, dtype=bool)
     for b in written.tolist():

@@ -92,3 +92,33 @@ def test_probabilities_have_their_own_scale():
     # On its own scale the largest probability is fully saturated, not near white.
     top = images.prob_scale.rgba(np.array([[trace.probs.max()]]))[0, 0, :3]
     assert top.min() < 120
+
+
+@pytest.mark.parametrize("order", ["q-outer", "kv-outer"])
+@pytest.mark.parametrize("cap", [3, 256])
+def test_write_history_equals_walking_the_steps(order, cap, monkeypatch):
+    import desktop.scene.render as render
+
+    monkeypatch.setattr(render, "DISPLAY_CAP", cap)  # cells of several elements, or one
+    inp = compute.random_inputs(11, 3, 2, n_k=8, seed=6)
+    tr = compute.build_trace(
+        inp.q, inp.k, inp.v, block_q=3, block_k=3, order=order, causal=True, save_lse=True
+    )
+    images = render.prepare_images(tr)
+    for lane, tensors in images.lanes.items():
+        for name, img in tensors.items():
+            if img.first_write is None:
+                continue
+            fr, fc = img.factor
+            first = np.full(img.display_shape, render.NEVER)
+            last = np.full(img.display_shape, render.NEVER)
+            for st in tr.steps:  # the oracle: every action's write regions, in order
+                a = st.action(lane)
+                for t in a.transfers if a else ():
+                    if t.tensor == name and t.direction == "write":
+                        (r0, r1), (c0, c1) = t.region.rows, t.region.cols
+                        cells = np.s_[r0 // fr : -(-r1 // fr), c0 // fc : -(-c1 // fc)]
+                        first[cells] = np.minimum(first[cells], st.index)
+                        last[cells] = st.index
+            np.testing.assert_array_equal(img.first_write, first, err_msg=f"{lane} {name}")
+            np.testing.assert_array_equal(img.last_write, last, err_msg=f"{lane} {name}")
