@@ -70,14 +70,20 @@ class _Means:
         self.count = np.zeros((self.hr, self.hc))
         self.masked = np.zeros((self.hr, self.hc))
 
-    def add(self, r0: int, chunk: np.ndarray) -> None:
+    def add(self, r0: int, chunk: np.ndarray, all_finite: bool = False) -> None:
         n = chunk.shape[0]
         h = math.ceil(n / self.fr)
+        c0 = r0 // self.fr
+        if all_finite and n == h * self.fr and self.cols == self.hc * self.fc:
+            # The common case (no mask, cells that divide the matrix): plain block sums.
+            sums = chunk.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+            self.total[c0 : c0 + h] += sums
+            self.count[c0 : c0 + h] += self.fr * self.fc
+            return
         pad = np.full((h * self.fr, self.hc * self.fc), np.nan)
         pad[:n, : self.cols] = chunk
         blocks = pad.reshape(h, self.fr, self.hc, self.fc)
         finite = np.isfinite(blocks)
-        c0 = r0 // self.fr
         self.count[c0 : c0 + h] += finite.sum(axis=(1, 3))
         self.total[c0 : c0 + h] += np.where(finite, blocks, 0.0).sum(axis=(1, 3))
         self.masked[c0 : c0 + h] += np.isneginf(blocks).sum(axis=(1, 3))
@@ -95,6 +101,8 @@ def _tiles(x: np.ndarray, block_k: int, fill: float) -> np.ndarray:
     """(R, N_k) to (R, T_c, B_c), the last tile padded with `fill`."""
     rows, n_k = x.shape
     t_c = math.ceil(n_k / block_k)
+    if t_c * block_k == n_k:
+        return x.reshape(rows, t_c, block_k)  # a view: the tiles divide the keys
     pad = np.full((rows, t_c * block_k), fill, dtype=x.dtype)
     pad[:, :n_k] = x
     return pad.reshape(rows, t_c, block_k)
@@ -128,7 +136,7 @@ def _tiled_rows(sc: np.ndarray, vd: np.ndarray, s: Schedule, dtype: str, acc):
     p = np.exp(t - _safe_max(base)[:, :, None])
     weight = np.exp(base - ref[:, None])  # e^(m_j − m_T): the product of the later α's
     l_final = (weight * _over_tile(np.add, p)).sum(axis=1)  # ℓ_T = Σ_j e^(m_j − m_T) rowsum(P̃_j)
-    rounded = round_to(p, dtype).astype(acc) * weight[:, :, None]
+    rounded = round_to(p, dtype).astype(acc, copy=False) * weight[:, :, None]
     a_final = rounded.reshape(sc.shape[0], -1)[:, :n_k] @ vd  # a_T = Σ_j e^(..) P̃_j V_j
     return _divide_rows(a_final, l_final), m_final, l_final
 
@@ -169,8 +177,8 @@ def full_pass(
         p = _divide_rows(p, sm)  # P = softmax(S); zeros for a fully masked row
         row_max[r0:r1], row_sum[r0:r1] = mx, sm
         reference[r0:r1] = p @ v  # O = P V
-        s_means.add(r0, s64)
-        p_means.add(r0, p)
+        s_means.add(r0, s64, all_finite=not s.causal)
+        p_means.add(r0, p, all_finite=True)  # P is finite everywhere (0 where masked)
         first = (-(r0 * n_k)) % stride  # the same global stride across chunks
         flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
         samples.append(np.abs(flat[np.isfinite(flat)]))
@@ -181,7 +189,9 @@ def full_pass(
             sc = (qd[r0:r1] @ kd.T) * scale_acc
             if s.causal:
                 sc = np.where(causal_mask(rows, cols, n_q, n_k), sc, acc(-np.inf))
-        out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(sc.astype(acc), vd, s, dtype, acc)
+        out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(
+            sc.astype(acc, copy=False), vd, s, dtype, acc
+        )
     lse = np.where(l_t > 0, m_t + np.log(np.where(l_t > 0, l_t, 1)), -np.inf).astype(acc)
     tiled = round_to(out, dtype).astype(output_dtype(dtype))
     arrays = (row_max, row_sum, reference, tiled, lse, m_t, l_t, out)
@@ -217,5 +227,7 @@ def tiled_state_after(
         sc = (qd[r0:r1] @ kd[:keys].T) * scale  # S = Q Kᵀ · scale over the keys seen
         if s.causal:
             sc = np.where(causal_mask(np.arange(r0, r1), cols, n_q, s.n_k), sc, acc(-np.inf))
-        o[r0:r1], m[r0:r1], l[r0:r1] = _tiled_rows(sc.astype(acc), vd[:keys], s, dtype, acc)
+        o[r0:r1], m[r0:r1], l[r0:r1] = _tiled_rows(
+            sc.astype(acc, copy=False), vd[:keys], s, dtype, acc
+        )
     return m, l, o

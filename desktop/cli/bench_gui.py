@@ -5,9 +5,9 @@ the reference example, sets the configuration given by the flags through the rea
 widgets (found by objectName, as a user typing into the spin boxes would), then:
 
 - change_ms: N is moved one position and back, `--repeats` times; each change is timed
-  from setting the spin box to the end of the synchronous repaint that shows the new
-  configuration's numbers (the build, inline or on the worker thread, included);
-- veil_ms: the same changes, to the end of the first repaint after the change (the
+  from setting the spin box until the event loop has painted the new configuration's
+  numbers (the build, inline or on the worker thread, included);
+- veil_ms: the same changes, until the event loop's first paint after the change (the
   new numbers for an inline build; the "computing N=…" veil for a threaded one);
 - frame_ms: one playback frame: advance one frame's worth of steps, set the transfer
   progress, and let the event loop paint everything that changed.
@@ -46,9 +46,13 @@ def _ms(samples: list[float]) -> dict[str, float]:
 
 def _settle(app, state, target=None, timeout_s: float = 120.0) -> None:
     """Process events until no build is outstanding (and the shown config is `target`)."""
+    from PySide6.QtCore import QEventLoop
+
     end = time.perf_counter() + timeout_s
     while state.builder.busy or (target is not None and state.config != target):
-        app.processEvents()
+        # Sleep until an event comes (the worker's result), as the real event loop does;
+        # spinning here would take the GIL from the worker thread it is waiting for.
+        app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)
         if time.perf_counter() > end:
             raise TimeoutError("the window did not settle on the configuration in time")
     app.processEvents()
@@ -100,19 +104,19 @@ def measure(window, app, cfg, repeats: int, frames: int) -> dict:
         target = shown.replace(n=value, input="random")
         t0 = time.perf_counter()
         n_spin.setValue(value)
-        window.repaint()  # the first repaint after the change: new numbers, or the veil
+        app.processEvents()  # paints what changed: the new numbers (inline) or the veil
         veil.append(time.perf_counter() - t0)
-        _settle(app, state, target)
-        window.repaint()  # the repaint that shows the new configuration's numbers
+        _settle(app, state, target)  # the worker's result arrives and is painted
         change.append(time.perf_counter() - t0)
     _settle(app, state, shown.replace(input="random"))
     trace = state.trace
     stride = grouping_for(trace).stride
-    start = state.step = 0
+    state.set_step(0)
+    app.processEvents()
     frame = []
-    for k in range(frames):
+    for k in range(1, frames + 1):  # frames wrap around a short timeline, as a replay does
         t0 = time.perf_counter()
-        state.set_step(min(trace.n_steps - 1, start + k * stride))
+        state.set_step((k * stride) % trace.n_steps)
         state.set_progress(0.5)
         app.processEvents()  # paints whatever the step made dirty, as the event loop does
         frame.append(time.perf_counter() - t0)

@@ -57,9 +57,9 @@ def build_all(config: Config) -> tuple[Config, object, LaneImages]:
     return config, trace, prepare_images(trace)
 
 
-# Above this much work (multiply-adds, Config.estimated_work) a build can pass ~20 ms,
+# Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,
 # so it goes to the worker thread; smaller builds are faster done inline.
-THREAD_THRESHOLD_WORK = 2_000_000
+THREAD_THRESHOLD_WORK = 16_000_000
 
 
 class TraceBuilder(QObject):
