@@ -163,6 +163,9 @@ class ControlsPanel(QWidget):
         self._build_layout()
         self._connect()
         state.sigConfigChanged.connect(self.show_config)
+        # A request made elsewhere (the paper's rule, a menu, a dropped file) shows in
+        # every control at once, not only when its trace arrives.
+        state.sigRequested.connect(self.show_config)
 
     def _build_layout(self) -> None:
         inputs = QFormLayout()
@@ -212,7 +215,7 @@ class ControlsPanel(QWidget):
         self.open_button.clicked.connect(self.open_file)
         # The spin box asks for the trace; the slider only moves it.
         self.n_slider.valueChanged.connect(lambda v: self.n_spin.setValue(n_from_slider(v)))
-        self.n_spin.valueChanged.connect(lambda v: self._shape(n=v))
+        self.n_spin.valueChanged.connect(self._n_typed)
         self.nk_spin.valueChanged.connect(lambda v: self._shape(n_keys=v or None))
         self.d_spin.valueChanged.connect(lambda v: self._shape(d=v))
         self.dv_spin.valueChanged.connect(lambda v: self._shape(dv=v))
@@ -228,6 +231,13 @@ class ControlsPanel(QWidget):
         )
         self.sram_spin.valueChanged.connect(lambda v: st.update_config(sram=v or None))
         self.paper_button.clicked.connect(self.apply_paper_rule)
+
+    def _n_typed(self, n: int) -> None:
+        # The slider follows the box at once (not when the trace arrives), so the two
+        # never show different N while a large build is computing.
+        with QSignalBlocker(self.n_slider):
+            self.n_slider.setValue(slider_from_n(n))
+        self._shape(n=n)
 
     def _shape(self, **changes: int) -> None:
         # The reference example and a file fix the shapes; a new shape needs generated

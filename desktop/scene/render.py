@@ -150,6 +150,9 @@ def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
         # A fixed stride sample is plenty for a percentile and ~10× cheaper than all.
         flat = flat[:: max(1, flat.size // 32768)]
         vmax = float(np.percentile(flat, ROBUST_PERCENTILE))
+        # A sharply peaked softmax leaves almost every P near 0 (even denormal), so the
+        # percentile says nothing: fall back on the largest value.
+        vmax = max(vmax, float(flat.max()) * 1e-3)
     else:
         vmax = float(flat.max())
     return vmax if vmax > 0 else 1.0

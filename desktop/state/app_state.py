@@ -19,6 +19,7 @@ from desktop.state.worker import TraceBuilder
 
 class AppState(QObject):
     sigConfigChanged = Signal(object)  # the Config the current Trace was built from
+    sigRequested = Signal(object)  # the Config now asked for (controls show it at once)
     sigTraceChanged = Signal(object)  # the new Trace
     sigStepChanged = Signal(int)
     sigRowChanged = Signal(int)
@@ -47,6 +48,7 @@ class AppState(QObject):
         if config == self.requested and not self.builder.busy:
             return
         self.requested = config
+        self.sigRequested.emit(config)
         self.builder.request(config)
 
     @property

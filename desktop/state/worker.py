@@ -80,6 +80,7 @@ class TraceBuilder(QObject):
         self._relay.sigDone.connect(self._finished)
         self.force_inline = False  # screenshots and exports want the result now
         self._pending_config: Config | None = None  # the newest, waiting for the running
+        self._running = False  # a job is in the pool (its result not yet handled)
 
     @property
     def busy(self) -> bool:
@@ -93,8 +94,7 @@ class TraceBuilder(QObject):
     def request(self, config: Config) -> None:
         self._generation += 1
         if self.force_inline or config.estimated_work() <= THREAD_THRESHOLD_WORK:
-            self._pending_config = None
-            self._pool.clear()
+            self._pending_config = None  # a running build's result will be discarded
             self._set_busy(False)
             generation = self._generation
             try:
@@ -104,20 +104,22 @@ class TraceBuilder(QObject):
             else:
                 self._deliver(generation, result, None)
             return
-        self._pool.clear()  # an older queued build is now pointless
         self._set_busy(True)
         # A running build cannot be interrupted: the newest request waits for it (and
-        # replaces any request already waiting); otherwise it starts now.
+        # replaces any request already waiting); otherwise it starts now. Only one job
+        # is ever handed to the pool, so nothing queued can be lost.
         self._pending_config = config
-        if self._pool.activeThreadCount() == 0:
+        if not self._running:
             self._start_pending()
 
     def _start_pending(self) -> None:
         config, self._pending_config = self._pending_config, None
         if config is not None:
+            self._running = True
             self._pool.start(_BuildJob(self._generation, config, self._relay))
 
     def _finished(self, generation: int, result: object, error: object) -> None:
+        self._running = False
         if generation == self._generation:
             self._set_busy(False)
         self._deliver(generation, result, error)
@@ -143,5 +145,4 @@ class TraceBuilder(QObject):
     def shutdown(self) -> None:
         self._generation += 1
         self._pending_config = None
-        self._pool.clear()
         self._pool.waitForDone(30000)
