@@ -16,9 +16,10 @@ they never compute attention.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -107,11 +108,24 @@ class Trace:
     lanes: dict[str, LaneTimeline] = field(repr=False)
 
     def __post_init__(self) -> None:
-        # Per-trace caches (a frozen dataclass: set once, here). A handful of query
-        # blocks' histories is what views ask for around the current step and row.
-        object.__setattr__(self, "block_history", lru_cache(maxsize=16)(self._block_history))
-        object.__setattr__(self, "_summary", lru_cache(maxsize=2)(self._summary_uncached))
-        object.__setattr__(self, "_region", lru_cache(maxsize=6)(self._region_uncached))
+        # Per-trace caches of computed numbers (a frozen dataclass: set once, here). They
+        # hold arrays only, never the trace, so a trace is freed as soon as it is dropped.
+        object.__setattr__(self, "_caches", {})
+
+    def _memo(self, name: str, size: int, key, compute):
+        """The value of compute() cached under (name, key), keeping the `size` newest."""
+        cache = self._caches.setdefault(name, OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = cache[key] = compute()
+        while len(cache) > size:
+            cache.popitem(last=False)
+        return value
+
+    def cached(self, name: str) -> int:
+        """How many values of one cache are held (tests: nothing computed early)."""
+        return len(self._caches.get(name, ()))
 
     # ---- the timeline ----------------------------------------------------------------
     @cached_property
@@ -133,7 +147,7 @@ class Trace:
     def summary(self, cap: int = DISPLAY_CELLS) -> FullPass:
         """The dense lane's row statistics, reference output and S, P at `cap` cells a
         side, and the tiled lane's output and L (compute.full_pass); cached per cap."""
-        return self._summary(cap)
+        return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap))
 
     def _summary_uncached(self, cap: int) -> FullPass:
         return full_pass(
@@ -158,14 +172,11 @@ class Trace:
     def scores_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """Dense S[r0:r1, c0:c1] in float64 (−∞ where causally masked); the last few
         regions asked for are kept, so a view asking again gets the same array."""
-        return self._region("S", r0, r1, c0, c1)
+        return self._memo("region", 6, ("S", r0, r1, c0, c1), lambda: self._scores(r0, r1, c0, c1))
 
     def probs_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """Dense P[r0:r1, c0:c1] = exp(S − rowmax) / rowsum, with the rows' full statistics."""
-        return self._region("P", r0, r1, c0, c1)
-
-    def _region_uncached(self, kind: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
-        return self._scores(r0, r1, c0, c1) if kind == "S" else self._probs(r0, r1, c0, c1)
+        return self._memo("region", 6, ("P", r0, r1, c0, c1), lambda: self._probs(r0, r1, c0, c1))
 
     def _scores(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         s = (self.q[r0:r1] @ self.k[c0:c1].T) * self.scale  # S = Q Kᵀ · scale
@@ -197,9 +208,16 @@ class Trace:
         """The whole dense P (N_q × N_k); see `scores`."""
         return self._probs(0, self.schedule.n_q, 0, self.schedule.n_k)
 
-    def _block_history(self, block: int) -> RowHistory:
-        return block_history(
-            self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
+    def block_history(self, block: int) -> RowHistory:
+        """Query block `block`'s rows: m, ℓ, α, a and P̃ after each key tile, computed on
+        first use (compute.recurrence); the 16 blocks asked for last are kept."""
+        return self._memo(
+            "blocks",
+            16,
+            block,
+            lambda: block_history(
+                self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
+            ),
         )
 
     def row_history(self, row: int) -> RowHistory:
@@ -219,6 +237,46 @@ class Trace:
         if tiles >= self.schedule.t_c:  # the end of the run: the full pass has it already
             return self.summary().tiled_state
         return self._cursor.state(tiles)
+
+    def block_state(self, block: int, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, a) of query block `block`'s rows after `tiles` key tiles.
+
+        From the block's history when it is at hand; under KV-outer, where every step
+        visits another block, from the all-rows state at that tile instead (a = ℓ · O), so
+        stepping through blocks never recomputes a block's whole history.
+        """
+        r0, r1 = self.schedule.rows(block)
+        if self.schedule.order == "kv-outer" and ("blocks", block) not in self._held():
+            m, l, o = self.state_after_tiles(tiles)  # noqa: E741
+            return m[r0:r1], l[r0:r1], o[r0:r1] * l[r0:r1, None]
+        h = self.block_history(block)
+        return h.m[:, tiles], h.l[:, tiles], h.a[:, tiles]
+
+    def p_tilde_tile(self, block: int, tile: int) -> np.ndarray:
+        """P̃_ij = exp(S_ij − m_new) of block i's rows and key tile j, as the recurrence
+        formed it (inputs rounded to the dtype, statistics dtype); from the block's history
+        when at hand, else computed for this tile alone (KV-outer, as in block_state)."""
+        c0, c1 = self.schedule.cols(tile)
+        if self.schedule.order == "q-outer" or ("blocks", block) in self._held():
+            return self.block_history(block).p_tilde[:, c0:c1]
+        return self._memo("p_tilde", 4, (block, tile), lambda: self._p_tilde(block, tile))
+
+    def _p_tilde(self, block: int, tile: int) -> np.ndarray:
+        s = self.schedule
+        (r0, r1), (c0, c1) = s.rows(block), s.cols(tile)
+        acc = np.float64 if self.dtype == "float64" else np.float32
+        q, k = (round_to(x, self.dtype).astype(acc) for x in (self.q[r0:r1], self.k[c0:c1]))
+        sc = (q @ k.T) * acc(self.scale)  # S_ij in the statistics dtype
+        if s.causal:
+            mask = causal_mask(np.arange(r0, r1), np.arange(c0, c1), s.n_q, s.n_k)
+            sc = np.where(mask, sc, acc(-np.inf))
+        m_new = self.state_after_tiles(tile + 1)[0][r0:r1]
+        p = np.exp(sc - np.where(np.isfinite(m_new), m_new, 0)[:, None])  # exp(S_ij − m_new)
+        p.setflags(write=False)
+        return p
+
+    def _held(self) -> set:
+        return {(name, key) for name, cache in self._caches.items() for key in cache}
 
     def row_updates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """(step indices, key tile indices) at which the tiled lane updated `row`."""

@@ -89,8 +89,11 @@ class SramTile:
     probabilities: bool = False  # values are P (drawn on the probability scale)
 
 
-def _block_tile_count(trace: Trace, block: int, step: int) -> int:
-    return trace.row_state(trace.schedule.rows(block)[0], step).tile
+def _block_tile_count(trace: Trace, action: Action, step: int) -> int:
+    """Key tiles the action's query block has been updated with after `step`."""
+    if trace.schedule.order == "kv-outer":  # visiting tile j: updated once `update` ran
+        return action.block_j + (action.phase != "load_state")
+    return trace.row_state(trace.schedule.rows(action.block_i)[0], step).tile
 
 
 def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
@@ -121,17 +124,15 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
         r = held["S"]
         by["S"].values = trace.scores_region(*r.rows, *r.cols)
         by["S"].first_row = r.rows[0]
-    h = trace.block_history(block) if block is not None else None  # this block's rows only
     if "S" in held:  # P̃_ij = exp(S_ij − m_new), as the recurrence formed it
         r = held["S"]
-        by["P"].values = h.p_tilde[:, r.cols[0] : r.cols[1]]
+        by["P"].values = trace.p_tilde_tile(block, action.block_j)
         by["P"].first_row = r.rows[0]
     if block is not None:
         r0, r1 = s.rows(block)
-        tile = _block_tile_count(trace, block, step)
-        by["m"].values = h.m[:, tile : tile + 1]
-        by["l"].values = h.l[:, tile : tile + 1]
-        by["O"].values = h.a[:, tile]
+        tile = _block_tile_count(trace, action, step)
+        m, l, a = trace.block_state(block, tile)  # noqa: E741
+        by["m"].values, by["l"].values, by["O"].values = m[:, None], l[:, None], a
         if action.phase == "write_o":
             by["O"].label, by["O"].values = "O_i = a/ℓ", trace.tiled_output[r0:r1]
         for name in ("m", "l", "O"):

@@ -1,6 +1,6 @@
 """The selected row's numbers for the statistics panel: series, formats, formulas.
 
-NumPy only. The series are looked up in the Trace's recorded history (the compute
+NumPy only. The series are looked up in the Trace's row history (the compute
 core's numbers), never computed here; formats are shared with the tests so a test can
 compare what the panel shows with what the core holds.
 """

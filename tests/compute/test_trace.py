@@ -130,4 +130,29 @@ def test_trace_holds_no_per_step_objects_or_arrays():
         assert trace.totals_at(trace.n_steps - 1)[lane] == counted.lanes[lane].total_elements
     last = trace.steps[-1]
     assert last.dense.phase == "write_o" and last.dense.block_i == 2047
-    assert trace._summary.cache_info().currsize == 0  # no attention computed for the timeline
+    assert trace.cached("summary") == 0  # no attention was computed for the timeline
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_kv_outer_block_state_without_the_blocks_history(dtype):
+    # KV-outer visits another block every step: its SRAM numbers come from the all-rows
+    # state at the tile, and must equal the block's own history (computed afterwards).
+    r = random_inputs(13, 3, 2, n_k=11, seed=8)
+    kw = dict(block_q=3, block_k=4, order="kv-outer", causal=True, dtype=dtype)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == "float64" else dict(rtol=1e-5, atol=1e-6)
+    fresh = build_trace(r.q, r.k, r.v, **kw)
+    s = fresh.schedule
+    got = {
+        (i, t): (fresh.block_state(i, t), fresh.p_tilde_tile(i, min(t, s.t_c - 1)))
+        for i in range(s.t_r)
+        for t in range(s.t_c + 1)
+    }
+    assert fresh.cached("blocks") == 0  # no block's history was needed
+    for (i, t), ((m, l, a), p) in got.items():
+        h = fresh.block_history(i)
+        np.testing.assert_array_equal(m, h.m[:, t])
+        np.testing.assert_allclose(l, h.l[:, t], **tol)
+        np.testing.assert_allclose(a, h.a[:, t], **tol)
+        c0, c1 = s.cols(min(t, s.t_c - 1))
+        if s.visible[i, min(t, s.t_c - 1)]:
+            np.testing.assert_allclose(p, h.p_tilde[:, c0:c1], **tol)
