@@ -5,6 +5,9 @@ imports CuPy lazily), so it runs on a GPU server with no display.
 """
 
 from .attention import DTYPES, ORDERS, dense_attention, tiled_attention
+from .backward import attention_backward
+from .backward_ledger import pass_ledger
+from .backward_schedule import PASS_TENSORS, PASSES
 from .inputs import InputError, Inputs, load_inputs, random_inputs, seed_example, validate_inputs
 from .ledger import (
     Ledger,
@@ -21,6 +24,8 @@ __all__ = [
     "DIRECTIONS",
     "DTYPES",
     "ORDERS",
+    "PASSES",
+    "PASS_TENSORS",
     "TENSORS",
     "Action",
     "InputError",
@@ -29,6 +34,7 @@ __all__ = [
     "Region",
     "Step",
     "Trace",
+    "attention_backward",
     "build_trace",
     "closed_form_ledger",
     "dense_attention",
@@ -36,6 +42,7 @@ __all__ = [
     "ledger",
     "load_inputs",
     "paper_block_sizes",
+    "pass_ledger",
     "random_inputs",
     "seed_example",
     "theorem2_bound",

@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from compute import DIRECTIONS, TENSORS, InputError, Ledger
+from compute import DIRECTIONS, PASSES, InputError, Ledger
 from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
 from desktop.state.config import ledger_for
 
@@ -23,11 +23,11 @@ def format_ledger(result: Ledger) -> str:
         f"HBM transfer ledger  N_q={c['n_q']} N_k={c['n_k']} d={c['d']} d_v={c['d_v']} "
         f"B_r={c['block_q']} B_c={c['block_k']} order={c['order']} "
         f"causal={'yes' if c['causal'] else 'no'} L={'saved' if c['save_lse'] else 'not saved'} "
-        f"dtype={c['dtype']}",
+        f"dtype={c['dtype']}" + (f" pass={c['pass']}" if "pass" in c else ""),
         "",
         f"{'tensor':<8}{'dense read':>14}{'dense write':>14}{'tiled read':>14}{'tiled write':>14}",
     ]
-    for t in TENSORS:
+    for t in dense.counts:  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
         row = [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS]
         if any(row):
             label = "ℓ" if t == "l" else t
@@ -57,10 +57,17 @@ def run_ledger(argv: Sequence[str]) -> int:
         prog="flash-explorer ledger", description="Print the HBM transfer ledger of both lanes."
     )
     add_config_arguments(parser, inputs=False)
+    parser.add_argument(
+        "--pass",
+        dest="pass_name",
+        choices=PASSES,
+        default="forward",
+        help="which pass: forward (default), backward, or training (forward + backward)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
     try:
-        result = ledger_for(config_from_args(args))
+        result = ledger_for(config_from_args(args), args.pass_name)
     except (InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
     print(json.dumps(result.to_dict()) if args.json else format_ledger(result))
@@ -115,7 +122,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
 }
 
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
-       flash-explorer ledger [flags] [--json]   print both lanes' HBM transfer ledger
+       flash-explorer ledger [flags] [--pass P] [--json]
+                                           print both lanes' HBM transfer ledger
        flash-explorer export --out FILE ...     render frames or an animation headless
        flash-explorer export-ledger --out FILE  write the ledger as PNG, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU

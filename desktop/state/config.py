@@ -116,20 +116,23 @@ def make_inputs(config: Config) -> Inputs:
     )
 
 
-def ledger_for(config: Config) -> compute.Ledger:
+def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
     """The exact ledger of a config at the block sizes asked for, from the closed form.
 
     Only shapes matter: a file is read for its shapes, random inputs are not drawn.
+    pass_name "backward" or "training" gives that pass's ledger (from its closed form).
     """
     n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
     if config.input != "random":
         inputs = make_inputs(config)
         (n_q, d), (n_k, dv) = inputs.q.shape, inputs.v.shape
-    return compute.closed_form_ledger(
+    return compute.pass_ledger(
+        pass_name,
         n_q,
         n_k,
         d,
         dv,
+        counted=pass_name == "forward",  # the forward as before: its counted walk
         block_q=config.block_q,
         block_k=config.block_k,
         order=config.order,

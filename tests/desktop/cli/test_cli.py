@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from compute import ledger
+from compute import ledger, pass_ledger
 from desktop.cli.main import main
 
 
@@ -47,8 +47,49 @@ def test_ledger_json_is_the_core_ledger(capsys):
 
 
 @pytest.mark.parametrize(
+    ("pass_name", "dense", "tiled", "ratio"),
+    [("backward", "444", "270", "1.64x"), ("training", "684", "372", "1.84x")],
+)
+def test_ledger_table_of_the_seed_backward_and_training(capsys, pass_name, dense, tiled, ratio):
+    assert main(["ledger", "--pass", pass_name]) == 0
+    out = capsys.readouterr().out
+    assert f"pass={pass_name}" in out and ratio in out
+    assert f"dense {dense:>14}" in out and f"tiled {tiled:>14}" in out
+    for tensor in ("dO", "dQ", "dK", "dV", "dP", "dS", "D"):
+        assert any(line.split()[:1] == [tensor] for line in out.splitlines()), tensor
+
+
+def test_forward_is_the_default_pass(capsys):
+    assert main(["ledger", "--causal", "--json"]) == 0
+    default = capsys.readouterr().out
+    assert main(["ledger", "--causal", "--json", "--pass", "forward"]) == 0
+    assert capsys.readouterr().out == default
+    assert "pass" not in json.loads(default)["config"]
+
+
+@pytest.mark.parametrize("pass_name", ["backward", "training"])
+def test_ledger_json_of_a_pass_is_the_core_ledger(capsys, pass_name):
+    args = ["--n", "37", "--n-keys", "20", "--d", "8", "--dv", "4", "--block-q", "5"]
+    args += ["--block-k", "6", "--order", "kv-outer", "--causal", "--dtype", "float16"]
+    assert main(["ledger", *args, "--pass", pass_name, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    kw = dict(block_q=5, block_k=6, order="kv-outer", causal=True, dtype="float16")
+    assert got == pass_ledger(pass_name, 37, 20, 8, 4, **kw, counted=True).to_dict()
+    assert got["config"]["pass"] == pass_name
+    assert set(got["lanes"]["tiled"]["by_tensor"]) >= {"dO", "dQ", "dK", "dV", "dP", "dS", "L", "D"}
+
+
+@pytest.mark.parametrize(
     "args",
-    [["--n", "0"], ["--block-k", "x"], ["--dtype", "int8"], ["--order", "sideways"], ["--bogus"]],
+    [
+        ["--n", "0"],
+        ["--block-k", "x"],
+        ["--dtype", "int8"],
+        ["--order", "sideways"],
+        ["--bogus"],
+        ["--pass", "sideways"],
+        ["--pass", "backward", "--block-q", "0"],
+    ],
 )
 def test_bad_arguments_give_one_line_and_nonzero_exit(args):
     proc = subprocess.run(

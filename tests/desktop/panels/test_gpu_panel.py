@@ -1,4 +1,5 @@
-"""The GPU side panel, offscreen, on the report recorded on the H200 (tests/data)."""
+"""The GPU side panel, offscreen, on the H200 recordings: the one bundled in the package
+(compute/gpu/reports/) and the CLI's records under assets/benchmarks/."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ pytest.importorskip("pytestqt")
 
 from compute.gpu import DeviceStatus  # noqa: E402
 from compute.gpu.bench import BenchCancelled  # noqa: E402
+from compute.gpu.report import bundled_report, split_reports  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[2] / "data" / "gpu_report_h200.json"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "assets" / "benchmarks"
 NO_GPU = DeviceStatus(False, "No CUDA device was found.")
 GPU = DeviceStatus(True, name="Fake GPU", compute_capability=(9, 0), shared_mem_per_block=232448)
 
@@ -49,16 +51,20 @@ def _pick(panel, dtype, n, contains):
     raise AssertionError(f"no report {dtype} N={n} with {contains}")
 
 
-def test_fixture_is_a_real_h200_recording():
-    data = json.loads(FIXTURE.read_text())
+def _bundled_reports() -> list[dict]:
+    return split_reports(bundled_report())
+
+
+def test_bundled_report_is_a_real_h200_recording():
+    data = bundled_report()
     assert data["format"] == "flash-explorer-gpu-figures"
     assert {r["device"]["name"] for r in data["reports"]} == {"NVIDIA H200"}
 
 
 def test_shows_tiled_against_dense_with_counts(panel_factory):
     panel = panel_factory()
-    assert panel.load_report(FIXTURE)
-    assert panel.selector.count() == len(json.loads(FIXTURE.read_text())["reports"])
+    panel.set_reports(_bundled_reports())
+    assert panel.selector.count() == len(bundled_report()["reports"])
     _pick(panel, "float16", 4096, "tiled q-outer, dense")
     assert "NVIDIA H200" in panel.recorded_label.text()
     tiled, dense = _cells(panel.table, 0), _cells(panel.table, 1)
@@ -71,7 +77,7 @@ def test_shows_tiled_against_dense_with_counts(panel_factory):
 
 def test_sweep_heatmap_marks_sliders_and_best(panel_factory):
     panel = panel_factory()
-    panel.load_report(FIXTURE)
+    panel.set_reports(_bundled_reports())
     _pick(panel, "float32", 1024, "tiled q-outer, dense")  # no sweep of its own: dtype's sweep
     assert panel.sweep_view.image.image.shape == (3, 3)
     panel.set_blocks(64, 32)
@@ -108,7 +114,7 @@ def test_no_gpu_shows_the_reason_and_cannot_run(panel_factory):
 
 
 def test_runs_in_a_worker_with_progress(panel_factory, qtbot):
-    recorded = json.loads(FIXTURE.read_text())["reports"][1]
+    recorded = _bundled_reports()[1]
     seen = []
 
     def runner(config, *, progress, should_stop):
@@ -159,7 +165,7 @@ def test_sliders_settling_rerun_once(panel_factory, qtbot):
 
     def runner(config, *, progress, should_stop):
         calls.append((config.block_q, config.block_k))
-        return json.loads(FIXTURE.read_text())["reports"][1]
+        return _bundled_reports()[1]
 
     panel = panel_factory(device=GPU, runner=runner)
     panel.auto_check.setChecked(True)
@@ -169,8 +175,8 @@ def test_sliders_settling_rerun_once(panel_factory, qtbot):
     assert calls == [(64, 64)]
 
 
-CLI_REPORT = Path(__file__).resolve().parents[2] / "data" / "gpu_report_cli_h200.json"
-CLI_CAUSAL = Path(__file__).resolve().parents[2] / "data" / "gpu_report_cli_causal_h200.json"
+CLI_REPORT = BENCHMARKS / "bench_cli_float16_sweep_h200.json"
+CLI_CAUSAL = BENCHMARKS / "bench_cli_float32_causal_h200.json"
 
 
 def test_single_cli_report_with_its_own_sweep(panel_factory):
@@ -178,7 +184,7 @@ def test_single_cli_report_with_its_own_sweep(panel_factory):
     assert panel.load_report(CLI_REPORT)
     assert panel.selector.count() == 1
     kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
-    assert kernels == ["tiled", "dense", "fast"]
+    assert kernels == ["tiled", "dense", "flash"]  # recorded as "fast" (version 1), read as flash
     assert panel.sweep_view.image.image.shape == (4, 4)
     panel.set_blocks(128, 64)
     assert (
@@ -187,11 +193,19 @@ def test_single_cli_report_with_its_own_sweep(panel_factory):
     )
 
 
+def test_version_2_report_names_the_flash_kernel(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(BENCHMARKS / "bench_cli_float16_n2048_h200.json")
+    assert panel.current_report()["version"] == 2
+    kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
+    assert kernels == ["tiled", "dense", "flash"]
+
+
 def test_failed_path_is_a_row_message(panel_factory):
     panel = panel_factory()
     assert panel.load_report(CLI_CAUSAL)
-    fast = _cells(panel.table, 2)
-    assert fast[0] == "fast" and fast[-1].startswith("error: flash_attention takes float16")
+    flash = _cells(panel.table, 2)
+    assert flash[0] == "flash" and flash[-1].startswith("error: flash_attention takes float16")
     assert panel.table.columnSpan(2, 3) == panel.table.columnCount() - 3
     assert "no block sweep" in panel.sweep_view.sweep_note.text()
 

@@ -1,10 +1,11 @@
 """Time source variants of kernels/tiled_attention.cu against the committed kernel.
 
-Each variant is a list of text substitutions applied to the kernel source (so the
+Run on the GPU machine before changing the tiled kernel's inner loops: it tells whether a
+source edit is worth making (TILED_NOTES.md records the variants tried so far). Each variant is a list of text substitutions applied to the kernel source (so the
 experiment needs no switch in the kernel itself); every variant's output is checked
 against the committed kernel's before it is timed. Prints one table:
 
-    python -m compute.gpu.tune_tiled [--n 4096] [--dtype float32]
+    python -m compute.gpu.tools.tune_tiled [--n 4096] [--dtype float32]
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import math
 
 import numpy as np
 
-from .tiled import KERNEL_PATH, LOG2E, TileShape
-from .timing import rotation_count, time_cuda
+from ..tiled import KERNEL_PATH, LOG2E, TileShape
+from ..timing import rotation_count, time_cuda
 
 # Variant name -> (substitutions, threads for block_q >= 128).
 VARIANTS = {
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 diff = float(cupy.max(cupy.abs(out - reference[(bq, bk)])))
             else:
                 reference[(bq, bk)] = out
-            ms = time_cuda(run, sets, warmup=3, repeats=20).median_ms
+            ms = time_cuda(run, sets, warmup=3, repeats=20, l2_bytes=60 << 20).median_ms
             print(f"{name:12s} {bq}x{bk:<5d} {threads:<8d} {fn.num_regs:<5d} {ms:<7.3f} "
                   f"{flops / ms / 1e9:<8.2f} {diff:.2e}", flush=True)  # fmt: skip
     return 0

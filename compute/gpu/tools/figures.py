@@ -1,10 +1,13 @@
 """The README's GPU figures in one run: N in {1024, 4096, 16384}, d = 64, batch*heads = 32.
 
-For each dtype the block sizes are chosen by a sweep at N = 4096 (Q-outer order); then
-at each N the tiled kernel (both loop orders, same blocks) and the dense path are
-measured, plus one causal pair at N = 4096. Writes one JSON holding every report:
+Run on the GPU machine after changing `kernels/tiled_attention.cu` (or the harness), to
+re-measure the README's "CUDA kernels on one H200" table and the report the desktop panel
+opens on. For each dtype the block sizes are chosen by a sweep at N = 4096 (Q-outer order);
+then at each N the tiled kernel (both loop orders, same blocks), the dense path and the
+flash kernel are measured, plus one causal pair at N = 4096. Writes one JSON holding
+every report:
 
-    python -m compute.gpu.figures --out assets/benchmarks/gpu_tiled_h200.json
+    python -m compute.gpu.tools.figures --out compute/gpu/reports/tiled_vs_dense_h200.json
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .bench import BenchConfig, GpuUnavailable, run_bench
-from .report import format_report, result_rows
+from ..bench import BenchConfig, GpuUnavailable, run_bench
+from ..dtypes import KERNEL_DTYPES
+from ..report import FIGURES_FORMAT, VERSION, format_report, result_rows
 
 SIZES = (1024, 4096, 16384)
-DTYPES = ("float32", "float16")
 SWEEP = (32, 64, 128)
 
 
@@ -28,15 +31,14 @@ def _log(message: str) -> None:
 
 
 def figures(
-    sizes=SIZES, dtypes=DTYPES, sweep=SWEEP, batch_heads: int = 32, out: Path | None = None
+    sizes=SIZES, dtypes=KERNEL_DTYPES, sweep=SWEEP, batch_heads: int = 32, out: Path | None = None
 ) -> dict:
     """Run every configuration; returns {"format", "reports": [...], "summary": [...]}.
 
     With `out`, the JSON is rewritten after every report, so a run cut short keeps its data.
     """
     reports, summary = [], []
-    data = {"format": "flash-explorer-gpu-figures", "version": 1, "reports": reports,
-            "summary": summary}  # fmt: skip
+    data = {"format": FIGURES_FORMAT, "version": VERSION, "reports": reports, "summary": summary}
 
     def save() -> None:
         if out is not None:
@@ -56,7 +58,7 @@ def figures(
         runs.append(replace(base, n=4096, block_q=bq, block_k=bk, causal=True))
         for cfg in runs:
             for order, kernels in (
-                ("q-outer", ("tiled", "dense", "fast")),
+                ("q-outer", ("tiled", "dense", "flash")),
                 ("kv-outer", ("tiled",)),
             ):
                 if cfg.causal and order == "kv-outer":
@@ -71,19 +73,14 @@ def figures(
                     summary.append(
                         [dtype, str(cfg.n), str(cfg.causal), *result_rows({"results": [r]})[0]]
                     )
-    return {
-        "format": "flash-explorer-gpu-figures",
-        "version": 1,
-        "reports": reports,
-        "summary": summary,
-    }
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    p.add_argument("--dtypes", nargs="+", default=list(DTYPES))
+    p.add_argument("--dtypes", nargs="+", default=list(KERNEL_DTYPES))
     args = p.parse_args(argv)
     try:
         data = figures(tuple(args.sizes), tuple(args.dtypes), out=args.out)
