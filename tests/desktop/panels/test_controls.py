@@ -134,6 +134,16 @@ def test_users_blocks_survive_n_going_up_and_back_down(window, qtbot):
     s = st.trace.schedule
     assert (s.block_q, s.block_k) == (3, 2) and (c.bq_spin.value(), c.bk_spin.value()) == (3, 2)
     assert (s.t_r, s.t_c) == (342, 512)
+    # More tiles than a lane draws: one frame advances a group, and the bar says so.
+    from desktop.scene.grouping import grouping_for
+
+    group = grouping_for(st.trace)
+    assert group.stride > 1 and f"each frame: {group.per_frame} key tiles" in (
+        window.bar.step_label.text()
+    )
+    st.set_step(0)
+    window.playback.step_by(1)
+    assert st.step == group.stride
     led = st.trace.ledger().lanes["tiled"].counts
     closed = compute.closed_form_ledger(1024, 1024, 2, 2, block_q=3, block_k=2).lanes["tiled"]
     assert {t: dict(led[t]) for t in compute.TENSORS} == {
