@@ -9,7 +9,6 @@ a non-zero exit.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from compute import InputError
 from desktop.cli.args import (
@@ -58,21 +57,11 @@ def export_parser() -> argparse.ArgumentParser:
 
 def _checked_config(args):
     """The config the flags ask for, checked and fitted to its inputs (one sentence if not).
-
-    The window draws at most MAX_TILES blocks a side and raises smaller blocks; say so,
-    since the frames then show other block sizes than the flags named.
-    """
-    from desktop.state.config import MAX_TILES, conform, make_inputs
+    Block sizes are drawn as given, at every N."""
+    from desktop.state.config import conform, make_inputs
 
     asked = requested_config(args).validated()
-    config = conform(asked, make_inputs(asked))
-    if (config.block_q, config.block_k) != (asked.block_q, asked.block_k):
-        print(
-            f"note: drawing blocks {config.block_q}x{config.block_k} instead of "
-            f"{asked.block_q}x{asked.block_k}, to keep at most {MAX_TILES} blocks a side",
-            file=sys.stderr,
-        )
-    return config
+    return conform(asked, make_inputs(asked))
 
 
 def main(argv: list[str]) -> int:
