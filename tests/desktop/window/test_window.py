@@ -49,8 +49,10 @@ def test_each_tile_of_q0_shows_the_cores_state(window):
     np.testing.assert_allclose(trace.row_state(0, steps[-1]).partial_output, trace.reference[0])
     err_row = np.abs(trace.tiled_output[0].astype(np.float64) - trace.reference[0]).max()
     assert labels["error"].text() == (
-        f"row {fmt(err_row)}, all {fmt(trace.max_abs_error)} (vs float64, {trace.dtype})"
+        f"this row {fmt(err_row)}, all rows {fmt(trace.max_abs_error)} "
+        f"(tiled in {trace.dtype} vs float64)"
     )
+    assert window.stats_panel.names["error"].text() == "max |O − O_ref|"
 
 
 def _row_point(lane, tensor: str, row: int) -> QPoint:
