@@ -11,7 +11,13 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen
 
 from compute import Trace
-from desktop.lanes.painting import draw_arrow, draw_matrix, highlight, transfer_path
+from desktop.lanes.painting import (
+    draw_arrow,
+    draw_fitted_text,
+    draw_matrix,
+    highlight,
+    transfer_path,
+)
 from desktop.scene import geometry as geo
 from desktop.scene.equations import step_equation
 from desktop.theme import READ, WRITE, qimage
@@ -84,13 +90,12 @@ class SramPainter:
 
     def _paint_equation(self, p: QPainter, trace: Trace, step: int, area: QRectF) -> None:
         """The step's recurrence in words and numbers, left of the capacity read-out."""
-        line = QRectF(area.left() + 22, area.bottom() - 19, area.width() - 380, 16)
+        line = QRectF(area.left() + 22, area.bottom() - 27, area.width() - 380, 25)
         if line.width() < 80:
             return
         text = step_equation(trace, self.lane, step, self.state.row)
         p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
-        text = p.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, int(line.width()))
-        p.drawText(line, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
+        draw_fitted_text(p, line, text, Qt.AlignmentFlag.AlignLeft)
 
     def _paint_capacity(self, p: QPainter, trace: Trace, area: QRectF) -> None:
         need = trace.schedule.sram_elements(self.lane)

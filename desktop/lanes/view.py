@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
 from desktop.lanes.hbm import HbmPainter
+from desktop.lanes.painting import draw_fitted_text
 from desktop.lanes.sram import SramPainter
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
@@ -22,6 +23,8 @@ from desktop.state.app_state import AppState
 from desktop.theme import qimage
 
 ARROW_GAP = 26.0  # room between HBM and SRAM for the transfer arrows
+HBM_MIN, SRAM_MIN = 80.0, 52.0  # the frames' least heights: tiles, labels and a text line
+MIN_HEIGHT = int(26 + HBM_MIN + ARROW_GAP + SRAM_MIN + 4)  # a lane is never squeezed below
 TITLES = {
     "dense": "Dense: standard attention writes S and P to HBM",
     "tiled": "Tiled: FlashAttention keeps S and P on chip",
@@ -41,7 +44,7 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         self._tile_cache: dict[tuple, tuple[np.ndarray, QImage]] = {}
         self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.setMinimumSize(420, 190)
+        self.setMinimumSize(420, MIN_HEIGHT)
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
@@ -72,10 +75,11 @@ class LaneView(HbmPainter, SramPainter, QWidget):
     def _frames(self) -> tuple[QRectF, QRectF]:
         """HBM above, SRAM below: data falls from memory onto the chip and back."""
         w, h = float(self.width()), float(self.height())
-        hbm_h = max(90.0, (h - 30) * 0.60)
+        # The SRAM frame keeps its minimum first: squeezed, it would show nothing readable.
+        hbm_h = max(HBM_MIN, min((h - 30) * 0.60, h - 26 - ARROW_GAP - 4 - SRAM_MIN))
         hbm = QRectF(6, 26, w - 12, hbm_h)
         top = hbm.bottom() + ARROW_GAP
-        return hbm, QRectF(6, top, w - 12, max(60.0, h - top - 4))
+        return hbm, QRectF(6, top, w - 12, max(SRAM_MIN, h - top - 4))
 
     def _layout(self) -> dict[str, QRectF]:
         if not self._rects and self.state.trace is not None:
@@ -132,9 +136,9 @@ class LaneView(HbmPainter, SramPainter, QWidget):
             italic.setItalic(True)
             p.setFont(italic)
             p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
-            now = p.fontMetrics().elidedText(now, Qt.TextElideMode.ElideRight, int(room))
-            p.drawText(
-                QRectF(line.left() + title_w, 2, room, 22), Qt.AlignmentFlag.AlignVCenter, now
+            # The whole sentence: wrapped onto two smaller lines when one is too short.
+            draw_fitted_text(
+                p, QRectF(line.left() + title_w, 0, room, 26), now, Qt.AlignmentFlag.AlignLeft
             )
             p.setFont(self.font())
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, QSize, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QProgressDialog,
     QSpinBox,
+    QToolBar,
     QWidget,
 )
 
@@ -140,8 +141,14 @@ class Exports:
             ("Export &animation…", self.export_animation, "Ctrl+Shift+E", "GIF or MP4 of steps"),
             ("Export &ledger…", self.export_ledger, "Ctrl+L", "PNG, CSV or JSON of the ledger"),
         )
-        toolbar = w.addToolBar("Export")
-        toolbar.setObjectName("toolbar_export")  # saveState needs stable names
+        # In the menu bar's free right end, not a row of its own: on a 768-pixel screen
+        # that row is worth more to the lanes.
+        toolbar = QToolBar("Export")
+        toolbar.setObjectName("toolbar_export")
+        toolbar.setIconSize(QSize(0, 0))
+        toolbar.setStyleSheet("QToolBar { border: none; padding: 0; }")
+        w.menuBar().setCornerWidget(toolbar, Qt.Corner.TopRightCorner)
+        self.toolbar = toolbar
         self.actions = []
         for text, slot, keys, tip in specs:
             act = w._action(menu, text, slot, QKeySequence(keys), tip)
