@@ -62,6 +62,7 @@ class SramPainter:
                 image=self._tile_image(tile.values, scale) if tile.cached else None,
                 neutral=tile.tensor == "l",
             )
+        p.setFont(self.font())  # draw_matrix leaves its small number font set
         self._paint_capacity(p, trace, area)
         self._paint_equation(p, trace, step, area)
 
@@ -90,12 +91,20 @@ class SramPainter:
 
     def _paint_equation(self, p: QPainter, trace: Trace, step: int, area: QRectF) -> None:
         """The step's recurrence in words and numbers, left of the capacity read-out."""
-        line = QRectF(area.left() + 22, area.bottom() - 27, area.width() - 380, 25)
+        # Left of the capacity read-out: its bar when M is set, else its sentence.
+        reserve = 345 if trace.sram_capacity is not None else self._capacity_width(trace) + 40
+        line = QRectF(area.left() + 22, area.bottom() - 24, area.width() - 22 - reserve, 23)
         if line.width() < 80:
             return
         text = step_equation(trace, self.lane, step, self.state.row)
         p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
         draw_fitted_text(p, line, text, Qt.AlignmentFlag.AlignLeft)
+
+    def _capacity_text(self, trace: Trace) -> str:
+        return f"peak working set {trace.schedule.sram_elements(self.lane):,} elements (M not set)"
+
+    def _capacity_width(self, trace: Trace) -> float:
+        return float(self.fontMetrics().horizontalAdvance(self._capacity_text(trace)))
 
     def _paint_capacity(self, p: QPainter, trace: Trace, area: QRectF) -> None:
         need = trace.schedule.sram_elements(self.lane)
@@ -106,7 +115,7 @@ class SramPainter:
         p.setPen(text)
         align = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
         if cap is None:
-            p.drawText(bar, align, f"peak working set {need:,} elements (M not set)")
+            p.drawText(bar, align, self._capacity_text(trace))
             return
         fits = need <= cap
         color = QColor("#2e8b57") if fits else QColor("#c0392b")

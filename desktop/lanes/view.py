@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
-from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QFont, QFontMetrics, QImage, QMouseEvent, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
@@ -29,6 +29,7 @@ TITLES = {
     "dense": "Dense: standard attention writes S and P to HBM",
     "tiled": "Tiled: FlashAttention keeps S and P on chip",
 }
+SHORT_TITLES = {"dense": "Dense", "tiled": "Tiled"}  # when the step's sentence needs the room
 
 
 class LaneView(HbmPainter, SramPainter, QWidget):
@@ -116,24 +117,30 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         bold.setBold(True)
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width() - 16, 22)
-        title = TITLES[self.lane]
+        order = ""
         if self.lane == "tiled":
-            title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
-        p.setFont(bold)
-        p.setPen(text)
-        p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
-        title_w = p.fontMetrics().horizontalAdvance(title) + 24
+            order = f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
         p.setFont(self.font())
         total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
-        right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
-        p.drawText(line, right, total)
         total_w = p.fontMetrics().horizontalAdvance(total) + 24
         action = trace.steps[step].action(self.lane)
         now = f"now: {action.label}" if action is not None else "done"
-        room = line.width() - title_w - total_w
+        italic = QFont(self.font())
+        italic.setItalic(True)
+        p.setFont(bold)
+        title = TITLES[self.lane] + order
+        room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+        if room < QFontMetrics(italic).horizontalAdvance(now) / 2 + 12:
+            # The step's sentence matters more than the tagline: keep the lane's name only.
+            title = SHORT_TITLES[self.lane] + order
+            room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+        p.setPen(text)
+        p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
+        title_w = line.width() - total_w - room
+        p.setFont(self.font())
+        right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
+        p.drawText(line, right, total)
         if room > 60:
-            italic = QFont(self.font())
-            italic.setItalic(True)
             p.setFont(italic)
             p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
             # The whole sentence: wrapped onto two smaller lines when one is too short.

@@ -15,8 +15,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QGridLayout,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QTableWidget,
@@ -46,6 +46,8 @@ TENSOR_TIPS = {
 }
 
 
+QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum"
+NARROW = 620  # below this width the counts and the sweep stack
 SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
 
 
@@ -80,14 +82,23 @@ PENS = {  # key: (colour, width, style, legend name)
 LEGEND_MARKS = {Qt.PenStyle.SolidLine: "━━", Qt.PenStyle.DashLine: "╍╍", Qt.PenStyle.DotLine: "┅┅"}
 
 
+def unbreakable(text: str) -> str:
+    """Rich text that Qt never breaks: non-breaking spaces, a word joiner after '/'."""
+    return text.replace(" ", "&nbsp;").replace("/", "/\u2060")
+
+
 def legend_html(pens: dict = PENS) -> str:
     """The sweep's legend as rich text below the plot: it never covers a curve, and its
     words take the palette's text colour (readable light and dark); only the marks are coloured."""
     items = [
-        f"<span style='color:{colour}; font-weight:bold'>{LEGEND_MARKS[style]}</span>&nbsp;{name}"
+        f"<span style='white-space:nowrap'><span style='color:{colour}; font-weight:bold'>"
+        f"{LEGEND_MARKS[style]}</span>&nbsp;{unbreakable(name)}</span>"
         for colour, _w, style, name in pens.values()
     ]
-    items.append("<span style='color:#f0b400'>●</span>&nbsp;this configuration")
+    items.append(
+        "<span style='white-space:nowrap'><span style='color:#f0b400'>●</span>"
+        "&nbsp;this&nbsp;configuration</span>"
+    )
     return " &nbsp; ".join(items)
 
 
@@ -104,7 +115,9 @@ class LedgerPanel(QWidget):
         right.addWidget(self._build_plot(), 1)
         right.addWidget(self.legend_label)
         right.addWidget(self.plot_note)
-        layout = QHBoxLayout(self)  # a wide strip: counts beside the sweep over N
+        # A wide strip (counts beside the sweep over N) below the lanes; stacked when the
+        # panel is narrow (tabbed beside the statistics on a small screen).
+        self._box = layout = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(left, 1)
         layout.addLayout(right, 1)
@@ -196,7 +209,7 @@ class LedgerPanel(QWidget):
         item = self.plot.getPlotItem()
         item.setLogMode(x=True, y=True)
         item.setLabel("bottom", "N (query and key positions)")
-        item.setLabel("left", "HBM transfers (elements)")
+        item.setLabel("left", "HBM transfers")  # elements: the totals and the note say so
         item.setMenuEnabled(False)
         self._lines = {
             k: item.plot([], [], pen=pg.mkPen(colour, width=w, style=style))
@@ -210,6 +223,16 @@ class LedgerPanel(QWidget):
         self.plot_note = QLabel()
         self.plot_note.setWordWrap(True)
         return self.plot
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        narrow = event.size().width() < NARROW
+        self._box.setDirection(
+            QBoxLayout.Direction.TopToBottom if narrow else QBoxLayout.Direction.LeftToRight
+        )
+        # Stacked, the sweep (whose size hint is large) leaves the table room for its rows.
+        cap = max(160, int(event.size().height() * 0.45)) if narrow else QWIDGETSIZE_MAX
+        self.plot.setMaximumHeight(cap)
+        super().resizeEvent(event)
 
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())

@@ -125,6 +125,8 @@ class StatsPanel(QWidget):
         jumps.addWidget(self.whole_run)
         grid.addLayout(jumps, 0, 2, 1, 2)
         self.names: dict[str, QLabel] = {}
+        # The error read-out is a sentence: it wraps rather than lose its end.
+        self.labels["error"].setWordWrap(True)
         for key, (row, col, span) in READOUTS.items():
             self.labels[key].setToolTip(FORMULAS[key])
             name = QLabel(self._readout_name(key))

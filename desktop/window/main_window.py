@@ -41,7 +41,8 @@ from desktop.window.menus import build_menus
 from desktop.window.playback_bar import PlaybackBar
 
 LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
-DESIGN_SIZE = (1600, 1000)  # the window's size where the screen allows it
+DESIGN_SIZE = (1600, 1000)
+COMPACT_HEIGHT = 900  # below this available height the bottom dock joins the right one  # the window's size where the screen allows it
 SCREEN_MARGIN = (16, 48)  # room for the window manager's frame and title bar
 HINT = "Space plays · click a row to follow it"
 ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
@@ -201,16 +202,27 @@ class MainWindow(QMainWindow):
         if screen is None:
             self.resize(*DESIGN_SIZE)
             return
-        available = screen.availableGeometry()
+        self.fit_to(screen.availableGeometry())
+
+    def fit_to(self, available: QRect) -> None:
+        """Size the window and arrange the docks for a screen's available area."""
         self.setGeometry(initial_geometry(available))
-        compact = available.width() < DESIGN_SIZE[0] or available.height() < DESIGN_SIZE[1]
+        if available.height() < COMPACT_HEIGHT:
+            # A short screen: the ledger (and the GPU panel) become tabs beside the
+            # statistics, so the lanes keep the whole height.
+            right = Qt.DockWidgetArea.RightDockWidgetArea
+            for dock in list(self.docks.values()):
+                if self.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea:
+                    self.addDockWidget(right, dock)
+                    self.tabifyDockWidget(self.docks["stats"], dock)
+            self.docks["stats"].raise_()
+            widths = [250, 420]
+        else:
+            self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+            widths = [270, 440]
         self.resizeDocks(
-            [self.docks["controls"], self.docks["stats"]],
-            [250, 330] if compact else [270, 440],
-            Qt.Orientation.Horizontal,
+            [self.docks["controls"], self.docks["stats"]], widths, Qt.Orientation.Horizontal
         )
-        height = min(LEDGER_HEIGHT, int(available.height() * 0.3))
-        self.resizeDocks([self.docks["ledger"]], [height], Qt.Orientation.Vertical)
 
     # ---- construction ----------------------------------------------------------------
     def _dock(self, key: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:

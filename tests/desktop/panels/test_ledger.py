@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import compute
-from desktop.panels.ledger import COLUMNS, PENS
+from desktop.panels.ledger import COLUMNS, PENS, unbreakable
 from desktop.state.config import Config
 
 
@@ -36,5 +36,5 @@ def test_sweep_legend_sits_outside_the_plot_and_names_every_curve(window):
     assert panel.plot.getPlotItem().legend is None  # nothing drawn over the curves
     text = panel.legend_label.text()
     for _colour, _w, _style, name in PENS.values():
-        assert name in text
+        assert unbreakable(name) in text
     assert "#7f8c8d" not in text  # the old low-contrast grey is gone

@@ -298,3 +298,13 @@ def test_about_lists_every_shortcut_the_version_and_the_papers(window, dialogs):
     for k in keys:
         assert f"<b>{k}</b>" in text
     assert app_version() in text and "arXiv:2205.14135" in text and "arXiv:2307.08691" in text
+
+
+def test_a_short_screen_tabs_the_ledger_beside_the_statistics(window):
+    from PySide6.QtCore import QRect
+
+    window.fit_to(QRect(0, 0, 1366, 740))
+    right = Qt.DockWidgetArea.RightDockWidgetArea
+    assert window.dockWidgetArea(window.docks["ledger"]) == right
+    assert window.docks["ledger"] in window.tabifiedDockWidgets(window.docks["stats"])
+    assert QRect(0, 0, 1366, 740).contains(window.geometry())
