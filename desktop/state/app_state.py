@@ -81,6 +81,16 @@ class AppState(QObject):
         if row_changed:
             self.sigRowChanged.emit(row)
 
+    def adopt(self, other: AppState) -> None:
+        """Show what `other` shows (its config, trace, step and row) without a rebuild:
+        an offscreen copy of the window renders exports from it."""
+        if other.trace is None or other.config is None:
+            return
+        self._row_hint = other.row
+        self._built(other.config, other.trace, other.images)
+        self.set_step(other.step)
+        self.set_progress(other.progress)
+
     def _failed(self, message: str) -> None:
         failed, self.requested = self.requested, self.config
         self.sigError.emit(message)

@@ -238,12 +238,16 @@ class Exports:
             QApplication.processEvents()
             return not progress.wasCanceled()
 
+        twin = w.offscreen_copy()  # the user's window stays on its step throughout
         try:
-            export_animation(w, path, plan=plan, fps=fps, target=view, size=size, progress=tick)
+            export_animation(twin, path, plan=plan, fps=fps, target=view, size=size, progress=tick)
         except ExportError as exc:
             progress.close()
             self._report(exc)
             return False
+        finally:
+            twin.close()
+            twin.deleteLater()
         progress.close()
         w.statusBar().showMessage(f"Wrote {path} ({len(plan)} frames)", 5000)
         return True

@@ -99,7 +99,12 @@ def saved_config() -> Config | None:
 
 class MainWindow(QMainWindow):
     def __init__(
-        self, config: Config | None = None, *, persist: bool = True, build_inline: bool = False
+        self,
+        config: Config | None = None,
+        *,
+        persist: bool = True,
+        build_inline: bool = False,
+        adopt: AppState | None = None,
     ) -> None:
         super().__init__()
         self.persist = persist  # screenshots and tests neither read nor write settings
@@ -122,7 +127,11 @@ class MainWindow(QMainWindow):
             BusyVeil(self.state, w) for w in (splitter, self.ledger_panel, self.stats_panel)
         ]
         self._fit_screen()
-        self._restore(config)
+        if adopt is not None:
+            self._theme_actions["system"].setChecked(True)
+            self.state.adopt(adopt)  # a copy: shows what another window shows, no rebuild
+        else:
+            self._restore(config)
 
     def _build_centre(self) -> QSplitter:
         """The two lanes (HBM above SRAM each), the legend and the playback bar."""
@@ -330,6 +339,19 @@ class MainWindow(QMainWindow):
             w.update()
         self.stats_panel.restyle()
         self.ledger_panel.restyle()
+
+    def offscreen_copy(self) -> MainWindow:
+        """A hidden window showing what this one shows, laid out the same: exports
+        render through it, so the user's view never moves behind the progress dialog."""
+        twin = MainWindow(persist=False, build_inline=True, adopt=self.state)
+        twin.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+        twin.set_theme(self.theme)
+        twin.stats_panel.whole_run.setChecked(self.stats_panel.whole_run.isChecked())
+        twin.resize(self.size())
+        twin.restoreState(self.saveState())
+        twin.show()
+        QApplication.processEvents()
+        return twin
 
     def render_frame(self, step: int | None = None, target: str = "window") -> QImage:
         """The window, one lane ('dense', 'tiled'), 'stats' or 'ledger' at a step, as a QImage."""

@@ -246,6 +246,27 @@ def test_gui_animation_export_and_cancel(window, monkeypatch, tmp_path, dialogs)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif"]
 
 
+def test_gui_animation_export_never_moves_the_users_view(window, tmp_path):
+    from desktop.export.frames import to_rgb_array
+
+    st = window.state
+    st.set_step(4)
+    st.set_row(3)
+    seen: list[int] = []
+    st.sigStepChanged.connect(seen.append)
+    st.sigProgressChanged.connect(seen.append)
+    plan = FramePlan(range(0, 8), 2)
+    assert window.exports.run_animation(tmp_path / "a.gif", plan, 8, "tiled", None)
+    assert seen == [] and st.step == 4 and st.row == 3  # not one step shown behind the dialog
+    _info, frames = gif_frames(tmp_path / "a.gif")
+    assert len(frames) == 16
+    # The copy draws what the window draws: its last frame is the window's own view at step 8.
+    st.set_step(7)
+    view = to_rgb_array(window.lanes["tiled"].grab().toImage())
+    diff = np.abs(frames[-1][: view.shape[0]].astype(int) - view)
+    assert diff.mean() < 1.5  # equal but for the GIF's 256-colour palette
+
+
 def test_gui_export_failure_is_one_sentence_in_a_dialog(window, monkeypatch, tmp_path, dialogs):
     accept_dialogs(monkeypatch, tmp_path / "missing" / "x.png")
     window.exports.export_frame()
