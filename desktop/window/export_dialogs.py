@@ -146,7 +146,6 @@ class Exports:
         toolbar = QToolBar("Export")
         toolbar.setObjectName("toolbar_export")
         toolbar.setIconSize(QSize(0, 0))
-        toolbar.setStyleSheet("QToolBar { border: none; padding: 0; }")
         w.menuBar().setCornerWidget(toolbar, Qt.Corner.TopRightCorner)
         self.toolbar = toolbar
         self.actions = []

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QPoint, QRect, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QImage, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QFont, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -182,7 +182,9 @@ class MainWindow(QMainWindow):
         self.busy_label = QLabel()
         self.hint_label = QLabel(HINT)
         self.hint_label.setObjectName("first_hint")
-        self.hint_label.setStyleSheet("font-style: italic;")
+        italic = QFont(self.hint_label.font())
+        italic.setItalic(True)
+        self.hint_label.setFont(italic)  # a font, not a style sheet: keeps the theme's colour
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.busy_label)
         self.statusBar().addPermanentWidget(self.hint_label)
@@ -242,11 +244,14 @@ class MainWindow(QMainWindow):
         self.docks[key] = dock
         return dock
 
-    def add_side_panel(self, widget: QWidget, title: str, key: str | None = None) -> QDockWidget:
-        """Add a panel (e.g. the GPU panel) as a dock tabbed with the ledger.
+    def add_side_panel(
+        self, widget: QWidget, title: str, key: str | None = None, beside: str = "ledger"
+    ) -> QDockWidget:
+        """Add a panel (e.g. the GPU panel) as a dock tabbed with another ('ledger' below
+        the lanes, or 'stats' on the right).
 
-        The panel sits in a scroll area: a tall panel must not force the bottom dock,
-        and with it the lanes, to its own minimum height.
+        The panel sits in a scroll area: a tall panel must not force its dock area, and
+        with it the lanes, to its own minimum height.
         """
         scroll = QScrollArea()
         scroll.setWidget(widget)
@@ -256,10 +261,10 @@ class MainWindow(QMainWindow):
             key or title.lower().replace(" ", "_"),
             title,
             scroll,
-            Qt.DockWidgetArea.BottomDockWidgetArea,
+            self.dockWidgetArea(self.docks[beside]),
         )
-        self.tabifyDockWidget(self.docks["ledger"], dock)
-        self.docks["ledger"].raise_()
+        self.tabifyDockWidget(self.docks[beside], dock)
+        self.docks[beside].raise_()
         self._view_menu.addAction(dock.toggleViewAction())
         return dock
 
