@@ -113,7 +113,8 @@ def compile_backward(
         f"bwd_preprocess<{d},{d_v},{ctype}>",
         f"bwd_kv_outer<{block_q},{block_k},{d},{d_v},{ctype}>",
     ]
-    options = ("-std=c++17",) + (("-DCOUNT_TRANSFERS",) if count_transfers else ())
+    options = ("-std=c++17", "-I" + str(KERNEL_PATH.parent))  # tiled_common.cuh
+    options += ("-DCOUNT_TRANSFERS",) if count_transfers else ()
     t0 = time.perf_counter()
     module = cupy.RawModule(code=KERNEL_PATH.read_text(), options=options, name_expressions=names)
     preprocess, main = (module.get_function(n) for n in names)  # compiles (or loads the cache)

@@ -130,7 +130,8 @@ def compile_kernels(
     cupy = _cupy()
     args = f"{block_q},{block_k},{d},{d_v},{_CTYPES[dtype]}"
     names = [f"tiled_q_outer<{args}>", f"tiled_kv_outer<{args}>"]
-    options = ("-std=c++17",) + (("-DCOUNT_TRANSFERS",) if count_transfers else ())
+    options = ("-std=c++17", "-I" + str(KERNEL_PATH.parent))  # tiled_common.cuh
+    options += ("-DCOUNT_TRANSFERS",) if count_transfers else ()
     t0 = time.perf_counter()
     module = cupy.RawModule(code=KERNEL_PATH.read_text(), options=options, name_expressions=names)
     q_outer, kv_outer = (module.get_function(n) for n in names)  # compiles (or loads the cache)
