@@ -77,6 +77,37 @@ template <int N>
 __device__ __forceinline__ void fa_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+
+#include "wgmma_wrappers.cuh"
+
+// Issue S = Q K^T for one warpgroup (not waited for): D / 16 k-steps of wgmma.m64nBNk16, A = the
+// warpgroup's Q rows at qwg and B = the K tile at kbase, both K-major 128B-swizzled panels.
+template <int DT, int D, int BM, int BN>
+__device__ __forceinline__ void fa_issue_s(float* s, u32 qwg, u32 kbase) {
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
+        const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+        fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
+    }
+    fa_wgmma_commit();
+}
+
+// Issue O += P V (not waited for): BN / 16 k-steps of wgmma.m64nDk16 with A = P from registers
+// and B = the V tile at vbase, MN-major (LBO = stride between 64-column panels, SBO = stride
+// between 8-row groups: CUTLASS's canonical form; FLASH_NOTES.md records the swapped reading,
+// which gives rel err ~1).
+template <int DT, int D, int BN>
+__device__ __forceinline__ void fa_issue_pv(float* o, u32 (*a)[4], u32 vbase) {
+    constexpr u32 V_LBO = BN * 128;
+    constexpr u32 V_SBO = 1024;
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+        fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
+    fa_wgmma_commit();
+}
 #endif  // FA_HAVE_WGMMA
 
 // Accumulator element i of a thread: row (i >> 1) & 1 (0: g, 1: g + 8), column 8 * (i >> 2)

@@ -59,7 +59,6 @@ __device__ __forceinline__ void fa_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-#include "wgmma_wrappers.cuh"
 #endif  // FA_HAVE_WGMMA
 
 // Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout: panel p
@@ -147,11 +146,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
     constexpr int NO = D / 2;  // O accumulator registers per thread
     constexpr u32 Q_BYTES = BM * D * 2;
     constexpr u32 KV_BYTES = BN * D * 2;
-    // V (MN-major B, 128B swizzle): LBO = stride between 64-column panels, SBO = stride
-    // between 8-row groups (CUTLASS canonical form; FLASH_NOTES.md records the swapped
-    // reading, which gives rel err ~1).
-    constexpr u32 V_LBO = BN * 128;
-    constexpr u32 V_SBO = 1024;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const u32 sQ = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
     const u32 sK = sQ + Q_BYTES;
@@ -212,14 +206,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
         if constexpr (PP) {
             if (!(wg == 0 && j == 0)) fa_named_sync(1 + wg);
         }
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-            const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-            fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-        }
-        fa_wgmma_commit();
+        fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
         if constexpr (PP) fa_named_arrive(2 - wg);
         fa_wgmma_wait<0>();
 #pragma unroll
@@ -235,11 +222,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
 #pragma unroll
         for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
         if constexpr (PP) fa_named_sync(1 + wg);
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
-        fa_wgmma_commit();
+        fa_issue_pv<DT, D, BN>(o, a, vbase);
         if constexpr (PP) {
             if (!(wg == 1 && j == ntiles - 1)) fa_named_arrive(2 - wg);
         }

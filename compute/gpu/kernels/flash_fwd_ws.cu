@@ -101,7 +101,6 @@ __device__ __forceinline__ void fa_setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
-#include "wgmma_wrappers.cuh"
 #endif  // FA_HAVE_WGMMA
 
 // Register split between the roles (65536 registers per SM, one CTA per SM): FA3's values.
@@ -163,9 +162,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     constexpr int NS = BN / 2;  // S accumulator registers per thread
     constexpr int NO = D / 2;   // O accumulator registers per thread
     constexpr int NP = D / 64;  // 64-column panels per row
-    constexpr u32 V_LBO = BN * 128;  // MN-major B: stride between 64-column panels
-    constexpr u32 V_SBO = 1024;      //             stride between 8-row groups
-    constexpr int NCT = NC * 128;    // consumer threads
+    constexpr int NCT = NC * 128;  // consumer threads
 
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const u32 base = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
@@ -301,22 +298,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 
         auto issue_s = [&](int slot) {  // S = Q K^T (A and B K-major in shared memory)
             const u32 kbase = sK + slot * L::KV_BYTES;
-            fa_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-                const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-                fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-            }
-            fa_wgmma_commit();
+            fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
         };
         auto issue_pv = [&](int slot) {  // O += P V (A = P from registers, B = V MN-major)
             const u32 vbase = sV + slot * L::KV_BYTES;
-            fa_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-                fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
-            fa_wgmma_commit();
+            fa_issue_pv<DT, D, BN>(o, a, vbase);
         };
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
             const int n0 = j * BN;
