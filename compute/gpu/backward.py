@@ -19,13 +19,12 @@ from typing import Any
 from ..backward_schedule import PASS_TENSORS
 from .tiled import (
     _CTYPES,
-    TileTooLarge,
     _check_inputs,
     _cupy,
-    _shared_limit,
     check_tile_request,
     fitting_blocks,
     load_functions,
+    require_fit,
     tally_counts,
 )
 
@@ -104,9 +103,7 @@ def compile_backward(
     if key in _CACHE:
         return _CACHE[key]
     shape = BackwardShape(block_q, block_k, d, d_v)
-    limit = _shared_limit()
-    if shape.smem_bytes > limit:
-        raise TileTooLarge(fits_message(shape, limit))
+    require_fit(shape, fits_message)
     ctype = _CTYPES[dtype]
     names = [
         f"bwd_preprocess<{d},{d_v},{ctype}>",

@@ -130,6 +130,14 @@ def check_tile_request(block_q: int, block_k: int, d: int, d_v: int, dtype: str)
         raise ValueError("block sizes and head sizes must be at least 1.")
 
 
+def require_fit(shape: Any, message: Callable[[Any, int], str]) -> None:
+    """TileTooLarge with `message(shape, limit)` if the shape's shared memory (smem_bytes)
+    exceeds what one block may use on this device."""
+    limit = _shared_limit()
+    if shape.smem_bytes > limit:
+        raise TileTooLarge(message(shape, limit))
+
+
 def load_functions(
     kernel_path: Path, names: list[str], *, count_transfers: bool
 ) -> tuple[list[Any], float]:
@@ -163,9 +171,7 @@ def compile_kernels(
     if key in _CACHE:
         return _CACHE[key]
     shape = TileShape(block_q, block_k, d, d_v)
-    limit = _shared_limit()
-    if shape.smem_bytes > limit:
-        raise TileTooLarge(fits_message(shape, limit))
+    require_fit(shape, fits_message)
     args = f"{block_q},{block_k},{d},{d_v},{_CTYPES[dtype]}"
     names = [f"tiled_q_outer<{args}>", f"tiled_kv_outer<{args}>"]
     (q_outer, kv_outer), compile_s = load_functions(
