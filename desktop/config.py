@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Trace
+from compute.inputs import check_memory_budget
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
 SEED_SIZES = (6, 6, 2, 2)  # the seed example's N, N_keys, d, d_v
@@ -58,21 +59,44 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Config:
-        """Rebuild from saved settings, ignoring unknown keys and falling back on bad values."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+    def from_dict(cls, data: object, warn=None) -> Config:
+        """Rebuild from saved settings, ignoring unknown keys and falling back on bad values.
+
+        Saved settings can be anything (hand-edited, another version's): a value of the
+        wrong type or out of range falls back to its default, reported through `warn`.
+        """
+        warn = warn or (lambda _text: None)
+        if not isinstance(data, dict):
+            warn(
+                f"the saved configuration is not a mapping ({type(data).__name__}); using the default"
+            )
+            return cls()
+        fields = {f.name for f in dataclasses.fields(cls)}
         clean = {}
         for name, value in data.items():
-            if name in fields:
-                default = getattr(cls(), name)
-                try:
-                    clean[name] = type(default)(value)
-                except (TypeError, ValueError):
-                    continue
+            if name not in fields:
+                continue
+            default = getattr(cls(), name)
+            try:
+                if isinstance(default, bool) and not isinstance(value, bool):
+                    raise TypeError
+                if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+                    raise TypeError  # "12" or [1] are not what the app saved
+                clean[name] = type(default)(value)
+                if isinstance(clean[name], float) and not math.isfinite(clean[name]):
+                    raise ValueError
+            except (TypeError, ValueError, OverflowError):
+                clean.pop(name, None)
+                warn(f"the saved setting {name}={value!r} is not valid; using {default!r}")
         try:
-            return cls(**clean).validated()
-        except InputError:
+            config = cls(**clean).validated()
+        except InputError as exc:
+            warn(f"the saved configuration is not valid ({exc}); using the default")
             return cls()
+        if config.n > N_MAX or config.keys > N_MAX or config.d > D_MAX or config.dv > D_MAX:
+            warn(f"the saved sizes exceed N ≤ {N_MAX}, d ≤ {D_MAX}; using the default")
+            return cls()
+        return config
 
     def validated(self) -> Config:
         """Raise InputError (one sentence) for values no control can produce."""
@@ -160,6 +184,9 @@ def build(config: Config) -> tuple[Config, Trace]:
     config = config.validated()
     inputs = make_inputs(config)
     config = conform(config, inputs)
+    check_memory_budget(
+        config.n, config.keys, config.d, config.dv, math.ceil(config.keys / config.block_k)
+    )
     try:
         trace = compute.build_trace(
             inputs.q,

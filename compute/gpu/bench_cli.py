@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep-blocks", action="store_true", help="time a block_q x block_k grid")
     p.add_argument("--repeats", type=_positive, default=20, help="timed runs (default 20)")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the report")
+    # One line on a bad flag, not the whole usage (8 lines for `--n 0`).
+    p.error = lambda message: p.exit(2, f"{p.prog}: error: {message}\n")  # type: ignore[method-assign]
     return p
 
 
