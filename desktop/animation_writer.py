@@ -8,6 +8,7 @@ through a pipe and judged by its exit status. Both stream: one frame in memory a
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -101,10 +102,16 @@ def _ffmpeg_command(tmp: Path, width: int, height: int, fps: float) -> list[str]
     ]
 
 
-def _ffmpeg_reason(log) -> str:
+def _ffmpeg_failure(log) -> Exception:
+    """What ffmpeg's log says went wrong: a full disk as the OSError it was, else one line."""
     log.seek(0)
-    lines = [ln.strip() for ln in log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    return lines[-1][:160] if lines else "no message"
+    text = log.read().decode("utf-8", "replace")
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS):
+        if os.strerror(code) in text:
+            return OSError(code, os.strerror(code))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    reason = lines[-1][:160] if lines else "no message"
+    return ExportError(f"ffmpeg could not encode the MP4 ({reason}); try a GIF instead.")
 
 
 def _write_mp4(tmp: Path, frames, total, fps, progress) -> None:
@@ -150,10 +157,7 @@ def _write_mp4(tmp: Path, frames, total, fps, progress) -> None:
             if child is not None:
                 untrack_child(child)
         if status != 0:
-            reason = _ffmpeg_reason(log)
-            if "No space left" in reason:
-                raise OSError(28, "No space left on device")
-            raise ExportError(f"ffmpeg could not encode the MP4 ({reason}); try a GIF instead.")
+            raise _ffmpeg_failure(log)
     if os.path.getsize(tmp) == 0:
         raise ExportError("ffmpeg wrote an empty MP4; try a GIF instead.")
 

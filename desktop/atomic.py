@@ -46,6 +46,14 @@ def _folder(path: Path) -> Path:
     return Path(os.path.abspath(path)).parent
 
 
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The nearest existing ancestor of `folder` if it is not a folder (ok.png/s.png)."""
+    for p in (folder, *folder.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
 def describe_os_error(exc: OSError, path: Path, *, replacing: bool = False) -> str:
     """One sentence naming the problem with `path` and what to do about it."""
     folder = _folder(path)
@@ -58,6 +66,9 @@ def describe_os_error(exc: OSError, path: Path, *, replacing: bool = False) -> s
             f"{path} cannot be replaced ({exc.strerror}); it may be read-only or immutable, "
             "so choose another name."
         )
+    blocking = _file_in_the_way(folder)
+    if blocking is not None:
+        return f"{blocking} is a file, not a folder; choose another folder."
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"{folder} cannot be written to; choose a folder you can write to."
     if exc.errno in (errno.ENOENT, errno.ENOTDIR):
