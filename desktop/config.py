@@ -87,14 +87,14 @@ class Config:
                     raise ValueError
             except (TypeError, ValueError, OverflowError):
                 clean.pop(name, None)
-                warn(f"the saved setting {name}={value!r} is not valid; using {default!r}")
+                warn(f"the saved setting config.{name}={value!r} is not valid; using {default!r}")
         try:
             config = cls(**clean).validated()
         except InputError as exc:
             warn(f"the saved configuration is not valid ({exc}); using the default")
             return cls()
         if config.n > N_MAX or config.keys > N_MAX or config.d > D_MAX or config.dv > D_MAX:
-            warn(f"the saved sizes exceed N ≤ {N_MAX}, d ≤ {D_MAX}; using the default")
+            warn(f"the saved config exceeds N ≤ {N_MAX}, d ≤ {D_MAX}; using the default")
             return cls()
         return config
 
@@ -130,6 +130,9 @@ def make_inputs(config: Config) -> Inputs:
         return compute.seed_example()
     if config.input == "file":
         return compute.load_inputs(config.file)
+    # Random sizes are known before drawing: check the whole budget first.
+    t_c = min(math.ceil(config.keys / config.block_k), MAX_TILES)
+    check_memory_budget(config.n, config.keys, config.d, config.dv, t_c)
     return compute.random_inputs(
         config.n, config.d, config.dv, n_k=config.keys, seed=config.seed, scale=config.input_scale
     )

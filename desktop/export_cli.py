@@ -109,11 +109,17 @@ def _checked_config(args):
     The window draws at most MAX_TILES blocks a side and raises smaller blocks; say so,
     since the frames then show other block sizes than the flags named.
     """
+    from compute.inputs import check_memory_budget
+
     from .app import requested_config
     from .config import MAX_TILES, conform, make_inputs
 
     asked = requested_config(args).validated()
     config = conform(asked, make_inputs(asked))
+    # The whole budget (trace, views) before any window: its build error would be a dialog.
+    check_memory_budget(
+        config.n, config.keys, config.d, config.dv, -(-config.keys // config.block_k)
+    )
     if (config.block_q, config.block_k) != (asked.block_q, asked.block_k):
         print(
             f"note: drawing blocks {config.block_q}x{config.block_k} instead of "
