@@ -74,7 +74,8 @@ def validate_inputs(
         raise InputError(
             f"K has {k.shape[0]} rows but V has {v.shape[0]}; every key needs exactly one value row."
         )
-    check_memory_budget(q.shape[0], k.shape[0], q.shape[1], v.shape[1], None, memory_budget)
+    # Tiles are not known here (t_c = 1); whoever picks block sizes checks the rest.
+    check_memory_budget(q.shape[0], k.shape[0], q.shape[1], v.shape[1], 1, memory_budget)
     return q, k, v
 
 

@@ -38,9 +38,10 @@ def _even(frame: np.ndarray) -> np.ndarray:
 
 
 def frame_bytes(width: int, height: int) -> int:
-    """Peak bytes one frame in flight needs: the view grab (4 B/px), the footer canvas,
-    its array, the padded copy and Pillow's RGB and palette images (about 16 B/px)."""
-    return 16 * width * height
+    """Peak bytes one frame in flight needs: 32 B/px. Measured: 8192x8192 GIF frames
+    peaked at 1.92 GB RSS (about 28 B/px: the view grab, the scaled footer canvas, its
+    array and copies, Pillow's RGB and palette images), for 4 frames as for 8."""
+    return 32 * width * height
 
 
 def _write_gif(tmp: Path, frames, total, fps, progress) -> None:

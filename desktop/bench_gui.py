@@ -130,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(args.out)  # atomic: a reader never sees half a file
+    from .atomic import write_text_atomic
+
+    write_text_atomic(args.out, json.dumps(payload, indent=2) + "\n")  # checked, fsynced
     print(f"wrote {args.out}")
     return 0
 

@@ -280,7 +280,7 @@ class MainWindow(QMainWindow):
                 state = read_value(s, "windowState", parse_bytes, None)
                 if state is not None:
                     self.restoreState(state)
-            saved = saved_config()
+            saved = saved_config() if config is None else None  # read (and warn) once
             self.state.set_row(read_value(s, "row", parse_row, 0))
             self.bar.set_speed(read_value(s, "speed", parse_speed, 2.0))
             self.set_theme(read_value(s, "theme", parse_theme, "system"))

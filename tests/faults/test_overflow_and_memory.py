@@ -120,7 +120,7 @@ def test_huge_gif_frames_are_refused_up_front(monkeypatch, tmp_path):
     from desktop.frames import FramePlan
 
     window = headless_window(Config())
-    with pytest.raises(ExportError, match=r"Frames of 4096x4096 need about 256 MiB each"):
+    with pytest.raises(ExportError, match=r"Frames of 4096x4096 need about 512 MiB each"):
         export_animation(
             window, tmp_path / "a.gif", plan=FramePlan(range(3)), fps=5, size=(4096, 4096)
         )
