@@ -4,46 +4,48 @@ Imports NumPy only: no Qt, no pyqtgraph, no CuPy (the GPU backend in `compute.gp
 imports CuPy lazily), so it runs on a GPU server with no display.
 """
 
-from .attention import DTYPES, ORDERS, dense_attention, tiled_attention, tiled_attention_history
+from .attention import DTYPES, ORDERS, dense_attention, tiled_attention
+from .backward import attention_backward
+from .backward_ledger import pass_ledger
+from .backward_schedule import PASS_TENSORS, PASSES
 from .inputs import InputError, Inputs, load_inputs, random_inputs, seed_example, validate_inputs
 from .ledger import (
-    LaneLedger,
     Ledger,
     closed_form_ledger,
+    element_bytes,
     ledger,
     paper_block_sizes,
-    standard_attention_accesses,
     theorem2_bound,
 )
-from .schedule import TENSORS, Action, Region, Schedule, Transfer
-from .trace import RowState, Step, Trace, build_trace
+from .schedule import DIRECTIONS, TENSORS, Action, Region
+from .trace import Step, Trace, build_trace
 
 __all__ = [
+    "DIRECTIONS",
     "DTYPES",
     "ORDERS",
+    "PASSES",
+    "PASS_TENSORS",
     "TENSORS",
     "Action",
     "InputError",
     "Inputs",
-    "LaneLedger",
     "Ledger",
     "Region",
-    "RowState",
-    "Schedule",
     "Step",
     "Trace",
-    "Transfer",
+    "attention_backward",
     "build_trace",
     "closed_form_ledger",
     "dense_attention",
+    "element_bytes",
     "ledger",
     "load_inputs",
     "paper_block_sizes",
+    "pass_ledger",
     "random_inputs",
     "seed_example",
-    "standard_attention_accesses",
     "theorem2_bound",
     "tiled_attention",
-    "tiled_attention_history",
     "validate_inputs",
 ]

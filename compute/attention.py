@@ -1,7 +1,7 @@
 """Exact attention: the float64 dense reference and the tiled online-softmax recurrence.
 
 `dense_attention` materialises the full score matrix and is the reference every other
-path is checked against. `tiled_attention` runs the recurrence the seed defines
+path is checked against. `tiled_attention` runs the online-softmax recurrence
 (running max m, denominator l, numerator a, rescale factor alpha) over K/V tiles, in
 either loop order, optionally with the rounding a GPU kernel would apply.
 
@@ -290,7 +290,7 @@ def tiled_attention(
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention by the online-softmax recurrence over (block_q × block_k) tiles.
 
-    order="q-outer" is the seed's query-resident schedule (FlashAttention-2's forward
+    order="q-outer" is the query-resident schedule (FlashAttention-2's forward
     order); order="kv-outer" is Algorithm 1 of the original paper. With a dtype other
     than float64, inputs and P̃ are rounded to that dtype and statistics kept in float32,
     as a GPU kernel does. With return_lse, also returns L = m + log ℓ per row (-inf for a

@@ -1,4 +1,4 @@
-"""Inputs for both lanes: the seed's example, seeded random data, and user .npy/.npz files.
+"""Inputs for both lanes: the reference example, seeded random data, and user .npy/.npz files.
 
 Everything a user can get wrong is checked here and reported as one `InputError`
 sentence that says what is wrong and what to do.
@@ -12,11 +12,13 @@ import os
 import stat
 import zipfile
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-SEED_EXAMPLE_PATH = Path(__file__).resolve().parent.parent / "assets" / "seed_example.json"
+# The reference example's vectors ship inside the package, so a wheel install finds them.
+REFERENCE_EXAMPLE = "reference_example.json"
 
 # One budget for every array a configuration makes the app hold (see memory_estimate).
 DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
@@ -122,8 +124,8 @@ def check_dense_budget(
 
 
 def seed_example() -> Inputs:
-    """The seed's fixed vectors: N = 6, d = d_v = 2."""
-    data = json.loads(SEED_EXAMPLE_PATH.read_text())
+    """The reference example's fixed vectors: N = 6, d = d_v = 2."""
+    data = json.loads(resources.files("compute.data").joinpath(REFERENCE_EXAMPLE).read_text())
     q, k, v = (np.array(data[name], dtype=np.float64) for name in ("q", "k", "v"))
     return Inputs(q, k, v, "seed example")
 

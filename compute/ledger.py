@@ -20,12 +20,16 @@ from .schedule import DIRECTIONS, LANES, STAT_TENSORS, TENSORS, Action, Schedule
 
 Counts = Mapping[str, Mapping[str, int]]
 
+# Per-row statistics live in float32 (float64 for float64): the forward's m, ℓ, L and the
+# backward's D = rowsum(dO ∘ O).
+STATISTICS = STAT_TENSORS | {"D"}
+
 
 def element_bytes(tensor: str, dtype: str) -> int:
     """Bytes per element in HBM: tensors in the input dtype, statistics in float32 (float64)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
-    if tensor in STAT_TENSORS:
+    if tensor in STATISTICS:
         return 8 if dtype == "float64" else 4
     return DTYPE_BYTES[dtype]
 
@@ -59,7 +63,8 @@ class LaneLedger:
         return {
             "total_elements": self.total_elements,
             "total_bytes": self.total_bytes,
-            "by_tensor": {t: dict(self.counts[t]) for t in TENSORS},
+            # Every tensor the counts list (the forward's TENSORS; a backward adds dO, dQ, ...).
+            "by_tensor": {t: dict(c) for t, c in self.counts.items()},
             "sram_elements": self.sram_elements,
             "fits_sram": self.fits,
         }

@@ -5,7 +5,7 @@ HBM regions it reads or writes, and which tiles sit in SRAM afterwards. The trac
 zips the two lanes onto one timeline; the ledger counts the same actions, so the
 animation, the ledger and the closed form can never drift apart.
 
-Lanes (the seed's conventions):
+Lanes (the conventions of the FlashAttention explainer this app follows):
 - dense: (1) per query block, load Q_i, then per key tile S_ij = Q_i K_jᵀ written to
   HBM; (2) per query block, read the S rows, softmax, write P; (3) per query block,
   read P_ij and V_j to accumulate O_i, then write O_i.

@@ -2,6 +2,6 @@
 
 import sys
 
-from desktop.app import main
+from desktop.cli.gui import main
 
 sys.exit(main())

@@ -1,8 +1,9 @@
-"""GPU backend: the tiled CUDA kernel at any tile sizes, the dense path, and their benchmark.
+"""GPU backend: the tiled CUDA kernels at any tile sizes (forward and backward), the dense
+paths, and their benchmark.
 
 Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
 `status()` says whether a device is usable (or why not). `flash_attention` is the
-tensor-core kernel of `compute.gpu.fast`, loaded on first access.
+tensor-core kernel of `compute.gpu.flash`, loaded on first access.
 """
 
 from __future__ import annotations
@@ -18,18 +19,21 @@ _LAZY = {
     "TileTooLarge": ".tiled",
     "TileShape": ".tiled",
     "dense_attention_gpu": ".dense",
+    "tiled_attention_backward_gpu": ".backward",
+    "compile_backward": ".backward",
+    "dense_attention_backward_gpu": ".dense_backward",
     "BenchConfig": ".bench",
     "run_bench": ".bench",
     "GpuUnavailable": ".bench",
     "BenchCancelled": ".bench",
-    "flash_attention": ".fast",
+    "flash_attention": ".flash",
 }
 
 __all__ = ["DeviceStatus", "status", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so `import compute.gpu` stays free of CuPy (and of the fast module's imports).
+    # Lazy, so `import compute.gpu` stays free of CuPy (and of the flash module's imports).
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,15 @@
-"""One GPU benchmark: the tiled kernel against the dense path (and the fast kernel if present).
+"""The one GPU measurement harness: every path on the same inputs, timer and reference.
 
-`run_bench(config)` returns a JSON-ready report: for each path the median CUDA-event
-time, TFLOP/s, the ledger's bytes and the implied bandwidth, peak device memory, the
-error against a float64 NumPy reference on sampled heads and rows, and for the tiled
-kernel the transfers its instrumented build counted beside the modelled ledger.
-With `sweep_blocks`, also a block_q x block_k grid of tiled-kernel times.
+`run_bench(config)` returns a JSON-ready report (report.py: BENCH_FORMAT, version
+VERSION): for each path the median CUDA-event time (timing.time_cuda: warm-up,
+L2 flushed, rotated inputs), TFLOP/s, the ledger's bytes and the implied bandwidth, peak
+device memory, the error against the float64 reference (reference.py) on sampled heads
+and rows, and for the tiled kernel the transfers its instrumented build counted beside
+the modelled ledger. With `sweep_blocks`, also a block_q x block_k grid of tiled-kernel
+times. With `pass_name="backward"` the tiled and dense rows time the backward pass instead
+(bench_backward.py), against the backward ledger. Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked
+for). The CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call
+this; the GPU tests share its reference, dtypes and dense path.
 """
 
 from __future__ import annotations
@@ -16,14 +21,18 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import closed_form_ledger
+from .. import ORDERS, closed_form_ledger
 from .device import status
+from .dtypes import BENCH_DTYPES, KERNEL_DTYPES, device_array, float64_values
+from .peers import PEERS
 from .reference import error_stats, reference_rows, sample_indices
+from .report import BENCH_FORMAT, VERSION
 from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
 from .timing import peak_pool_bytes, rotation_count, time_cuda
 
-REPORT_FORMAT = "flash-explorer-gpu-bench"
-KERNELS = ("tiled", "dense", "fast")
+KERNELS = ("tiled", "dense", "flash")
+BENCH_PASSES = ("forward", "backward")
+PATHS = (*KERNELS, *PEERS)
 SWEEP_SIZES = (16, 32, 64, 128)
 
 
@@ -57,6 +66,8 @@ class BenchConfig:
     repeats: int = 20
     count_transfers: bool = True
     seed: int = 0
+    flash_specs: tuple[str, ...] = ()  # extra tensor-core variants, flash.Config.spec() strings
+    pass_name: str = "forward"  # or "backward": the tiled and dense paths' backward
 
     @property
     def n_k(self) -> int:
@@ -67,9 +78,25 @@ class BenchConfig:
         return self.d if self.d_v is None else self.d_v
 
     def flops(self) -> float:
-        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal."""
+        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal;
+        the backward counts 2.5 times that (five matmuls to the forward's two)."""
         f = 2.0 * self.batch_heads * self.n * self.n_k * (self.d + self.dv)
+        f *= 2.5 if self.pass_name == "backward" else 1.0
         return f / 2 if self.causal else f
+
+    def __post_init__(self) -> None:
+        if self.dtype not in BENCH_DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(BENCH_DTYPES)}, not {self.dtype!r}.")
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}.")
+        if self.pass_name not in BENCH_PASSES:
+            raise ValueError(
+                f"pass must be one of {', '.join(BENCH_PASSES)}, not {self.pass_name!r}."
+            )
+        if self.pass_name == "backward" and self.sweep_blocks:
+            raise ValueError(
+                "The block sweep times the forward only; leave it off for the backward."
+            )
 
 
 @dataclass
@@ -101,18 +128,20 @@ def _make_inputs(cfg: BenchConfig, l2_bytes: int) -> _Inputs:
     import cupy
 
     rng = cupy.random.default_rng(cfg.seed)
-    dt = np.dtype(cfg.dtype)
+    itemsize = 4 if cfg.dtype == "float32" else 2
     shapes = [
         (cfg.batch_heads, cfg.n, cfg.d),
         (cfg.batch_heads, cfg.n_k, cfg.d),
         (cfg.batch_heads, cfg.n_k, cfg.dv),
     ]
-    set_bytes = sum(math.prod(s) for s in shapes) * dt.itemsize
+    set_bytes = sum(math.prod(s) for s in shapes) * itemsize
     sets = []
     for _ in range(rotation_count(set_bytes, l2_bytes)):
-        sets.append(tuple(rng.standard_normal(s, dtype=cupy.float32).astype(dt) for s in shapes))
+        draws = (rng.standard_normal(s, dtype=cupy.float32) for s in shapes)
+        sets.append(tuple(device_array(x, cfg.dtype) for x in draws))
     heads, rows = sample_indices(cfg.batch_heads, cfg.n, seed=cfg.seed)
-    q, k, v = (x[cupy.asarray(heads)].get() for x in sets[0])  # the rounded inputs the kernels see
+    # The reference sees the rounded inputs the kernels see.
+    q, k, v = (float64_values(x[cupy.asarray(heads)].get(), cfg.dtype) for x in sets[0])
     ref = np.stack(
         [reference_rows(q[h], k[h], v[h], rows, causal=cfg.causal) for h in range(len(heads))]
     )
@@ -126,11 +155,11 @@ def _release() -> None:
     cupy.get_default_memory_pool().free_all_blocks()
 
 
-def _errors(out, inputs: _Inputs) -> dict[str, float]:
+def _errors(cfg: BenchConfig, out, inputs: _Inputs) -> dict[str, float]:
     import cupy
 
     sample = out[cupy.asarray(inputs.heads)][:, cupy.asarray(inputs.rows)].get()
-    return error_stats(sample, inputs.ref)
+    return error_stats(float64_values(sample, cfg.dtype), inputs.ref)
 
 
 def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
@@ -140,16 +169,25 @@ def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
     )  # fmt: skip
 
 
-def _row(cfg: BenchConfig, kernel: str, fn, inputs: _Inputs, lane, extra: dict) -> dict:
-    """Error, peak memory and timing of fn(q, k, v) -> output array."""
+def _row(
+    cfg: BenchConfig,
+    kernel: str,
+    fn,
+    inputs: _Inputs,
+    lane,
+    extra: dict,
+    measure_peak=peak_pool_bytes,
+) -> dict:
+    """Error, peak memory and timing of fn(q, k, v) -> output array (lane None: no ledger)."""
     out = fn(*inputs.sets[0])
-    errs = _errors(out, inputs)
+    errs = _errors(cfg, out, inputs)
     del out
-    peak, out_bytes = peak_pool_bytes(lambda: fn(*inputs.sets[0]))
-    timing = time_cuda(fn, inputs.sets, warmup=cfg.warmup, repeats=cfg.repeats)
+    peak, out_bytes = measure_peak(lambda: fn(*inputs.sets[0]))
+    l2 = status().l2_bytes
+    timing = time_cuda(fn, inputs.sets, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=l2)
     _release()
     ms = timing.median_ms
-    ledger_bytes = lane.total_bytes * cfg.batch_heads
+    ledger_bytes = None if lane is None else lane.total_bytes * cfg.batch_heads
     return {
         "kernel": kernel,
         **extra,
@@ -158,9 +196,9 @@ def _row(cfg: BenchConfig, kernel: str, fn, inputs: _Inputs, lane, extra: dict) 
         "ms_max": timing.max_ms,
         "runs": len(timing.times_ms),
         "tflops": cfg.flops() / (ms * 1e-3) / 1e12,
-        "ledger_elements": lane.total_elements * cfg.batch_heads,
+        "ledger_elements": None if lane is None else lane.total_elements * cfg.batch_heads,
         "ledger_bytes": ledger_bytes,
-        "ledger_gbs": ledger_bytes / (ms * 1e-3) / 1e9,
+        "ledger_gbs": None if ledger_bytes is None else ledger_bytes / (ms * 1e-3) / 1e9,
         "peak_bytes": peak,
         "output_bytes": out_bytes,
         "extra_bytes": max(peak - out_bytes, 0),
@@ -233,6 +271,8 @@ def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
     from .dense import dense_attention_gpu
 
     def body() -> dict:
+        if cfg.dtype not in KERNEL_DTYPES:
+            raise ValueError(f"the dense path takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
         lane = _ledger(cfg, cfg.block_q, cfg.block_k, cfg.order).lanes["dense"]
         fn = lambda q, k, v: dense_attention_gpu(q, k, v, causal=cfg.causal)  # noqa: E731
         return _row(cfg, "dense", fn, inputs, lane, {})
@@ -240,23 +280,40 @@ def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
     return _guarded("dense", {}, body)
 
 
-def _fast_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
-    def body() -> dict:
-        from . import fast  # the tensor-core kernel (issue 6), when it exists
+def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> dict:
+    """The tensor-core kernel: its default variant for d, or the variant `spec` names."""
+    label = "flash" if spec is None else f"flash[{spec}]"
 
-        if cfg.d != cfg.dv or cfg.d not in fast.SUPPORTED_HEAD_DIMS:
-            raise ValueError(f"the fast kernel takes d = d_v in {fast.SUPPORTED_HEAD_DIMS}")
-        fcfg = fast.default_config(cfg.d)  # its own tiles, for its modelled ledger
-        bq, bk = fcfg.block_m, fcfg.block_n
+    def body() -> dict:
+        from . import flash
+
+        if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"the flash kernel takes d = d_v in {flash.SUPPORTED_HEAD_DIMS}")
+        fcfg = flash.default_config(cfg.d, cfg.n) if spec is None else flash.Config.parse(spec)
+        bq, bk = fcfg.block_m, fcfg.block_n  # its own tiles, for its modelled ledger
         lane = _ledger(cfg, bq, bk, "q-outer").lanes["tiled"]
 
-        def fn(q, k, v):  # fast takes (batch, heads, N, d): batch*heads as one batch of heads
-            return fast.flash_attention(q[None], k[None], v[None], causal=cfg.causal)[0]
+        def fn(q, k, v):  # flash takes (batch, heads, N, d): batch*heads as one batch of heads
+            out = flash.flash_attention(q[None], k[None], v[None], causal=cfg.causal, config=fcfg)
+            return out[0]
 
-        extra = {"order": "q-outer", "block_q": bq, "block_k": bk, "variant": fcfg.kernel}
-        return _row(cfg, "fast", fn, inputs, lane, extra)
+        extra = {"order": "q-outer", "block_q": bq, "block_k": bk, "variant": fcfg.spec()}
+        return _row(cfg, label, fn, inputs, lane, extra)
 
-    return _guarded("fast", {}, body)
+    return _guarded(label, {}, body)
+
+
+def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> dict:
+    """A torch SDPA backend on the same inputs (no ledger: its transfers are not modelled)."""
+
+    def body() -> dict:
+        from . import peers
+
+        sdpa = peers.sdpa(name)
+        fn = lambda q, k, v: sdpa(q, k, v, causal=cfg.causal)  # noqa: E731
+        return _row(cfg, name, fn, inputs, None, {}, measure_peak=peers.peak_torch_bytes)
+
+    return _guarded(name, {}, body)
 
 
 def _time_tiles(cfg: BenchConfig, inputs: _Inputs, bq: int, bk: int) -> dict:
@@ -266,7 +323,8 @@ def _time_tiles(cfg: BenchConfig, inputs: _Inputs, bq: int, bk: int) -> dict:
         ).out
 
     compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
-    return {"ms": time_cuda(fn, inputs.sets, warmup=2, repeats=cfg.repeats).median_ms}
+    timing = time_cuda(fn, inputs.sets, warmup=2, repeats=cfg.repeats, l2_bytes=status().l2_bytes)
+    return {"ms": timing.median_ms}
 
 
 def _sweep(cfg: BenchConfig, inputs: _Inputs, ctx: _Context) -> dict:
@@ -309,10 +367,17 @@ def run_bench(
     st = status()
     if not st.usable:
         raise GpuUnavailable(st.reason)
-    kernels = [k for k in cfg.kernels if k in KERNELS]
+    kernels = [k for k in cfg.kernels if k in PATHS]
     n_sweep = len(cfg.sweep_q) * len(cfg.sweep_k) if cfg.sweep_blocks else 0
-    ctx = _Context(cfg, progress, should_stop, total=1 + len(kernels) + n_sweep)
+    total = 1 + len(kernels) + len(cfg.flash_specs) + n_sweep
+    ctx = _Context(cfg, progress, should_stop, total=total)
     ctx.step("preparing inputs and float64 reference")
+    if cfg.pass_name == "backward":
+        results, n_sets, n_heads = _backward_results(cfg, st, kernels, ctx)
+        report = _report(cfg, st, results, None, progress, ctx)
+        report["sample"] = {"heads": list(range(n_heads)), "rows": cfg.n}
+        report["rotated_input_sets"] = n_sets
+        return report
     inputs = _make_inputs(cfg, st.l2_bytes)
     results: list[dict] = []
     sweep = None
@@ -324,8 +389,42 @@ def run_bench(
             results.append(_tiled_row(cfg, inputs, cfg.order, cfg.block_q, cfg.block_k))
         elif kernel == "dense":
             results.append(_dense_row(cfg, inputs))
+        elif kernel == "flash":
+            results.append(_flash_row(cfg, inputs))
         else:
-            results.append(_fast_row(cfg, inputs))
+            results.append(_peer_row(cfg, inputs, kernel))
+    for spec in cfg.flash_specs:
+        ctx.step(f"timing flash[{spec}]")
+        results.append(_flash_row(cfg, inputs, spec))
+    report = _report(cfg, st, results, sweep, progress, ctx)
+    report["sample"] = {"heads": inputs.heads.tolist(), "rows": len(inputs.rows)}
+    report["rotated_input_sets"] = len(inputs.sets)
+    return report
+
+
+def _backward_results(cfg: BenchConfig, st, kernels: list[str], ctx: _Context) -> tuple:
+    """The backward rows (tiled and dense measured, other paths one sentence each), how many
+    input sets rotated and how many whole heads the errors cover."""
+    from . import bench_backward as bb
+
+    base, n_heads, ref = bb.backward_inputs(cfg, st.l2_bytes)
+    results = []
+    for kernel in kernels:
+        ctx.step(f"timing {kernel} backward")
+        if kernel == "tiled":
+            extra = {"order": "kv-outer", "block_q": cfg.block_q, "block_k": cfg.block_k}
+            body = lambda: bb.tiled_backward_row(cfg, base, n_heads, ref)  # noqa: E731
+            results.append(_guarded("tiled", extra, body))
+        elif kernel == "dense":
+            body = lambda: bb.dense_backward_row(cfg, base, n_heads, ref)  # noqa: E731
+            results.append(_guarded("dense", {}, body))
+        else:
+            results.append(_error_row(kernel, {}, ValueError(bb.NO_BACKWARD)))
+    return results, len(base), n_heads
+
+
+def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Context) -> dict:
+    """The report dict around the results (speed-ups against the dense row filled in)."""
     dense_ms = next((r["ms"] for r in results if r["kernel"] == "dense" and "ms" in r), None)
     for r in results:
         if dense_ms is not None and "ms" in r:
@@ -333,13 +432,14 @@ def run_bench(
     if progress is not None:
         progress(ctx.total, ctx.total, "done")
     return {
-        "format": REPORT_FORMAT,
-        "version": 1,
+        "format": BENCH_FORMAT,
+        "version": VERSION,
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "device": st.to_dict(),
         "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
-        "sample": {"heads": inputs.heads.tolist(), "rows": len(inputs.rows)},
-        "rotated_input_sets": len(inputs.sets),
+        "timing": f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed",
+        "sample": None,
+        "rotated_input_sets": None,
         "results": results,
         "sweep": sweep,
     }

@@ -1,12 +1,31 @@
-"""Plain-text tables of a GPU bench report (what `flash-explorer bench` prints)."""
+"""The GPU bench report: its JSON schema, the reports bundled with the package, and its tables.
+
+One report (format BENCH_FORMAT) is what `compute.gpu.bench.run_bench` returns and
+`flash-explorer bench --json` writes; a figures file (FIGURES_FORMAT) holds several, as
+the tools write them. Both carry `version`: 2 names the tensor-core kernel's rows "flash",
+version 1 said "fast", and `split_reports` reads both. `bundled_report()` reads the
+H200 recording shipped inside the package (the desktop panel opens on it).
+Also the plain-text tables `flash-explorer bench` prints.
+"""
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+
+BENCH_FORMAT = "flash-explorer-gpu-bench"
+FIGURES_FORMAT = "flash-explorer-gpu-figures"
+VERSION = 2
+BUNDLED_DEFAULT = "tiled_vs_dense_h200"  # compute/gpu/reports/<name>.json
 MIB = 2**20
 
 
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _mib(value: int | None) -> float | None:
+    return None if value is None else value / MIB
 
 
 def result_rows(report: dict) -> list[list[str]]:
@@ -25,8 +44,8 @@ def result_rows(report: dict) -> list[list[str]]:
                 _fmt(r["ms"], ".3f"),
                 _fmt(r["tflops"], ".2f"),
                 _fmt(r["ledger_gbs"], ".0f"),
-                _fmt(r["peak_bytes"] / MIB, ".1f"),
-                _fmt(r["extra_bytes"] / MIB, ".1f"),
+                _fmt(_mib(r.get("peak_bytes")), ".1f"),
+                _fmt(_mib(r.get("extra_bytes")), ".1f"),
                 _fmt(r["max_abs_err"], ".2e"),
                 _fmt(r["rel_err"], ".2e"),
                 _fmt(r.get("speedup_vs_dense"), ".2f"),
@@ -79,7 +98,7 @@ def format_report(report: dict) -> str:
     out = [
         f"device: {dev['name']} (sm_{''.join(map(str, dev['compute_capability']))})",
         f"N_q={c['n']} N_k={c['n_keys']} d={c['d']} d_v={c['d_v']} dtype={c['dtype']} "
-        f"batch*heads={c['batch_heads']} causal={c['causal']} "
+        f"batch*heads={c['batch_heads']} causal={c['causal']} pass={c.get('pass_name', 'forward')} "
         f"(median of {c['repeats']} runs, {report['rotated_input_sets']} rotated input sets)",
         "",
         _table(HEADER, [r for r in result_rows(report) if len(r) == len(HEADER)]),
@@ -106,10 +125,6 @@ def format_report(report: dict) -> str:
     return "\n".join(out)
 
 
-FIGURES_FORMAT = "flash-explorer-gpu-figures"
-BENCH_FORMAT = "flash-explorer-gpu-bench"
-
-
 class ReportError(ValueError):
     """A file that is not a GPU bench report; the message is one sentence."""
 
@@ -125,7 +140,8 @@ def report_label(report: dict) -> str:
     if report.get("sweep"):
         held = (held + ", " if held else "") + "block sweep"
     mask = " causal" if c["causal"] else ""
-    return f"{c['dtype']} N={c['n']}{mask}: {held or 'empty'}"
+    backward = " backward" if c.get("pass_name") == "backward" else ""
+    return f"{c['dtype']} N={c['n']}{mask}{backward}: {held or 'empty'}"
 
 
 def split_reports(data: object) -> list[dict]:
@@ -143,7 +159,28 @@ def split_reports(data: object) -> list[dict]:
             raise ReportError("A report in the file is missing its config, device or results.")
     if not reports:
         raise ReportError("The file holds no reports.")
-    return reports
+    return [_upgrade(rep) for rep in reports]
+
+
+def _upgrade(report: dict) -> dict:
+    """A version-1 report in version 2's names: the tensor-core kernel "fast" is "flash"."""
+    if report.get("version", 1) >= VERSION:
+        return report
+
+    def renamed(name: str) -> str:
+        return "flash" + name[4:] if name.startswith("fast") else name
+
+    results = [{**r, "kernel": renamed(r["kernel"])} for r in report["results"]]
+    config = dict(report["config"])
+    if "kernels" in config:
+        config["kernels"] = [renamed(k) for k in config["kernels"]]
+    return {**report, "version": VERSION, "config": config, "results": results}
+
+
+def bundled_report(name: str | None = None) -> dict:
+    """A recording shipped in compute/gpu/reports/ (default: the panel's H200 figures), parsed."""
+    ref = resources.files(__package__) / "reports" / f"{name or BUNDLED_DEFAULT}.json"
+    return json.loads(ref.read_text(encoding="utf-8"))
 
 
 def sweep_for(report: dict, reports: list[dict]) -> dict | None:

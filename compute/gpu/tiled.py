@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import ORDERS
+from .dtypes import KERNEL_DTYPES
+
 KERNEL_PATH = Path(__file__).parent / "kernels" / "tiled_attention.cu"
 LOG2E = 1.4426950408889634
-ORDERS = ("q-outer", "kv-outer")
-DTYPES = ("float32", "float16")
 _CTYPES = {"float32": "float", "float16": "unsigned short"}
 
 # Counter slots in the kernel's `tiled::Slot` order -> (ledger tensor, direction).
@@ -115,8 +116,8 @@ def compile_kernels(
     block_q: int, block_k: int, d: int, d_v: int, dtype: str, *, count_transfers: bool = False
 ) -> Compiled:
     """Compile (or fetch) both kernels for this tile shape; raises TileTooLarge if it can't fit."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}.")
+    if dtype not in KERNEL_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(KERNEL_DTYPES)}, not {dtype!r}.")
     if min(block_q, block_k, d, d_v) < 1:
         raise ValueError("block sizes and head sizes must be at least 1.")
     key = (block_q, block_k, d, d_v, dtype, count_transfers)
@@ -160,7 +161,7 @@ def _check_inputs(q, k, v) -> str:
     if min(q.shape[1], k.shape[1]) < 1:
         raise ValueError("need at least one query and one key.")
     dtype = str(q.dtype)
-    if dtype not in DTYPES or str(k.dtype) != dtype or str(v.dtype) != dtype:
+    if dtype not in KERNEL_DTYPES or str(k.dtype) != dtype or str(v.dtype) != dtype:
         raise ValueError("q, k, v must all be float32 or all float16.")
     return dtype
 

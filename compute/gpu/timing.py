@@ -1,8 +1,12 @@
-"""CUDA-event timing with rotated inputs, and peak device memory of one call.
+"""The one timer of every GPU measurement: CUDA events, warm-up, L2 flushed, median.
 
-Inputs are rotated over enough copies to exceed several times the L2 cache (60 MB
-on an H200), so a small problem is not timed out of cache. Warm-up runs come first
-so module loading and cuBLAS handle creation stay out of the numbers.
+Inputs are rotated over enough copies to exceed several times the L2 cache (60 MB on an
+H200), and before each timed run a scratch buffer twice the L2's size is overwritten
+(outside the events), so no run finds its inputs in cache. Warm-up runs come first so
+module loading, run-time compilation and cuBLAS / cuDNN handle creation stay out of the
+numbers. Events are recorded on the legacy default stream, which torch's default stream
+also is, so the peers (torch SDPA) are timed by the same code.
+Also: the peak device memory of one call.
 """
 
 from __future__ import annotations
@@ -45,16 +49,20 @@ def time_cuda(
     *,
     warmup: int = 3,
     repeats: int = 20,
+    l2_bytes: int = 0,
 ) -> Timing:
-    """Median-able event timings of fn(*arg_sets[i % len]) over `repeats` runs."""
+    """Event timings of fn(*arg_sets[i % len]) over `repeats` runs, L2 flushed before each."""
     import cupy
 
     n = len(arg_sets)
     for i in range(warmup):
         fn(*arg_sets[i % n])
+    scratch = cupy.empty(max(2 * l2_bytes, 1) // 4, dtype=cupy.int32) if l2_bytes else None
     starts = [cupy.cuda.Event() for _ in range(repeats)]
     ends = [cupy.cuda.Event() for _ in range(repeats)]
     for i in range(repeats):
+        if scratch is not None:
+            scratch.fill(i)  # evict the last run's lines from L2; not inside the events
         starts[i].record()
         fn(*arg_sets[(warmup + i) % n])
         ends[i].record()

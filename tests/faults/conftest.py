@@ -2,18 +2,24 @@
 
 A real full disk is a small tmpfs mounted for the test (CI runs as root on Linux); where
 mounting is refused the real-disk cases skip with the reason, and the injected cases
-(ENOSPC from the lowest write layer, `desktop.atomic._os_write`) still run.
+(ENOSPC from the lowest write layer, `desktop.export.atomic._os_write`) still run.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 if importlib.util.find_spec("PySide6") is None or importlib.util.find_spec("pytestqt") is None:
     collect_ignore_glob = ["test_*.py"]
+
+# Under --import-mode=importlib test folders are not on sys.path; the suite's helper
+# module (faultkit) is, from here on, for this folder's tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from faultkit import Disk, try_mount, unmount  # noqa: E402
 
@@ -50,8 +56,8 @@ def isolated_settings(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def window():
     """One headless window (random N = 24, d = 8, blocks 5 × 7) shared by the writers' cases."""
-    from desktop.config import Config
-    from desktop.export_cli import headless_window
+    from desktop.cli.session import headless_window
+    from desktop.state.config import Config
 
     w = headless_window(
         Config(n=24, d=8, dv=8, block_q=5, block_k=7, input="random", seed=11), size=(900, 600)

@@ -13,10 +13,10 @@ GOOD = b"a good file that must survive byte-identical\n" * 200
 
 
 def run_cli(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
-    """`python -m desktop.cli ARGS` offscreen, from the repository root."""
+    """`python -m desktop.cli.main ARGS` offscreen, from the repository root."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "desktop.cli", *args],
+        [sys.executable, "-m", "desktop.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -74,7 +74,7 @@ class Disk:
             os.truncate(filler, max(0, size - leave))
             return
         # Injected: the lowest write layer accepts `leave` more bytes, then ENOSPC.
-        import desktop.atomic as atomic
+        import desktop.export.atomic as atomic
 
         budget = [leave]
 

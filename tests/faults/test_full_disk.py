@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from faultkit import GOOD, leftovers, run_cli
 
-from desktop.atomic import ExportError
-from desktop.exporter import export_animation, export_still
-from desktop.frames import FramePlan
-from desktop.ledger_export import export_ledger
+from desktop.export.atomic import ExportError
+from desktop.export.exporter import export_animation, export_still
+from desktop.export.frames import FramePlan
+from desktop.export.ledger_export import export_ledger
 
 
 def _png(w, p):

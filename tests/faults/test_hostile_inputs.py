@@ -18,7 +18,7 @@ import pytest
 from faultkit import run_cli  # noqa: I001 (the suite's helpers)
 
 from compute import InputError, load_inputs
-from desktop.config import Config
+from desktop.state.config import Config
 
 
 def _npy_bytes(shape, dtype="<f8", body: bytes = b"") -> bytes:
@@ -132,7 +132,7 @@ def test_a_folder_named_like_a_file_is_refused(tmp_path):
 
 def test_the_gui_shows_a_dialog_and_keeps_working(tmp_path, huge_npy, qtbot):
     """Built inline, a lying file gives a dialog; the window stays on the shown config."""
-    from desktop.main_window import MainWindow
+    from desktop.window.main_window import MainWindow
 
     window = MainWindow(Config(), persist=False, build_inline=True)
     qtbot.addWidget(window)
@@ -154,7 +154,7 @@ def test_a_saved_config_naming_a_lying_file_opens_the_default(huge_npy, qtbot, m
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QMessageBox
 
-    from desktop.main_window import APPLICATION, ORGANISATION, MainWindow
+    from desktop.window.main_window import APPLICATION, ORGANISATION, MainWindow
 
     shown: list[str] = []
     monkeypatch.setattr(QMessageBox, "warning", lambda _p, _t, text, *a: shown.append(text))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from desktop.cli import main
+from desktop.cli.main import main
 
 RANGE = r"outside the allowed range|must be at least 1"
 

@@ -10,8 +10,8 @@ from faultkit import run_cli  # noqa: I001
 from compute import InputError, tiled_attention
 from compute.attention import overflow_notice
 from compute.inputs import check_memory_budget
-from desktop.animation_writer import write_animation
-from desktop.config import Config
+from desktop.export.animation_writer import write_animation
+from desktop.state.config import Config
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_masked_rows_still_give_zeros():
 
 
 def test_the_window_and_the_cli_report_overflow(tmp_path, qtbot):
-    from desktop.main_window import MainWindow
+    from desktop.window.main_window import MainWindow
 
     q, k, v = (np.full((6, 2), 7e4) * s for s in (1, -1, 1))
     np.savez(tmp_path / "big.npz", q=q, k=k, v=v)
@@ -114,10 +114,10 @@ def test_huge_gif_frames_are_refused_up_front(monkeypatch, tmp_path):
     import compute.inputs
 
     monkeypatch.setattr(compute.inputs, "DEFAULT_MEMORY_BUDGET_BYTES", 64 * 2**20)
-    from desktop.atomic import ExportError
-    from desktop.export_cli import headless_window
-    from desktop.exporter import export_animation
-    from desktop.frames import FramePlan
+    from desktop.cli.session import headless_window
+    from desktop.export.atomic import ExportError
+    from desktop.export.exporter import export_animation
+    from desktop.export.frames import FramePlan
 
     window = headless_window(Config())
     with pytest.raises(ExportError, match=r"Frames of 4096x4096 need about 512 MiB each"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from desktop.config import Config
+from desktop.state.config import Config
 
 # Lines as a user or another version could leave them in flash-explorer.conf.
 CORRUPT = {
@@ -35,7 +35,7 @@ def _write_settings(folder, line: str) -> None:
 
 @pytest.mark.parametrize("line", list(CORRUPT))
 def test_a_corrupt_setting_never_stops_the_window(isolated_settings, qtbot, capsys, line):
-    from desktop.main_window import MainWindow, saved_config
+    from desktop.window.main_window import MainWindow, saved_config
 
     _write_settings(isolated_settings, line)
     assert saved_config() in (None, Config())
@@ -52,7 +52,7 @@ def test_a_corrupt_setting_never_stops_the_window(isolated_settings, qtbot, caps
 
 
 def test_good_settings_still_restore(isolated_settings, qtbot, capsys):
-    from desktop.main_window import MainWindow
+    from desktop.window.main_window import MainWindow
 
     _write_settings(
         isolated_settings,

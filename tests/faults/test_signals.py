@@ -15,7 +15,7 @@ import time
 import pytest
 from faultkit import GOOD, REPO, leftovers
 
-from desktop.atomic import TEMP_TAG, temp_path, write_bytes_atomic
+from desktop.export.atomic import TEMP_TAG, temp_path, write_bytes_atomic
 
 # Long enough to be caught mid-export on any machine: 60 frames of a 40-position trace.
 LONG_EXPORT = ["--n", "40", "--block-q", "8", "--block-k", "8", "--input", "random"]
@@ -24,7 +24,7 @@ LONG_EXPORT = ["--n", "40", "--block-q", "8", "--block-k", "8", "--input", "rand
 def _start_export(target) -> subprocess.Popen:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(REPO))
     return subprocess.Popen(
-        [sys.executable, "-m", "desktop.cli", "export", "--out", str(target), *LONG_EXPORT],
+        [sys.executable, "-m", "desktop.cli.main", "export", "--out", str(target), *LONG_EXPORT],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,8 +15,8 @@ import uuid
 import pytest
 from faultkit import GOOD, leftovers, try_mount, unmount
 
-from desktop.atomic import ExportError, write_bytes_atomic
-from desktop.exporter import export_still
+from desktop.export.atomic import ExportError, write_bytes_atomic
+from desktop.export.exporter import export_still
 
 NEW = b"the new export\n"
 

@@ -24,27 +24,10 @@
 //     243-315 TFLOP/s at N = 4096 / 16384, 0.83-0.99x FA2, which is the same instruction mix.
 //   * Occupancy was the knob that mattered: forcing 2 CTAs/SM at d = 128 (register cap 128)
 //     spilled and cost 25% (229 vs 307 TFLOP/s); 4 warps x 64 keys (d = 64) and 8 warps x 128
-//     keys (d = 128) were best. On Hopper fast.py uses flash_fwd_wgmma.cu instead (1.3-1.4x
+//     keys (d = 128) were best. On Hopper flash.py uses flash_fwd_wgmma.cu instead (1.3-1.4x
 //     FA2); this kernel stays the portable path for sm_80+ GPUs.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-
-#define FA_NEG_INF (__int_as_float(0xff800000))
-
-__device__ __forceinline__ u32 fa_smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void fa_cp_async16(u32 dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void fa_cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+#include "common.cuh"
 
 __device__ __forceinline__ void fa_ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -70,30 +53,6 @@ __device__ __forceinline__ void fa_mma(float* c, const u32* a, u32 b0, u32 b1) {
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
-}
-
-// Pack two floats into a 16-bit pair: `lo` in the low half (lower column index).
-template <int DT>
-__device__ __forceinline__ u32 fa_pack(float lo, float hi) {
-    u32 r;
-    if constexpr (DT == 0) {
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    } else {
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    }
-    return r;
-}
-
-__device__ __forceinline__ float fa_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-// Byte offset of 16-byte chunk `c` of row `r` in a swizzled tile whose rows are D halves long.
-template <int D>
-__device__ __forceinline__ u32 fa_swz(int r, int c) {
-    return static_cast<u32>(r * (D * 2) + ((c ^ (r & 7)) << 4));
 }
 
 // Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into a swizzled tile; rows past nrows

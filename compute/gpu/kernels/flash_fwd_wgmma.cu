@@ -26,22 +26,23 @@
 //   * wgmma instead of mma.sync, same schedule (2 warpgroups, 1 CTA/SM): d=64 285/310,
 //     d=128 377/413 (1.05-1.33x FA2). Swapping the V descriptor's LBO/SBO (the negative
 //     control) gives rel err ~1: the canonical MN-major SW128 reading is the right one.
-//   * Intra-warpgroup pipelining (S_{j+1} issued with P_j V_j, softmax under the GEMM; the
-//     _pipe kernel): no gain (395 vs 377, 408 vs 413 at d=128; -10% at d=64).
+//   * Intra-warpgroup pipelining (S_{j+1} issued with P_j V_j, softmax under the GEMM; since
+//     removed, see FLASH_NOTES.md): no gain (395 vs 377, 408 vs 413 at d=128; -10% at d=64).
 //   * Ping-pong of two warpgroups via named barriers: +4-10% with 1 CTA/SM (d=128: 414/428),
 //     -3-5% once 2 CTAs/SM already interleave.
 //   * Occupancy, 2 CTAs/SM (register cap 128, small spill accepted): the largest step after
 //     wgmma itself. d=128 BN=64: 431-458 / 441-448; d=64 BN=128: 392-421 / 402-411.
-//   Final defaults (fast.py): d=64 <64,2,128,2>, d=128 <128,2,64,2>, plain, no ping-pong:
+//   Since v5 (FLASH_NOTES.md) flash_fwd_ws.cu is the sm_90 default; this kernel is the fallback
+//   (and the default for d=64 below 2048 query rows). Its defaults were, and stay,
+//   d=64 <64,2,128,2>, d=128 <128,2,64,2>, plain, no ping-pong:
 //   1.27-1.43x FA2 for N >= 4096 in fp16 and bf16; 0.69-0.93x cuDNN (which has TMA and
 //   warp specialisation; this kernel has neither).
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
-// file still compiles with `nvcc -arch=sm_90 --ptx`; fast.py compiles it with -arch=sm_90a.
+// file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
+// compile-check-arch: sm_90a
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FA_FORCE_WGMMA)
 #define FA_HAVE_WGMMA 1
@@ -49,35 +50,6 @@ typedef unsigned long long u64;
 #define FA_HAVE_WGMMA 0
 #endif
 
-#define FA_NEG_INF (__int_as_float(0xff800000))
-
-__device__ __forceinline__ u32 fa_smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void fa_cp_async16(u32 dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void fa_cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ float fa_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-template <int DT>
-__device__ __forceinline__ u32 fa_pack(float lo, float hi) {
-    u32 r;
-    if constexpr (DT == 0) {
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    } else {
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    }
-    return r;
-}
 __device__ __forceinline__ void fa_reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 
 // Shared-memory matrix descriptor: start address, leading / stride byte offsets, 128B swizzle.
@@ -107,93 +79,8 @@ __device__ __forceinline__ void fa_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// ---- generated: wgmma wrappers (m64nNk16, f32 accumulate; ss = A and B in shared memory,
-// ---- rs = A in registers, B in shared memory and MN-major).
-__device__ __forceinline__ void fa_wgmma_ss_m64n64k16_f16(float* d, unsigned long long da, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-__device__ __forceinline__ void fa_wgmma_rs_m64n64k16_f16(float* d, const unsigned int* a, unsigned long long db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-}
-
-__device__ __forceinline__ void fa_wgmma_ss_m64n128k16_f16(float* d, unsigned long long da, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-__device__ __forceinline__ void fa_wgmma_rs_m64n128k16_f16(float* d, const unsigned int* a, unsigned long long db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-}
-
-__device__ __forceinline__ void fa_wgmma_ss_m64n64k16_bf16(float* d, unsigned long long da, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-__device__ __forceinline__ void fa_wgmma_rs_m64n64k16_bf16(float* d, const unsigned int* a, unsigned long long db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-}
-
-__device__ __forceinline__ void fa_wgmma_ss_m64n128k16_bf16(float* d, unsigned long long da, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-__device__ __forceinline__ void fa_wgmma_rs_m64n128k16_bf16(float* d, const unsigned int* a, unsigned long long db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-}
-
-template <int DT, int N>
-__device__ __forceinline__ void fa_wgmma_ss(float* d, u64 da, u64 db, int scale_d) {
-    if constexpr (DT == 0 && N == 64) fa_wgmma_ss_m64n64k16_f16(d, da, db, scale_d);
-    if constexpr (DT == 0 && N == 128) fa_wgmma_ss_m64n128k16_f16(d, da, db, scale_d);
-    if constexpr (DT == 1 && N == 64) fa_wgmma_ss_m64n64k16_bf16(d, da, db, scale_d);
-    if constexpr (DT == 1 && N == 128) fa_wgmma_ss_m64n128k16_bf16(d, da, db, scale_d);
-}
-template <int DT, int N>
-__device__ __forceinline__ void fa_wgmma_rs(float* d, const u32* a, u64 db) {
-    if constexpr (DT == 0 && N == 64) fa_wgmma_rs_m64n64k16_f16(d, a, db);
-    if constexpr (DT == 0 && N == 128) fa_wgmma_rs_m64n128k16_f16(d, a, db);
-    if constexpr (DT == 1 && N == 64) fa_wgmma_rs_m64n64k16_bf16(d, a, db);
-    if constexpr (DT == 1 && N == 128) fa_wgmma_rs_m64n128k16_bf16(d, a, db);
-}
+#include "wgmma_wrappers.cuh"
 #endif  // FA_HAVE_WGMMA
-
-// Row-major swizzled staging tile (epilogue): chunk c of row r at c ^ (r & 7).
-template <int D>
-__device__ __forceinline__ u32 fa_swz(int r, int c) {
-    return static_cast<u32>(r * (D * 2) + ((c ^ (r & 7)) << 4));
-}
 
 // Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout: panel p
 // holds columns [64p, 64p + 64) as ROWS rows of 128 bytes; rows past nrows are zero-filled.
@@ -324,61 +211,60 @@ __device__ __forceinline__ void fa_epilogue(const float* o, const float* m, cons
     }
 }
 
-#define FA_KERNEL_PROLOGUE                                                               \
-    constexpr int BM = NWG * 64;                                                          \
-    constexpr int NT = NWG * 128;                                                         \
-    constexpr int NS = BN / 2; /* S accumulator registers per thread */                  \
-    constexpr int NO = D / 2;  /* O accumulator registers per thread */                  \
-    constexpr u32 Q_BYTES = BM * D * 2;                                                   \
-    constexpr u32 KV_BYTES = BN * D * 2;                                                  \
-    /* V (MN-major B, 128B swizzle): LBO = stride between 64-column panels, SBO = stride  \
-       between 8-row groups (CUTLASS canonical form); VAR = 1 swaps them. */              \
-    constexpr u32 V_LBO = VAR == 0 ? BN * 128 : 1024;                                     \
-    constexpr u32 V_SBO = VAR == 0 ? 1024 : BN * 128;                                     \
-    extern __shared__ __align__(128) unsigned char fa_smem[];                             \
-    const u32 sQ = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;                              \
-    const u32 sK = sQ + Q_BYTES;                                                          \
-    const u32 sV = sK + 2 * KV_BYTES;                                                     \
-    const int tid = threadIdx.x;                                                          \
-    const int wg = tid >> 7;                                                              \
-    const int warp = (tid >> 5) & 3;                                                      \
-    const int lane = tid & 31;                                                            \
-    const int g = lane >> 2;                                                              \
-    const int t = lane & 3;                                                               \
-    const int qb = gridDim.x - 1 - blockIdx.x; /* heaviest causal blocks first */         \
-    const int q0 = qb * BM;                                                               \
-    const long long bh = blockIdx.y;                                                      \
-    const u16* Qb = Q + bh * Nq * D;                                                      \
-    const u16* Kb = K + bh * Nk * D;                                                      \
-    const u16* Vb = V + bh * Nk * D;                                                      \
-    u16* Ob = O + bh * Nq * D;                                                            \
-    const int offset = Nk - Nq;                                                           \
-    int kv_end = Nk;                                                                      \
-    if (causal) kv_end = min(Nk, q0 + BM + offset);                                       \
-    const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;                           \
-    const int rl0 = wg * 64 + warp * 16 + g;                                              \
-    const int row_a = q0 + rl0;                                                           \
-    const u32 qwg = sQ + wg * 64 * 128; /* this warpgroup's rows in each Q panel */       \
-    float o[NO];                                                                          \
-    _Pragma("unroll") for (int i = 0; i < NO; ++i) o[i] = 0.f;                            \
-    float m[2] = {FA_NEG_INF, FA_NEG_INF};                                                \
-    float l[2] = {0.f, 0.f};                                                              \
-    float alpha[2];                                                                       \
-    float s[NS];                                                                          \
-    u32 a[BN / 16][4];
-
-// v2: S and P V issued back to back, each waited for in full (no overlap inside a warpgroup).
+// S and P V issued back to back, each waited for in full (no overlap inside a warpgroup).
 // PP = 1 (two warpgroups only): ping-pong the tensor cores between the warpgroups with two
 // named barriers (FA3's inter-warpgroup overlap), so one warpgroup's softmax runs while the
 // other's GEMM does: the issue order is WG0 S, WG1 S, WG0 PV, WG1 PV in every iteration.
-template <int DT, int D, int NWG, int BN, int MINB, int VAR, int PP>
+template <int DT, int D, int NWG, int BN, int MINB, int PP>
 __global__ void __launch_bounds__(NWG * 128, MINB)
     flash_fwd_wgmma(const u16* __restrict__ Q, const u16* __restrict__ K,
                     const u16* __restrict__ V, u16* __restrict__ O, float* __restrict__ LSE,
                     int Nq, int Nk, float scale_log2, int causal) {
 #if FA_HAVE_WGMMA
     static_assert(PP == 0 || NWG == 2, "ping-pong needs exactly two warpgroups");
-    FA_KERNEL_PROLOGUE
+    constexpr int BM = NWG * 64;
+    constexpr int NT = NWG * 128;
+    constexpr int NS = BN / 2;  // S accumulator registers per thread
+    constexpr int NO = D / 2;  // O accumulator registers per thread
+    constexpr u32 Q_BYTES = BM * D * 2;
+    constexpr u32 KV_BYTES = BN * D * 2;
+    // V (MN-major B, 128B swizzle): LBO = stride between 64-column panels, SBO = stride
+    // between 8-row groups (CUTLASS canonical form; FLASH_NOTES.md records the swapped
+    // reading, which gives rel err ~1).
+    constexpr u32 V_LBO = BN * 128;
+    constexpr u32 V_SBO = 1024;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    const u32 sQ = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
+    const u32 sK = sQ + Q_BYTES;
+    const u32 sV = sK + 2 * KV_BYTES;
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int warp = (tid >> 5) & 3;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks first
+    const int q0 = qb * BM;
+    const long long bh = blockIdx.y;
+    const u16* Qb = Q + bh * Nq * D;
+    const u16* Kb = K + bh * Nk * D;
+    const u16* Vb = V + bh * Nk * D;
+    u16* Ob = O + bh * Nq * D;
+    const int offset = Nk - Nq;
+    int kv_end = Nk;
+    if (causal) kv_end = min(Nk, q0 + BM + offset);
+    const int ntiles = kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+    const int rl0 = wg * 64 + warp * 16 + g;
+    const int row_a = q0 + rl0;
+    const u32 qwg = sQ + wg * 64 * 128;  // this warpgroup's rows in each Q panel
+    float o[NO];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float m[2] = {FA_NEG_INF, FA_NEG_INF};
+    float l[2] = {0.f, 0.f};
+    float alpha[2];
+    float s[NS];
+    u32 a[BN / 16][4];
 
     fa_load_panels<D, BM, NT>(sQ, Qb, q0, Nq, tid);
     if (ntiles > 0) {
@@ -447,102 +333,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
         fa_cp_async_wait<0>();
         __syncthreads();
     }
-    fa_epilogue<DT, D, BM, NT>(o, m, l, sQ, Ob, LSE, bh, Nq, q0, rl0, t, tid);
-#else
-    __trap();
-#endif
-}
-
-// v3: software-pipelined inside each warpgroup (FA3's intra-warpgroup overlap): iteration j
-// issues S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back, then runs the softmax of S_{j+1}
-// while P_j V_j is still on the tensor cores. One barrier per iteration; K runs one tile ahead
-// of V through the 2-stage buffers: after the barrier of iteration j, K_{j+2} and V_{j+1} are
-// requested (their stages were last read by S_j and P_{j-1} V_{j-1}, both finished).
-template <int DT, int D, int NWG, int BN, int MINB, int VAR>
-__global__ void __launch_bounds__(NWG * 128, MINB)
-    flash_fwd_wgmma_pipe(const u16* __restrict__ Q, const u16* __restrict__ K,
-                         const u16* __restrict__ V, u16* __restrict__ O,
-                         float* __restrict__ LSE, int Nq, int Nk, float scale_log2,
-                         int causal) {
-#if FA_HAVE_WGMMA
-    FA_KERNEL_PROLOGUE
-
-    fa_load_panels<D, BM, NT>(sQ, Qb, q0, Nq, tid);
-    if (ntiles > 0) fa_load_panels<D, BN, NT>(sK, Kb, 0, Nk, tid);
-    fa_cp_async_commit();  // {Q, K_0}
-    if (ntiles > 1) fa_load_panels<D, BN, NT>(sK + KV_BYTES, Kb, BN, Nk, tid);
-    if (ntiles > 0) fa_load_panels<D, BN, NT>(sV, Vb, 0, Nk, tid);
-    fa_cp_async_commit();  // {K_1, V_0}
-
-    if (ntiles > 0) {
-        fa_cp_async_wait<1>();
-        fa_fence_proxy_async();
-        __syncthreads();
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-            const u64 db = fa_desc(sK + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-            fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-        }
-        fa_wgmma_commit();
-        fa_wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-        if ((BN > Nk) || (causal && (BN - 1 > q0 + offset)))
-            fa_mask<NS>(s, 0, Nk, row_a, t, causal, offset);
-        fa_softmax<NS>(s, m, l, alpha, scale_log2);
-        fa_to_a<DT, NS>(s, a);
-    }
-
-    for (int j = 0; j < ntiles; ++j) {
-        fa_cp_async_wait<0>();  // K_{j+1} and V_j have landed (this thread's copies)
-        fa_fence_proxy_async();
-        __syncthreads();        // everyone's copies visible; S_j and P_{j-1} V_{j-1} done
-        if (j + 2 < ntiles)
-            fa_load_panels<D, BN, NT>(sK + (j & 1) * KV_BYTES, Kb, (j + 2) * BN, Nk, tid);
-        if (j + 1 < ntiles)
-            fa_load_panels<D, BN, NT>(sV + ((j + 1) & 1) * KV_BYTES, Vb, (j + 1) * BN, Nk, tid);
-        fa_cp_async_commit();
-
-        const bool more = j + 1 < ntiles;
-        const u32 kbase = sK + ((j + 1) & 1) * KV_BYTES;
-        const u32 vbase = sV + (j & 1) * KV_BYTES;
-#pragma unroll
-        for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-        fa_wgmma_fence();
-        if (more) {
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-                const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-                fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-            }
-            fa_wgmma_commit();
-        }
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
-        fa_wgmma_commit();
-        if (more) {
-            fa_wgmma_wait<1>();  // S_{j+1} is done; P_j V_j may still run
-#pragma unroll
-            for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-            const int n0 = (j + 1) * BN;
-            if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + offset)))
-                fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
-            fa_softmax<NS>(s, m, l, alpha, scale_log2);
-        }
-        fa_wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-        if (more) {
-            fa_rescale<NO>(o, alpha);
-            fa_to_a<DT, NS>(s, a);
-        }
-    }
-    fa_cp_async_wait<0>();
-    __syncthreads();
     fa_epilogue<DT, D, BM, NT>(o, m, l, sQ, Ob, LSE, bh, Nq, q0, rl0, t, tid);
 #else
     __trap();

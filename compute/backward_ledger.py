@@ -1,0 +1,171 @@
+"""HBM ledgers of the backward pass and of a training step (forward + backward).
+
+`pass_ledger(..., counted=True)` counts the declared steps of `compute.backward_schedule`
+(the oracle); by default it computes the same numbers from formulas, and a property test
+holds the two equal. The tiled backward reads L, so its forward always saves it (in
+training, the forward's ledger counts writing L).
+The results are `Ledger`s (same JSON schema as the forward's), with the gradient tensors
+and D in `by_tensor` and the pass named in the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from .backward_schedule import (
+    PASS_TENSORS,
+    PASSES,
+    BackwardStep,
+    backward_sram_elements,
+    backward_steps,
+)
+from .ledger import (
+    Counts,
+    LaneLedger,
+    Ledger,
+    closed_form_ledger,
+    element_bytes,
+    ledger,
+)
+from .schedule import DIRECTIONS, LANES, Schedule
+
+
+@dataclass(frozen=True)
+class PassLedger(Ledger):
+    """A Ledger of the backward pass or a training step; its config names the pass."""
+
+    pass_name: str = "backward"
+
+    def config(self) -> dict:
+        return {**super().config(), "pass": self.pass_name}
+
+
+def _freeze(counts: Mapping[str, Mapping[str, int]]) -> Counts:
+    return MappingProxyType(
+        {
+            t: MappingProxyType({d: counts.get(t, {}).get(d, 0) for d in DIRECTIONS})
+            for t in PASS_TENSORS
+        }
+    )
+
+
+def count_steps(steps: Iterable[BackwardStep]) -> Counts:
+    """Sum the elements every step moves, per tensor and direction."""
+    counts = {t: dict.fromkeys(DIRECTIONS, 0) for t in PASS_TENSORS}
+    for step in steps:
+        for move in step.moves:
+            counts[move.tensor][move.direction] += move.elements
+    return _freeze(counts)
+
+
+def _add(a: Counts, b: Counts) -> Counts:
+    return _freeze({t: {d: a[t][d] + b[t][d] for d in DIRECTIONS} for t in PASS_TENSORS})
+
+
+def _visited_rows(s: Schedule) -> int:
+    """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
+    first_row = np.arange(s.t_r) * s.block_q
+    block_rows = np.minimum(first_row + s.block_q, s.n_q) - first_row
+    if not s.causal:
+        return int(block_rows.sum()) * s.t_c
+    # Block i sees tiles 0 .. ⌊(last row + N_k − N_q) / B_c⌋ (bottom-right alignment), clamped.
+    last_visible_key = first_row + block_rows - 1 + (s.n_k - s.n_q)
+    tiles = np.clip(np.floor_divide(last_visible_key, s.block_k) + 1, 0, s.t_c)
+    return int((tiles * block_rows).sum())
+
+
+def closed_form_backward_counts(s: Schedule) -> dict[str, Counts]:
+    """Both lanes' backward counts from formulas, independent of the step generators."""
+    n_q, n_k, d, d_v, qk = s.n_q, s.n_k, s.d, s.d_v, s.n_q * s.n_k
+    dense = {
+        "P": {"read": 2 * qk},  # (1) and (3)
+        "dO": {"read": s.t_c * n_q * d_v + n_q * d_v},  # (1) once per key tile, (2) once
+        "V": {"read": s.t_r * n_k * d_v},  # (2) once per query block
+        "K": {"read": s.t_r * n_k * d},  # (4) once per query block
+        "Q": {"read": s.t_c * n_q * d},  # (5) once per key tile
+        "dP": {"read": qk, "write": qk},
+        "dS": {"read": 2 * qk, "write": qk},  # written by (3), read by (4) and (5)
+        "dV": {"write": n_k * d_v},
+        "dQ": {"write": n_q * d},
+        "dK": {"write": n_k * d},
+    }
+    rows = _visited_rows(s)
+    tiled = {
+        "O": {"read": n_q * d_v},  # preprocessing
+        "dO": {"read": n_q * d_v + rows * d_v},  # preprocessing, then each visit
+        "D": {"read": rows, "write": n_q},
+        "dQ": {"read": rows * d, "write": n_q * d + rows * d},  # zeros, then each visit
+        "Q": {"read": rows * d},
+        "L": {"read": rows},
+        "K": {"read": n_k * d},
+        "V": {"read": n_k * d_v},
+        "dK": {"write": n_k * d},
+        "dV": {"write": n_k * d_v},
+    }
+    return {"dense": _freeze(dense), "tiled": _freeze(tiled)}
+
+
+def _counted_or_closed(s: Schedule, pass_name: str, counted: bool, dtype: str) -> tuple:
+    """Per-lane counts and SRAM working sets of the backward or the training step."""
+    if counted:
+        counts = {lane: count_steps(backward_steps(s, lane)) for lane in LANES}
+    else:
+        counts = closed_form_backward_counts(s)
+    sram = {lane: backward_sram_elements(s, lane) for lane in LANES}
+    if pass_name == "training":
+        # The forward's own ledger (counted or closed form, as asked), L saved.
+        shape = (s.n_q, s.n_k, s.d, s.d_v)
+        kw = dict(block_q=s.block_q, block_k=s.block_k, order=s.order, causal=s.causal)
+        forward = (ledger if counted else closed_form_ledger)(
+            *shape, **kw, save_lse=True, dtype=dtype
+        )
+        counts = {lane: _add(_freeze(forward.lanes[lane].counts), counts[lane]) for lane in LANES}
+        sram = {lane: max(sram[lane], forward.lanes[lane].sram_elements) for lane in LANES}
+    return counts, sram
+
+
+def pass_ledger(
+    pass_name: str,
+    n_q: int,
+    n_k: int,
+    d: int,
+    d_v: int,
+    *,
+    block_q: int,
+    block_k: int,
+    order: str = "q-outer",
+    causal: bool = False,
+    save_lse: bool = False,
+    dtype: str = "float64",
+    sram_capacity: int | None = None,
+    counted: bool = False,
+) -> Ledger:
+    """Both lanes' HBM ledger of one pass: "forward", "backward" or "training".
+
+    counted=True walks the declared steps (the oracle); otherwise the closed form gives the
+    same numbers. "forward" is `compute.ledger` / `closed_form_ledger` itself. `order` and
+    `save_lse` describe the forward (the backward always runs K/V outer); with a backward
+    the tiled forward always saves L (the backward reads it), so save_lse is set.
+    """
+    kw = dict(
+        block_q=block_q, block_k=block_k, order=order, causal=causal, save_lse=save_lse,
+        dtype=dtype, sram_capacity=sram_capacity,
+    )  # fmt: skip
+    if pass_name == "forward":
+        return (ledger if counted else closed_form_ledger)(n_q, n_k, d, d_v, **kw)
+    if pass_name not in PASSES:
+        raise ValueError(f"pass must be one of {', '.join(PASSES)}, not {pass_name!r}.")
+    element_bytes("Q", dtype)  # the dtype sentence for an unknown dtype
+    if sram_capacity is not None and sram_capacity < 1:
+        raise ValueError("SRAM capacity must be at least 1 element.")
+    save_lse = True  # the tiled backward reads L, so its forward saved it
+    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
+    counts, sram = _counted_or_closed(s, pass_name, counted, dtype)
+    lanes = {
+        lane: LaneLedger(lane, counts[lane], dtype, sram[lane], sram_capacity) for lane in LANES
+    }
+    return PassLedger(s, dtype, MappingProxyType(lanes), sram_capacity, pass_name)

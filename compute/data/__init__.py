@@ -1,0 +1,1 @@
+"""Data files the core ships with: the reference example's vectors."""

@@ -1,0 +1,293 @@
+"""Tensor-core FlashAttention forward for CuPy arrays (CUDA C++ through ``cupy.RawModule``).
+
+``flash_attention(q, k, v, causal=..., scale=..., return_lse=...)`` takes CuPy arrays shaped
+(batch, heads, N, d) in float16, or bfloat16 passed as a ``uint16`` view of the bits (CuPy has
+no bfloat16 dtype), and returns the output in the same dtype (bf16 again as ``uint16`` bits).
+Accumulation and softmax statistics are float32. d must be 64 or 128; any N works (tails
+are masked); N_q may differ from N_k, in which case causal masking is bottom-right aligned
+(query row r sees key c iff c <= r + N_k - N_q). Rows that see no key return zeros and
+LSE = -inf. With ``return_lse=True`` the row log-sum-exp of the scaled scores (natural log,
+float32, shape (batch, heads, N_q)) is returned as well.
+
+Three kernels live in ``kernels/``: ``flash_fwd_mma.cu`` (FA2 schedule with mma.sync, any
+sm_80+ GPU), ``flash_fwd_wgmma.cu`` (Hopper wgmma, sm_90a only) and ``flash_fwd_ws.cu``
+(Hopper wgmma fed by TMA from a producer warpgroup, with setmaxnreg and softmax overlapped
+with the GEMMs; its tensor maps come from ``tma.py``). Which one a call gets is
+``default_config(d, n_q)``; FLASH_NOTES.md records the measurements behind it. The module imports
+without CuPy; CuPy is imported on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+_KERNEL_DIR = Path(__file__).parent / "kernels"
+_LOG2E = 1.4426950408889634
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One compiled kernel variant."""
+
+    kernel: str  # "mma", "wgmma" or "ws"
+    d: int
+    # mma: warps per CTA (16 query rows each); wgmma: warpgroups (64 rows each);
+    # ws: consumer warpgroups (64 rows each; one producer warpgroup comes on top)
+    warps: int
+    block_n: int
+    min_blocks: int = 1  # mma / wgmma: CTAs per SM asked of the compiler; ws: always 1
+    # wgmma, two warpgroups only: alternate the tensor cores between them with named barriers
+    # (FA3's inter-warpgroup overlap); +4-10% at 1 CTA/SM, a loss at 2 (FLASH_NOTES.md).
+    # ws: the same idea for NC consumer warpgroups (a round-robin scheduler barrier).
+    ping_pong: bool = False
+    stages: int = 2  # ws: depth of the K and V rings in shared memory
+    overlap: bool = True  # ws: issue S_{j+1} before the softmax of tile j (intra-warpgroup)
+    persistent: bool = False  # ws: one CTA per SM walking the work items
+
+    @property
+    def block_m(self) -> int:
+        return self.warps * (16 if self.kernel == "mma" else 64)
+
+    @property
+    def threads(self) -> int:
+        if self.kernel == "ws":
+            return (self.warps + 1) * 128
+        return self.warps * (32 if self.kernel == "mma" else 128)
+
+    def smem_bytes(self) -> int:
+        if self.kernel == "mma":
+            return (self.block_m + 4 * self.block_n) * self.d * 2
+        if self.kernel == "ws":
+            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers,
+            # plus 1 KB for the 1024-byte alignment.
+            rows = self.block_m * (2 if self.persistent else 1) + 2 * self.stages * self.block_n
+            return rows * self.d * 2 + 8 * (2 + 4 * self.stages) + 1024
+        # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
+        return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
+
+    def name(self, dt: int) -> str:
+        """The template instantiation NVRTC compiles for dtype code dt (0 fp16, 1 bf16)."""
+        if self.kernel == "mma":
+            return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
+        if self.kernel == "ws":
+            mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
+            return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
+        return (
+            f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
+            f"{int(self.ping_pong)}>"
+        )
+
+    def spec(self) -> str:
+        """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist]' (parse() reads it back)."""
+        fifth = self.stages if self.kernel == "ws" else self.min_blocks
+        text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
+        text += ":pingpong" if self.ping_pong else ""
+        text += ":serial" if self.kernel == "ws" and not self.overlap else ""
+        return text + (":persist" if self.persistent else "")
+
+    @classmethod
+    def parse(cls, spec: str) -> Config:
+        """The variant a spec() string names; ValueError with one sentence if it names none."""
+        parts = spec.split(":")
+        flags = set()
+        while parts and parts[-1] in ("pingpong", "serial", "persist"):
+            flags.add(parts.pop())
+        if (
+            parts[0] not in ("mma", "wgmma", "ws")
+            or len(parts) != 5
+            or not all(p.isdigit() for p in parts[1:])
+            or (bool(flags & {"serial", "persist"}) and parts[0] != "ws")
+        ):
+            raise ValueError(
+                f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist]'"
+            )
+        d, warps, block_n, fifth = (int(p) for p in parts[1:])
+        if parts[0] == "ws":
+            return cls(
+                "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
+                "persist" in flags,
+            )  # fmt: skip
+        return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
+
+
+# Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
+# wgmma kernel; any other GPU the mma.sync kernel.
+WGMMA_CONFIGS: dict[int, Config] = {
+    64: Config("wgmma", 64, 2, 128, 2),
+    128: Config("wgmma", 128, 2, 64, 2),
+}
+MMA_CONFIGS: dict[int, Config] = {
+    64: Config("mma", 64, 4, 64, 4),
+    128: Config("mma", 128, 8, 128, 1),
+}
+# The TMA + warp-specialised kernel (flash_fwd_ws.cu), FA3's shapes: d=64 three consumer
+# warpgroups (BM = 192), d=128 two (BM = 128); 128-key tiles, two-stage K and V rings,
+# intra-warpgroup overlap and the scheduler barrier.
+WS_CONFIGS: dict[int, Config] = {
+    64: Config("ws", 64, 3, 128, 1, True, 2, True),
+    128: Config("ws", 128, 2, 128, 1, True, 2, True),
+}
+# Where default_config picks WS_CONFIGS on sm_90: from this many query rows on, per head dim
+# (FLASH_NOTES.md v5). d=128: 1.21-1.61x the wgmma kernel at every N from 1024 to 16384.
+# d=64: 1.0-1.3x from N = 2048 on, but at N = 1024 its 192-row query blocks leave too few
+# blocks (0.97x full, 0.83x causal), so shorter sequences keep the wgmma kernel there.
+WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
+
+
+@functools.cache
+def _sm_count() -> int:
+    cp = _cupy()
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+
+@functools.cache
+def _is_hopper() -> bool:
+    cp = _cupy()
+    return cp.cuda.Device().compute_capability == "90"
+
+
+def default_config(d: int, n_q: int = 1 << 30) -> Config:
+    """The kernel variant flash_attention uses for head dim d and n_q query rows here."""
+    if not _is_hopper():
+        return MMA_CONFIGS[d]
+    return WS_CONFIGS[d] if n_q >= WS_MIN_N[d] else WGMMA_CONFIGS[d]
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+@functools.cache
+def _module(kernel: str, names: tuple[str, ...]):
+    cp = _cupy()
+    src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
+    options = ("-std=c++17", "-I" + str(_KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
+    if kernel in ("wgmma", "ws"):  # wgmma needs the sm_90a target (NVRTC; see platform notes)
+        options += ("-arch=sm_90a", "-DFA_FORCE_WGMMA")
+    return cp.RawModule(code=src, options=options, name_expressions=list(names))
+
+
+@functools.cache
+def _function(cfg: Config, dt: int):
+    name = cfg.name(dt)
+    mod = _module(cfg.kernel, (name,))
+    fn = mod.get_function(name)
+    fn.max_dynamic_shared_size_bytes = cfg.smem_bytes()
+    return fn
+
+
+def _dtype_code(a) -> int:
+    cp = _cupy()
+    if a.dtype == cp.float16:
+        return 0
+    if a.dtype == cp.uint16:
+        return 1  # bfloat16 bits
+    raise TypeError(f"flash_attention takes float16 or bfloat16-as-uint16 arrays, not {a.dtype}")
+
+
+def _check(q, k, v):
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError("q, k, v must be shaped (batch, heads, N, d)")
+    b, h, _, d = q.shape
+    if k.shape != v.shape or k.shape[:2] != (b, h) or k.shape[3] != d:
+        raise ValueError(f"shapes do not agree: q {q.shape}, k {k.shape}, v {v.shape}")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head dim d must be one of {SUPPORTED_HEAD_DIMS}, not {d}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError("q, k, v must share one dtype")
+    if b * h > 65535:
+        raise ValueError("batch * heads must be at most 65535 (one grid row per head)")
+
+
+def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, config=None, out=None):
+    """softmax(Q Kᵀ · scale [causal mask]) V on the GPU; see the module docstring.
+
+    ``config`` (a :class:`Config`) overrides the kernel variant (for benchmarking); ``out``
+    (contiguous, q's shape and dtype) receives the result instead of a new array.
+    """
+    cp = _cupy()
+    _check(q, k, v)
+    dt = _dtype_code(q)
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if not scale > 0:
+        raise ValueError("scale must be positive")
+    cfg = config or default_config(d, n_q)
+    if cfg.d != d:
+        raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
+    if cfg.kernel in ("wgmma", "ws") and not _is_hopper():
+        raise ValueError(f"the {cfg.kernel} kernel needs an sm_90 (Hopper) GPU")
+    if cfg.kernel == "ws" and n_k == 0:
+        cfg = WGMMA_CONFIGS[d]  # a tensor map cannot describe an empty K; nothing to load
+    q = cp.ascontiguousarray(q)
+    k = cp.ascontiguousarray(k)
+    v = cp.ascontiguousarray(v)
+    if out is None:
+        out = cp.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or not out.flags.c_contiguous:
+        raise ValueError("out must be contiguous with q's shape and dtype")
+    lse = cp.empty((b, h, n_q), dtype=cp.float32) if return_lse else None
+    if b * h and n_q:
+        fn = _function(cfg, dt)
+        grid = ((n_q + cfg.block_m - 1) // cfg.block_m, b * h, 1)
+        if cfg.kernel == "ws":
+            _launch_ws(fn, cfg, grid, q, k, v, out, lse, n_q, n_k, scale, causal)
+            return (out, lse) if return_lse else out
+        fn(
+            grid,
+            (cfg.threads, 1, 1),
+            (
+                q,
+                k,
+                v,
+                out,
+                lse if lse is not None else cp.uint64(0),
+                cp.int32(n_q),
+                cp.int32(n_k),
+                cp.float32(scale * _LOG2E),
+                cp.int32(1 if causal else 0),
+            ),
+            shared_mem=cfg.smem_bytes(),
+        )
+    return (out, lse) if return_lse else out
+
+
+def _launch_ws(fn, cfg: Config, grid, q, k, v, out, lse, n_q, n_k, scale, causal) -> None:
+    """Launch flash_fwd_ws: Q, K, V go in as TMA tensor maps (tma.py), passed by value."""
+    cp = _cupy()
+    from . import tma
+
+    num_qb, heads = grid[0], grid[1]
+    if cfg.persistent:  # one CTA per SM, each walking items blockIdx.x, + gridDim.x, ...
+        grid = (min(num_qb * heads, _sm_count()), 1, 1)
+    maps = (
+        tma.tiled_map(q, cfg.block_m),
+        tma.tiled_map(k, cfg.block_n),
+        tma.tiled_map(v, cfg.block_n),
+    )
+    fn(
+        grid,
+        (cfg.threads, 1, 1),
+        (
+            *(tma.kernel_arg(m) for m in maps),
+            out,
+            lse if lse is not None else cp.uint64(0),
+            cp.int32(n_q),
+            cp.int32(n_k),
+            cp.float32(scale * _LOG2E),
+            cp.int32(1 if causal else 0),
+            cp.int32(num_qb),
+            cp.int32(heads),
+        ),
+        shared_mem=cfg.smem_bytes(),
+    )

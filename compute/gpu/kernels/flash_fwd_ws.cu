@@ -1,0 +1,572 @@
+// FlashAttention forward on Hopper with TMA and warp specialisation (sm_90a only).
+//
+// Same contract as flash_fwd_wgmma.cu: Q (B, H, Nq, D), K/V (B, H, Nk, D), O like Q, contiguous,
+// fp16 (DT = 0) or bf16 bits (DT = 1), fp32 accumulation; LSE (B, H, Nq) fp32 natural log,
+// optional (nullptr), -inf for rows that see no key; bottom-right causal alignment.
+//
+// What is new against flash_fwd_wgmma.cu (FlashAttention-3's techniques, written afresh):
+//   * TMA: Q, K and V tiles arrive through the bulk tensor copy engine
+//     (cp.async.bulk.tensor.3d), described by three tensor maps that the host encodes with
+//     cuTensorMapEncodeTiled (compute/gpu/tma.py) and passes by value as __grid_constant__
+//     parameters. Each map is 3-D (D, N, batch*heads) with a box of 64 columns x ROWS x 1 and
+//     the 128-byte swizzle, so one box is exactly one 64-column panel of the layout wgmma
+//     reads (16-byte chunk c of row r at c ^ (r & 7), panels 1024-byte aligned), and rows
+//     past N of a head are zero-filled by the copy engine instead of by per-thread guards.
+//   * Warp specialisation: warpgroup 0 is the producer. One of its threads issues every TMA
+//     copy into a ring of ST stages of K and ST stages of V; each stage has a "full" mbarrier
+//     (the TMA completes its byte count on it) and an "empty" mbarrier (every consumer thread
+//     arrives once it no longer reads the stage). K and V have separate barriers so that S_j
+//     may start while V_j is still in flight and K_{j+1} may land while P_j V_j runs.
+//   * setmaxnreg: the producer warpgroup drops to PRODUCER_REGS registers and the NC consumer
+//     warpgroups (64 query rows each, BM = 64 NC) rise to CONSUMER_REGS, so S, P and O stay in
+//     registers with 128-key tiles at d = 128.
+//   * Intra-warpgroup overlap (MODE bit 0): iteration j issues S_j = Q K_j^T and then
+//     O += P_{j-1} V_{j-1} back to back, waits for S_j only (wgmma.wait_group 1) and runs the
+//     softmax of S_j while P_{j-1} V_{j-1} is still on the tensor cores.
+//   * Scheduler barrier (MODE bit 1, FA3's inter-warpgroup ping-pong): named barriers make
+//     the consumer warpgroups take turns issuing their GEMMs, so one warpgroup's softmax
+//     runs while another's GEMMs do.
+// No block-wide barrier is executed after the roles split; the O epilogue goes through each
+// consumer warpgroup's own (dead) rows of the Q tile and plain 16-byte stores.
+//
+// Measured on the H200 (FLASH_NOTES.md v5; N >= 4096, batch*N = 16384, heads*d = 2048):
+// d=128 <128,2,128,2,3> 557-670 TFLOP/s, d=64 <64,3,128,2,3> 414-538: 1.07-1.61x the wgmma
+// kernel, 1.48-2.11x SDPA FA2, 0.96-1.21x SDPA cuDNN. Overlap +5-14%, three consumer
+// warpgroups at d=64 +10-16%, scheduler barrier +0-7%; 176-key tiles, three stages and the
+// persistent grid (MODE bit 2, static round-robin: -7 to -40% causal) bought nothing.
+//
+// Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
+// file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
+// compile-check-arch: sm_90a
+
+#include "common.cuh"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FA_FORCE_WGMMA)
+#define FA_HAVE_WGMMA 1
+#else
+#define FA_HAVE_WGMMA 0
+#endif
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h is not on NVRTC's path).
+struct __align__(64) FaTmap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void fa_reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+
+// Shared-memory matrix descriptor: start address, leading / stride byte offsets, 128B swizzle.
+__device__ __forceinline__ u64 fa_desc(u32 addr, u32 lbo, u32 sbo) {
+    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(lbo >> 4) << 16) |
+           (static_cast<u64>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+#if FA_HAVE_WGMMA
+__device__ __forceinline__ void fa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void fa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fa_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- mbarrier and TMA (PTX ISA 8.0, sm_90) ----
+__device__ __forceinline__ void fa_mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// The producer announces how many bytes the TMA copies will complete on this phase.
+__device__ __forceinline__ void fa_mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void fa_mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Block until the phase with the given parity has completed (a fresh barrier is in phase 0,
+// so waiting for parity 1 returns at once: the producer's first pass over the ring).
+__device__ __forceinline__ void fa_mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "FA_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra FA_WAIT;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// One box of a 3-D tensor map (coordinates innermost first: column, row, batch*head) into
+// shared memory at dst; completion is counted in bytes on the mbarrier bar.
+__device__ __forceinline__ void fa_tma_load(u32 dst, const FaTmap* map, int c0, int c1, int c2,
+                                            u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void fa_tma_prefetch(const FaTmap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+// Named barriers over `count` threads (id 0 is __syncthreads, never used after the split).
+__device__ __forceinline__ void fa_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fa_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void fa_setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void fa_setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+#include "wgmma_wrappers.cuh"
+#endif  // FA_HAVE_WGMMA
+
+// Accumulator element i of a thread: row (i >> 1) & 1 (0: g, 1: g + 8), column 8 * (i >> 2)
+// + 2 * t + (i & 1) (wgmma m64nN per warp). Keys past Nk and, if causal, keys c > r + offset
+// get -inf.
+template <int NS>
+__device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int t, int causal,
+                                        int offset) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const int col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
+        const int row = row_a + (((i >> 1) & 1) << 3);
+        if (col >= Nk || (causal && col > row + offset)) s[i] = FA_NEG_INF;
+    }
+}
+
+// Online softmax on one S tile in the exp2 domain (scale * log2 e folded into one FFMA):
+//   m_new = max(m, rowmax(S) * scale_log2)          (running max, eq. m_i^(j))
+//   alpha = exp2(m - m_new)                          (rescale factor of l and O)
+//   P     = exp2(S * scale_log2 - m_new)             (eq. P~_i^(j))
+//   l     = alpha * l + rowsum(P)                    (eq. l_i^(j); quad-reduced at the end)
+template <int NS>
+__device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* alpha,
+                                           float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = FA_NEG_INF;
+#pragma unroll
+        for (int jn = 0; jn < NS / 4; ++jn)
+            mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(m[h], mx * scale_log2);
+        const float m_use = (m_new == FA_NEG_INF) ? 0.f : m_new;  // no -inf - -inf
+        alpha[h] = fa_exp2(m[h] - m_use);
+        m[h] = m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int jn = 0; jn < NS / 4; ++jn) {
+            const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
+            const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
+            s[4 * jn + 2 * h] = p0;
+            s[4 * jn + 2 * h + 1] = p1;
+            rs += p0 + p1;
+        }
+        l[h] = l[h] * alpha[h] + rs;
+    }
+}
+
+// O <- diag(alpha) O (eq. O_i^(j) = diag(exp(m^(j-1) - m^(j))) O_i^(j-1) + ...).
+template <int NO>
+__device__ __forceinline__ void fa_rescale(float* o, const float* alpha) {
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// P (fp32, accumulator layout) -> A fragments of wgmma k-steps of 16 keys (the layouts
+// coincide, so this is a conversion in place, no data movement between threads).
+template <int DT, int NS>
+__device__ __forceinline__ void fa_to_a(const float* s, u32 (*a)[4]) {
+#pragma unroll
+    for (int kk = 0; kk < NS / 8; ++kk) {
+        a[kk][0] = fa_pack<DT>(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = fa_pack<DT>(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = fa_pack<DT>(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = fa_pack<DT>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+// Register split between the roles (65536 registers per SM, one CTA per SM): FA3's values.
+template <int NC>
+struct FaRegs {
+    static constexpr int PRODUCER = NC == 2 ? 24 : 32;
+    static constexpr int CONSUMER = NC == 2 ? 240 : 160;
+};
+
+// Shared memory, from a 1024-byte aligned base: Q (BM rows), ST stages of K, ST of V (BN
+// rows each, D / 64 panels of 128-byte rows), a separate O staging tile when persistent (so
+// the next tile's Q can land during this tile's epilogue), then the mbarriers.
+template <int D, int NC, int BN, int ST, bool PERSIST>
+struct FaSmem {
+    static constexpr u32 BM = NC * 64;
+    static constexpr u32 Q_BYTES = BM * D * 2;
+    static constexpr u32 KV_BYTES = BN * D * 2;
+    static constexpr u32 K_OFF = Q_BYTES;
+    static constexpr u32 V_OFF = K_OFF + ST * KV_BYTES;
+    static constexpr u32 O_OFF = PERSIST ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
+    static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + (PERSIST ? Q_BYTES : 0);
+    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST]
+    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST);
+};
+
+// Work item t of num_qb * BH: consecutive items are query blocks of one head (its K and V
+// stay in L2 while they run), heaviest causal block first.
+__device__ __forceinline__ void fa_tile(int t, int num_qb, int& qb, int& bh) {
+    bh = t / num_qb;
+    qb = num_qb - 1 - (t - bh * num_qb);
+}
+
+// Key tiles a query block needs: all of them, or with causal masking up to its last row's
+// diagonal (bottom-right aligned: row r sees keys c <= r + Nk - Nq); 0 if it sees none.
+template <int BM, int BN>
+__device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
+    const int kv_end = causal ? min(Nk, q0 + BM + Nk - Nq) : Nk;
+    return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+}
+
+// MODE bit 0: intra-warpgroup overlap; bit 1: scheduler barrier; bit 2: persistent (gridDim.x
+// CTAs, one per SM, each walking work items blockIdx.x, + gridDim.x, ...; K/V rings and
+// mbarrier phases run on across items, so the next item's loads overlap this one's tail).
+template <int DT, int D, int NC, int BN, int ST, int MODE>
+__global__ void __launch_bounds__((NC + 1) * 128, 1)
+    flash_fwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
+                 const __grid_constant__ FaTmap tmV, u16* __restrict__ O,
+                 float* __restrict__ LSE, int Nq, int Nk, float scale_log2, int causal,
+                 int num_qb, int BH) {
+#if FA_HAVE_WGMMA
+    static_assert(D == 64 || D == 128, "head dim");
+    static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
+    static_assert(NC == 2 || NC == 3, "consumer warpgroups");
+    constexpr bool OVERLAP = (MODE & 1) != 0;
+    constexpr bool SCHED = (MODE & 2) != 0;
+    constexpr bool PERSIST = (MODE & 4) != 0;
+    using L = FaSmem<D, NC, BN, ST, PERSIST>;
+    constexpr int BM = L::BM;
+    constexpr int NS = BN / 2;  // S accumulator registers per thread
+    constexpr int NO = D / 2;   // O accumulator registers per thread
+    constexpr int NP = D / 64;  // 64-column panels per row
+    constexpr u32 V_LBO = BN * 128;  // MN-major B: stride between 64-column panels
+    constexpr u32 V_SBO = 1024;      //             stride between 8-row groups
+    constexpr int NCT = NC * 128;    // consumer threads
+
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    const u32 base = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
+    const u32 sQ = base;
+    const u32 sK = base + L::K_OFF;
+    const u32 sV = base + L::V_OFF;
+    const u32 sO = base + L::O_OFF;
+    const u32 barQ = base + L::BAR_OFF;
+    const u32 emptyQ = barQ + 8;
+    const u32 fullK = emptyQ + 8;
+    const u32 fullV = fullK + 8 * ST;
+    const u32 emptyK = fullV + 8 * ST;
+    const u32 emptyV = emptyK + 8 * ST;
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
+    const int total = num_qb * BH;
+    const int first = PERSIST ? blockIdx.x : blockIdx.y * num_qb + blockIdx.x;
+    const int stride = PERSIST ? gridDim.x : total;
+
+    if (tid == 0) {
+        fa_mbar_init(barQ, 1);
+        fa_mbar_init(emptyQ, NCT);
+        for (int s = 0; s < ST; ++s) {
+            fa_mbar_init(fullK + 8 * s, 1);
+            fa_mbar_init(fullV + 8 * s, 1);
+            fa_mbar_init(emptyK + 8 * s, NCT);
+            fa_mbar_init(emptyV + 8 * s, NCT);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();  // the last block-wide barrier: roles split below
+
+    if (wg == 0) {
+        // ---------------- producer ----------------
+        fa_setmaxnreg_dec<FaRegs<NC>::PRODUCER>();
+        if (tid == 0) {
+            fa_tma_prefetch(&tmQ);
+            fa_tma_prefetch(&tmK);
+            fa_tma_prefetch(&tmV);
+            int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
+            int k = 0;   // work items so far (emptyQ completes once per item)
+            for (int tt = first; tt < total; tt += stride, ++k) {
+                int qb, bh;
+                fa_tile(tt, num_qb, qb, bh);
+                const int q0 = qb * BM;
+                const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+                // Q's buffer is free once every consumer has finished with the last item's Q.
+                fa_mbar_wait(emptyQ, (k & 1) ^ 1);
+                if (ntiles == 0) continue;
+                fa_mbar_expect_tx(barQ, L::Q_BYTES);
+#pragma unroll
+                for (int p = 0; p < NP; ++p)
+                    fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, bh, barQ);
+                for (int j = 0; j < ntiles; ++j, ++it) {
+                    const int s = it % ST;
+                    const u32 round_parity = ((it / ST) & 1) ^ 1;
+                    fa_mbar_wait(emptyK + 8 * s, round_parity);
+                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < NP; ++p)
+                        fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p, j * BN,
+                                    bh, fullK + 8 * s);
+                    fa_mbar_wait(emptyV + 8 * s, round_parity);
+                    fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
+#pragma unroll
+                    for (int p = 0; p < NP; ++p)
+                        fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p, j * BN,
+                                    bh, fullV + 8 * s);
+                }
+            }
+        }
+        return;
+    }
+
+    // ---------------- consumers ----------------
+    fa_setmaxnreg_inc<FaRegs<NC>::CONSUMER>();
+    const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the query block
+    const int ctid = tid - 128 * wg;
+    const int warp = ctid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const u32 qwg = sQ + c * 64 * 128;  // this warpgroup's rows in each Q panel
+    const u32 owg = (PERSIST ? sO : sQ) + c * 64 * 128;  // ... and in the O staging tile
+    const int offset = Nk - Nq;
+
+    float o[NO];
+    float m[2];
+    float l[2];
+    float alpha[2];
+    float s[NS];
+    u32 a[BN / 16][4];
+
+    // Scheduler barrier: consumer c waits on barrier 1 + c, then lets 1 + (c + 1) % NC go.
+    // Every consumer passes the same points (per item ntiles + 1 with overlap, 2 ntiles
+    // without) in one stream over all its items: the first consumer's first wait is met by
+    // its own arrive below, and the last consumer skips its very last arrive, so the turns
+    // stay strictly round-robin and every barrier ends with its counts matched.
+    int sched_left = 0;
+    if constexpr (SCHED) {
+        for (int tt = first; tt < total; tt += stride) {
+            int qb, bh;
+            fa_tile(tt, num_qb, qb, bh);
+            const int n = fa_kv_tiles<BM, BN>(qb * BM, Nq, Nk, causal);
+            sched_left += n > 0 ? (OVERLAP ? n + 1 : 2 * n) : 0;
+        }
+        if (c == 0 && sched_left > 0) fa_bar_arrive(1, 256);
+    }
+    auto sched_wait = [&]() {
+        if constexpr (SCHED) fa_bar_sync(1 + c, 256);
+    };
+    auto sched_signal = [&]() {
+        if constexpr (SCHED) {
+            --sched_left;
+            if (!(c == NC - 1 && sched_left == 0)) fa_bar_arrive(1 + (c + 1) % NC, 256);
+        }
+    };
+
+    int it = 0;  // K/V tiles consumed so far, across items (ring slot it % ST)
+    int qk = 0;  // Q tiles consumed so far (barQ parity)
+    for (int tt = first; tt < total; tt += stride) {
+        int qb, bh;
+        fa_tile(tt, num_qb, qb, bh);
+        const int q0 = qb * BM;
+        const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+        const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
+
+#pragma unroll
+        for (int i = 0; i < NO; ++i) o[i] = 0.f;
+        m[0] = m[1] = FA_NEG_INF;
+        l[0] = l[1] = 0.f;
+
+        auto issue_s = [&](int slot) {  // S = Q K^T (A and B K-major in shared memory)
+            const u32 kbase = sK + slot * L::KV_BYTES;
+            fa_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
+                const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+                fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
+            }
+            fa_wgmma_commit();
+        };
+        auto issue_pv = [&](int slot) {  // O += P V (A = P from registers, B = V MN-major)
+            const u32 vbase = sV + slot * L::KV_BYTES;
+            fa_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
+            fa_wgmma_commit();
+        };
+        auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
+            const int n0 = j * BN;
+            // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
+            // warpgroup's first row (q0 + 64 c); other tiles need no mask.
+            if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
+                fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
+            fa_softmax<NS>(s, m, l, alpha, scale_log2);
+        };
+
+        if (ntiles > 0) {
+            fa_mbar_wait(barQ, qk & 1);
+            ++qk;
+            if constexpr (OVERLAP) {
+                // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
+                {
+                    const int s0 = it % ST;
+                    fa_mbar_wait(fullK + 8 * s0, (it / ST) & 1);
+                    sched_wait();
+                    issue_s(s0);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    fa_mbar_arrive(emptyK + 8 * s0);
+                    softmax_tile(0);
+                    fa_to_a<DT, NS>(s, a);
+                }
+                for (int j = 1; j < ntiles; ++j) {
+                    const int ic = it + j, ip = it + j - 1;
+                    const int sj = ic % ST, sp = ip % ST;
+                    fa_mbar_wait(fullK + 8 * sj, (ic / ST) & 1);
+                    fa_mbar_wait(fullV + 8 * sp, (ip / ST) & 1);
+                    sched_wait();
+                    issue_s(sj);   // S_j                      (group 1)
+                    issue_pv(sp);  // O += P_{j-1} V_{j-1}     (group 2)
+                    sched_signal();
+                    fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    fa_mbar_arrive(emptyK + 8 * sj);
+                    softmax_tile(j);  // under the P V GEMM
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    fa_mbar_arrive(emptyV + 8 * sp);
+                    fa_rescale<NO>(o, alpha);
+                    fa_to_a<DT, NS>(s, a);
+                }
+                const int il = it + ntiles - 1;
+                const int sl = il % ST;
+                fa_mbar_wait(fullV + 8 * sl, (il / ST) & 1);
+                sched_wait();
+                issue_pv(sl);
+                sched_signal();
+                fa_wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                fa_mbar_arrive(emptyV + 8 * sl);
+            } else {
+                for (int j = 0; j < ntiles; ++j) {
+                    const int ic = it + j;
+                    const int sj = ic % ST;
+                    const u32 par = (ic / ST) & 1;
+                    fa_mbar_wait(fullK + 8 * sj, par);
+                    sched_wait();
+                    issue_s(sj);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    fa_mbar_arrive(emptyK + 8 * sj);
+                    softmax_tile(j);
+                    fa_rescale<NO>(o, alpha);
+                    fa_to_a<DT, NS>(s, a);
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    fa_mbar_wait(fullV + 8 * sj, par);
+                    sched_wait();
+                    issue_pv(sj);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    fa_mbar_arrive(emptyV + 8 * sj);
+                }
+            }
+            it += ntiles;
+        }
+        if constexpr (PERSIST) {
+            // Every S GEMM of this item is complete: the producer may load the next Q now.
+            fa_mbar_arrive(emptyQ);
+            // The previous item's O reads from the staging tile are done in every thread.
+            fa_bar_sync(1 + NC + c, 128);
+        }
+
+        // ---------------- epilogue ----------------
+        // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's rows
+        // of the staging tile (persistent) or of the Q panels (dead since its last S GEMM
+        // completed), in the same swizzled layout, then written with coalesced 16-byte
+        // stores; rows past Nq are not written.
+        u16* Ob = O + static_cast<long long>(bh) * Nq * D;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float lt = l[h];
+            lt += __shfl_xor_sync(0xffffffff, lt, 1);
+            lt += __shfl_xor_sync(0xffffffff, lt, 2);
+            const float inv = lt > 0.f ? 1.f / lt : 0.f;
+            const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
+#pragma unroll
+            for (int dn = 0; dn < D / 8; ++dn) {
+                // 8-column group dn: panel dn / 8, 16-byte chunk (dn % 8) ^ (r % 8), 4 bytes per t.
+                const u32 pk = fa_pack<DT>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
+                const u32 addr = owg + (dn >> 3) * (BM * 128) + r * 128 +
+                                 (((dn & 7) ^ (r & 7)) << 4) + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pk) : "memory");
+            }
+            if (LSE != nullptr && t == 0) {
+                const int row = q0 + c * 64 + r;
+                if (row < Nq) {
+                    LSE[static_cast<long long>(bh) * Nq + row] =
+                        lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f : FA_NEG_INF;
+                }
+            }
+        }
+        fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
+        constexpr int CPR = D / 8;     // 16-byte chunks per row
+#pragma unroll
+        for (int i = 0; i < 64 * CPR / 128; ++i) {
+            const int idx = ctid + i * 128;
+            const int r = idx / CPR;
+            const int ch = idx % CPR;
+            const int row = q0 + c * 64 + r;
+            if (row < Nq) {
+                uint4 val;
+                const u32 addr =
+                    owg + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                             : "r"(addr)
+                             : "memory");
+                *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D + ch * 8) = val;
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+#ifdef COMPILE_CHECK
+// nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash.py uses, so CI type-checks them.
+#define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
+    template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
+        const __grid_constant__ FaTmap, u16*, float*, int, int, float, int, int, int);
+FA_WS_INST(0, 128, 2, 128, 2, 1)
+FA_WS_INST(1, 128, 2, 128, 2, 3)
+FA_WS_INST(0, 64, 3, 128, 2, 3)
+FA_WS_INST(1, 64, 2, 128, 2, 0)
+FA_WS_INST(0, 128, 2, 176, 2, 3)
+FA_WS_INST(0, 128, 2, 128, 3, 1)
+FA_WS_INST(1, 128, 2, 128, 2, 7)
+FA_WS_INST(0, 64, 3, 128, 2, 7)
+#endif

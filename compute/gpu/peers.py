@@ -1,0 +1,68 @@
+"""The peers the tensor-core kernel is compared with: torch SDPA pinned to one backend.
+
+``sdpa(backend)`` returns ``fn(q, k, v, causal) -> out`` on the harness's CuPy arrays,
+shaped (batch*heads, N, d), handed to torch through DLPack without a copy (bfloat16 as
+its uint16 bits, viewed as torch.bfloat16) and the output handed back the same way. torch
+is imported on first use only: the GPU machine has it, a desktop install need not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+PEERS: dict[str, str] = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION"}
+
+
+def _to_torch(torch: Any, a: Any) -> Any:
+    import cupy
+
+    if a.dtype == cupy.uint16:  # bfloat16 bits
+        return torch.from_dlpack(a.view(cupy.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(a)
+
+
+def _to_cupy(torch: Any, t: Any) -> Any:
+    import cupy
+
+    if t.dtype == torch.bfloat16:
+        return cupy.from_dlpack(t.view(torch.int16)).view(cupy.uint16)
+    return cupy.from_dlpack(t)
+
+
+def sdpa(name: str) -> Callable[..., Any]:
+    """The SDPA backend `name` (a key of PEERS) as fn(q, k, v, causal) on (BH, N, d) arrays."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, PEERS[name])
+
+    def fn(q: Any, k: Any, v: Any, causal: bool = False) -> Any:
+        if causal and q.shape[1] != k.shape[1]:
+            raise ValueError(
+                "SDPA aligns its causal mask top-left, this project bottom-right: "
+                "peers are compared at N_q = N_k only."
+            )
+        tq, tk, tv = (_to_torch(torch, x)[None] for x in (q, k, v))
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        return _to_cupy(torch, out[0].contiguous())
+
+    return fn
+
+
+def peak_torch_bytes(fn: Callable[[], Any]) -> tuple[int, int]:
+    """(peak bytes torch's allocator held during fn(), bytes of its result), like peak_pool_bytes."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    out_bytes = int(out.nbytes)
+    del out
+    return int(peak), out_bytes

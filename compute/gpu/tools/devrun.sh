@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One device-machine call: run from the repository root on the GPU machine; logs and JSON
+# land in $OUT. Use it whenever a kernel, the harness or a GPU test changed:
+#   bash compute/gpu/tools/devrun.sh check    # tests, memcheck, CLI, flash vs SDPA (N 4096, 16384)
+#   bash compute/gpu/tools/devrun.sh tests    # GPU tests and the nvcc compile checks only
+#   bash compute/gpu/tools/devrun.sh figures  # the README's tiled-vs-dense figures (tools/figures.py)
+#   bash compute/gpu/tools/devrun.sh cli      # the bench CLI twice (float16 sweep; float32 causal)
+#   bash compute/gpu/tools/devrun.sh tune     # the CLI with a sweep, tiled source variants, one ncu pass
+#   bash compute/gpu/tools/devrun.sh ws       # the TMA + warp-specialised kernel: a smoke test
+#       first (stops there if it fails or hangs), then the flash tests with WS_VARIANTS, memcheck,
+#       and flash vs SDPA at WS_N with every WS_VARIANTS spec timed beside the default
+set -o pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+what=${1:-check}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
+    >"$OUT/smi.txt" 2>&1
+python3 -c "import compute.gpu as g; print(g.status().describe())" | tee "$OUT/status.txt"
+rc=0
+step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a failure
+    local name=$1 limit=$2
+    shift 2
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local r=$?
+    echo "== $name rc=$r"
+    tail -4 "$OUT/$name.log"
+    [ $r -eq 0 ] || rc=$r
+}
+if [ "$what" = check ] || [ "$what" = tests ]; then
+    step pytest 180 python3 -m pytest tests/compute/gpu -q \
+        -p no:cacheprovider -n 8
+fi
+if [ "$what" = check ]; then
+    step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -m compute.gpu.tools.sanitize_cases
+    grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+    step cli 60 python3 -m compute.gpu.bench_cli --n 2048 --dtype float16 --kernel all \
+        --block-q 128 --block-k 64 --json "$OUT/bench_cli_float16_n2048_h200.json"
+    step flash_vs_sdpa 120 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 16384 \
+        --json "$OUT/flash_vs_sdpa_n4096_16384_h200.json"
+    cat "$OUT/cli.log" | grep -v "^\[" | head -20
+    sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
+fi
+if [ "$what" = figures ]; then
+    step figures "${FIG_TIMEOUT:-300}" python3 -m compute.gpu.tools.figures \
+        --out "$OUT/tiled_vs_dense_h200.json"
+    sed -n '/^dtype  N/,$p' "$OUT/figures.log"
+fi
+if [ "$what" = cli ]; then
+    step cli_f16 150 python3 -m compute.gpu.bench_cli --n 4096 --dtype float16 --kernel all \
+        --sweep-blocks --block-q 128 --block-k 64 --json "$OUT/bench_cli_float16_sweep_h200.json"
+    step cli_f32 120 python3 -m compute.gpu.bench_cli --n 4096 --n-keys 6144 --causal \
+        --dtype float32 --kernel all --block-q 128 --block-k 64 \
+        --json "$OUT/bench_cli_float32_causal_h200.json"
+fi
+if [ "$what" = tune ]; then
+    step cli 150 python3 -m compute.gpu.bench_cli --n 4096 --dtype float16 --kernel all \
+        --sweep-blocks --json "$OUT/bench_cli_sweep.json"
+    for dt in float32 float16; do
+        step "tune_$dt" 90 python3 -m compute.gpu.tools.tune_tiled --dtype $dt
+    done
+    step ncu 150 ncu --clock-control none --kernel-name regex:tiled_q_outer --launch-skip 3 \
+        --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis \
+        python3 -m compute.gpu.bench_cli --n 4096 --kernel tiled --block-q 128 --block-k 64
+    grep -E "Throughput|Pipe|Occupancy|Stall|Bank|Registers|Warp Cycles|Eligible|Issued" \
+        "$OUT/ncu.log" | head -40
+fi
+if [ "$what" = ws ]; then
+    variants=${WS_VARIANTS:-"ws:128:2:128:2:pingpong:persist ws:64:3:128:2:pingpong:persist"}
+    step smoke 120 python3 -m pytest tests/compute/gpu/test_flash.py -q -x -p no:cacheprovider \
+        -k "ws_kernel and grid"
+    if [ $rc -eq 0 ]; then
+        skip=()
+        step smoke_persistent 60 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
+            -p no:cacheprovider -k "ws_kernel and persistent"
+        if [ $rc -ne 0 ]; then  # keep going without the persistent variants; say so
+            echo "persistent variants dropped"
+            variants=$(echo "$variants" | tr ' ' '\n' | grep -v persist | tr '\n' ' ')
+            skip=(-k "not persistent")
+            rc=0
+        fi
+        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest tests/compute/gpu -q \
+            -p no:cacheprovider -n 8 "${skip[@]}"
+        FLASH_SANITIZE_CONFIGS="$variants" step memcheck 150 compute-sanitizer --tool memcheck \
+            --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
+        grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+    fi
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${WS_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} \
+            --tune $variants ${WS_EXTRA_TUNE:-} --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
+        grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+exit $rc

@@ -1,0 +1,132 @@
+"""The tensor-core kernel against torch SDPA (FA2 and cuDNN backends) and the dense path.
+
+Run on the GPU machine after changing `kernels/flash_fwd_*.cu` or `flash.py`'s defaults, to
+re-measure the README's "Tensor-core kernel" table (needs torch beside CuPy):
+
+    python -m compute.gpu.tools.flash_vs_sdpa [--quick] [--json FILE] [--tune SPEC ...]
+
+Setup as the FlashAttention papers: batch*N = 16384 tokens, heads*d = 2048; every case is
+one `compute.gpu.bench.run_bench` call (same inputs, timer, float64 reference and dense path
+as the CLI and the panel), with paths `flash` (its default variant per d, plus each --tune
+spec), `sdpa-flash`, `sdpa-cudnn`, and `dense` in float16 up to --dense-max-n. Writes one
+figures-format JSON holding every report and prints one line per case, then a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..bench import BenchConfig, GpuUnavailable, run_bench
+from ..dtypes import FLASH_DTYPES
+from ..report import FIGURES_FORMAT, VERSION
+
+TOKENS = 16384
+MODEL_DIM = 2048
+ERR_BAR = {"float16": 2e-3, "bfloat16": 1e-2}  # rel err vs float64 (FA2 / cuDNN sit at 1/7 of it)
+PEERS = ("sdpa-flash", "sdpa-cudnn")
+
+
+def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, tune):
+    """One BenchConfig per (dtype, d, N, causal), batch*heads = (16384 / N) * (2048 / d)."""
+    for dtype in dtypes:
+        for d in ds:
+            for n in ns:
+                dense = ("dense",) if dtype == "float16" and n <= dense_max_n else ()
+                base = BenchConfig(
+                    n=n, d=d, dtype=dtype, batch_heads=(TOKENS // n) * (MODEL_DIM // d),
+                    kernels=("flash", *PEERS, *dense), count_transfers=False,
+                    warmup=warmup, repeats=repeats,
+                    flash_specs=tuple(s for s in tune if s.split(":")[1] == str(d)),
+                )  # fmt: skip
+                for causal in causals:
+                    yield replace(base, causal=causal)
+
+
+def _line(report: dict) -> str:
+    c = report["config"]
+    by = {r["kernel"]: r for r in report["results"]}
+    head = f"{c['dtype']:8s} d={c['d']:3d} N={c['n']:5d} {'causal' if c['causal'] else 'full  '}"
+    parts = []
+    for name, r in by.items():
+        if "error" in r:
+            parts.append(f"{name}=fail [{r['error'][:100]}]")
+        else:
+            parts.append(f"{name}={r['tflops']:6.1f} ({r['rel_err']:.1e})")
+    flash, fa2 = by.get("flash", {}), by.get("sdpa-flash", {})
+    if "tflops" in flash and "tflops" in fa2:
+        parts.append(f"x{flash['tflops'] / fa2['tflops']:.2f} FA2")
+    return head + "  " + "  ".join(parts)
+
+
+def summary(reports: list[dict]) -> list[str]:
+    """The bar (fp16, N >= 4096: flash >= 1.0x SDPA FA2) per case, and the worst error per path."""
+    lines, worst = [], {}
+    for rep in reports:
+        c = rep["config"]
+        by = {r["kernel"]: r for r in rep["results"]}
+        for name, r in by.items():
+            if "rel_err" in r:
+                key = (name, c["dtype"])
+                worst[key] = max(worst.get(key, 0.0), r["rel_err"])
+        flash, fa2 = by.get("flash", {}), by.get("sdpa-flash", {})
+        if c["dtype"] == "float16" and c["n"] >= 4096 and "tflops" in flash and "tflops" in fa2:
+            ratio = flash["tflops"] / fa2["tflops"]
+            lines.append(
+                f"  {'MET ' if ratio >= 1.0 else 'MISS'} d={c['d']} N={c['n']} causal={c['causal']}: "
+                f"flash {flash['tflops']:.1f} vs FA2 {fa2['tflops']:.1f} TFLOP/s (x{ratio:.3f})"
+            )
+    for (name, dtype), err in sorted(worst.items()):
+        bar = ERR_BAR.get(dtype, 1e-4)
+        lines.append(
+            f"  worst rel err {name:24s} {dtype:8s} {err:.2e} {'ok' if err <= bar else 'OVER BAR'}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N in {1024, 4096, 16384} only")
+    ap.add_argument("--json", type=Path, help="write the reports here")
+    ap.add_argument("--n", type=int, nargs="*", help="sequence lengths (default 1024 .. 16384)")
+    ap.add_argument("--d", type=int, nargs="*", help="head dims (default 64 128)")
+    ap.add_argument("--dtype", nargs="*", choices=FLASH_DTYPES)
+    ap.add_argument("--causal", choices=["0", "1"], help="only non-causal (0) or causal (1)")
+    ap.add_argument("--tune", nargs="*", default=[], help="variants, e.g. wgmma:128:2:64:2")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--dense-max-n", type=int, default=8192)
+    args = ap.parse_args(argv)
+    ns = args.n or ([1024, 4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384])
+    causals = [False, True] if args.causal is None else [args.causal == "1"]
+    data = {
+        "format": FIGURES_FORMAT,
+        "version": VERSION,
+        "command": "python -m compute.gpu.tools.flash_vs_sdpa " + " ".join(sys.argv[1:]),
+        "flops_formula": "4*B*H*N^2*d (x0.5 causal)",
+        "reports": [],
+    }
+    t0 = time.time()
+    try:
+        for cfg in cases(ns, args.d or [64, 128], args.dtype or list(FLASH_DTYPES), causals,
+                         args.dense_max_n, args.warmup, args.reps, args.tune):  # fmt: skip
+            report = run_bench(cfg)
+            data["reports"].append(report)
+            print(_line(report), flush=True)
+            if args.json:  # rewritten after every case, so a run cut short keeps its data
+                data["seconds"] = round(time.time() - t0, 1)
+                args.json.write_text(json.dumps(data, indent=1))
+    except GpuUnavailable as exc:
+        print(f"flash_vs_sdpa: {exc}", file=sys.stderr)
+        return 1
+    print("\nsummary (fp16 bar: flash >= 1.0x SDPA FA2 for N >= 4096; errors vs float64)")
+    print("\n".join(summary(data["reports"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Launch every production kernel once on odd shapes, for compute-sanitizer to watch.
+
+Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize does):
+
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
+
+FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") adds variants
+beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels. CuPy's memory pool is
+switched off first, so each array is its own cudaMalloc and an
+out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
+both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
+than N. Prints one line per launch; the outputs are checked against float64 elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+# (heads, N_q, N_k); the last has more work items than SMs for the persistent ws variants
+CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200), (150, 130, 260)]
+
+
+def main() -> int:
+    import cupy
+
+    from ..dtypes import device_array
+    from ..flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config, flash_attention
+    from ..tiled import tiled_attention_gpu
+
+    extra = [Config.parse(s) for s in os.environ.get("FLASH_SANITIZE_CONFIGS", "").split()]
+
+    cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
+    rng = np.random.default_rng(0)
+    for h, n_q, n_k in CASES:
+        for d in (64, 128):
+            for dtype in ("float16", "bfloat16"):
+                q, k, v = (
+                    cupy.asarray(device_array(rng.standard_normal((1, h, n, d), np.float32), dtype))
+                    for n in (n_q, n_k, n_k)
+                )
+                mine = [c for c in extra if c.d == d]
+                for cfg in (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d], *mine):
+                    for causal in (False, True):
+                        flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
+                        cupy.cuda.Device().synchronize()
+                        print(f"flash {cfg.spec()} {dtype} h={h} {n_q}x{n_k} causal={causal}")
+        for order in ("q-outer", "kv-outer"):
+            q, k, v = (
+                cupy.asarray(rng.standard_normal((h, n, w)).astype(np.float32))
+                for n, w in ((n_q, 40), (n_k, 40), (n_k, 24))
+            )
+            for bq, bk in ((16, 7), (128, 96)):
+                tiled_attention_gpu(
+                    q, k, v, block_q=bq, block_k=bk, order=order, causal=True, save_lse=True
+                )
+                cupy.cuda.Device().synchronize()
+                print(f"tiled {order} {bq}x{bk} h={h} {n_q}x{n_k}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

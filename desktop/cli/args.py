@@ -1,0 +1,166 @@
+"""Command-line configuration flags shared by every flash-explorer command (no Qt here).
+
+`ledger`, `export`, `export-ledger`, the GUI and `--screenshot` accept the same flags,
+so a configuration typed once reproduces the same trace everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from compute import DTYPES, ORDERS
+from desktop.state.config import SEED_SIZES, Config
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != value:  # NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return value
+
+
+def ranged_int(low: int, high: int):
+    """An argparse type: a whole number in [low, high], else one sentence naming the range."""
+
+    def parse(text: str) -> int:
+        value = _whole(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{value} is outside the allowed range {low:,} to {high:,}"
+            )
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def ranged_float(low: float, high: float):
+    """An argparse type: a number in [low, high], else one sentence naming the range."""
+
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside the allowed range {low:g} to {high:g}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+# Ranges: positions and blocks as large as the ledger can count (the memory budget
+# limits what is built); head sizes far past any model; scales whose scores stay finite.
+POSITIONS_MAX = 10**12
+HEAD_MAX = 65_536
+SRAM_MAX = 10**15
+SEED_MAX = 2**32 - 1
+INPUT_SCALE_RANGE = (1e-6, 1e6)
+positive_int = ranged_int(1, POSITIONS_MAX)
+positive_float = ranged_float(1e-12, 1e12)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
+    """Add the shared configuration flags (defaults: the reference example)."""
+    g = parser.add_argument_group("configuration")
+    head = ranged_int(1, HEAD_MAX)
+    g.add_argument("--n", type=positive_int, default=6, help="query positions N (default 6)")
+    g.add_argument("--n-keys", type=positive_int, help="key positions N_k (default: N)")
+    g.add_argument("--d", type=head, default=2, help="head size d of Q and K (default 2)")
+    g.add_argument("--dv", type=head, help="head size d_v of V (default: d)")
+    g.add_argument("--block-q", type=positive_int, default=2, help="query block B_r (default 2)")
+    g.add_argument("--block-k", type=positive_int, default=2, help="key tile B_c (default 2)")
+    g.add_argument("--order", choices=ORDERS, default="q-outer", help="tiled loop order")
+    g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
+    g.add_argument("--save-lse", action="store_true", help="write L = m + log ℓ per row")
+    g.add_argument("--dtype", choices=DTYPES, default="float64", help="tiled lane precision")
+    g.add_argument("--sram", type=ranged_int(1, SRAM_MAX), help="SRAM capacity M in elements")
+    if inputs:
+        g.add_argument(
+            "--input",
+            default="seed",
+            help="seed (the reference example's vectors), random, or a .npy/.npz file (default seed)",
+        )
+        g.add_argument(
+            "--seed", type=ranged_int(0, SEED_MAX), default=0, help="seed for --input random"
+        )
+        g.add_argument(
+            "--input-scale",
+            type=ranged_float(*INPUT_SCALE_RANGE),
+            default=1.0,
+            help="scale of random Q and K",
+        )
+        g.add_argument(
+            "--row",
+            type=ranged_int(0, POSITIONS_MAX - 1),
+            default=0,
+            help="selected query row (default 0)",
+        )
+
+
+def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> Config:
+    """The Config the flags describe (same flags in every command).
+
+    "--input seed" means the reference example's vectors at the reference example's sizes (N = 6, d = d_v = 2); with
+    other sizes it means seeded random inputs, so size flags always apply. Any other
+    --input value, or --open, is a .npy/.npz path.
+    """
+    d_v = args.d if args.dv is None else args.dv
+    n_keys = args.n_keys
+    source, path = getattr(args, "input", "seed"), ""
+    if (
+        source == "seed"
+        and (args.n, args.n if n_keys is None else n_keys, args.d, d_v) != SEED_SIZES
+    ):
+        source = "random"
+    elif source not in ("seed", "random"):
+        source, path = "file", source
+    if open_path:
+        source, path = "file", open_path
+    return Config(
+        n=args.n,
+        n_keys=n_keys,
+        d=args.d,
+        dv=d_v,
+        block_q=args.block_q,
+        block_k=args.block_k,
+        order=args.order,
+        causal=args.causal,
+        save_lse=args.save_lse,
+        dtype=args.dtype,
+        input=source,
+        seed=getattr(args, "seed", 0),
+        input_scale=getattr(args, "input_scale", 1.0),
+        file=path,
+        sram=args.sram or None,
+    )
+
+
+def fail(message: str, prog: str = "flash-explorer") -> int:
+    """Print one error sentence on stderr and return the exit status for failures."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 1
+
+
+def requested_config(args: argparse.Namespace) -> Config:
+    """The configuration the flags ask for, with `--open FILE` as the input source."""
+    return config_from_args(args, args.open)

@@ -1,0 +1,176 @@
+"""Headless exports: `flash-explorer export` (frames, GIF, MP4) and `export-ledger`.
+
+No display needed: without one, Qt's offscreen platform is used. The window is built
+synchronously from the same flags as the GUI, rendered by the GUI's own views, and
+every file is written atomically. Bad arguments or failures: one line on stderr and
+a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from compute import InputError
+from desktop.cli.args import (
+    OneLineParser,
+    add_config_arguments,
+    fail,
+    ranged_float,
+    ranged_int,
+    requested_config,
+)
+from desktop.cli.session import SCREEN_SIZE, ensure_app, headless_window
+from desktop.export.atomic import ExportError
+
+FPS_RANGE = (0.1, 100.0)  # as animation_writer.FPS_RANGE (not imported: it pulls NumPy in)
+HOLD_MAX = 120
+SCALE = ranged_float(0.25, 8.0)
+OUT_OF_MEMORY = "This configuration needs more memory than is free; lower N, d or the frame size."
+
+
+def _common_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description=description)
+    add_config_arguments(parser)
+    parser.add_argument("--open", metavar="FILE", help="open Q, K, V from a .npy or .npz file")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    return parser
+
+
+def export_parser() -> argparse.ArgumentParser:
+    from desktop.export.frames import TARGETS
+
+    p = _common_parser(
+        "flash-explorer export",
+        "Render the explorer's views headless: a PNG or SVG frame, a GIF or MP4 animation.",
+    )
+    g = p.add_argument_group("output")
+    g.add_argument("--steps", help="1-based step range A:B (default: all); a still shows B")
+    g.add_argument(
+        "--fps", type=ranged_float(*FPS_RANGE), default=6.0, help="frames per second (default 6)"
+    )
+    g.add_argument("--hold", type=ranged_int(1, HOLD_MAX), default=2, help="frames per step")
+    g.add_argument("--size", help="frame size WxH (default: the view's own size)")
+    g.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale, e.g. 2 for print")
+    g.add_argument(
+        "--lane",
+        choices=TARGETS,
+        help="what to draw: both lanes, one lane, the window, stats or ledger "
+        "(default: both for animations, window for stills)",
+    )
+    g.add_argument("--theme", choices=("light", "dark"), default="light", help="colour theme")
+    g.add_argument("--quiet", action="store_true", help="print nothing on success")
+    return p
+
+
+def _checked_config(args):
+    """The config the flags ask for, checked and fitted to its inputs (one sentence if not).
+
+    The window draws at most MAX_TILES blocks a side and raises smaller blocks; say so,
+    since the frames then show other block sizes than the flags named.
+    """
+    from compute.inputs import check_memory_budget
+    from desktop.state.config import MAX_TILES, conform, make_inputs
+
+    asked = requested_config(args).validated()
+    config = conform(asked, make_inputs(asked))
+    # The whole budget (trace, views) before any window: its build error would be a dialog.
+    check_memory_budget(config.n, config.n_k, config.d, config.dv, -(-config.n_k // config.block_k))
+    if (config.block_q, config.block_k) != (asked.block_q, asked.block_k):
+        print(
+            f"note: drawing blocks {config.block_q}x{config.block_k} instead of "
+            f"{asked.block_q}x{asked.block_k}, to keep at most {MAX_TILES} blocks a side",
+            file=sys.stderr,
+        )
+    return config
+
+
+def main(argv: list[str]) -> int:
+    """`flash-explorer export`."""
+    from desktop.export.atomic import clean_interrupts
+
+    with clean_interrupts():  # Ctrl+C: temp file removed, one line, exit 130
+        return _export(argv)
+
+
+def _export(argv: list[str]) -> int:
+    parser = export_parser()
+    args = parser.parse_args(argv)
+    try:
+        from desktop.export.exporter import (
+            VIEW_SUFFIXES,
+            check_suffix,
+            export_animation,
+            export_still,
+        )
+        from desktop.export.frames import FramePlan, parse_size, parse_steps
+
+        path = check_suffix(args.out, VIEW_SUFFIXES)
+        size = parse_size(args.size) if args.size else None
+        config = _checked_config(args)
+        window = headless_window(config, row=args.row, theme=args.theme, size=size or SCREEN_SIZE)
+        if not 0 <= args.row < window.state.trace.schedule.n_q:
+            raise ExportError(
+                f"Row {args.row} does not exist; choose a query row from 0 to "
+                f"{window.state.trace.schedule.n_q - 1}."
+            )
+        notice = window.overflow_text()
+        if notice:
+            print(f"warning: {notice}", file=sys.stderr)
+        steps = parse_steps(args.steps, window.state.n_steps)
+        still = path.suffix.lower() in (".png", ".svg")
+        target = args.lane or ("window" if still else "both")
+        if still:
+            export_still(
+                window,
+                path,
+                target=target,
+                step=steps[-1],
+                scale=args.scale,
+                size=size if target != "window" else None,
+            )
+            what = f"step {steps[-1] + 1} of {window.state.n_steps}"
+        else:
+            plan = FramePlan(steps, args.hold)
+            export_animation(window, path, plan=plan, fps=args.fps, target=target, size=size)
+            what = f"{len(plan)} frames, steps {steps[0] + 1}-{steps[-1] + 1}"
+        window.close()
+    except (ExportError, InputError) as exc:
+        return fail(str(exc), parser.prog)
+    except MemoryError:
+        return fail(OUT_OF_MEMORY, parser.prog)
+    if not args.quiet:
+        print(f"wrote {path} ({what})")
+    return 0
+
+
+def main_ledger(argv: list[str]) -> int:
+    """`flash-explorer export-ledger`."""
+    from desktop.export.atomic import clean_interrupts
+
+    with clean_interrupts():
+        return _export_ledger(argv)
+
+
+def _export_ledger(argv: list[str]) -> int:
+    parser = _common_parser(
+        "flash-explorer export-ledger", "Write the ledger of a configuration as PNG, CSV or JSON."
+    )
+    parser.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale (default 1)")
+    args = parser.parse_args(argv)
+    try:
+        from desktop.export.exporter import check_suffix
+        from desktop.export.ledger_export import LEDGER_SUFFIXES, export_ledger
+        from desktop.state.config import ledger_for
+
+        path = check_suffix(args.out, LEDGER_SUFFIXES)
+        result = ledger_for(requested_config(args).validated())
+        if path.suffix.lower() == ".png":
+            ensure_app()
+        export_ledger(result, path, scale=args.scale)
+    except (ExportError, InputError, ValueError) as exc:
+        return fail(str(exc), parser.prog)
+    except MemoryError:
+        return fail(OUT_OF_MEMORY, parser.prog)
+    print(f"wrote {path}")
+    return 0

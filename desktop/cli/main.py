@@ -1,0 +1,146 @@
+"""The `flash-explorer` command line: the GUI by default, plus headless subcommands.
+
+`ledger` and `bench` import neither Qt nor CuPy at start, so they run on a GPU server;
+the GUI and exports import Qt only when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from compute import DIRECTIONS, PASSES, InputError, Ledger
+from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
+from desktop.state.config import ledger_for
+
+
+def format_ledger(result: Ledger) -> str:
+    """The ledger as a plain-text table: per tensor and direction, both lanes, then totals."""
+    c = result.config()
+    dense, tiled = result.lanes["dense"], result.lanes["tiled"]
+    rows = []
+    for t in dense.counts:  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
+        row = [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS]
+        if any(row):
+            rows.append(("ℓ" if t == "l" else t, row))
+    totals = (dense.total_elements, tiled.total_elements, dense.total_bytes, tiled.total_bytes)
+    # Columns as wide as the widest number plus two spaces: 13+ digit counts never touch.
+    w = max(14, 2 + max(len(f"{x:,}") for x in [*totals, *(x for _, r in rows for x in r)]))
+    lines = [
+        f"HBM transfer ledger  N_q={c['n_q']} N_k={c['n_k']} d={c['d']} d_v={c['d_v']} "
+        f"B_r={c['block_q']} B_c={c['block_k']} order={c['order']} "
+        f"causal={'yes' if c['causal'] else 'no'} L={'saved' if c['save_lse'] else 'not saved'} "
+        f"dtype={c['dtype']}" + (f" pass={c['pass']}" if "pass" in c else ""),
+        "",
+        f"{'tensor':<8}"
+        + "".join(f"{h:>{w}}" for h in ("dense read", "dense write", "tiled read", "tiled write")),
+    ]
+    for label, row in rows:
+        lines.append(f"{label:<8}" + "".join(f"{x:>{w},}" for x in row))
+    lines += [
+        "",
+        f"{'total elements':<22}{'dense':>6} {dense.total_elements:>{w},}   "
+        f"tiled {tiled.total_elements:>{w},}",
+        f"{'total bytes':<22}{'dense':>6} {dense.total_bytes:>{w},}   "
+        f"tiled {tiled.total_bytes:>{w},}",
+        f"dense / tiled transfers: {result.ratio:.2f}x",
+    ]
+    sram = (
+        f"SRAM working set (elements): dense {dense.sram_elements:,}, tiled {tiled.sram_elements:,}"
+    )
+    if result.sram_capacity is not None:
+        verdict = {True: "fits", False: "does not fit"}
+        sram += (
+            f"; against M = {result.sram_capacity:,}: dense {verdict[dense.fits]}, "
+            f"tiled {verdict[tiled.fits]}"
+        )
+    lines.append(sram)
+    return "\n".join(lines)
+
+
+def run_ledger(argv: Sequence[str]) -> int:
+    parser = OneLineParser(
+        prog="flash-explorer ledger", description="Print the HBM transfer ledger of both lanes."
+    )
+    add_config_arguments(parser, inputs=False)
+    parser.add_argument(
+        "--pass",
+        dest="pass_name",
+        choices=PASSES,
+        default="forward",
+        help="which pass: forward (default), backward, or training (forward + backward)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    args = parser.parse_args(argv)
+    try:
+        result = ledger_for(config_from_args(args), args.pass_name)
+    except (InputError, ValueError) as exc:
+        return fail(str(exc), parser.prog)
+    print(json.dumps(result.to_dict()) if args.json else format_ledger(result))
+    return 0
+
+
+def run_bench(argv: Sequence[str]) -> int:
+    try:
+        from compute.gpu.bench_cli import main as bench_main
+    except ImportError as exc:
+        return fail(f"the GPU benchmark is unavailable ({exc}).", "flash-explorer bench")
+    return bench_main(list(argv))
+
+
+def run_export(argv: Sequence[str]) -> int:
+    from desktop.cli.export import main as export_main
+
+    return export_main(list(argv))
+
+
+def run_export_ledger(argv: Sequence[str]) -> int:
+    from desktop.cli.export import main_ledger
+
+    return main_ledger(list(argv))
+
+
+def run_gui(argv: Sequence[str]) -> int:
+    try:
+        from desktop.cli.gui import main as app_main
+    except ImportError as exc:
+        return fail(
+            f"the desktop app cannot start because Qt is unavailable ({exc}); "
+            "install the project with `pip install -e .`.",
+        )
+    return app_main(list(argv))
+
+
+SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "ledger": run_ledger,
+    "bench": run_bench,
+    "export": run_export,
+    "export-ledger": run_export_ledger,
+}
+
+USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
+       flash-explorer ledger [flags] [--pass P] [--json]
+                                           print both lanes' HBM transfer ledger
+       flash-explorer export --out FILE ...     render frames or an animation headless
+       flash-explorer export-ledger --out FILE  write the ledger as PNG, CSV or JSON
+       flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
+Run any command with --help for its flags."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    command = SUBCOMMANDS.get(argv[0], run_gui) if argv else run_gui
+    try:
+        return command(argv[1:] if command is not run_gui else argv)
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away; that is not an error of ours.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""Render exported frames from the window's own views, at any step and transfer progress.
+
+Exports draw exactly what the app draws: the same LaneView, stats and ledger widgets,
+grabbed at each (step, progress) of a FramePlan. A step can be held for several frames,
+during which its transfer arrows travel from 0 to 1, so moves read clearly. Animation
+frames add a footer with the step in words (the status bar's text) and a clip-position
+bar, so a looping GIF on a slide explains itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QPoint, QRectF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtWidgets import QApplication, QWidget
+
+from desktop.export.atomic import ExportError
+
+# What a frame can show: the whole window, both lanes, one lane, the stats or the ledger.
+TARGETS: tuple[str, ...] = ("window", "both", "dense", "tiled", "stats", "ledger")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720); one sentence on anything else."""
+    match = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text)
+    if not match or not (16 <= int(match[1]) <= 8192 and 16 <= int(match[2]) <= 8192):
+        raise ExportError(f"Size {text!r} is not WIDTHxHEIGHT between 16 and 8192, e.g. 1280x720.")
+    return int(match[1]), int(match[2])
+
+
+def parse_steps(text: str | None, n_steps: int) -> range:
+    """1-based inclusive 'A:B' (either side may be empty) or 'K' -> a 0-based range."""
+    if text is None or text.strip() in ("", ":"):
+        return range(n_steps)
+    match = re.fullmatch(r"\s*(\d*)\s*(:?)\s*(\d*)\s*", text)
+    if not match or (not match[2] and not match[1]):
+        raise ExportError(f"Steps {text!r} are not A:B or K (1-based, e.g. 1:{n_steps}).")
+    first = int(match[1]) if match[1] else 1
+    last = (int(match[3]) if match[3] else n_steps) if match[2] else first
+    if not 1 <= first <= last <= n_steps:
+        raise ExportError(
+            f"Steps {text!r} fall outside 1:{n_steps} or run backwards; choose A:B with "
+            f"1 ≤ A ≤ B ≤ {n_steps}."
+        )
+    return range(first - 1, last)
+
+
+@dataclass(frozen=True)
+class FramePlan:
+    """Which (step, transfer progress) pairs become frames: each step held `hold` frames."""
+
+    steps: range
+    hold: int = 1
+
+    def __post_init__(self) -> None:
+        if self.hold < 1:
+            raise ExportError(f"Hold must be at least 1 frame per step, not {self.hold}.")
+
+    def frames(self) -> list[tuple[int, float]]:
+        return [(s, (h + 1) / self.hold) for s in self.steps for h in range(self.hold)]
+
+    def __len__(self) -> int:
+        return len(self.steps) * self.hold
+
+
+def target_widget(window, target: str) -> QWidget:
+    """The widget that a target names in a MainWindow."""
+    if target not in TARGETS:
+        raise ExportError(f"Unknown view {target!r}; choose one of {', '.join(TARGETS)}.")
+    if target == "window":
+        return window
+    if target == "both":
+        return window.lanes["dense"].parentWidget()
+    if target in ("stats", "ledger"):
+        return window.stats_panel if target == "stats" else window.ledger_panel
+    return window.lanes[target]
+
+
+def show_frame(window, step: int, progress: float = 1.0) -> None:
+    """Put the window at `step` with transfers `progress` of the way along, painted."""
+    window.state.set_step(step)
+    window.state.set_progress(progress)
+    QApplication.processEvents()
+
+
+def grab(widget: QWidget, size: tuple[int, int] | None = None) -> QImage:
+    """The widget as an RGB image; with `size`, scaled to fit and centred on its background."""
+    image = widget.grab().toImage().convertToFormat(QImage.Format.Format_RGB888)
+    image.setDevicePixelRatio(1.0)
+    if size is None or (image.width(), image.height()) == size:
+        return image
+    canvas = QImage(size[0], size[1], QImage.Format.Format_RGB888)
+    canvas.fill(QColor(image.pixel(0, 0)))
+    painter = QPainter(canvas)
+    _draw_fitted(painter, image, QRectF(0, 0, size[0], size[1]))
+    painter.end()
+    return canvas
+
+
+def _draw_fitted(painter: QPainter, image: QImage, rect: QRectF) -> None:
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, True)
+    s = min(rect.width() / image.width(), rect.height() / image.height())
+    w, h = image.width() * s, image.height() * s
+    painter.drawImage(
+        QRectF(rect.x() + (rect.width() - w) / 2, rect.y() + (rect.height() - h) / 2, w, h), image
+    )
+
+
+FOOTER_HEIGHT = 30
+
+
+def animation_frame(
+    view: QImage, caption: str, fraction: float, size: tuple[int, int] | None
+) -> QImage:
+    """A view with a footer: the step in words and a bar showing the position in the clip.
+
+    The bar advances every frame, so held frames differ and GIF writers keep each one
+    (Pillow merges identical neighbours), and a viewer of a looping GIF sees where it is.
+    """
+    w = size[0] if size else view.width()
+    h = size[1] if size else view.height() + FOOTER_HEIGHT
+    background = QColor(view.pixel(0, 0))
+    dark = background.lightness() < 128
+    canvas = QImage(w, h, QImage.Format.Format_RGB888)
+    canvas.fill(background)
+    painter = QPainter(canvas)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    _draw_fitted(painter, view, QRectF(0, 0, w, h - FOOTER_HEIGHT))
+    text = QColor("#e6e6e6" if dark else "#303030")
+    painter.setPen(text)
+    font = painter.font()
+    font.setPixelSize(13)
+    painter.setFont(font)
+    painter.drawText(
+        QRectF(8, h - FOOTER_HEIGHT, w - 16, FOOTER_HEIGHT - 5),
+        Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+        painter.fontMetrics().elidedText(caption, Qt.TextElideMode.ElideRight, w - 16),
+    )
+    track = QColor(text)
+    track.setAlpha(40)
+    painter.fillRect(QRectF(0, h - 4, w, 4), track)
+    painter.fillRect(QRectF(0, h - 4, w * fraction, 4), QColor("#4393c3"))
+    painter.end()
+    return canvas
+
+
+def to_rgb_array(image: QImage) -> np.ndarray:
+    """An RGB888 QImage as an (H, W, 3) uint8 array (copy; rows may be padded in Qt)."""
+    image = image.convertToFormat(QImage.Format.Format_RGB888)
+    w, h, stride = image.width(), image.height(), image.bytesPerLine()
+    buf = np.frombuffer(image.constBits(), dtype=np.uint8, count=stride * h)
+    return buf.reshape(h, stride)[:, : w * 3].reshape(h, w, 3).copy()
+
+
+def render_frames(
+    window, plan: FramePlan, target: str, size: tuple[int, int] | None = None
+) -> Iterator[np.ndarray]:
+    """Yield RGB arrays for every frame of `plan`, drawn by the window's own views."""
+    widget = target_widget(window, target)
+    frames = plan.frames()
+    for index, (step, progress) in enumerate(frames):
+        show_frame(window, step, progress)
+        caption = window.state.trace.steps[step].describe()
+        view = grab(widget)
+        yield to_rgb_array(animation_frame(view, caption, (index + 1) / len(frames), size))
+
+
+def render_svg(window, target: str, step: int) -> bytes:
+    """One view at `step` as vector SVG bytes (QPainter output of the same paint code).
+
+    Drawn into memory, so the caller writes the file and checks every write.
+    """
+    from PySide6.QtCore import QBuffer, QIODevice
+    from PySide6.QtSvg import QSvgGenerator
+
+    widget = target_widget(window, target)
+    show_frame(window, step)
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    generator = QSvgGenerator()
+    generator.setOutputDevice(buffer)
+    generator.setSize(widget.size())
+    generator.setViewBox(widget.rect())
+    generator.setTitle("FlashAttention Explorer")
+    generator.setDescription(window.state.trace.steps[step].describe())
+    painter = QPainter(generator)
+    widget.render(painter, QPoint())
+    if not painter.end():
+        raise ExportError("Qt could not finish drawing the SVG; try PNG instead.")
+    return bytes(buffer.data())
+
+
+def png_bytes(image: QImage) -> bytes:
+    """`image` encoded as PNG in memory (the caller writes it, checking every write)."""
+    from PySide6.QtCore import QBuffer, QIODevice
+
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if not image.save(buffer, "PNG"):
+        raise ExportError("Qt could not encode the image as PNG; try a smaller size.")
+    return bytes(buffer.data())

@@ -1,0 +1,1 @@
+"""The two lanes' widgets: HBM tensors above, SRAM tiles below, the transfers' arrows, the colour legend."""

@@ -1,0 +1,153 @@
+"""Small QPainter helpers shared by the lanes: matrices with numbers, veils, arrows.
+
+Each function draws one thing into a given rectangle and keeps no state, so a lane's
+paintEvent reads as a list of what is on screen.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPainterPath, QPen, QPolygonF
+
+from desktop.scene.render import ColorScale
+from desktop.theme import qimage
+
+NUMBER_MIN_W, NUMBER_MIN_H = 24.0, 12.0
+NEUTRAL = QColor(225, 225, 215)  # matches the ℓ and L columns in HBM
+
+
+def format_number(x: float, width: float) -> str:
+    """Compact cell text: 3 significant digits when the cell is wide, 2 otherwise."""
+    if math.isinf(x):
+        return "−∞" if x < 0 else "∞"
+    text = f"{x:.3g}" if width >= 36 else f"{x:.2g}"
+    return text.replace("-", "−")
+
+
+def draw_image(painter: QPainter, rect: QRectF, image: QImage) -> None:
+    """Cells stay crisp: nearest-neighbour scaling (no smoothing between cells)."""
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+    painter.drawImage(rect, image)
+
+
+def draw_numbers(
+    painter: QPainter,
+    rect: QRectF,
+    values: np.ndarray,
+    scale: ColorScale,
+    font: QFont,
+    hidden: np.ndarray | None = None,
+) -> None:
+    """Write each value in its cell when the cells are large enough to read.
+
+    `hidden` (same shape) marks cells whose value is not there yet (not written).
+    """
+    rows, cols = values.shape
+    cw, ch = rect.width() / cols, rect.height() / rows
+    if cw < NUMBER_MIN_W or ch < NUMBER_MIN_H or rows * cols > 4096:
+        return
+    f = QFont(font)
+    f.setPixelSize(max(8, min(12, int(ch * 0.5), int(cw / 3.2))))
+    painter.setFont(f)
+    for r in range(rows):
+        for c in range(cols):
+            if hidden is not None and hidden[r, c]:
+                continue
+            x = float(values[r, c])
+            dark_cell = math.isfinite(x) and abs(x) / scale.vmax > 0.55
+            painter.setPen(QColor("white") if dark_cell else QColor(20, 20, 20))
+            cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
+            painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, format_number(x, cw))
+
+
+def draw_matrix(
+    painter: QPainter,
+    rect: QRectF,
+    values: np.ndarray,
+    scale: ColorScale,
+    font: QFont,
+    image: QImage | None = None,
+    neutral: bool = False,
+) -> None:
+    """A heatmap of `values` (or a prepared image of them) with numbers when they fit.
+
+    `neutral` paints a plain tint instead (ℓ is a sum of exponentials, not on the scale).
+    """
+    if neutral:
+        painter.fillRect(rect, NEUTRAL)
+        draw_numbers(painter, rect, values, ColorScale(np.inf), font)
+        return
+    draw_image(painter, rect, image if image is not None else qimage(scale.rgba(values)))
+    draw_numbers(painter, rect, values, scale, font)
+
+
+def veil_image(mask: np.ndarray, color: QColor) -> QImage:
+    """A transparent image, `color` where mask is True (cells not yet written)."""
+    rgba = np.zeros((*mask.shape, 4), dtype=np.uint8)
+    rgba[mask] = (color.red(), color.green(), color.blue(), color.alpha())
+    return qimage(rgba)
+
+
+def draw_grid(
+    painter: QPainter, rect: QRectF, shape: tuple[int, int], block: tuple[int, int], color: QColor
+) -> None:
+    """Block boundaries (every block[0] rows, block[1] columns) when at least 12 px apart
+    (denser lines would stripe the heatmap rather than show its tiles)."""
+    rows, cols = shape
+    painter.setPen(QPen(color, 1.0))
+    ch, cw = rect.height() / rows, rect.width() / cols
+    if block[0] and block[0] * ch >= 12:
+        for r in range(block[0], rows, block[0]):
+            y = rect.top() + r * ch
+            painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
+    if block[1] and block[1] * cw >= 12:
+        for c in range(block[1], cols, block[1]):
+            x = rect.left() + c * cw
+            painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
+
+
+def highlight(painter: QPainter, rect: QRectF, color: QColor, fill_alpha: int = 70) -> None:
+    fill = QColor(color)
+    fill.setAlpha(fill_alpha)
+    painter.fillRect(rect, fill)
+    painter.setPen(QPen(color, 2.5))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawRect(rect.adjusted(-1, -1, 1, 1))
+
+
+def transfer_path(start: QPointF, end: QPointF) -> QPainterPath:
+    """A gentle S-curve from the bottom of an HBM tensor down to its SRAM tile."""
+    path = QPainterPath(start)
+    mid = (start.y() + end.y()) / 2
+    path.cubicTo(QPointF(start.x(), mid), QPointF(end.x(), mid), end)
+    return path
+
+
+def draw_arrow(
+    painter: QPainter, path: QPainterPath, color: QColor, toward_end: bool, progress: float
+) -> None:
+    """The transfer's path with a head at its destination and, mid-step, a moving packet."""
+    c = QColor(color)
+    c.setAlpha(210)
+    painter.setPen(QPen(c, 2.5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawPath(path)
+    at = 1.0 if toward_end else 0.0
+    tip = path.pointAtPercent(at)
+    angle = math.radians(-path.angleAtPercent(at)) + (0.0 if toward_end else math.pi)
+    head = QPolygonF(
+        [
+            tip,
+            tip - QPointF(math.cos(angle - 0.45) * 10, math.sin(angle - 0.45) * 10),
+            tip - QPointF(math.cos(angle + 0.45) * 10, math.sin(angle + 0.45) * 10),
+        ]
+    )
+    painter.setBrush(c)
+    painter.drawPolygon(head)
+    if 0.0 < progress < 1.0:
+        p = path.pointAtPercent(progress if toward_end else 1.0 - progress)
+        painter.setPen(QPen(QColor(0, 0, 0, 120), 1))
+        painter.drawRoundedRect(QRectF(p.x() - 6, p.y() - 4, 12, 8), 2, 2)

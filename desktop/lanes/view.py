@@ -1,0 +1,185 @@
+"""One lane (dense or tiled): its HBM tensors, its SRAM tiles and the current transfers.
+
+A LaneView reads AppState and paints; it never computes attention. Heatmaps come from
+the images prepared once per Trace (desktop.scene.render), so a step only costs veils for
+not-yet-written cells, a few highlight rectangles and the small SRAM tiles. Each lane
+is its own widget so an exporter can `grab()` one lane at any step.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
+from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPixmap
+from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+
+from compute import Trace
+from desktop.lanes.hbm import HbmPainter
+from desktop.lanes.sram import SramPainter
+from desktop.scene import geometry as geo
+from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
+from desktop.state.app_state import AppState
+from desktop.theme import qimage
+
+ARROW_GAP = 26.0  # room between HBM and SRAM for the transfer arrows
+TITLES = {
+    "dense": "Dense: standard attention writes S and P to HBM",
+    "tiled": "Tiled: FlashAttention keeps S and P on chip",
+}
+
+
+class LaneView(HbmPainter, SramPainter, QWidget):
+    """Paints one lane of the current trace at the current step."""
+
+    def __init__(self, state: AppState, lane: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state, self.lane = state, lane
+        self._images: dict[str, object] = {}
+        self._rects: dict[str, QRectF] = {}
+        self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
+        self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
+        self._tile_cache: dict[tuple, QImage] = {}
+        self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setMinimumSize(420, 190)
+        state.sigTraceChanged.connect(self._on_trace)
+        state.sigStepChanged.connect(self._on_step)
+        state.sigRowChanged.connect(self.update)
+        state.sigProgressChanged.connect(self.update)
+
+    # ---- state -------------------------------------------------------------------
+    def _on_trace(self, trace: Trace) -> None:
+        self._live = live_tensors(trace, self.lane)
+        imgs = self.state.images.lanes[self.lane]
+        self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
+        self._rects, self._static = {}, None
+        self._tile_cache: dict[tuple, QImage] = {}
+        self.update()
+
+    def _on_step(self, _step: int) -> None:
+        self.update()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._rects, self._static = {}, None
+        super().resizeEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
+            self._static = None  # the cached layer holds the old colours
+        super().changeEvent(event)
+
+    # ---- geometry ------------------------------------------------------------------
+    def _frames(self) -> tuple[QRectF, QRectF]:
+        """HBM above, SRAM below: data falls from memory onto the chip and back."""
+        w, h = float(self.width()), float(self.height())
+        hbm_h = max(90.0, (h - 30) * 0.60)
+        hbm = QRectF(6, 26, w - 12, hbm_h)
+        top = hbm.bottom() + ARROW_GAP
+        return hbm, QRectF(6, top, w - 12, max(60.0, h - top - 4))
+
+    def _layout(self) -> dict[str, QRectF]:
+        if not self._rects and self.state.trace is not None:
+            hbm, _ = self._frames()
+            area = hbm.adjusted(24, 24, -10, -6)
+            self._rects = geo.layout_hbm(geo.hbm_slots(self.state.trace), area)
+        return self._rects
+
+    # ---- painting ------------------------------------------------------------------
+    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        pal = self.palette()
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
+        trace = self.state.trace
+        if trace is None:
+            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Building the trace…")
+            return
+        step = self.state.step
+        hbm, sram = self._frames()
+        rects = self._layout()
+        p.drawPixmap(0, 0, self._static_layer(trace, rects, hbm, sram))
+        self._paint_title(p, trace, step)
+        self._paint_live(p, trace, step, rects)
+        self._paint_veils(p, trace, step, rects)
+        self._paint_row(p, trace, rects)
+        self._paint_sram(p, trace, step, sram)
+        self._paint_transfers(p, trace, step, rects, hbm)
+        p.end()
+
+    def _paint_title(self, p: QPainter, trace: Trace, step: int) -> None:
+        """Lane name left, what it does at this step in the middle, transfers so far right."""
+        bold = QFont(self.font())
+        bold.setBold(True)
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        line = QRectF(8, 2, self.width() - 16, 22)
+        title = TITLES[self.lane]
+        if self.lane == "tiled":
+            title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
+        p.setFont(bold)
+        p.setPen(text)
+        p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
+        title_w = p.fontMetrics().horizontalAdvance(title) + 24
+        p.setFont(self.font())
+        total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
+        right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
+        p.drawText(line, right, total)
+        total_w = p.fontMetrics().horizontalAdvance(total) + 24
+        action = trace.steps[step].action(self.lane)
+        now = f"now: {action.label}" if action is not None else "done"
+        room = line.width() - title_w - total_w
+        if room > 60:
+            italic = QFont(self.font())
+            italic.setItalic(True)
+            p.setFont(italic)
+            p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
+            now = p.fontMetrics().elidedText(now, Qt.TextElideMode.ElideRight, int(room))
+            p.drawText(
+                QRectF(line.left() + title_w, 2, room, 22), Qt.AlignmentFlag.AlignVCenter, now
+            )
+            p.setFont(self.font())
+
+    # ---- interaction -----------------------------------------------------------------
+    def row_at(self, pos: QPointF) -> int | None:
+        """The query row under `pos` in any query-row tensor of HBM or SRAM, else None."""
+        trace = self.state.trace
+        if trace is None:
+            return None
+        n_q = trace.schedule.n_q
+        lane_imgs = self.state.images.lanes[self.lane]
+        for name, r in self._layout().items():
+            if name in geo.QUERY_TENSORS and name in lane_imgs and r.contains(pos):
+                return min(n_q - 1, int((pos.y() - r.top()) / r.height() * n_q))
+        for tile, _slot, rect in self._sram:
+            if tile.first_row is not None and tile.values is not None and rect.contains(pos):
+                rows = tile.values.shape[0]
+                return tile.first_row + min(
+                    rows - 1, int((pos.y() - rect.top()) / rect.height() * rows)
+                )
+        return None
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt override)
+        row = self.row_at(event.position())
+        if row is not None and event.button() == Qt.MouseButton.LeftButton:
+            self.state.set_row(row)
+        super().mousePressEvent(event)
+
+    def event(self, ev: QEvent) -> bool:
+        if ev.type() == QEvent.Type.ToolTip:
+            QToolTip.showText(ev.globalPos(), self._tooltip(QPointF(ev.pos())) or "", self)
+            return True
+        return super().event(ev)
+
+    def _tooltip(self, pos: QPointF) -> str | None:
+        trace = self.state.trace
+        if trace is None:
+            return None
+        sources = lane_sources(trace, self.lane)
+        if self._live:  # KV-outer: what HBM holds now, as drawn
+            sources.update(kv_outer_hbm(trace, self.state.step))
+        for name, r in self._layout().items():
+            if name in sources and r.contains(pos):
+                values = sources[name]
+                rows, cols = values.shape
+                i = min(rows - 1, int((pos.y() - r.top()) / r.height() * rows))
+                j = min(cols - 1, int((pos.x() - r.left()) / r.width() * cols))
+                return f"{geo.SYMBOL.get(name, name)}[{i}, {j}] = {values[i, j]:.6g}"
+        return None

@@ -1,0 +1,1 @@
+"""The side panels: configuration controls, row statistics, the HBM ledger and the GPU panel."""

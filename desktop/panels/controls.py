@@ -1,0 +1,295 @@
+"""The configuration controls: inputs, shapes, tiling, SRAM capacity.
+
+Every widget writes through AppState.update_config; when a Trace arrives (or a request
+fails) the widgets are set back from the config actually shown, inside QSignalBlocker
+so the programmatic update does not fire a new request. Tooltips give each quantity's
+formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+import compute
+from desktop.state.app_state import AppState
+from desktop.state.config import D_MAX, N_MAX, Config, min_block
+
+INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
+
+
+SLIDER_STEPS = 1000
+
+
+def n_from_slider(position: int) -> int:
+    """Slider position to N, logarithmic: N = 1 … 8 takes as much travel as 256 … 2048,
+    so the small examples worth reading number by number stay easy to reach."""
+    return max(1, min(N_MAX, round(N_MAX ** (position / SLIDER_STEPS))))
+
+
+def slider_from_n(n: int) -> int:
+    return round(math.log(max(1, n)) / math.log(N_MAX) * SLIDER_STEPS)
+
+
+def _spin(lo: int, hi: int, tip: str, special: str | None = None) -> QSpinBox:
+    w = QSpinBox()
+    w.setRange(lo, hi)
+    w.setToolTip(tip)
+    w.setKeyboardTracking(False)  # typing "256" asks for one trace, not for 2, 25, 256
+    w.setAccelerated(True)
+    if special:
+        w.setSpecialValueText(special)
+    return w
+
+
+class ControlsPanel(QWidget):
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.input_combo = QComboBox()
+        for key, text in INPUT_LABELS.items():
+            self.input_combo.addItem(text, key)
+        self.input_combo.setToolTip(
+            "Where Q, K and V come from: the reference example's fixed vectors, seeded standard-normal values, or a .npy/.npz file"
+        )
+        self.seed_spin = _spin(
+            0, 2**31 - 1, "Random seed for Q, K, V ~ scale · N(0, 1) (V unscaled)"
+        )
+        self.scale_spin = QDoubleSpinBox()
+        self.scale_spin.setRange(0.01, 100.0)
+        self.scale_spin.setDecimals(2)
+        self.scale_spin.setKeyboardTracking(False)
+        self.scale_spin.setToolTip(
+            "Input scale: Q and K are multiplied by it, so scores S grow as scale²"
+        )
+        self.open_button = QPushButton("Open .npy/.npz…")
+        self.open_button.setToolTip(
+            "A .npz with arrays q, k, v, or a .npy stacking Q, K, V as (3, N, d)"
+        )
+        self.n_slider = QSlider(Qt.Orientation.Horizontal)
+        self.n_slider.setRange(0, SLIDER_STEPS)  # logarithmic in N: see n_from_slider
+        self.n_slider.setToolTip(
+            "N: query positions. Dense traffic grows as N² (S and P), tiled as N² d² / M"
+        )
+        self.n_spin = _spin(1, N_MAX, "N: query positions (changing it switches to random inputs)")
+        self.nk_spin = _spin(0, N_MAX, "N_keys: key/value positions (= N unless set)", "= N")
+        self.d_spin = _spin(1, D_MAX, "d: head size of Q and K; scores S = Q Kᵀ / √d")
+        self.dv_spin = _spin(1, D_MAX, "d_v: head size of V and of the output O = softmax(S) V")
+        self.bq_spin = _spin(
+            1,
+            N_MAX,
+            "B_r (block_q): query rows per block; T_r = ⌈N / B_r⌉ blocks (at most 128 a side)",
+        )
+        self.bk_spin = _spin(
+            1,
+            N_MAX,
+            "B_c (block_k): keys per K/V tile; T_c = ⌈N_keys / B_c⌉ tiles (at most 128 a side)",
+        )
+        self.order_combo = QComboBox()
+        self.order_combo.addItem("Q-outer (FA-2)", "q-outer")
+        self.order_combo.addItem("KV-outer (Alg. 1)", "kv-outer")
+        self.order_combo.setToolTip(
+            "Q-outer keeps Q_i and its state on chip while K/V tiles stream (K, V read T_r times); KV-outer keeps K_j, V_j and re-reads Q_i, O_i, ℓ_i, m_i per visit"
+        )
+        self.causal_check = QCheckBox("Causal mask")
+        self.causal_check.setToolTip(
+            "Row i sees keys j ≤ i + (N_keys − N); fully masked tiles are skipped"
+        )
+        self.lse_check = QCheckBox("Save L = m + log ℓ")
+        self.lse_check.setToolTip(
+            "Write the log-sum-exp per row (what the backward pass needs): N more elements"
+        )
+        self.dtype_combo = QComboBox()
+        for dt in compute.DTYPES:
+            self.dtype_combo.addItem(dt, dt)
+        self.dtype_combo.setToolTip(
+            "Element type of the tiled lane (inputs and P̃ rounded; m, ℓ, a in float32); bytes = elements × size"
+        )
+        self.sram_spin = _spin(
+            0,
+            1 << 24,
+            "M: SRAM capacity in elements. Tiled working set = B_r d + B_c (d + d_v) + B_r B_c + B_r d_v + 2 B_r",
+            "not set",
+        )
+        self.paper_button = QPushButton("Paper's block sizes")
+        self.paper_button.setToolTip("Algorithm 1: B_c = ⌈M / 4d⌉, B_r = min(⌈M / 4d⌉, d)")
+        self.fits_label = QLabel()
+        self.fits_label.setWordWrap(True)
+        self._build_layout()
+        self._connect()
+        state.sigConfigChanged.connect(self.show_config)
+
+    def _build_layout(self) -> None:
+        inputs = QFormLayout()
+        inputs.addRow("Source", self.input_combo)
+        inputs.addRow("RNG seed", self.seed_spin)
+        inputs.addRow("Scale", self.scale_spin)
+        inputs.addRow(self.open_button)
+        n_row = QHBoxLayout()
+        n_row.addWidget(self.n_slider, 1)
+        n_row.addWidget(self.n_spin)
+        shape = QFormLayout()
+        shape.addRow("N", n_row)
+        shape.addRow("N_keys", self.nk_spin)
+        shape.addRow("d", self.d_spin)
+        shape.addRow("d_v", self.dv_spin)
+        tiling = QFormLayout()
+        tiling.addRow("B_r (block_q)", self.bq_spin)
+        tiling.addRow("B_c (block_k)", self.bk_spin)
+        tiling.addRow("Loop order", self.order_combo)
+        tiling.addRow(self.causal_check)
+        tiling.addRow(self.lse_check)
+        tiling.addRow("dtype", self.dtype_combo)
+        sram = QFormLayout()
+        sram.addRow("M (elements)", self.sram_spin)
+        sram.addRow(self.paper_button)
+        sram.addRow(self.fits_label)
+        layout = QVBoxLayout(self)
+        for title, form in (
+            ("Inputs", inputs),
+            ("Shape", shape),
+            ("Tiling", tiling),
+            ("SRAM", sram),
+        ):
+            box = QGroupBox(title)
+            box.setLayout(form)
+            layout.addWidget(box)
+        layout.addStretch(1)
+
+    def _connect(self) -> None:
+        st = self.state
+        self.input_combo.activated.connect(self._input_chosen)
+        self.seed_spin.valueChanged.connect(lambda v: st.update_config(seed=v, input="random"))
+        self.scale_spin.valueChanged.connect(
+            lambda v: st.update_config(input_scale=v, input="random")
+        )
+        self.open_button.clicked.connect(self.open_file)
+        # The spin box asks for the trace; the slider only moves it.
+        self.n_slider.valueChanged.connect(lambda v: self.n_spin.setValue(n_from_slider(v)))
+        self.n_spin.valueChanged.connect(lambda v: self._shape(n=v))
+        self.nk_spin.valueChanged.connect(lambda v: self._shape(n_keys=v or None))
+        self.d_spin.valueChanged.connect(lambda v: self._shape(d=v))
+        self.dv_spin.valueChanged.connect(lambda v: self._shape(dv=v))
+        self.bq_spin.valueChanged.connect(lambda v: st.update_config(block_q=v))
+        self.bk_spin.valueChanged.connect(lambda v: st.update_config(block_k=v))
+        self.order_combo.currentIndexChanged.connect(
+            lambda _i: st.update_config(order=self.order_combo.currentData())
+        )
+        self.causal_check.toggled.connect(lambda v: st.update_config(causal=v))
+        self.lse_check.toggled.connect(lambda v: st.update_config(save_lse=v))
+        self.dtype_combo.currentIndexChanged.connect(
+            lambda _i: st.update_config(dtype=self.dtype_combo.currentData())
+        )
+        self.sram_spin.valueChanged.connect(lambda v: st.update_config(sram=v or None))
+        self.paper_button.clicked.connect(self.apply_paper_rule)
+
+    def _shape(self, **changes: int) -> None:
+        # Shapes only mean something for generated inputs: switch to random. Blocks grow
+        # with N here, in the request, so a drag to N = 2048 never asks for a huge trace.
+        base = self.state.requested or self.state.config or Config()
+        cfg = base.replace(input="random", **changes)
+        self.state.set_config(
+            cfg.replace(
+                block_q=max(cfg.block_q, min_block(cfg.n)),
+                block_k=max(cfg.block_k, min_block(cfg.n_k)),
+            )
+        )
+
+    def _input_chosen(self, _index: int) -> None:
+        mode = self.input_combo.currentData()
+        if mode == "file":
+            self.open_file()
+        else:
+            self.state.update_config(input=mode)
+
+    def open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open Q, K, V", "", "NumPy arrays (*.npy *.npz)"
+        )
+        if path:
+            self.state.update_config(input="file", file=path)
+        elif self.state.config is not None:
+            self.show_config(self.state.config)
+
+    def apply_paper_rule(self) -> None:
+        cfg = self.state.requested or self.state.config
+        if cfg is None or not cfg.sram:
+            return
+        b_r, b_c = compute.paper_block_sizes(cfg.sram, cfg.d)
+        self.state.update_config(block_q=b_r, block_k=b_c)
+
+    def show_config(self, cfg: Config) -> None:
+        """Set every widget from the config shown, without re-firing requests."""
+        values = (
+            (self.seed_spin, cfg.seed),
+            (self.n_spin, cfg.n),
+            (self.n_slider, slider_from_n(cfg.n)),
+            (self.nk_spin, cfg.n_keys or 0),
+            (self.d_spin, cfg.d),
+            (self.dv_spin, cfg.dv),
+            (self.bq_spin, cfg.block_q),
+            (self.bk_spin, cfg.block_k),
+            (self.sram_spin, cfg.sram or 0),
+        )
+        for widget, value in values:
+            with QSignalBlocker(widget):
+                if widget is self.bq_spin:
+                    widget.setMinimum(min_block(cfg.n))  # no more than MAX_TILES blocks
+                elif widget is self.bk_spin:
+                    widget.setMinimum(min_block(cfg.n_k))
+                if widget is not self.n_slider and value > widget.maximum():
+                    widget.setMaximum(value)  # a file can be larger than the sliders go
+                widget.setValue(value)
+        with QSignalBlocker(self.scale_spin):
+            self.scale_spin.setValue(cfg.input_scale)
+        for combo, value in (
+            (self.input_combo, cfg.input),
+            (self.order_combo, cfg.order),
+            (self.dtype_combo, cfg.dtype),
+        ):
+            with QSignalBlocker(combo):
+                combo.setCurrentIndex(combo.findData(value))
+        for check, value in ((self.causal_check, cfg.causal), (self.lse_check, cfg.save_lse)):
+            with QSignalBlocker(check):
+                check.setChecked(value)
+        self.paper_button.setEnabled(bool(cfg.sram))
+        self._show_fits()
+
+    def _show_fits(self) -> None:
+        trace = self.state.trace
+        if trace is None:
+            return
+        need = trace.schedule.sram_elements("tiled")
+        dense = trace.schedule.sram_elements("dense")
+        cap = trace.sram_capacity
+        if cap is None:
+            self.fits_label.setText(
+                f"Tiled working set {need:,} elements; dense {dense:,}. Set M to check."
+            )
+            self.fits_label.setStyleSheet("")
+            return
+        ok = need <= cap
+        mark = "✔ fits" if ok else "✘ does not fit"
+        self.fits_label.setText(
+            f"{mark}: tiled needs {need:,} of M = {cap:,} elements "
+            f"(dense needs {dense:,}: {'fits' if dense <= cap else 'does not fit'})."
+        )
+        self.fits_label.setStyleSheet(
+            f"color: {'#2e8b57' if ok else '#c0392b'}; font-weight: bold;"
+        )

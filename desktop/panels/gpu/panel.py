@@ -1,0 +1,339 @@
+"""The GPU side panel: measured tiled kernel against dense, counted transfers, block sweep.
+
+Shows one GPU bench report: recorded here through a worker thread when this machine
+has a usable CUDA device, or opened from a JSON file recorded on one that does (so a
+desktop with no NVIDIA GPU still sees real figures). For the sliders' block sizes it
+marks the current choice on the block_q x block_k sweep heatmap and, when asked to,
+re-runs the benchmark once the sliders settle. Every failure (no GPU, a compile error
+with its NVRTC log, out of device memory, tiles too large) becomes a message here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from compute.gpu import DeviceStatus, status
+from compute.gpu.bench import BenchConfig, run_bench
+from compute.gpu.report import (
+    HEADER,
+    ReportError,
+    bundled_report,
+    report_label,
+    result_rows,
+    split_reports,
+)
+from compute.gpu.report import sweep_for as find_sweep
+from desktop.panels.gpu.bench_thread import BenchThread, Runner
+from desktop.panels.gpu.sweep import SweepView
+
+DEBOUNCE_MS = 600  # sliders must rest this long before an automatic re-run
+COUNT_HEADER = ["tensor", "dir", "kernel-counted", "ledger", "equal"]
+
+
+class GpuPanel(QWidget):
+    """Device line, run controls, results and counts tables, and the sweep heatmap."""
+
+    sigReportShown = Signal()
+
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        *,
+        device: DeviceStatus | None = None,
+        runner: Runner = run_bench,
+    ) -> None:
+        super().__init__(parent)
+        self.device = device if device is not None else status()
+        self._runner = runner
+        self._thread: BenchThread | None = None
+        self.reports: list[dict] = []
+        self.blocks = (64, 64)
+        self.order = "q-outer"
+        self._debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
+        self._debounce.timeout.connect(self.run_current)
+        self._build()
+        self._show_device()
+
+    # -- layout ------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.device_label, self.recorded_label, self.message = QLabel(), QLabel(), QLabel()
+        for label in (self.device_label, self.recorded_label, self.message):
+            label.setWordWrap(True)
+        self.open_button = QPushButton("Open report…")
+        self.open_button.clicked.connect(self._open_dialog)
+        self.selector = QComboBox()
+        self.selector.currentIndexChanged.connect(self._show_selected)
+        self.n_spin = QSpinBox(minimum=16, maximum=16384, value=4096, singleStep=1024)
+        self.bh_spin = QSpinBox(minimum=1, maximum=256, value=32)
+        self.dtype_combo = QComboBox()
+        self.dtype_combo.addItems(["float16", "float32"])
+        self.run_button, self.cancel_button = QPushButton("Run on this GPU"), QPushButton("Cancel")
+        self.run_button.clicked.connect(self.run_current)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.auto_check = QCheckBox("Re-run when the sliders settle")
+        self.sweep_check = QCheckBox("with the block sweep", checked=True)
+        self.progress = QProgressBar()
+        self.detail = QPlainTextEdit(readOnly=True)
+        self.detail.setMaximumHeight(90)
+        self.table = self._table(HEADER)
+        self.counts = self._table(COUNT_HEADER)
+        self.sweep_view = SweepView()
+
+        files = QHBoxLayout()
+        files.addWidget(self.open_button)
+        files.addWidget(self.selector, 1)
+        run = QHBoxLayout()
+        for text, w in (("N", self.n_spin), ("batch·heads", self.bh_spin), ("", self.dtype_combo)):
+            if text:
+                run.addWidget(QLabel(text))
+            run.addWidget(w)
+        run.addWidget(self.run_button)
+        run.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.device_label)
+        layout.addLayout(files)
+        layout.addWidget(self.recorded_label)
+        layout.addLayout(run)
+        options = QHBoxLayout()
+        options.addWidget(self.auto_check)
+        options.addWidget(self.sweep_check)
+        options.addStretch(1)
+        layout.addLayout(options)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.message)
+        layout.addWidget(self.detail)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.counts, 1)
+        layout.addWidget(self.sweep_view, 2)
+        self._set_running(False)
+
+    @staticmethod
+    def _table(header: list[str]) -> QTableWidget:
+        table = QTableWidget(0, len(header))
+        table.setHorizontalHeaderLabels(header)
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        table.verticalHeader().setVisible(False)
+        table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        return table
+
+    def _show_device(self) -> None:
+        if self.device.usable:
+            self.device_label.setText(f"This machine: {self.device.describe()}")
+        else:
+            self.device_label.setText(f"No GPU benchmark here: {self.device.reason}")
+        self._set_running(False)
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(self.device.usable and not running)
+        self.cancel_button.setEnabled(running)
+        self.progress.setVisible(running)
+
+    def show_message(self, text: str, detail: str = "") -> None:
+        self.message.setText(text)
+        self.detail.setPlainText(detail)
+        self.detail.setVisible(bool(detail))
+
+    # -- reports -----------------------------------------------------------------------
+    def _open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open GPU report", "", "JSON (*.json)")
+        if path:
+            self.load_report(Path(path))
+
+    def load_report(self, path: Path) -> bool:
+        """Show the reports in a JSON file; a bad file becomes a message, never an error."""
+        try:
+            reports = split_reports(json.loads(Path(path).read_text()))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ReportError) as exc:
+            reason = exc if isinstance(exc, ReportError) else "it is not readable JSON"
+            self.show_message(f"Could not open {Path(path).name}: {reason}")
+            return False
+        self.set_reports(reports)
+        return True
+
+    def set_reports(self, reports: list[dict]) -> None:
+        self.reports = reports
+        self.selector.blockSignals(True)  # programmatic change: show once, below
+        self.selector.clear()
+        self.selector.addItems([report_label(r) for r in reports])
+
+        # Open on the most complete report (most kernels measured, then the panel's N).
+        def completeness(i: int) -> tuple[int, bool]:
+            r = reports[i]
+            ok = sum("error" not in x for x in r["results"])
+            return ok, r["config"].get("n") == self.n_spin.value()
+
+        first = max(range(len(reports)), key=completeness)
+        self.selector.setCurrentIndex(first)
+        self.selector.blockSignals(False)
+        self.show_message("")
+        self._show_selected(first)
+
+    def current_report(self) -> dict | None:
+        i = self.selector.currentIndex()
+        return self.reports[i] if 0 <= i < len(self.reports) else None
+
+    def _show_selected(self, _index: int = 0) -> None:
+        report = self.current_report()
+        if report is None:
+            return
+        dev, c = report["device"], report["config"]
+        self.recorded_label.setText(
+            f"Recorded on {dev.get('name') or 'an unknown device'} at "
+            f"{report.get('created_utc', '?')}: N_q={c['n']}, N_k={c['n_keys']}, d={c['d']}, "
+            f"{c['dtype']}, batch·heads={c['batch_heads']}, median of {c['repeats']} runs."
+        )
+        self._fill_results(report)
+        self._fill_counts(report)
+        sweep = find_sweep(report, self.reports)
+        owner = next((r for r in self.reports if r.get("sweep") is sweep), report)
+        self.sweep_view.show_sweep(sweep, owner["config"]["n"], self.blocks)
+        self.sigReportShown.emit()
+
+    def _fill_results(self, report: dict) -> None:
+        rows = result_rows(report)
+        self.table.setRowCount(len(rows))
+        for i, (cells, result) in enumerate(zip(rows, report["results"], strict=True)):
+            for j, text in enumerate(cells):
+                cell = QTableWidgetItem(text)
+                cell.setToolTip(result.get("error_detail", ""))
+                self.table.setItem(i, j, cell)
+            if "error" in result:
+                self.table.setSpan(i, 3, 1, len(HEADER) - 3)
+
+    def _fill_counts(self, report: dict) -> None:
+        counted = next((r for r in report["results"] if "counts_kernel" in r), None)
+        rows = []
+        if counted is not None:
+            kc, lc = counted["counts_kernel"], counted["counts_ledger"]
+            for tensor in kc:
+                for d in ("read", "write"):
+                    k, m = kc[tensor][d], lc[tensor][d]
+                    if k or m:
+                        rows.append([tensor, d, f"{k:,}", f"{m:,}", "yes" if k == m else "NO"])
+        self.counts.setRowCount(len(rows))
+        for i, cells in enumerate(rows):
+            for j, text in enumerate(cells):
+                self.counts.setItem(i, j, QTableWidgetItem(text))
+        self.counts.setVisible(bool(rows))
+
+    # -- running -----------------------------------------------------------------------
+    def set_blocks(self, block_q: int, block_k: int, order: str = "q-outer") -> None:
+        """The sliders moved: mark the choice; re-run once they settle, if asked to."""
+        self.blocks, self.order = (block_q, block_k), order
+        self.sweep_view.mark(self.blocks)
+        if self.auto_check.isChecked() and self.device.usable:
+            self._debounce.start()
+
+    def bench_config(self) -> BenchConfig:
+        bq, bk = self.blocks
+        return BenchConfig(
+            n=self.n_spin.value(), block_q=bq, block_k=bk, order=self.order,
+            dtype=self.dtype_combo.currentText(), batch_heads=self.bh_spin.value(),
+            kernels=("tiled", "dense", "flash"), sweep_blocks=self.sweep_check.isChecked(),
+        )  # fmt: skip
+
+    def run_current(self) -> bool:
+        """Start a benchmark of the current settings in a worker thread."""
+        if not self.device.usable:
+            self.show_message(f"No GPU benchmark here: {self.device.reason}")
+            return False
+        if self._thread is not None:
+            self._thread.cancel()  # the newest request wins; the old one stops at its next step
+            self._debounce.start()
+            return False
+        thread = BenchThread(self.bench_config(), self._runner, self)
+        thread.sigProgress.connect(self._progress)
+        thread.sigDone.connect(self._done)
+        thread.sigFailed.connect(self._failed)
+        thread.finished.connect(self._finished)
+        self._thread = thread
+        self._set_running(True)
+        self.show_message("Running the benchmark…")
+        thread.start()
+        return True
+
+    def cancel(self) -> None:
+        self._debounce.stop()
+        if self._thread is not None:
+            self._thread.cancel()
+
+    def _progress(self, done: int, total: int, text: str) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.progress.setFormat(f"{text} (%v/%m)")
+
+    def _done(self, report: dict) -> None:
+        self.set_reports([report])
+        failed = [r for r in report["results"] if "error" in r]
+        if failed:
+            self.show_message(failed[0]["error"], failed[0].get("error_detail", ""))
+
+    def _failed(self, text: str, detail: str) -> None:
+        self.show_message(text, detail)
+
+    def _finished(self) -> None:
+        if self._thread is not None:
+            self._thread.deleteLater()
+        self._thread = None
+        self._set_running(False)
+
+    def shutdown(self, msecs: int = 30000) -> None:
+        """Stop any running benchmark and wait for its thread (window close, tests)."""
+        self._debounce.stop()
+        if self._thread is not None:
+            self._thread.cancel()
+            self._thread.wait(msecs)
+
+
+class _CloseWatcher(QObject):
+    """Stops the panel's benchmark thread when the window closes (a running QThread
+    destroyed with its parent would abort the application)."""
+
+    def __init__(self, panel: GpuPanel, window: QObject) -> None:
+        super().__init__(panel)
+        self._panel = panel
+        window.installEventFilter(self)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.Close:
+            self._panel.shutdown()
+        return False
+
+
+def attach_gpu_panel(window, title: str = "GPU benchmark") -> GpuPanel:
+    """Dock a GpuPanel in the main window, follow its sliders, stop it on close.
+
+    `window` needs `add_side_panel(widget, title, key)` and `state.sigConfigChanged`
+    emitting a Config with block_q, block_k and order (desktop.window.main_window.MainWindow).
+    """
+    panel = GpuPanel()
+    window.add_side_panel(panel, title, "gpu")
+    panel.set_reports(split_reports(bundled_report()))  # the H200 recording shipped in the package
+
+    def follow(config) -> None:
+        panel.set_blocks(config.block_q, config.block_k, config.order)
+
+    window.state.sigConfigChanged.connect(follow)
+    if getattr(window.state, "config", None) is not None:
+        follow(window.state.config)
+    _CloseWatcher(panel, window)
+    return panel

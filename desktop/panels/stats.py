@@ -1,0 +1,248 @@
+"""Per-row statistics: m, ℓ, α, every component of a, and a/ℓ converging to the output.
+
+For the selected query row, the tiled lane's state after each timeline step is looked
+up in the Trace's recorded history (the core's numbers, indexed by how many key tiles
+the row's block has passed). Curves are rebuilt on a new trace or row; a step change
+only moves the step markers and the value read-outs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QSignalBlocker, Qt, Signal
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop.scene.row_series import (
+    FORMULAS,
+    MAX_COLOURED,
+    SCALAR_COLORS,
+    finite_range,
+    fmt,
+    fmt_vec,
+    row_series,
+    step_bundle,
+)
+from desktop.state.app_state import AppState
+from desktop.theme import style_plot
+
+PLOTS = (
+    ("m", "m: running max"),
+    ("l", "ℓ: running denominator"),
+    ("alpha", "α = exp(m_old − m_new)"),
+    ("a", "a: unnormalised numerator"),
+    ("out", "a/ℓ → O (dashed: dense output)"),
+)
+
+
+class StatsPanel(QWidget):
+    sigTileJump = Signal(int)  # +1 / −1: the row's next / previous key tile
+
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.row_spin = QSpinBox()
+        self.row_spin.setToolTip(
+            "Query row whose online-softmax state is plotted (or click a row in a lane)"
+        )
+        self.row_spin.valueChanged.connect(state.set_row)
+        self.labels = {k: QLabel() for k in ("m", "l", "alpha", "a", "out", "ref", "error")}
+        for lab in self.labels.values():
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            # Long vectors must not widen the dock: let the label be clipped instead.
+            lab.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grid = QGridLayout()
+        grid.addWidget(QLabel("Query row"), 0, 0)
+        grid.addWidget(self.row_spin, 0, 1)
+        jumps = QHBoxLayout()
+        for text, direction, tip in (
+            ("‹ tile", -1, "Previous step that updated this row (Ctrl+Left)"),
+            ("tile ›", +1, "Next step that updates this row: its next key tile (Ctrl+Right)"),
+        ):
+            b = QToolButton()
+            b.setText(text)
+            b.setToolTip(tip)
+            b.clicked.connect(lambda _c=False, d=direction: self.sigTileJump.emit(d))
+            jumps.addWidget(b)
+        grid.addLayout(jumps, 0, 2, 1, 2)
+        # Scalars two to a line; vectors and the error get a whole line each.
+        places = {
+            "m": (1, 0, 1),
+            "l": (1, 2, 1),
+            "alpha": (2, 0, 1),
+            "a": (3, 0, 3),
+            "out": (4, 0, 3),
+            "ref": (5, 0, 3),
+            "error": (6, 0, 3),
+        }
+        names = {
+            "m": "m",
+            "l": "ℓ",
+            "alpha": "α",
+            "a": "a",
+            "out": "a/ℓ",
+            "ref": "dense O",
+            "error": "error",
+        }
+        for key, (row, col, span) in places.items():
+            self.labels[key].setToolTip(FORMULAS[key])
+            name = QLabel(names[key])
+            name.setToolTip(FORMULAS[key])
+            grid.addWidget(name, row, col)
+            grid.addWidget(self.labels[key], row, col + 1, 1, span)
+        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(3, 1)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setMinimumHeight(260)
+        self._items: dict[str, pg.PlotItem] = {}
+        self._markers: list[pg.InfiniteLine] = []
+        self._curves: dict[str, list[pg.PlotDataItem]] = {k: [] for k, _ in PLOTS}
+        self._refs: list[pg.PlotDataItem] = []
+        for k, (key, title) in enumerate(PLOTS):
+            item = self.plots.addPlot(row=k, col=0)
+            item.setTitle(title, size="9pt")
+            # No grid: pyqtgraph's grid lines cost ~10 ms a plot per repaint, too much
+            # for 60 fps playback (measured offscreen, desktop.cli.bench_gui).
+            item.setMenuEnabled(False)
+            item.hideButtons()
+            if k:
+                item.setXLink(self._items["m"])
+            if k < len(PLOTS) - 1:
+                item.hideAxis("bottom")  # the x axis (steps) is shared; label it once
+            else:
+                item.setLabel("bottom", "step")
+            marker = pg.InfiniteLine(
+                angle=90, pen=pg.mkPen((128, 128, 128), width=1.5, style=Qt.PenStyle.DashLine)
+            )
+            item.addItem(marker, ignoreBounds=True)  # moving it must not re-autorange
+            self._markers.append(marker)
+            self._items[key] = item
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(grid)
+        layout.addWidget(self.plots, 1)
+        self._series: dict[str, np.ndarray] | None = None
+        # Opaque pens: alpha-blended lines over 64 components cost ~8 ms a repaint.
+        self._bundles = [
+            pg.PlotDataItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
+            pg.PlotDataItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
+            pg.PlotDataItem(
+                pen=pg.mkPen(200, 80, 60, style=Qt.PenStyle.DashLine), connect="finite"
+            ),
+        ]
+        for key, item in zip(("a", "out", "out"), self._bundles, strict=True):
+            self._items[key].addItem(item)
+        self.restyle()
+        state.sigTraceChanged.connect(self._rebuild)
+        state.sigRowChanged.connect(self._rebuild)
+        state.sigStepChanged.connect(self._on_step)
+
+    def restyle(self) -> None:
+        style_plot(self.plots, self._items.values(), self.palette())
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()  # a theme switch reaches pyqtgraph only through here
+        super().changeEvent(event)
+
+    def _curves_for(self, key: str, count: int, dashed: bool = False) -> list[pg.PlotDataItem]:
+        pool = self._refs if dashed else self._curves[key]
+        item = self._items[key]
+        while len(pool) < count:
+            k = len(pool)
+            pen = pg.mkPen(
+                pg.intColor(k, hues=MAX_COLOURED),
+                width=1.5,
+                style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine,
+            )
+            curve = pg.PlotDataItem(pen=pen, connect="finite")
+            item.addItem(curve)
+            pool.append(curve)
+        for curve in pool[count:]:
+            curve.setData([], [])
+        return pool[:count]
+
+    def _rebuild(self, *_args: object) -> None:
+        trace, row = self.state.trace, self.state.row
+        if trace is None or row < 0:
+            return
+        with QSignalBlocker(self.row_spin):
+            self.row_spin.setRange(0, trace.schedule.n_q - 1)
+            self.row_spin.setValue(row)
+        s = self._series = row_series(trace, row)
+        # Step curves: a value holds from its update step to the next; the edges sit at
+        # half steps so the marker at step t is inside the value shown after step t.
+        x = s["edges"]
+        m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
+        for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
+            (curve,) = self._curves_for(key, 1)
+            curve.setPen(pg.mkPen(SCALAR_COLORS[key], width=2))
+            curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
+        ref = trace.reference[row]
+        span = np.array([-0.5, trace.n_steps - 0.5])
+        d_v = trace.schedule.d_v
+        if d_v <= MAX_COLOURED:
+            # One coloured curve per component; the same colour for a, a/ℓ and its target.
+            for k, curve in enumerate(self._curves_for("a", d_v)):
+                curve.setData(x, s["a"][:, k], stepMode="center")
+            for k, curve in enumerate(self._curves_for("out", d_v)):
+                curve.setData(x, s["out"][:, k], stepMode="center")
+            for k, curve in enumerate(self._curves_for("out", d_v, dashed=True)):
+                curve.setData(span, np.full(2, ref[k]))
+            bundles = ((None, None), (None, None), (None, None))
+        else:
+            # Many components: every one is drawn, but as one bundle item per plot, so a
+            # repaint costs one item, not d_v of them.
+            for key in ("a", "out"):
+                self._curves_for(key, 0)
+            self._curves_for("out", 0, dashed=True)
+            # Targets as short dashes at the right end, where a/ℓ arrives: 64 full-width
+            # dashed lines would hide the curves.
+            tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5])
+            bundles = (
+                step_bundle(x, s["a"]),
+                step_bundle(x, s["out"]),
+                step_bundle(tail, np.tile(ref, (1, 1))),
+            )
+        for (bx, by), item in zip(bundles, self._bundles, strict=True):
+            item.setData([] if bx is None else bx, [] if by is None else by)
+        # Ranges from the series directly: cheaper than pyqtgraph's auto-range, which
+        # walks every curve's bounds again on each repaint.
+        ys = {"m": m, "l": s["l"], "alpha": s["alpha"], "a": s["a"], "out": (s["out"], ref)}
+        for key, item in self._items.items():
+            lo, hi = finite_range(ys[key])
+            item.disableAutoRange()
+            item.setYRange(lo, hi, padding=0.06)
+        # The other plots follow through their x link.
+        self._items["m"].setXRange(-0.5, trace.n_steps - 0.5, padding=0.01)
+        err_row = float(
+            np.max(np.abs(trace.tiled_output[row].astype(np.float64) - ref), initial=0.0)
+        )
+        self.labels["ref"].setText(fmt_vec(ref))
+        self.labels["error"].setText(
+            f"row {fmt(err_row)}, all {fmt(trace.max_abs_error)} (vs float64, {trace.dtype})"
+        )
+        self._on_step(self.state.step)
+
+    def _on_step(self, step: int) -> None:
+        trace, s = self.state.trace, self._series
+        if trace is None or s is None or step >= trace.n_steps:
+            return
+        for marker in self._markers:
+            marker.setPos(step)
+        core = trace.row_state(self.state.row, step)  # the core's numbers, shown as they are
+        self.labels["m"].setText(fmt(core.m))
+        self.labels["l"].setText(fmt(core.l))
+        self.labels["alpha"].setText(fmt(core.alpha))
+        self.labels["a"].setText(fmt_vec(core.a))
+        out = "— (no keys yet)" if core.l <= 0 else fmt_vec(core.partial_output)
+        self.labels["out"].setText(out)

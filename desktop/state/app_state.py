@@ -1,0 +1,115 @@
+"""AppState: the one place the GUI's state lives.
+
+Holds the Config, the Trace built from it (with its precomputed images), the current
+step and the selected query row. Views connect to its signals and read it; controls
+write through its setters. A config change is a request: the Trace is rebuilt by a
+TraceBuilder (off the GUI thread when large) and, on failure, the previous config
+and Trace stay and `sigError` carries one sentence for a dialog.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from compute import Trace
+from desktop.scene.render import LaneImages
+from desktop.state.config import MAX_TILES, Config
+from desktop.state.worker import TraceBuilder
+
+
+class AppState(QObject):
+    sigConfigChanged = Signal(object)  # the Config the current Trace was built from
+    sigTraceChanged = Signal(object)  # the new Trace
+    sigStepChanged = Signal(int)
+    sigRowChanged = Signal(int)
+    sigProgressChanged = Signal(float)  # how far the step's transfers have travelled
+    sigError = Signal(str)  # one user-facing sentence
+    sigBusy = Signal(bool)
+    sigNotice = Signal(str)  # a passing remark for the status bar
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.config: Config | None = None
+        self.requested: Config | None = None  # the newest config asked for (may be pending)
+        self.trace: Trace | None = None
+        self.images: LaneImages | None = None
+        self.step = 0
+        self.row = 0
+        self.progress = 1.0  # 0 → 1 within a step while playing; 1 once transfers arrive
+        self._row_hint = 0  # the row the user chose; kept when a smaller N clamps it
+        self.builder = TraceBuilder(self._built, self._failed)
+        self.builder.setParent(self)
+        self.builder.sigBusy.connect(self.sigBusy)
+
+    # ---- configuration -------------------------------------------------------------
+    def set_config(self, config: Config) -> None:
+        """Ask for a new configuration; the Trace follows when built."""
+        if config == self.requested and not self.builder.busy:
+            return
+        self.requested = config
+        self.builder.request(config)
+
+    def update_config(self, **changes: object) -> None:
+        """Change some fields of the newest requested config."""
+        base = self.requested or self.config or Config()
+        self.set_config(base.replace(**changes))
+
+    def _built(self, config: Config, trace: Trace, images: LaneImages) -> None:
+        # Keep the position in the timeline where it still exists; a first trace, or one
+        # viewed at its end, opens at the end, where the whole story is visible.
+        at_end = self.trace is None or self.step >= self.trace.n_steps - 1
+        step = trace.n_steps - 1 if at_end else min(self.step, trace.n_steps - 1)
+        row = min(self._row_hint, trace.schedule.n_q - 1)
+        row_changed = row != self.row
+        asked = self.requested
+        if asked is not None and (asked.block_q, asked.block_k) != (config.block_q, config.block_k):
+            self.sigNotice.emit(
+                f"Blocks raised to {config.block_q}×{config.block_k}: the explorer keeps at "
+                f"most {MAX_TILES} tiles a side."
+            )
+        # Step and row are valid for the new trace before anyone hears of it.
+        self.config, self.trace, self.images = config, trace, images
+        self.requested, self.step, self.row = config, step, row
+        self.sigConfigChanged.emit(config)
+        self.sigTraceChanged.emit(trace)
+        self.sigStepChanged.emit(step)
+        if row_changed:
+            self.sigRowChanged.emit(row)
+
+    def _failed(self, message: str) -> None:
+        failed, self.requested = self.requested, self.config
+        self.sigError.emit(message)
+        if self.config is not None:
+            self.sigConfigChanged.emit(self.config)  # controls fall back to what is shown
+        elif failed != Config():
+            # Nothing shown yet (e.g. the saved file has gone): open on the reference example.
+            self.set_config(Config())
+
+    # ---- timeline and selection ----------------------------------------------------
+    @property
+    def n_steps(self) -> int:
+        return self.trace.n_steps if self.trace is not None else 0
+
+    def set_step(self, step: int) -> None:
+        if self.trace is None:
+            return
+        step = max(0, min(int(step), self.trace.n_steps - 1))
+        if step != self.step:
+            self.step = step
+            self.sigStepChanged.emit(step)
+
+    def set_progress(self, progress: float) -> None:
+        """Move the current step's transfer arrows; 1.0 means they have arrived."""
+        progress = min(1.0, max(0.0, float(progress)))
+        if progress != self.progress:
+            self.progress = progress
+            self.sigProgressChanged.emit(progress)
+
+    def set_row(self, row: int) -> None:
+        self._row_hint = max(0, int(row))
+        if self.trace is None:
+            return
+        row = min(self._row_hint, self.trace.schedule.n_q - 1)
+        if row != self.row:
+            self.row = row
+            self.sigRowChanged.emit(row)

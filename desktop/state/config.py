@@ -1,0 +1,220 @@
+"""The explorer's configuration: one frozen value, its command-line flags, and its build.
+
+No Qt here: `Config` is plain data, so the GUI, its tests, the screenshot path and
+any headless exporter share one definition of "what is being shown". `build` turns a
+Config into inputs and a Trace through the compute core (the GUI computes nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import compute
+from compute import InputError, Inputs, Trace
+from compute.inputs import check_memory_budget
+
+INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
+SEED_SIZES = (6, 6, 2, 2)  # the reference example's N, N_keys, d, d_v
+N_MAX = 2048  # the largest N the window offers
+# At most this many blocks per side: N = 1024 with blocks of 2 would be 400,000 steps
+# (minutes to build, unusable to scrub); 128 keeps the timeline under ~50,000 steps.
+MAX_TILES = 128
+D_MAX = 256
+OPTIONAL_INTS = ("n_keys", "sram")  # None means "same as N" / "not set"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything that decides the Trace. n_keys None means "same as N"; sram None means unset."""
+
+    n: int = 6
+    n_keys: int | None = None
+    d: int = 2
+    dv: int = 2
+    block_q: int = 2
+    block_k: int = 2
+    order: str = "q-outer"
+    causal: bool = False
+    save_lse: bool = False
+    dtype: str = "float64"
+    input: str = "seed"
+    seed: int = 0
+    input_scale: float = 1.0
+    file: str = ""
+    sram: int | None = None
+
+    @property
+    def n_k(self) -> int:
+        """The number of keys: N_keys when set, else N."""
+        return self.n if self.n_keys is None else self.n_keys
+
+    def replace(self, **changes: object) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, warn=None) -> Config:
+        """Rebuild from saved settings, ignoring unknown keys and falling back on bad values.
+
+        Saved settings can be anything (hand-edited, another version's): a value of the
+        wrong type or out of range falls back to its default, reported through `warn`.
+        """
+        warn = warn or (lambda _text: None)
+        if not isinstance(data, dict):
+            warn(
+                f"the saved configuration is not a mapping ({type(data).__name__}); using the default"
+            )
+            return cls()
+        fields = {f.name for f in dataclasses.fields(cls)}
+        clean = {}
+        for name, value in data.items():
+            if name not in fields:
+                continue
+            default = getattr(cls(), name)
+            try:
+                if name in OPTIONAL_INTS:  # saved as 0, "" or None when unset
+                    if value is None or value == "" or value == 0:
+                        clean[name] = None
+                        continue
+                    if isinstance(value, bool) or not isinstance(value, int):
+                        raise TypeError
+                    clean[name] = int(value)
+                    continue
+                if isinstance(default, bool) and not isinstance(value, bool):
+                    raise TypeError
+                if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+                    raise TypeError  # "12" or [1] are not what the app saved
+                clean[name] = type(default)(value)
+                if isinstance(clean[name], float) and not math.isfinite(clean[name]):
+                    raise ValueError
+            except (TypeError, ValueError, OverflowError):
+                clean.pop(name, None)
+                warn(f"the saved setting config.{name}={value!r} is not valid; using {default!r}")
+        try:
+            config = cls(**clean).validated()
+        except InputError as exc:
+            warn(f"the saved configuration is not valid ({exc}); using the default")
+            return cls()
+        if config.n > N_MAX or config.n_k > N_MAX or config.d > D_MAX or config.dv > D_MAX:
+            warn(f"the saved config exceeds N ≤ {N_MAX}, d ≤ {D_MAX}; using the default")
+            return cls()
+        return config
+
+    def validated(self) -> Config:
+        """Raise InputError (one sentence) for values no control can produce."""
+        for name in ("n", "d", "dv", "block_q", "block_k"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, not {getattr(self, name)}.")
+        for name in OPTIONAL_INTS:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1 when set, not {getattr(self, name)}.")
+        if self.order not in compute.ORDERS:
+            raise InputError(f"The loop order must be one of {', '.join(compute.ORDERS)}.")
+        if self.dtype not in compute.DTYPES:
+            raise InputError(f"The dtype must be one of {', '.join(compute.DTYPES)}.")
+        if self.input not in INPUT_MODES:
+            raise InputError(f"The input must be one of {', '.join(INPUT_MODES)}.")
+        if self.input == "file" and not self.file:
+            raise InputError("Choose a .npy or .npz file to open.")
+        if not (math.isfinite(self.input_scale) and self.input_scale > 0):
+            raise InputError(f"The input scale must be a positive number, not {self.input_scale}.")
+        return self
+
+    def estimated_steps(self) -> int:
+        """Roughly how many timeline steps the trace will hold (decides threading)."""
+        t_r = math.ceil(self.n / self.block_q)
+        t_c = math.ceil(self.n_k / self.block_k)
+        return 3 * t_r * t_c + 2 * t_r
+
+
+def make_inputs(config: Config) -> Inputs:
+    """The inputs a Config names; shapes follow the inputs for seed and file sources."""
+    if config.input == "seed":
+        return compute.seed_example()
+    if config.input == "file":
+        return compute.load_inputs(config.file)
+    # Random sizes are known before drawing: check the whole budget first.
+    t_c = min(math.ceil(config.n_k / config.block_k), MAX_TILES)
+    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c)
+    return compute.random_inputs(
+        config.n, config.d, config.dv, n_k=config.n_k, seed=config.seed, scale=config.input_scale
+    )
+
+
+def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
+    """The exact ledger of a config at the block sizes asked for (no display cap here).
+
+    Only shapes matter: a file is read for its shapes, random inputs are not drawn.
+    pass_name "backward" or "training" gives that pass's ledger (from its closed form).
+    """
+    n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
+    if config.input != "random":
+        inputs = make_inputs(config)
+        (n_q, d), (n_k, dv) = inputs.q.shape, inputs.v.shape
+    return compute.pass_ledger(
+        pass_name,
+        n_q,
+        n_k,
+        d,
+        dv,
+        counted=pass_name == "forward",  # the forward as before: its counted walk
+        block_q=config.block_q,
+        block_k=config.block_k,
+        order=config.order,
+        causal=config.causal,
+        save_lse=config.save_lse,
+        dtype=config.dtype,
+        sram_capacity=config.sram,
+    )
+
+
+def min_block(positions: int) -> int:
+    """The smallest block that keeps a side at MAX_TILES tiles or fewer."""
+    return max(1, math.ceil(positions / MAX_TILES))
+
+
+def conform(config: Config, inputs: Inputs) -> Config:
+    """The config with N, N_keys, d, d_v taken from the inputs actually loaded, and block
+    sizes raised where they would cut a side into more than MAX_TILES tiles."""
+    n_q, d = inputs.q.shape
+    n_k, dv = inputs.v.shape
+    return config.replace(
+        n=n_q,
+        n_keys=None if n_k == n_q else n_k,
+        d=d,
+        dv=dv,
+        block_q=max(config.block_q, min_block(n_q)),
+        block_k=max(config.block_k, min_block(n_k)),
+    )
+
+
+def build(config: Config) -> tuple[Config, Trace]:
+    """Inputs and Trace for a config; raises InputError with one user-facing sentence."""
+    config = config.validated()
+    inputs = make_inputs(config)
+    config = conform(config, inputs)
+    check_memory_budget(
+        config.n, config.n_k, config.d, config.dv, math.ceil(config.n_k / config.block_k)
+    )
+    try:
+        trace = compute.build_trace(
+            inputs.q,
+            inputs.k,
+            inputs.v,
+            block_q=config.block_q,
+            block_k=config.block_k,
+            order=config.order,
+            causal=config.causal,
+            sram_capacity=config.sram,
+            dtype=config.dtype,
+            save_lse=config.save_lse,
+        )
+    except InputError:
+        raise
+    except ValueError as exc:  # the core's own checks are already one sentence
+        raise InputError(str(exc)) from None
+    return config, trace

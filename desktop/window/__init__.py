@@ -1,0 +1,1 @@
+"""The main window: docks, menus, the playback bar and the export dialogs."""

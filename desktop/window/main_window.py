@@ -1,0 +1,297 @@
+"""The main window: two lanes in the middle, controls left, statistics and ledger right.
+
+Owns the AppState, the Playback and the docks; wires menus, shortcuts, the status bar,
+QSettings persistence and error dialogs. Side panels (the GPU panel) join through
+`add_side_panel`; exporters render frames through `render_frame`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QImage, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from compute.attention import overflow_notice
+from desktop.lanes.legend import Legend
+from desktop.lanes.view import LaneView
+from desktop.panels.controls import ControlsPanel
+from desktop.panels.gpu.panel import attach_gpu_panel
+from desktop.panels.ledger import LedgerPanel
+from desktop.panels.stats import StatsPanel
+from desktop.state.app_state import AppState
+from desktop.state.config import Config
+from desktop.state.playback import Playback
+from desktop.theme import THEMES, apply_theme
+from desktop.window.export_dialogs import Exports
+from desktop.window.menus import build_menus
+from desktop.window.playback_bar import PlaybackBar
+from desktop.window.saved_settings import (
+    parse_bytes,
+    parse_config_json,
+    parse_row,
+    parse_speed,
+    parse_theme,
+    read_value,
+)
+
+LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
+ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
+ABOUT = (
+    "<h3>FlashAttention Explorer</h3>"
+    "<p>Two lanes compute the same exact attention on the same inputs. The dense lane writes "
+    "the N×N scores S and probabilities P to HBM and reads them back; the tiled lane streams "
+    "K/V tiles through SRAM and carries a running max m, denominator ℓ and numerator a per "
+    "query row, so S and P never leave the chip.</p>"
+    "<p>Counts are for the declared schedules (FlashAttention-2's Q-outer order, or Algorithm 1's "
+    "KV-outer order), not measurements of a GPU. References: Dao et al., FlashAttention (2022); "
+    "Dao, FlashAttention-2 (2023).</p>"
+    "<p>Keys: Space play/pause · ←/→ step · Home/End first/last.</p>"
+)
+
+
+def saved_config() -> Config | None:
+    """The configuration the last session closed with, if any."""
+    return read_value(QSettings(ORGANISATION, APPLICATION), "config", parse_config_json, None)
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self, config: Config | None = None, *, persist: bool = True, build_inline: bool = False
+    ) -> None:
+        super().__init__()
+        self.persist = persist  # screenshots and tests neither read nor write settings
+        self.setWindowTitle("FlashAttention Explorer")
+        self.setAcceptDrops(True)
+        self.state = AppState(self)
+        self.state.builder.force_inline = build_inline
+        self.playback = Playback(self.state, self)
+        self.lanes = {lane: LaneView(self.state, lane) for lane in ("dense", "tiled")}
+        self.legend = Legend(self.state)
+        self.bar = PlaybackBar(self.state, self.playback)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        for lane in self.lanes.values():
+            splitter.addWidget(lane)
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.bar)
+        self.setCentralWidget(central)
+        self.controls = ControlsPanel(self.state)
+        self.stats_panel = StatsPanel(self.state)
+        self.ledger_panel = LedgerPanel(self.state)
+        scroll = QScrollArea()
+        scroll.setWidget(self.controls)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(self.controls.sizeHint().width() + 24)
+        self.docks: dict[str, QDockWidget] = {}
+        self._dock("controls", "Configuration", scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._dock(
+            "stats",
+            "Selected row: online softmax",
+            self.stats_panel,
+            Qt.DockWidgetArea.RightDockWidgetArea,
+        )
+        self._dock(
+            "ledger", "HBM ledger", self.ledger_panel, Qt.DockWidgetArea.BottomDockWidgetArea
+        )
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.resizeDocks(
+            [self.docks["controls"], self.docks["stats"]], [270, 440], Qt.Orientation.Horizontal
+        )
+        self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+        self.status_label = QLabel()
+        self.busy_label = QLabel()
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.busy_label)
+        # Overflow of the tiled dtype stays visible while that trace is shown.
+        self.overflow_label = QLabel()
+        self.overflow_label.setStyleSheet("color: #b2182b; font-weight: bold;")
+        self.overflow_label.setWordWrap(True)
+        self.statusBar().addPermanentWidget(self.overflow_label)
+        self.theme = "system"
+        self._build_menus()
+        self.exports = Exports(self)
+        self.exports.add_actions(self.file_menu, before=self.quit_separator)
+        self.gpu_panel = attach_gpu_panel(self)
+        self.stats_panel.sigTileJump.connect(self.playback.row_tile)
+        self.state.sigStepChanged.connect(self._show_status)
+        self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
+        self.state.sigTraceChanged.connect(self._show_overflow)
+        self.state.sigError.connect(self.show_error)
+        self.state.sigConfigChanged.connect(self._show_title)
+        self.state.sigNotice.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        self.state.sigBusy.connect(
+            lambda busy: self.busy_label.setText("computing…" if busy else "")
+        )
+        self.resize(1600, 1000)
+        self._restore(config)
+
+    # ---- construction ----------------------------------------------------------------
+    def _dock(self, key: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock_{key}")  # saveState needs stable names
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        self.docks[key] = dock
+        return dock
+
+    def add_side_panel(self, widget: QWidget, title: str, key: str | None = None) -> QDockWidget:
+        """Add a panel (e.g. the GPU panel) as a dock tabbed with the ledger.
+
+        The panel sits in a scroll area: a tall panel must not force the bottom dock,
+        and with it the lanes, to its own minimum height.
+        """
+        scroll = QScrollArea()
+        scroll.setWidget(widget)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        dock = self._dock(
+            key or title.lower().replace(" ", "_"),
+            title,
+            scroll,
+            Qt.DockWidgetArea.BottomDockWidgetArea,
+        )
+        self.tabifyDockWidget(self.docks["ledger"], dock)
+        self.docks["ledger"].raise_()
+        self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+        self._view_menu.addAction(dock.toggleViewAction())
+        return dock
+
+    def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        act = QAction(text, self)
+        if shortcut is not None:
+            act.setShortcut(QKeySequence(shortcut))
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        act.setStatusTip(tip)
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    def _build_menus(self) -> None:
+        build_menus(self)
+
+    # ---- drag and drop: a .npy/.npz dropped on the window opens it ----------------------
+    @staticmethod
+    def _dropped_file(mime) -> str | None:
+        urls = mime.urls() if mime.hasUrls() else []
+        paths = [u.toLocalFile() for u in urls if u.isLocalFile()]
+        ok = [p for p in paths if p.lower().endswith((".npy", ".npz"))]
+        return ok[0] if len(ok) == 1 else None
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self._dropped_file(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        path = self._dropped_file(event.mimeData())
+        if path:
+            event.acceptProposedAction()
+            self.state.update_config(input="file", file=path)
+
+    # ---- behaviour -----------------------------------------------------------------
+    def _show_title(self, cfg: Config) -> None:
+        source = {"seed": "seed example", "random": f"random (seed {cfg.seed})"}.get(
+            cfg.input, Path(cfg.file).name
+        )
+        self.setWindowTitle(
+            f"FlashAttention Explorer — {source}, N = {cfg.n}, d = {cfg.d}, "
+            f"blocks {cfg.block_q}×{cfg.block_k}"
+        )
+
+    def overflow_text(self) -> str:
+        """The overflow sentence for the shown trace ('' when its dtype held every value)."""
+        t = self.state.trace
+        if t is None:
+            return ""
+        return overflow_notice(t.q, t.k, t.v, t.dtype, t.tiled_output) or ""
+
+    def _show_overflow(self, _trace: object) -> None:
+        text = self.overflow_text()
+        self.overflow_label.setText(f"⚠ {text}" if text else "")
+        self.overflow_label.setToolTip(text)
+
+    def _show_status(self, step: int) -> None:
+        trace = self.state.trace
+        if trace is not None:
+            self.status_label.setText(trace.steps[step].describe())
+
+    def show_error(self, message: str) -> None:
+        QMessageBox.warning(self, "FlashAttention Explorer", message)
+
+    def about(self) -> None:
+        QMessageBox.about(self, "About FlashAttention Explorer", ABOUT)
+
+    def set_theme(self, theme: str) -> None:
+        self.theme = theme if theme in THEMES else "system"
+        apply_theme(QApplication.instance(), self.theme)
+        self._theme_actions[self.theme].setChecked(True)
+        for w in (*self.lanes.values(), self.legend):
+            w.update()
+        self.stats_panel.restyle()
+        self.ledger_panel.restyle()
+
+    def render_frame(self, step: int | None = None, target: str = "window") -> QImage:
+        """The window, one lane ('dense', 'tiled'), 'stats' or 'ledger' at a step, as a QImage."""
+        if step is not None:
+            self.state.set_step(step)
+        self.state.set_progress(1.0)
+        widget = {"window": self, "stats": self.stats_panel, "ledger": self.ledger_panel}.get(
+            target
+        )
+        widget = widget or self.lanes[target]
+        QApplication.processEvents()
+        return widget.grab().toImage()
+
+    # ---- settings ------------------------------------------------------------------
+    def _settings(self) -> QSettings:
+        return QSettings(ORGANISATION, APPLICATION)
+
+    def _restore(self, config: Config | None) -> None:
+        saved = None
+        if self.persist:
+            s = self._settings()
+            geometry = read_value(s, "geometry", parse_bytes, None)
+            if geometry is not None:
+                self.restoreGeometry(geometry)
+                state = read_value(s, "windowState", parse_bytes, None)
+                if state is not None:
+                    self.restoreState(state)
+            saved = saved_config() if config is None else None  # read (and warn) once
+            self.state.set_row(read_value(s, "row", parse_row, 0))
+            self.bar.set_speed(read_value(s, "speed", parse_speed, 2.0))
+            self.set_theme(read_value(s, "theme", parse_theme, "system"))
+        else:
+            self._theme_actions["system"].setChecked(True)
+        self.state.set_config(config or saved or Config())
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt override)
+        self.playback.pause()
+        self.state.builder.shutdown()
+        if self.persist:
+            s = self._settings()
+            s.setValue("geometry", self.saveGeometry())
+            s.setValue("windowState", self.saveState())
+            if self.state.config is not None:
+                s.setValue("config", json.dumps(self.state.config.to_dict()))
+            s.setValue("row", self.state.row)
+            s.setValue("speed", self.playback.speed)
+            s.setValue("theme", self.theme)
+        super().closeEvent(event)

@@ -1,0 +1,184 @@
+"""GPU tests of compute.gpu.flash.flash_attention against the float64 reference.
+
+Skipped unless CuPy is importable and a CUDA device is usable. Inputs are seeded random
+draws (bfloat16 rounded by compute.gpu.dtypes, the harness's one rounding); the reference
+is compute.attention.dense_lane in float64 on those rounded values; outputs are poisoned
+(NaN) before each launch and every element checked finite.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from compute.attention import dense_lane
+from compute.gpu.dtypes import device_array, float64_values
+
+try:
+    import cupy as cp
+
+    _GPU = bool(cp.is_available())
+except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
+    cp = None
+    _GPU = False
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _GPU, reason="needs CuPy and a usable CUDA device"),
+]
+
+ERR = {"float16": 2e-3, "bfloat16": 1e-2}
+DTYPE_CODE = {"float16": 0, "bfloat16": 1}
+
+
+def _configs():
+    """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
+    Hopper kernels (TMA + warp-specialised, and the plain wgmma fallback), and
+    FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
+    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
+
+    extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
+    hopper = [*WS_CONFIGS.values(), *WGMMA_CONFIGS.values()]
+    return [None, *MMA_CONFIGS.values(), *hopper, *extra]
+
+
+def _needs_hopper(config) -> bool:
+    if config is None or config.kernel == "mma":
+        return False
+    return cp.cuda.Device().compute_capability != "90"
+
+
+def _rand(shape, dtype, rng):
+    """Seeded inputs as (kernel-layout device array, float64 host copy of the same values)."""
+    host = device_array(rng.standard_normal(shape, dtype=np.float32), dtype)
+    return cp.asarray(host), float64_values(host, dtype)
+
+
+def _reference(q, k, v, causal, scale):
+    """Float64 O and row log-sum-exp per head (LSE = -inf where a row sees no key)."""
+    b, h, n_q, _ = q.shape
+    out = np.empty((b, h, n_q, v.shape[-1]))
+    lse = np.empty((b, h, n_q))
+    for i in range(b):
+        for j in range(h):
+            s, _, out[i, j] = dense_lane(q[i, j], k[i, j], v[i, j], causal=causal, scale=scale)
+            m = np.max(s, axis=1, initial=-np.inf)
+            safe = np.where(np.isfinite(m), m, 0.0)
+            with np.errstate(divide="ignore"):
+                lse[i, j] = safe + np.log(np.exp(s - safe[:, None]).sum(axis=1))
+    return out, lse, np.isfinite(lse)
+
+
+def _poisoned(shape, dtype):
+    if dtype == "float16":
+        return cp.full(shape, cp.nan, dtype=cp.float16)
+    return cp.full(shape, 0x7FC1, dtype=cp.uint16)  # a bf16 NaN
+
+
+def _run_case(b, h, n_q, n_k, d, dtype, causal, seed, config=None, scale=None):
+    from compute.gpu.flash import flash_attention
+
+    rng = np.random.default_rng(seed)
+    q, q64 = _rand((b, h, n_q, d), dtype, rng)
+    k, k64 = _rand((b, h, n_k, d), dtype, rng)
+    v, v64 = _rand((b, h, n_k, d), dtype, rng)
+    out = _poisoned((b, h, n_q, d), dtype)
+    o, lse = flash_attention(
+        q, k, v, causal=causal, scale=scale, return_lse=True, config=config, out=out
+    )
+    cp.cuda.Device().synchronize()
+    assert o is out
+    ref, ref_lse, visible = _reference(q64, k64, v64, causal, scale)
+    got = float64_values(o.get(), dtype)
+    assert np.all(np.isfinite(got)), "unwritten or non-finite output"
+    err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    assert err <= ERR[dtype], f"rel err {err:.2e}"
+    # Rows that see no key: exact zeros and LSE = -inf.
+    lse = lse.get()
+    hidden = ~visible
+    if hidden.any():
+        assert float(np.abs(got[hidden]).max()) == 0.0
+        assert np.all(np.isneginf(lse[hidden]))
+    lse_err = float(np.abs(lse[visible].astype(np.float64) - ref_lse[visible]).max())
+    assert lse_err <= 2e-3, f"LSE max abs err {lse_err:.2e}"
+    return err
+
+
+@pytest.mark.parametrize("config", _configs(), ids=lambda c: "default" if c is None else str(c))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "n_q,n_k",
+    [(256, 256), (200, 200), (77, 300), (300, 77), (1, 513), (1000, 1000)],
+)
+def test_matches_float64(config, dtype, d, causal, n_q, n_k):
+    if config is not None and config.d != d:
+        pytest.skip("config is for another d")
+    if _needs_hopper(config):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    _run_case(
+        2,
+        3,
+        n_q,
+        n_k,
+        d,
+        dtype,
+        causal,
+        seed=[DTYPE_CODE[dtype], d, int(causal), n_q, n_k],  # stable across processes
+        config=config,
+    )
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_custom_scale_and_single_head(d):
+    _run_case(1, 1, 333, 333, d, "float16", True, seed=7, scale=0.3)
+
+
+def test_fully_masked_rows_are_zero_not_nan():
+    # causal with n_q > n_k: the first n_q - n_k query rows see no key.
+    _run_case(1, 2, 190, 60, 64, "float16", True, seed=11)
+    _run_case(1, 2, 190, 60, 128, "bfloat16", True, seed=12)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_kernel_on_many_tiles_and_masked_blocks(d, persistent):
+    # Long enough that the K/V rings wrap several times (mbarrier phases flip), with a tail,
+    # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys; the last
+    # case has more work items than SMs, so a persistent CTA walks several (some see no key).
+    from dataclasses import replace
+
+    from compute.gpu.flash import WS_CONFIGS
+
+    cfg = replace(WS_CONFIGS[d], persistent=persistent)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
+    _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
+    _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key
+    _run_case(2, 40, 1000, 900, d, "bfloat16", True, seed=24, config=cfg)
+
+
+def test_return_shapes_and_dtype():
+    from compute.gpu.flash import flash_attention
+
+    q = cp.random.default_rng(5).standard_normal((1, 2, 64, 64), dtype=cp.float32)
+    q = q.astype(cp.float16)
+    o = flash_attention(q, q, q)
+    assert o.shape == q.shape and o.dtype == cp.float16
+    o, lse = flash_attention(q, q, q, return_lse=True)
+    assert lse.shape == (1, 2, 64) and lse.dtype == cp.float32
+
+
+def test_rejects_bad_inputs():
+    from compute.gpu.flash import flash_attention
+
+    q = cp.zeros((1, 1, 16, 96), dtype=cp.float16)
+    with pytest.raises(ValueError):
+        flash_attention(q, q, q)
+    q = cp.zeros((1, 1, 16, 64), dtype=cp.float32)
+    with pytest.raises(TypeError):
+        flash_attention(q, q, q)

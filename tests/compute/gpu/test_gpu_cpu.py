@@ -1,0 +1,227 @@
+"""CPU-side tests of the GPU backend: status() reasons, bench CLI exit, tile arithmetic,
+bfloat16 rounding, report versions and the bundled report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from compute import dense_attention
+from compute.attention import round_to
+from compute.gpu import device
+from compute.gpu.dtypes import bfloat16_bits, bfloat16_values, device_array, float64_values
+from compute.gpu.reference import error_stats, reference_rows, sample_indices
+from compute.gpu.report import VERSION, bundled_report, split_reports
+from compute.gpu.tiled import TileShape, fits_message
+
+
+def _fake_cupy(monkeypatch, runtime):
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+
+def test_status_without_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    st = device.status()
+    assert not st.usable
+    assert st.reason == (
+        "CuPy is not installed, so the GPU backend is off (pip install cupy-cuda13x)."
+    )
+    assert st.describe() == st.reason
+
+
+def test_status_without_driver(monkeypatch):
+    def no_driver():
+        raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient")
+
+    _fake_cupy(monkeypatch, types.SimpleNamespace(getDeviceCount=no_driver))
+    st = device.status()
+    assert not st.usable
+    assert st.reason.startswith("No usable NVIDIA driver was found (cudaErrorInsufficientDriver")
+    assert "\n" not in st.reason
+
+
+def test_status_without_device(monkeypatch):
+    _fake_cupy(monkeypatch, types.SimpleNamespace(getDeviceCount=lambda: 0))
+    assert device.status().reason == "No CUDA device was found."
+
+
+def test_status_with_device(monkeypatch):
+    props = {
+        "name": b"NVIDIA H200",
+        "major": 9,
+        "minor": 0,
+        "sharedMemPerBlockOptin": 232448,
+        "multiProcessorCount": 132,
+        "l2CacheSize": 62914560,
+        "totalGlobalMem": 150 * 2**30,
+    }
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda i: props)
+    _fake_cupy(monkeypatch, runtime)
+    st = device.status()
+    assert st.usable and st.name == "NVIDIA H200" and st.compute_capability == (9, 0)
+    assert st.shared_mem_per_block == 232448
+    assert "227 KB shared/block" in st.describe()
+
+
+def test_bench_cli_without_gpu_exits_1_with_one_line(monkeypatch, capsys):
+    from compute.gpu import bench_cli
+
+    monkeypatch.setattr(
+        bench_cli, "status", lambda: device.DeviceStatus(False, "No CUDA device was found.")
+    )
+    assert bench_cli.main(["--n", "128"]) == 1
+    err = capsys.readouterr().err
+    assert err == "flash-explorer bench: No CUDA device was found.\n"
+
+
+def test_bench_cli_module_runs_without_gpu():
+    if device.status().usable:
+        pytest.skip("this machine has a GPU; the no-GPU exit is tested above")
+    proc = subprocess.run(
+        [sys.executable, "-m", "compute.gpu.bench_cli", "--n", "64"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.startswith("flash-explorer bench: ")
+
+
+def test_bench_cli_rejects_bad_sizes():
+    from compute.gpu.bench_cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--block-q", "0"])
+
+
+def test_tile_shape_shared_memory():
+    # 64x64 tiles, d = 64: Q, K, P~ rows padded (68, 68, 72 floats), V 64 floats.
+    assert TileShape(64, 64, 64, 64).smem_bytes == 4 * (64 * 68 + 64 * 68 + 64 * 64 + 64 * 72)
+    assert TileShape(64, 64, 64, 64).threads == 128
+    assert TileShape(128, 64, 64, 64).threads == 256
+    assert TileShape(7, 1, 20, 12).smem_bytes > 0
+
+
+def test_fits_message_names_fitting_sizes():
+    msg = fits_message(TileShape(512, 512, 64, 64), 227 * 1024)
+    assert msg.startswith("block_q=512 x block_k=512 with d=64, d_v=64 needs ")
+    assert "this device allows 227 KB" in msg and "block_q=64 with block_k<=" in msg
+    for part in msg.split("these fit: ")[1].rstrip(".").split("; "):
+        bq, bk = (int(x.split("=")[1].lstrip("<")) for x in part.split(" with "))
+        assert TileShape(bq, bk, 64, 64).smem_bytes <= 227 * 1024
+        assert TileShape(bq, bk + 8, 64, 64).smem_bytes > 227 * 1024
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q,n_k", [(40, 40), (50, 30), (30, 50)])
+def test_sampled_reference_rows_equal_dense(n_q, n_k, causal):
+    rng = np.random.default_rng([n_q, n_k, int(causal)])
+    q, k, v = (rng.standard_normal((n, 8)) for n in (n_q, n_k, n_k))
+    rows = np.array([0, 3, n_q - 1])
+    want = dense_attention(q, k, v, causal=causal)[rows]
+    np.testing.assert_allclose(reference_rows(q, k, v, rows, causal=causal), want, atol=1e-12)
+
+
+def test_sample_indices_and_error_stats():
+    heads, rows = sample_indices(32, 16384, max_heads=2, max_rows=512)
+    assert len(heads) == 2 and len(rows) == 512 and rows[-1] == 16383
+    heads, rows = sample_indices(2, 100)
+    assert heads.tolist() == [0, 1] and rows.tolist() == list(range(100))
+    ref = np.ones((2, 3))
+    assert error_stats(ref + 0.5, ref)["max_abs"] == 0.5
+    assert error_stats(np.full((2, 3), np.nan), ref)["rel"] == float("inf")
+
+
+def test_bfloat16_rounding_is_compute_attentions():
+    # One rounding: the device helper equals compute.attention.round_to bit for bit,
+    # ties to even included.
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal(10_000) * 10.0 ** rng.integers(-8, 8, 10_000)).astype(np.float32)
+    ties = np.array([0x3F808000, 0x3F818000, 0xBF808000], dtype=np.uint32).view(np.float32)
+    x = np.concatenate([x, ties])
+    bits = bfloat16_bits(x)
+    assert bits.dtype == np.uint16
+    np.testing.assert_array_equal(bfloat16_values(bits), round_to(x, "bfloat16"))
+    np.testing.assert_array_equal(float64_values(device_array(x, "bfloat16"), "bfloat16"),
+                                  round_to(x, "bfloat16").astype(np.float64))  # fmt: skip
+
+
+def test_version_1_reports_read_with_flash_names():
+    old = bundled_report()
+    assert old["reports"][1]["version"] == 1
+    assert "fast" in [r["kernel"] for r in old["reports"][1]["results"]]
+    reports = split_reports(old)
+    assert all(r["version"] == VERSION for r in reports)
+    kernels = {r["kernel"] for rep in reports for r in rep["results"]}
+    assert kernels == {"tiled", "dense", "flash"}
+    # Same figures: float16 reports hold the kernel's timing, now under its new name.
+    timed = [
+        (i, j)
+        for i, rep in enumerate(old["reports"])
+        for j, r in enumerate(rep["results"])
+        if r["kernel"] == "fast" and "ms" in r
+    ]
+    assert len(timed) == 4
+    for i, j in timed:
+        assert reports[i]["results"][j] == {**old["reports"][i]["results"][j], "kernel": "flash"}
+
+
+def test_flash_config_spec_round_trips():
+    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
+
+    for cfg in [
+        *MMA_CONFIGS.values(),
+        *WGMMA_CONFIGS.values(),
+        *WS_CONFIGS.values(),
+        Config("wgmma", 128, 2, 64, 1, True),
+        Config("ws", 64, 3, 128, 1, False, 3, False),
+        Config("ws", 128, 2, 128, 1, True, 2, True, True),
+    ]:
+        assert Config.parse(cfg.spec()) == cfg
+    assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
+    assert Config.parse("ws:128:2:128:2:pingpong").name(0) == "flash_fwd_ws<0,128,2,128,2,3>"
+    assert Config.parse("ws:64:3:128:3:serial").name(1) == "flash_fwd_ws<1,64,3,128,3,0>"
+    assert Config.parse("ws:64:3:128:3").threads == 512
+    assert (
+        Config.parse("ws:128:2:128:2:pingpong:persist").name(1) == "flash_fwd_ws<1,128,2,128,2,7>"
+    )
+    with pytest.raises(ValueError, match="is not a kernel spec"):
+        Config.parse("wgmma:128:2:64:2:serial")  # only the ws kernel has the serial flag
+    with pytest.raises(ValueError, match="is not a kernel spec"):
+        Config.parse("wgmma:128:2:64:2:4")  # the old EXTRA bits are not accepted
+
+
+def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
+    from compute.gpu import flash
+
+    monkeypatch.setattr(flash, "_is_hopper", lambda: True)
+    assert flash.default_config(128, 1024) == flash.WS_CONFIGS[128]
+    assert flash.default_config(64, 4096) == flash.WS_CONFIGS[64]
+    assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
+    monkeypatch.setattr(flash, "_is_hopper", lambda: False)
+    assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
+
+
+def test_tensor_map_is_the_drivers_size():
+    import ctypes
+
+    from compute.gpu import tma
+
+    assert ctypes.sizeof(tma._TensorMap) == tma.MAP_BYTES == 128
+
+
+def test_wheel_ships_kernels_and_reports_but_not_tools():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "compute.gpu.tools*" in setup["packages"]["find"]["exclude"]
+    data = setup["package-data"]["compute.gpu"]
+    assert {"kernels/*.cu", "kernels/*.cuh", "reports/*.json"} <= set(data)
+    assert (root / "compute" / "gpu" / "reports" / "tiled_vs_dense_h200.json").is_file()

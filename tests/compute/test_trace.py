@@ -1,0 +1,117 @@
+"""The trace: both lanes on one timeline, the reference example's Q0 statistics, running counts."""
+
+import numpy as np
+import pytest
+
+from compute import ORDERS, build_trace, dense_attention, ledger, random_inputs, seed_example
+
+SEED = seed_example()
+
+
+def seed_trace(**kw):
+    kw.setdefault("block_q", 2)
+    kw.setdefault("block_k", 2)
+    return build_trace(SEED.q, SEED.k, SEED.v, **kw)
+
+
+def q0_expected_states(block_k):
+    """Q0's (m, ℓ, a, α) after each key tile, computed here from the explainer's formulas."""
+    s = SEED.q[0] @ SEED.k.T / np.sqrt(2)
+    m, l, a, out = -np.inf, 0.0, np.zeros(2), []
+    for c in range(0, 6, block_k):
+        t, vt = s[c : c + block_k], SEED.v[c : c + block_k]
+        m_new = max(m, t.max())
+        alpha = np.exp(m - m_new)
+        p = np.exp(t - m_new)
+        l, a, m = alpha * l + p.sum(), alpha * a + p @ vt, m_new
+        out.append((m, l, a.copy(), alpha))
+    return out
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("block_k", [1, 2, 3, 4, 7])
+def test_replays_q0_statistics(order, block_k):
+    trace = seed_trace(block_k=block_k, order=order)
+    steps, tiles = trace.row_updates(0)
+    expected = q0_expected_states(block_k)
+    assert list(tiles) == list(range(len(expected)))
+    for step, (m, l, a, alpha) in zip(steps, expected, strict=True):
+        state = trace.row_state(0, int(step))
+        assert state.m == pytest.approx(m, abs=1e-14)
+        assert state.l == pytest.approx(l, rel=1e-13)
+        np.testing.assert_allclose(state.a, a, rtol=1e-13)
+        assert state.alpha == pytest.approx(alpha, abs=1e-14)
+    final = trace.row_state(0, trace.n_steps - 1)
+    np.testing.assert_allclose(final.partial_output, dense_attention(SEED.q, SEED.k, SEED.v)[0])
+
+
+def test_q0_max_rises_in_every_tile_and_alpha_starts_at_zero():
+    trace = seed_trace()
+    h = trace.history
+    assert np.all(
+        np.diff(h.m[0, 1:]) > 0
+    )  # the reference example: Q0 raises the maximum in each tile
+    assert h.alpha[0, 1] == 0  # before any key is seen, α is zero
+    assert np.all((h.alpha[0, 2:] > 0) & (h.alpha[0, 2:] < 1))  # later tiles rescale
+    before = trace.row_state(0, -1)
+    assert (before.m, before.l, before.tile) == (-np.inf, 0.0, 0)
+    assert np.all(before.partial_output == 0)
+
+
+def test_running_counts_end_at_the_seed_totals():
+    trace = seed_trace()
+    assert trace.totals_at(trace.n_steps - 1) == {"dense": 240, "tiled": 96}
+    assert trace.totals_at(-1) == {"dense": 0, "tiled": 0}
+    totals = [sum(trace.totals_at(t).values()) for t in range(trace.n_steps)]
+    assert totals == sorted(totals)
+    assert trace.counts_at(trace.n_steps - 1)["dense"]["S"] == {"read": 36, "write": 36}
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_tiled_lane_never_moves_s_or_p(order):
+    trace = seed_trace(order=order, causal=True, block_k=3)
+    for step in trace.steps:
+        if step.tiled is not None:
+            assert all(t.tensor not in ("S", "P") for t in step.tiled.transfers)
+    assert trace.lane_length("dense") == trace.schedule.t_r * (2 * trace.schedule.t_c + 3)
+
+
+def test_steps_name_lanes_phases_and_residency():
+    trace = seed_trace()
+    first = trace.steps[0]
+    assert first.dense.phase == "load_q" and first.tiled.phase == "load_q"
+    assert "Step 1." in first.describe()
+    update = next(s.tiled for s in trace.steps if s.tiled and s.tiled.phase == "update")
+    assert {r.tensor for r in update.resident} >= {"Q", "K", "V", "S", "m", "l"}
+    last = trace.steps[-1]
+    assert last.tiled is None and last.dense.phase == "write_o"
+
+
+def test_trace_is_immutable():
+    trace = seed_trace()
+    with pytest.raises(ValueError):
+        trace.scores[0, 0] = 1.0
+    with pytest.raises(ValueError):
+        trace.history.m[0, 0] = 1.0
+    with pytest.raises(AttributeError):
+        trace.dtype = "float32"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_dtype_error_is_reported(dtype):
+    r = random_inputs(40, 8, 8, seed=3)
+    trace = build_trace(r.q, r.k, r.v, block_q=8, block_k=8, dtype=dtype)
+    assert 0 < trace.max_abs_error < 5e-3
+    assert build_trace(r.q, r.k, r.v, block_q=8, block_k=8).max_abs_error < 1e-12
+
+
+def test_trace_memory_scales_with_steps_not_n_squared_per_step():
+    r = random_inputs(256, 16, 16, seed=1)
+    trace = build_trace(r.q, r.k, r.v, block_q=32, block_k=32)
+    per_step = sum(
+        np.asarray(x).nbytes for x in (trace.history.m, trace.history.l, trace.history.a)
+    )
+    assert per_step < trace.n_steps * 32 * 16 * 8 * 4
+    assert trace.cumulative.shape[0] == trace.n_steps + 1
+    counted = ledger(256, 256, 16, 16, block_q=32, block_k=32)
+    assert trace.totals_at(trace.n_steps - 1)["dense"] == counted.lanes["dense"].total_elements

@@ -1,0 +1,145 @@
+"""The headless command line: `flash-explorer ledger` as text and JSON, and its errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from compute import ledger, pass_ledger
+from desktop.cli.main import main
+
+
+def test_ledger_table_shows_the_seed_totals(capsys):
+    assert main(["ledger"]) == 0
+    out = capsys.readouterr().out
+    assert "240" in out and "96" in out and "2.50x" in out
+
+
+def test_ledger_json_is_the_core_ledger(capsys):
+    args = ["--n", "37", "--n-keys", "20", "--d", "8", "--dv", "4", "--block-q", "5"]
+    args += [
+        "--block-k",
+        "6",
+        "--order",
+        "kv-outer",
+        "--causal",
+        "--save-lse",
+        "--dtype",
+        "float16",
+    ]
+    assert main(["ledger", *args, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    expected = ledger(
+        37,
+        20,
+        8,
+        4,
+        block_q=5,
+        block_k=6,
+        order="kv-outer",
+        causal=True,
+        save_lse=True,
+        dtype="float16",
+    ).to_dict()
+    assert got == expected
+    assert set(got["lanes"]["tiled"]) >= {"total_elements", "total_bytes", "by_tensor"}
+
+
+@pytest.mark.parametrize(
+    ("pass_name", "dense", "tiled", "ratio"),
+    [("backward", "444", "270", "1.64x"), ("training", "684", "372", "1.84x")],
+)
+def test_ledger_table_of_the_seed_backward_and_training(capsys, pass_name, dense, tiled, ratio):
+    assert main(["ledger", "--pass", pass_name]) == 0
+    out = capsys.readouterr().out
+    assert f"pass={pass_name}" in out and ratio in out
+    assert f"dense {dense:>14}" in out and f"tiled {tiled:>14}" in out
+    for tensor in ("dO", "dQ", "dK", "dV", "dP", "dS", "D"):
+        assert any(line.split()[:1] == [tensor] for line in out.splitlines()), tensor
+
+
+def test_forward_is_the_default_pass(capsys):
+    assert main(["ledger", "--causal", "--json"]) == 0
+    default = capsys.readouterr().out
+    assert main(["ledger", "--causal", "--json", "--pass", "forward"]) == 0
+    assert capsys.readouterr().out == default
+    assert "pass" not in json.loads(default)["config"]
+
+
+@pytest.mark.parametrize("pass_name", ["backward", "training"])
+def test_ledger_json_of_a_pass_is_the_core_ledger(capsys, pass_name):
+    args = ["--n", "37", "--n-keys", "20", "--d", "8", "--dv", "4", "--block-q", "5"]
+    args += ["--block-k", "6", "--order", "kv-outer", "--causal", "--dtype", "float16"]
+    assert main(["ledger", *args, "--pass", pass_name, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    kw = dict(block_q=5, block_k=6, order="kv-outer", causal=True, dtype="float16")
+    assert got == pass_ledger(pass_name, 37, 20, 8, 4, **kw, counted=True).to_dict()
+    assert got["config"]["pass"] == pass_name
+    assert set(got["lanes"]["tiled"]["by_tensor"]) >= {"dO", "dQ", "dK", "dV", "dP", "dS", "L", "D"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--n", "0"],
+        ["--block-k", "x"],
+        ["--dtype", "int8"],
+        ["--order", "sideways"],
+        ["--bogus"],
+        ["--pass", "sideways"],
+        ["--pass", "backward", "--block-q", "0"],
+    ],
+)
+def test_bad_arguments_give_one_line_and_nonzero_exit(args):
+    proc = subprocess.run(
+        [sys.executable, "-m", "desktop.cli.main", "ledger", *args], capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_lists_subcommands(capsys):
+    assert main(["--help"]) == 0
+    assert "ledger" in capsys.readouterr().out
+
+
+def test_gui_without_a_display_says_so_in_one_line():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.pop("QT_QPA_PLATFORM", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "desktop.cli.main"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "flash-explorer: error: no display was found; run it on a desktop, or use "
+        "--screenshot or `flash-explorer export` for headless output."
+    ]
+
+
+def test_screenshot_without_a_display_goes_offscreen(tmp_path):
+    import os
+
+    pytest.importorskip("PySide6", reason="the screenshot needs PySide6")
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.pop("QT_QPA_PLATFORM", None)
+    out = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "desktop.cli.main", "--screenshot", str(out), "--step", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and "step 3 of 27" in proc.stdout
+    assert out.stat().st_size > 10_000

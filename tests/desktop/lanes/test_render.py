@@ -1,0 +1,90 @@
+"""Per-trace images and KV-outer's live HBM state (NumPy only, no widgets)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compute
+from desktop.scene.render import ColorScale, downsample, kv_outer_hbm, live_tensors, prepare_images
+
+
+def _trace(**kw):
+    inp = compute.random_inputs(9, 3, 2, n_k=7, seed=4)
+    return compute.build_trace(inp.q, inp.k, inp.v, block_q=2, block_k=3, **kw)
+
+
+def test_kv_outer_hbm_holds_each_blocks_last_written_state():
+    tr = _trace(order="kv-outer", causal=True)
+    assert live_tensors(tr, "tiled") == ("O", "m", "l") and live_tensors(tr, "dense") == ()
+    first = kv_outer_hbm(tr, 0)  # after "initialise O = 0, ℓ = 0, m = −∞"
+    assert np.isneginf(first["m"]).all() and (first["l"] == 0).all() and (first["O"] == 0).all()
+    last = kv_outer_hbm(tr, tr.n_steps - 1)
+    np.testing.assert_allclose(last["O"], tr.tiled_output, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(last["m"][:, 0], tr.history.m[:, -1])
+    # Mid-run HBM lags SRAM: an update changes SRAM; the write_state after it, HBM.
+    for st in tr.steps:
+        a = st.tiled
+        if a is None or a.phase != "update":
+            continue
+        assert tr.steps[st.index + 1].tiled.phase == "write_state"
+        r0, r1 = tr.schedule.rows(a.block_i)
+        sram = [tr.row_state(r, st.index).m for r in range(r0, r1)]
+        after = kv_outer_hbm(tr, st.index + 1)["m"][r0:r1, 0]
+        np.testing.assert_array_equal(after, sram)
+
+
+def test_images_cover_both_lanes_and_write_history():
+    tr = _trace(save_lse=True)
+    images = prepare_images(tr)
+    assert set(images.lanes["dense"]) == {"Q", "K", "V", "S", "P", "O"}
+    assert set(images.lanes["tiled"]) == {"Q", "K", "V", "O", "L"}
+    s = images.lanes["dense"]["S"]
+    never, partial = s.veils(-1)
+    assert never.all() and not partial.any()
+    never, _ = s.veils(tr.n_steps - 1)
+    assert not never.any()
+
+
+def test_downsample_keeps_masked_blocks_and_means():
+    a = np.arange(16.0).reshape(4, 4)
+    a[0:2, 2:4] = -np.inf
+    small, fr, fc = downsample(a, cap=2)
+    assert (fr, fc) == (2, 2)
+    assert np.isneginf(small[0, 1]) and small[1, 1] == np.mean([10, 11, 14, 15])
+    rgba = ColorScale(3.0).rgba(np.array([[-3.0, 0.0, 3.0, -np.inf]]))
+    assert rgba.shape == (1, 4, 4) and rgba[0, 1, :3].min() > 240
+
+
+def test_step_equation_shows_the_cores_numbers_for_the_selected_row():
+    from desktop.scene.equations import PHASE_TEXT, num, step_equation
+
+    s = compute.seed_example()
+    tr = compute.build_trace(s.q, s.k, s.v, block_q=2, block_k=2)
+    steps, tiles = tr.row_updates(0)
+    for step, tile in zip(steps.tolist(), tiles.tolist(), strict=True):
+        after, before = tr.row_state(0, step), tr.row_state(0, step - 1)
+        text = step_equation(tr, "tiled", step, 0)
+        assert text.startswith(f"row 0, tile {tile}:")
+        assert num(after.m) in text and num(after.l) in text and num(before.l) in text
+        # ℓ = α ℓ_old + ΣP̃ holds for the numbers shown.
+        c0, c1 = tr.schedule.cols(tile)
+        sum_p = tr.history.p_tilde[0, c0:c1].sum()
+        assert abs(after.alpha * before.l + sum_p - after.l) < 1e-12
+    # Another block's row, or another phase: the phase in words.
+    assert step_equation(tr, "tiled", int(steps[0]), 4) == PHASE_TEXT[("tiled", "update")]
+    assert step_equation(tr, "dense", 0, 0) == PHASE_TEXT[("dense", "load_q")]
+    assert step_equation(tr, "tiled", tr.n_steps - 1, 0) == "done"
+
+
+def test_probabilities_have_their_own_scale():
+    s = compute.random_inputs(48, 8, 8, seed=4)
+    trace = compute.build_trace(s.q, s.k, s.v, block_q=8, block_k=8)
+    images = prepare_images(trace)
+    assert images.scale_for("P") is images.prob_scale
+    assert images.prob_scale.vmax == pytest.approx(trace.probs.max())
+    values = [trace.q, trace.k, trace.v, trace.reference, trace.scores]
+    assert images.scale.vmax == pytest.approx(max(float(abs(v).max()) for v in values))
+    # On its own scale the largest probability is fully saturated, not near white.
+    top = images.prob_scale.rgba(np.array([[trace.probs.max()]]))[0, 0, :3]
+    assert top.min() < 120

@@ -1,0 +1,163 @@
+"""Every control changes the trace as it should; programmatic updates don't re-fire."""
+
+from __future__ import annotations
+
+import compute
+from desktop.state.config import Config
+
+
+def test_every_control_changes_the_trace(window, qtbot):
+    c, st = window.controls, window.state
+
+    def trace():
+        return st.trace
+
+    c.n_spin.setValue(8)
+    assert trace().schedule.n_q == 8 and st.config.input == "random"
+    from desktop.panels.controls import n_from_slider, slider_from_n
+
+    c.n_slider.setValue(slider_from_n(10))
+    assert n_from_slider(slider_from_n(10)) == 10
+    assert trace().schedule.n_q == 10 and c.n_spin.value() == 10
+    c.nk_spin.setValue(12)
+    assert trace().schedule.n_k == 12
+    c.d_spin.setValue(4)
+    assert trace().schedule.d == 4 and trace().q.shape == (10, 4)
+    c.dv_spin.setValue(3)
+    assert trace().schedule.d_v == 3 and trace().v.shape == (12, 3)
+    c.bq_spin.setValue(3)
+    assert trace().schedule.block_q == 3
+    c.bk_spin.setValue(5)
+    assert trace().schedule.block_k == 5 and trace().schedule.t_c == 3
+    c.order_combo.setCurrentIndex(c.order_combo.findData("kv-outer"))
+    assert trace().schedule.order == "kv-outer"
+    c.causal_check.setChecked(True)
+    assert trace().schedule.causal
+    c.lse_check.setChecked(True)
+    assert trace().schedule.save_lse
+    c.dtype_combo.setCurrentIndex(c.dtype_combo.findData("float16"))
+    assert trace().dtype == "float16"
+    old_q = trace().q
+    c.seed_spin.setValue(7)
+    assert st.config.seed == 7 and not (trace().q == old_q).all()
+    c.scale_spin.setValue(3.0)
+    assert st.config.input_scale == 3.0
+    assert abs(trace().q).max() > 3 * abs(old_q).max() / 2
+    assert not c.paper_button.isEnabled()
+    c.sram_spin.setValue(256)
+    assert trace().sram_capacity == 256 and c.paper_button.isEnabled()
+    assert "M = 256" in c.fits_label.text()
+    c.paper_button.click()
+    b_r, b_c = compute.paper_block_sizes(256, 4)
+    assert (trace().schedule.block_q, trace().schedule.block_k) == (b_r, b_c)
+    c.input_combo.setCurrentIndex(c.input_combo.findData("seed"))
+    c.input_combo.activated.emit(c.input_combo.currentIndex())
+    assert trace().schedule.n_q == 6 and st.config.input == "seed"
+    assert c.n_spin.value() == 6  # the controls follow the inputs' real shape
+    window.stats_panel.row_spin.setValue(4)
+    assert st.row == 4
+
+
+def test_programmatic_updates_do_not_request_builds(window, monkeypatch):
+    calls = []
+    monkeypatch.setattr(window.state.builder, "request", lambda cfg: calls.append(cfg))
+    window.controls.show_config(Config(n=50, d=8, block_q=5, order="kv-outer", causal=True))
+    assert calls == []
+
+
+def test_transport_controls(window, qtbot):
+    st, bar, pb = window.state, window.bar, window.playback
+    bar.first_button.click()
+    assert st.step == 0
+    bar.forward_button.click()
+    bar.forward_button.click()
+    assert st.step == 2
+    bar.back_button.click()
+    assert st.step == 1
+    bar.scrubber.setValue(10)
+    assert st.step == 10 and "11 / 27" in bar.step_label.text()
+    bar.last_button.click()
+    assert st.step == st.n_steps - 1
+    bar.speed_combo.setCurrentIndex(bar.speed_combo.findData(256))
+    assert pb.speed == 256
+    bar.play_button.click()  # at the end: replays from the start
+    assert pb.playing
+    qtbot.waitUntil(lambda: not pb.playing, timeout=3000)
+    assert st.step == st.n_steps - 1
+
+
+def test_playback_skips_frames_instead_of_drifting(window, qtbot):
+    import time
+
+    st, pb = window.state, window.playback
+    st.set_step(0)
+    pb.set_speed(8)
+    t0 = time.perf_counter()
+    pb.play()
+    qtbot.wait(500)
+    pb.pause()
+    elapsed = time.perf_counter() - t0
+    # The step follows the clock (about 4 steps in 0.5 s at 8 steps/s), never ahead of it,
+    # however slow the frames were.
+    assert 1 <= st.step <= elapsed * 8 + 1
+    assert not pb._timer.isActive()
+
+
+def test_keyboard_shortcuts(window, qtbot):
+    from PySide6.QtCore import Qt
+
+    st = window.state
+    window.activateWindow()
+    window.lanes["dense"].setFocus()
+    qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_Home)
+    assert st.step == 0
+    qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_Right)
+    assert st.step == 1
+    qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_Left)
+    assert st.step == 0
+    qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_End)
+    assert st.step == st.n_steps - 1
+    qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_Space)
+    assert window.playback.playing
+    qtbot.keyClick(window.lanes["dense"], Qt.Key.Key_Space)
+    assert not window.playback.playing
+
+
+def test_large_n_raises_blocks_to_keep_the_timeline_short(window, qtbot):
+    from desktop.state.config import MAX_TILES
+
+    st, c = window.state, window.controls
+    notices = []
+    st.sigNotice.connect(notices.append)
+    c.n_spin.setValue(1024)  # blocks are still the reference example's 2 × 2
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 1024, timeout=60000)
+    s = st.trace.schedule
+    assert (s.block_q, s.block_k) == (1024 // MAX_TILES, 1024 // MAX_TILES)
+    assert s.t_r <= MAX_TILES and s.t_c <= MAX_TILES
+    assert c.bq_spin.minimum() == 8 and c.bq_spin.value() == 8
+    # A file or command line asking for tiny blocks is raised too, and says so.
+    st.set_config(st.config.replace(n=600, block_q=1, block_k=3))
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 600, timeout=60000)
+    assert (st.config.block_q, st.config.block_k) == (5, 5)
+    assert notices and "5×5" in notices[-1]
+
+
+def test_auto_speed_plays_the_whole_run_in_twenty_seconds(window):
+    from desktop.state.playback import AUTO, AUTO_SECONDS
+
+    bar, pb = window.bar, window.playback
+    bar.speed_combo.setCurrentIndex(bar.speed_combo.findData(AUTO))
+    assert pb.speed == AUTO
+    assert pb.rate == max(1.0, window.state.n_steps / AUTO_SECONDS)
+
+
+def test_controls_show_a_file_larger_than_their_usual_range(window, tmp_path):
+    import numpy as np
+
+    path = tmp_path / "wide.npz"
+    rng = np.random.default_rng(0)
+    np.savez(
+        path, q=rng.normal(size=(3, 300)), k=rng.normal(size=(4, 300)), v=rng.normal(size=(4, 2))
+    )
+    window.state.update_config(input="file", file=str(path))
+    assert window.controls.d_spin.value() == 300 and window.state.trace.schedule.d == 300

@@ -1,0 +1,244 @@
+"""The GPU side panel, offscreen, on the H200 recordings: the one bundled in the package
+(compute/gpu/reports/) and the CLI's records under assets/benchmarks/."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from compute.gpu import DeviceStatus  # noqa: E402
+from compute.gpu.bench import BenchCancelled  # noqa: E402
+from compute.gpu.report import bundled_report, split_reports  # noqa: E402
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "assets" / "benchmarks"
+NO_GPU = DeviceStatus(False, "No CUDA device was found.")
+GPU = DeviceStatus(True, name="Fake GPU", compute_capability=(9, 0), shared_mem_per_block=232448)
+
+
+@pytest.fixture
+def panel_factory(qtbot):
+    from desktop.panels.gpu.panel import GpuPanel
+
+    made = []
+
+    def make(**kwargs):
+        panel = GpuPanel(device=kwargs.pop("device", NO_GPU), **kwargs)
+        qtbot.addWidget(panel)
+        made.append(panel)
+        return panel
+
+    yield make
+    for panel in made:
+        panel.shutdown()
+
+
+def _cells(table, row):
+    return [table.item(row, c).text() for c in range(table.columnCount()) if table.item(row, c)]
+
+
+def _pick(panel, dtype, n, contains):
+    for i in range(panel.selector.count()):
+        text = panel.selector.itemText(i)
+        if text.startswith(f"{dtype} N={n}:") and contains in text:
+            panel.selector.setCurrentIndex(i)
+            return
+    raise AssertionError(f"no report {dtype} N={n} with {contains}")
+
+
+def _bundled_reports() -> list[dict]:
+    return split_reports(bundled_report())
+
+
+def test_bundled_report_is_a_real_h200_recording():
+    data = bundled_report()
+    assert data["format"] == "flash-explorer-gpu-figures"
+    assert {r["device"]["name"] for r in data["reports"]} == {"NVIDIA H200"}
+
+
+def test_shows_tiled_against_dense_with_counts(panel_factory):
+    panel = panel_factory()
+    panel.set_reports(_bundled_reports())
+    assert panel.selector.count() == len(bundled_report()["reports"])
+    _pick(panel, "float16", 4096, "tiled q-outer, dense")
+    assert "NVIDIA H200" in panel.recorded_label.text()
+    tiled, dense = _cells(panel.table, 0), _cells(panel.table, 1)
+    assert tiled[:3] == ["tiled", "q-outer", "128x64"] and dense[0] == "dense"
+    assert float(tiled[-1]) > 2.0  # speed-up over dense, as recorded
+    counts = [_cells(panel.counts, r) for r in range(panel.counts.rowCount())]
+    assert counts and all(row[-1] == "yes" for row in counts)
+    assert counts[0][:2] == ["Q", "read"]
+
+
+def test_sweep_heatmap_marks_sliders_and_best(panel_factory):
+    panel = panel_factory()
+    panel.set_reports(_bundled_reports())
+    _pick(panel, "float32", 1024, "tiled q-outer, dense")  # no sweep of its own: dtype's sweep
+    assert panel.sweep_view.image.image.shape == (3, 3)
+    panel.set_blocks(64, 32)
+    cell = panel.sweep_view.current_rect.rect()
+    assert panel.sweep_view.current_rect.isVisible()
+    assert (round(cell.x()), round(cell.y())) == (0, 1)  # block_k 32 is column 0, block_q 64 row 1
+    assert "sliders: 64×32" in panel.sweep_view.sweep_note.text()
+    bx, by = panel.sweep_view.best_mark.getData()
+    assert (int(bx[0]), int(by[0])) == (1, 2)  # 128x64 was fastest
+    panel.set_blocks(100, 50)
+    assert "not in this sweep" in panel.sweep_view.sweep_note.text()
+    assert not panel.sweep_view.current_rect.isVisible()
+
+
+def test_bad_files_become_messages(panel_factory, tmp_path):
+    panel = panel_factory()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert not panel.load_report(bad)
+    assert panel.message.text() == "Could not open bad.json: it is not readable JSON"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something else"}))
+    assert not panel.load_report(other)
+    assert "does not hold a GPU bench report" in panel.message.text()
+    assert not panel.load_report(tmp_path / "missing.json")
+
+
+def test_no_gpu_shows_the_reason_and_cannot_run(panel_factory):
+    panel = panel_factory(device=NO_GPU)
+    assert panel.device_label.text() == "No GPU benchmark here: No CUDA device was found."
+    assert not panel.run_button.isEnabled()
+    assert not panel.run_current()
+    assert panel.message.text().endswith("No CUDA device was found.")
+
+
+def test_runs_in_a_worker_with_progress(panel_factory, qtbot):
+    recorded = _bundled_reports()[1]
+    seen = []
+
+    def runner(config, *, progress, should_stop):
+        seen.append(config)
+        for i in range(3):
+            progress(i, 3, f"step {i}")
+        return recorded
+
+    panel = panel_factory(device=GPU, runner=runner)
+    panel.set_blocks(128, 64)
+    with qtbot.waitSignal(panel.sigReportShown, timeout=5000):
+        assert panel.run_current()
+    qtbot.waitUntil(lambda: panel._thread is None, timeout=5000)
+    assert seen[0].block_q == 128 and seen[0].block_k == 64 and seen[0].sweep_blocks
+    assert panel.table.rowCount() == len(recorded["results"])
+    assert panel.run_button.isEnabled()
+
+
+def test_cancel_stops_the_worker(panel_factory, qtbot):
+    def runner(config, *, progress, should_stop):
+        while not should_stop():
+            time.sleep(0.01)
+        raise BenchCancelled("benchmark cancelled")
+
+    panel = panel_factory(device=GPU, runner=runner)
+    assert panel.run_current()
+    assert panel.cancel_button.isEnabled()
+    panel.cancel()
+    qtbot.waitUntil(lambda: panel._thread is None, timeout=5000)
+    assert panel.message.text() == "Benchmark cancelled."
+
+
+def test_failures_show_message_and_detail(panel_factory, qtbot):
+    def runner(config, *, progress, should_stop):
+        raise RuntimeError("kernel compile error: NVRTC_ERROR_COMPILATION\nline 12: error")
+
+    panel = panel_factory(device=GPU, runner=runner)
+    panel.run_current()
+    qtbot.waitUntil(lambda: panel._thread is None, timeout=5000)
+    assert panel.message.text() == (
+        "The benchmark failed: kernel compile error: NVRTC_ERROR_COMPILATION"
+    )
+    assert "line 12: error" in panel.detail.toPlainText()
+
+
+def test_sliders_settling_rerun_once(panel_factory, qtbot):
+    calls = []
+
+    def runner(config, *, progress, should_stop):
+        calls.append((config.block_q, config.block_k))
+        return _bundled_reports()[1]
+
+    panel = panel_factory(device=GPU, runner=runner)
+    panel.auto_check.setChecked(True)
+    for bq in (16, 32, 64):
+        panel.set_blocks(bq, 64)
+    qtbot.waitUntil(lambda: len(calls) == 1 and panel._thread is None, timeout=5000)
+    assert calls == [(64, 64)]
+
+
+CLI_REPORT = BENCHMARKS / "bench_cli_float16_sweep_h200.json"
+CLI_CAUSAL = BENCHMARKS / "bench_cli_float32_causal_h200.json"
+
+
+def test_single_cli_report_with_its_own_sweep(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(CLI_REPORT)
+    assert panel.selector.count() == 1
+    kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
+    assert kernels == ["tiled", "dense", "flash"]  # recorded as "fast" (version 1), read as flash
+    assert panel.sweep_view.image.image.shape == (4, 4)
+    panel.set_blocks(128, 64)
+    assert (
+        "sliders: 128×64" in panel.sweep_view.sweep_note.text()
+        and "N=4096" in panel.sweep_view.sweep_note.text()
+    )
+
+
+def test_version_2_report_names_the_flash_kernel(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(BENCHMARKS / "bench_cli_float16_n2048_h200.json")
+    assert panel.current_report()["version"] == 2
+    kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
+    assert kernels == ["tiled", "dense", "flash"]
+
+
+def test_failed_path_is_a_row_message(panel_factory):
+    panel = panel_factory()
+    assert panel.load_report(CLI_CAUSAL)
+    flash = _cells(panel.table, 2)
+    assert flash[0] == "flash" and flash[-1].startswith("error: flash_attention takes float16")
+    assert panel.table.columnSpan(2, 3) == panel.table.columnCount() - 3
+    assert "no block sweep" in panel.sweep_view.sweep_note.text()
+
+
+def test_attach_follows_the_sliders_and_stops_on_close(qtbot, monkeypatch):
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import QObject, Signal
+    from PySide6.QtWidgets import QMainWindow
+
+    import desktop.panels.gpu.panel as gp
+
+    class State(QObject):
+        sigConfigChanged = Signal(object)
+
+    class Window(QMainWindow):
+        def __init__(self):
+            super().__init__()
+            self.state, self.state.config, self.added = State(), None, []
+
+        def add_side_panel(self, widget, title, key=None):
+            self.added.append((title, key))
+            widget.setParent(self)
+
+    monkeypatch.setattr(gp, "status", lambda: NO_GPU)
+    window = Window()
+    qtbot.addWidget(window)
+    panel = gp.attach_gpu_panel(window)
+    assert window.added == [("GPU benchmark", "gpu")]
+    assert panel.selector.count() > 1  # the bundled H200 recording is shown at once
+    window.state.sigConfigChanged.emit(SimpleNamespace(block_q=32, block_k=16, order="kv-outer"))
+    assert (panel.blocks, panel.order) == ((32, 16), "kv-outer")
+    stopped = []
+    monkeypatch.setattr(panel, "shutdown", lambda: stopped.append(True))
+    window.close()
+    assert stopped == [True]

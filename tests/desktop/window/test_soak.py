@@ -1,0 +1,147 @@
+"""Robustness: random control changes and steps, threaded builds, settings, screenshots."""
+
+from __future__ import annotations
+
+import random
+import threading
+import warnings
+
+from PySide6.QtCore import QPoint, Qt, QThreadPool, QTimer
+from PySide6.QtWidgets import QApplication
+
+from desktop.state.config import Config
+from desktop.window.main_window import MainWindow
+
+IGNORED_QT_MESSAGES = ("propagateSizeHints",)  # the offscreen platform says this on show
+
+
+def _qt_warnings(qtlog) -> list[str]:
+    return [
+        r.message
+        for r in qtlog.records
+        if r.type.name in ("QtWarningMsg", "QtCriticalMsg", "QtFatalMsg")
+        and not any(s in r.message for s in IGNORED_QT_MESSAGES)
+    ]
+
+
+def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):
+    rng = random.Random(1234)
+    threads_before = threading.active_count()
+    w = MainWindow(persist=False)
+    qtbot.addWidget(w)
+    w.resize(1300, 850)
+    w.show()
+    c, st, pb = w.controls, w.state, w.playback
+    actions = [
+        lambda: c.n_spin.setValue(rng.randint(1, 48)),
+        lambda: c.nk_spin.setValue(rng.choice([0, rng.randint(1, 48)])),
+        lambda: c.d_spin.setValue(rng.randint(1, 9)),
+        lambda: c.dv_spin.setValue(rng.randint(1, 9)),
+        lambda: c.bq_spin.setValue(rng.randint(1, 20)),
+        lambda: c.bk_spin.setValue(rng.randint(1, 20)),
+        lambda: c.order_combo.setCurrentIndex(rng.randint(0, 1)),
+        lambda: c.causal_check.setChecked(rng.random() < 0.5),
+        lambda: c.lse_check.setChecked(rng.random() < 0.5),
+        lambda: c.dtype_combo.setCurrentIndex(rng.randint(0, 3)),
+        lambda: c.seed_spin.setValue(rng.randint(0, 99)),
+        lambda: c.scale_spin.setValue(rng.choice([0.1, 1.0, 4.0, 30.0])),
+        lambda: c.sram_spin.setValue(rng.choice([0, 16, 200, 5000])),
+        lambda: c.paper_button.click(),
+        lambda: st.update_config(input="seed"),
+        lambda: pb.step_by(rng.randint(-5, 5)),
+        lambda: w.bar.scrubber.setValue(rng.randint(0, max(0, st.n_steps - 1))),
+        lambda: pb.toggle(),
+        lambda: w.stats_panel.row_spin.setValue(rng.randint(0, 50)),
+        lambda: qtbot.mouseClick(
+            w.lanes[rng.choice(["dense", "tiled"])],
+            Qt.MouseButton.LeftButton,
+            pos=QPoint(rng.randint(0, 900), rng.randint(0, 400)),
+        ),
+        lambda: w.lanes["tiled"].grab(),
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(500):
+            rng.choice(actions)()
+            if k % 25 == 0:
+                QApplication.processEvents()
+                w.render_frame(None, "window")
+        pb.pause()
+        assert st.builder.wait(60000)
+        qtbot.waitUntil(lambda: not st.builder.busy, timeout=60000)
+        QApplication.processEvents()
+    assert caught == [], [str(x.message) for x in caught]
+    assert _qt_warnings(qtlog) == []
+    assert dialogs == []  # every control value is one the core accepts
+    # The state is coherent: the trace is the requested config's.
+    assert st.requested == st.config
+    assert st.trace.schedule.n_q == st.config.n
+    w.close()
+    assert not any(t.isActive() for t in w.findChildren(QTimer))
+    assert QThreadPool.globalInstance().activeThreadCount() == 0
+    assert st.builder._pool.activeThreadCount() == 0
+    assert threading.active_count() == threads_before
+
+
+def test_newest_threaded_request_wins(qtbot, dialogs):
+    w = MainWindow(persist=False)
+    qtbot.addWidget(w)
+    st = w.state
+    big = Config(n=160, d=4, dv=4, block_q=2, block_k=2, input="random")
+    assert big.estimated_steps() > 400  # goes to the worker thread
+    seen = []
+    st.sigTraceChanged.connect(lambda t: seen.append(t.schedule.n_q))
+    st.set_config(big)
+    assert st.builder.busy and st.config == Config()  # the window keeps showing the old trace
+    st.set_config(big.replace(n=150))
+    st.set_config(big.replace(n=140))
+    qtbot.waitUntil(lambda: not st.builder.busy, timeout=60000)
+    QApplication.processEvents()
+    assert st.config.n == 140 and seen == [140]
+    w.close()
+
+
+def test_settings_restore_the_last_configuration(qtbot, dialogs):
+    cfg = Config(n=12, d=3, dv=5, block_q=4, block_k=3, causal=True, input="random", seed=3)
+    w = MainWindow(cfg)
+    qtbot.addWidget(w)
+    w.state.set_row(7)
+    w.playback.set_speed(16)
+    w.close()
+    w2 = MainWindow()
+    qtbot.addWidget(w2)
+    assert w2.state.config == cfg
+    assert w2.state.row == 7
+    assert w2.playback.speed == 16
+    w2.close()
+
+
+def test_screenshot_command(tmp_path, capsys):
+    from desktop.cli.gui import main
+
+    out = tmp_path / "shot.png"
+    assert (
+        main(
+            [
+                "--screenshot",
+                str(out),
+                "--n",
+                "16",
+                "--d",
+                "4",
+                "--block-q",
+                "4",
+                "--block-k",
+                "4",
+                "--step",
+                "5",
+            ]
+        )
+        == 0
+    )
+    assert out.stat().st_size > 10_000
+    assert "step 5 of" in capsys.readouterr().out
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"nope")
+    assert main(["--screenshot", str(tmp_path / "x.png"), "--open", str(bad)]) == 2
+    assert "could not be read" in capsys.readouterr().err
