@@ -166,3 +166,18 @@ def test_a_saved_config_naming_a_lying_file_opens_the_default(huge_npy, qtbot, m
     assert window.state.config == Config()
     window.persist = False
     window.close()
+
+
+def test_a_headless_window_never_waits_on_a_dialog(monkeypatch):
+    """A build error inside an export's window becomes an ExportError, not a modal dialog
+    that nobody can click (the export would hang forever)."""
+    import desktop.state.worker as worker
+    from desktop.cli.session import headless_window
+    from desktop.export.atomic import ExportError
+
+    def broken(_config):
+        raise InputError("This build fails on purpose.")
+
+    monkeypatch.setattr(worker, "build_all", broken)
+    with pytest.raises(ExportError, match="fails on purpose"):
+        headless_window(Config(n=7, input="random"))
