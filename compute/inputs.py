@@ -81,19 +81,22 @@ def validate_inputs(
     return q, k, v
 
 
-def memory_estimate(n_q: int, n_k: int, d: int, d_v: int, t_c: int | None = None) -> int:
+def memory_estimate(
+    n_q: int, n_k: int, d: int, d_v: int, t_c: int | None = None, block_q: int | None = None
+) -> int:
     """Bytes the trace, the views and the exporters hold for one configuration (an upper
-    bound, measured against peaks: N = 11000 peaked at 5.1 GB, 42 B per score).
+    bound: N = 11000 peaked at 5.1 GB, 42 B per score, when the trace held everything).
 
-    Per (query, key) pair: dense S and P and their exp/where temporaries (4 × 8 B), the
-    tiled lane's P̃ and its float32/rounded copies (2 × 8 B), the heatmaps (8 B): 56 B.
-    Per input element: the file's copy, the float64 copy, the rounded copy (3 × 8 B).
-    Per query row and key tile: the history's m, ℓ, α and a (8 B each, a is d_v wide).
+    Per (query, key) pair: S and P, their display copies and the full pass's chunk
+    temporaries (56 B). Per input element: the file's copy, the float64 copy, the rounded
+    copy (3 × 8 B). Block histories (the trace keeps the 16 newest query blocks; all
+    rows when block_q is None): per row and key tile m, ℓ, α and a (d_v wide), plus P̃.
     """
     t_c = n_k if t_c is None else t_c
+    rows = n_q if block_q is None else min(n_q, 16 * block_q)
     pairs = 56 * n_q * n_k
     inputs = 24 * (n_q * d + n_k * (d + d_v))
-    history = 8 * n_q * (t_c + 1) * (3 + d_v)
+    history = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
     return pairs + inputs + history
 
 
@@ -104,9 +107,10 @@ def check_memory_budget(
     d_v: int,
     t_c: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    block_q: int | None = None,
 ) -> None:
     """Refuse, before allocating, a configuration whose arrays exceed the memory budget."""
-    need = memory_estimate(n_q, n_k, d, d_v, t_c)
+    need = memory_estimate(n_q, n_k, d, d_v, t_c, block_q)
     if need > memory_budget:
         big = "N or N_keys" if 56 * n_q * n_k >= need / 2 else "d or d_v"
         raise InputError(

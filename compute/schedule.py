@@ -1,9 +1,10 @@
-"""The declared HBM schedules of both lanes, as sequences of actions (shape only, no values).
+"""The declared HBM schedules of both lanes: what one action is (shape only, no values).
 
-Each lane is a generator of `Action`s: what the lane does in one animation step, which
-HBM regions it reads or writes, and which tiles sit in SRAM afterwards. The trace
-zips the two lanes onto one timeline; the ledger counts the same actions, so the
-animation, the ledger and the closed form can never drift apart.
+`make_action` says what a lane does in one animation step: which HBM regions it reads
+or writes and which tiles sit in SRAM afterwards. The timeline (compute.timeline)
+holds each lane as arrays and builds an Action only when a view asks for that step;
+the loop generators here walk the same actions one by one and are the oracle the
+array timeline and the closed-form ledger are tested against.
 
 Lanes (the conventions of the FlashAttention explainer this app follows):
 - dense: (1) per query block, load Q_i, then per key tile S_ij = Q_i K_jᵀ written to
@@ -128,6 +129,15 @@ class Schedule:
         out.setflags(write=False)
         return out
 
+    @cached_property
+    def last_visit(self) -> np.ndarray:
+        """(T_r,): the last key tile query block i loads; -1 when it sees none."""
+        v = self.visible
+        last = v.shape[1] - 1 - np.argmax(v[:, ::-1], axis=1)
+        out = np.where(v.any(axis=1), last, -1)
+        out.setflags(write=False)
+        return out
+
     def sram_elements(self, lane: str) -> int:
         """Peak SRAM working set of a lane, in elements, at this schedule's block sizes."""
         b_r, b_c = min(self.block_q, self.n_q), min(self.block_k, self.n_k)
@@ -154,47 +164,60 @@ def _write(tensor, rows, cols) -> Transfer:
     return Transfer(Region(tensor, rows, cols), "write")
 
 
-def dense_actions(s: Schedule) -> Iterator[Action]:
-    """The dense lane: S and P materialised in HBM, block by block."""
-    d, dv, nk = (0, s.d), (0, s.d_v), (0, s.n_k)
-    for i in range(s.t_r):
-        r = s.rows(i)
-        q_i = _region("Q", r, d)
-        yield Action(
-            "dense", "load_q", f"S: load Q block {i}", i, None, (_read("Q", r, d),), (q_i,)
-        )
-        for j in range(s.t_c):
-            c = s.cols(j)
-            yield Action(
-                "dense",
-                "write_s",
+def lane_kind(s: Schedule, lane: str) -> str:
+    """ "dense", "q-outer" or "kv-outer": which declared schedule a lane follows."""
+    return "dense" if lane == "dense" else s.order
+
+
+def make_action(s: Schedule, lane: str, phase: str, i: int | None, j: int | None) -> Action:
+    """The one action a lane takes in `phase` on query block i and key tile j.
+
+    The generators below and the array timeline (compute.timeline) both build their
+    actions here, so the regions the GUI draws and the counts the ledger sums are one
+    definition.
+    """
+    kind = lane_kind(s, lane)
+    d, dv, one, nk, nq = (0, s.d), (0, s.d_v), (0, 1), (0, s.n_k), (0, s.n_q)
+    r = s.rows(i) if i is not None else None
+    c = s.cols(j) if j is not None else None
+    if kind == "dense":
+        if phase == "load_q":
+            return Action(
+                lane,
+                phase,
+                f"S: load Q block {i}",
+                i,
+                None,
+                (_read("Q", r, d),),
+                (_region("Q", r, d),),
+            )
+        if phase == "write_s":
+            return Action(
+                lane,
+                phase,
                 f"S: load K tile {j}, write S block ({i},{j})",
                 i,
                 j,
                 (_read("K", c, d), _write("S", r, c)),
-                (q_i, _region("K", c, d), _region("S", r, c)),
+                (_region("Q", r, d), _region("K", c, d), _region("S", r, c)),
                 (_region("S", r, c),),
             )
-    for i in range(s.t_r):
-        r = s.rows(i)
-        yield Action(
-            "dense",
-            "softmax",
-            f"softmax: read S rows of block {i}, write P",
-            i,
-            None,
-            (_read("S", r, nk), _write("P", r, nk)),
-            (_region("S", r, nk), _region("P", r, nk)),
-            (_region("P", r, nk),),
-        )
-    for i in range(s.t_r):
-        r = s.rows(i)
-        o_i = _region("O", r, dv)
-        for j in range(s.t_c):
-            c = s.cols(j)
-            yield Action(
-                "dense",
-                "accumulate",
+        if phase == "softmax":
+            return Action(
+                lane,
+                phase,
+                f"softmax: read S rows of block {i}, write P",
+                i,
+                None,
+                (_read("S", r, nk), _write("P", r, nk)),
+                (_region("S", r, nk), _region("P", r, nk)),
+                (_region("P", r, nk),),
+            )
+        if phase == "accumulate":
+            o_i = _region("O", r, dv)
+            return Action(
+                lane,
+                phase,
                 f"O: read P block ({i},{j}) and V tile {j}",
                 i,
                 j,
@@ -202,86 +225,75 @@ def dense_actions(s: Schedule) -> Iterator[Action]:
                 (_region("P", r, c), _region("V", c, dv), o_i),
                 (o_i,),
             )
-        yield Action(
-            "dense", "write_o", f"O: write O block {i}", i, None, (_write("O", r, dv),), ()
-        )
-
-
-def q_outer_actions(s: Schedule) -> Iterator[Action]:
-    """The tiled lane, query-resident (FlashAttention-2's forward order)."""
-    d, dv, one = (0, s.d), (0, s.d_v), (0, 1)
-    for i in range(s.t_r):
-        r = s.rows(i)
+        if phase == "write_o":
+            return Action(lane, phase, f"O: write O block {i}", i, None, (_write("O", r, dv),), ())
+    elif kind == "q-outer":
         q_i = _region("Q", r, d)
         state = (_region("m", r, one), _region("l", r, one), _region("O", r, dv))
-        yield Action("tiled", "load_q", f"load Q block {i}", i, None, (_read("Q", r, d),), (q_i,))
-        for j in np.flatnonzero(s.visible[i]).tolist():
-            c = s.cols(j)
-            kv = (_region("K", c, d), _region("V", c, dv))
-            yield Action(
-                "tiled",
-                "load_kv",
+        if phase == "load_q":
+            return Action(lane, phase, f"load Q block {i}", i, None, (_read("Q", r, d),), (q_i,))
+        if phase == "load_kv":
+            return Action(
+                lane,
+                phase,
                 f"load K, V tile {j} for query block {i}",
                 i,
                 j,
                 (_read("K", c, d), _read("V", c, dv)),
-                (q_i, *kv, *state),
+                (q_i, _region("K", c, d), _region("V", c, dv), *state),
             )
-            yield Action(
-                "tiled",
-                "update",
+        if phase == "update":
+            return Action(
+                lane,
+                phase,
                 f"scores, rescale by α and accumulate: block {i}, tile {j}",
                 i,
                 j,
                 (),
-                (q_i, *kv, _region("S", r, c), *state),
+                (q_i, _region("K", c, d), _region("V", c, dv), _region("S", r, c), *state),
                 (_region("S", r, c), *state),
             )
-        writes = (_write("O", r, dv),) + ((_write("L", r, one),) if s.save_lse else ())
-        label = f"write O block {i}" + (" and L" if s.save_lse else "")
-        yield Action("tiled", "write_o", label, i, None, writes, ())
-
-
-def kv_outer_actions(s: Schedule) -> Iterator[Action]:
-    """The tiled lane as Algorithm 1 of the original paper (K/V block outer)."""
-    d, dv, one, nq = (0, s.d), (0, s.d_v), (0, 1), (0, s.n_q)
-    visits = s.visible
-    never = [i for i in range(s.t_r) if not visits[i].any()]
-    last_visit = {i: int(np.flatnonzero(visits[i])[-1]) for i in range(s.t_r) if visits[i].any()}
-    init = [_write("O", nq, dv), _write("l", nq, one), _write("m", nq, one)]
-    if s.save_lse:
-        init += [_write("L", s.rows(i), one) for i in never]
-    yield Action(
-        "tiled", "init", "initialise O = 0, ℓ = 0, m = −∞ in HBM", None, None, tuple(init), ()
-    )
-    for j in range(s.t_c):
-        c = s.cols(j)
+        if phase == "write_o":
+            writes = (_write("O", r, dv),) + ((_write("L", r, one),) if s.save_lse else ())
+            label = f"write O block {i}" + (" and L" if s.save_lse else "")
+            return Action(lane, phase, label, i, None, writes, ())
+    else:  # kv-outer, Algorithm 1
+        if phase == "init":
+            init = [_write("O", nq, dv), _write("l", nq, one), _write("m", nq, one)]
+            if s.save_lse:  # blocks no tile is visible to get L = −∞ written here
+                init += [
+                    _write("L", s.rows(b), one) for b in np.flatnonzero(s.last_visit < 0).tolist()
+                ]
+            return Action(
+                lane, phase, "initialise O = 0, ℓ = 0, m = −∞ in HBM", None, None, tuple(init), ()
+            )
         kv = (_region("K", c, d), _region("V", c, dv))
-        yield Action(
-            "tiled",
-            "load_kv",
-            f"load K, V tile {j}",
-            None,
-            j,
-            (_read("K", c, d), _read("V", c, dv)),
-            kv,
-        )
-        for i in np.flatnonzero(visits[:, j]).tolist():
-            r = s.rows(i)
-            state = (_region("O", r, dv), _region("l", r, one), _region("m", r, one))
-            held = (*kv, _region("Q", r, d), *state)
-            yield Action(
-                "tiled",
-                "load_state",
+        if phase == "load_kv":
+            return Action(
+                lane,
+                phase,
+                f"load K, V tile {j}",
+                None,
+                j,
+                (_read("K", c, d), _read("V", c, dv)),
+                kv,
+            )
+        state = (_region("O", r, dv), _region("l", r, one), _region("m", r, one))
+        held = (*kv, _region("Q", r, d), *state)
+        if phase == "load_state":
+            return Action(
+                lane,
+                phase,
                 f"read Q, O, ℓ, m of block {i}",
                 i,
                 j,
                 tuple(_read(x.tensor, x.rows, x.cols) for x in (held[2], *state)),
                 held,
             )
-            yield Action(
-                "tiled",
-                "update",
+        if phase == "update":
+            return Action(
+                lane,
+                phase,
                 f"scores, rescale and update: block {i}, tile {j}",
                 i,
                 j,
@@ -289,12 +301,50 @@ def kv_outer_actions(s: Schedule) -> Iterator[Action]:
                 (*held, _region("S", r, c)),
                 (_region("S", r, c), *state),
             )
+        if phase == "write_state":
             writes = [_write(x.tensor, x.rows, x.cols) for x in state]
-            if s.save_lse and last_visit[i] == j:
+            if s.save_lse and s.last_visit[i] == j:  # the block's last visit also writes L
                 writes.append(_write("L", r, one))
-            yield Action(
-                "tiled", "write_state", f"write O, ℓ, m of block {i}", i, j, tuple(writes), kv
-            )
+            return Action(lane, phase, f"write O, ℓ, m of block {i}", i, j, tuple(writes), kv)
+    raise ValueError(f"The {kind} schedule has no phase {phase!r}.")
+
+
+def dense_actions(s: Schedule) -> Iterator[Action]:
+    """The dense lane, as a loop (the oracle the array timeline is tested against).
+
+    (1) per query block, load Q_i, then per key tile write S_ij; (2) per block, softmax
+    the S rows into P; (3) per block, accumulate P_ij V_j over the tiles, write O_i.
+    """
+    for i in range(s.t_r):
+        yield make_action(s, "dense", "load_q", i, None)
+        for j in range(s.t_c):
+            yield make_action(s, "dense", "write_s", i, j)
+    for i in range(s.t_r):
+        yield make_action(s, "dense", "softmax", i, None)
+    for i in range(s.t_r):
+        for j in range(s.t_c):
+            yield make_action(s, "dense", "accumulate", i, j)
+        yield make_action(s, "dense", "write_o", i, None)
+
+
+def q_outer_actions(s: Schedule) -> Iterator[Action]:
+    """The tiled lane, query-resident (FlashAttention-2's forward order), as a loop."""
+    for i in range(s.t_r):
+        yield make_action(s, "tiled", "load_q", i, None)
+        for j in np.flatnonzero(s.visible[i]).tolist():
+            yield make_action(s, "tiled", "load_kv", i, j)
+            yield make_action(s, "tiled", "update", i, j)
+        yield make_action(s, "tiled", "write_o", i, None)
+
+
+def kv_outer_actions(s: Schedule) -> Iterator[Action]:
+    """The tiled lane as Algorithm 1 of the original paper (K/V block outer), as a loop."""
+    yield make_action(s, "tiled", "init", None, None)
+    for j in range(s.t_c):
+        yield make_action(s, "tiled", "load_kv", None, j)
+        for i in np.flatnonzero(s.visible[:, j]).tolist():
+            for phase in ("load_state", "update", "write_state"):
+                yield make_action(s, "tiled", phase, i, j)
 
 
 def lane_actions(s: Schedule, lane: str) -> Iterator[Action]:

@@ -1,28 +1,37 @@
 """The Trace: both lanes on the same inputs, advancing on one shared timeline.
 
-A Trace is data. Step t holds the dense lane's t-th action and the tiled lane's t-th
-action (None once a lane has finished). Numbers live in read-only arrays computed
-once: the dense lane's S, P and output, and the tiled lane's per-row state after each
-key tile (m, ℓ, a, α). Views look numbers up here; they never compute attention.
+A Trace is data, looked up by step index. Step t holds the dense lane's t-th action
+and the tiled lane's t-th action (None once a lane has finished); both lanes are
+`LaneTimeline`s, arrays of O(T_r + T_c) numbers, so a timeline of millions of steps
+costs kilobytes and a Step object exists only while a view asks for it.
+
+Numbers are computed when first asked for and then kept, all read-only: one chunked
+pass over S (compute.full_pass) gives the dense lane's row statistics, reference
+output and display-resolution S and P, and the tiled lane's output and L; regions of
+S and P are computed when a view shows them; one query block's history of
+(m, ℓ, a, α, P̃) after each key tile (O(N_k · d) per row, a few blocks cached), and
+every row's state at a tile for KV-outer's HBM (a cursor). Views look numbers up here;
+they never compute attention.
 """
 
 from __future__ import annotations
 
-import itertools
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from .attention import (
-    RowHistory,
-    default_scale,
-    dense_lane,
-    tiled_attention_history,
-)
+from .attention import RowHistory, causal_mask, default_scale, round_to
+from .full_pass import FullPass, full_pass
 from .inputs import validate_inputs
 from .ledger import Ledger, freeze_counts, make_ledger
-from .schedule import DIRECTIONS, LANES, TENSORS, Action, Schedule, lane_actions
+from .recurrence import TileCursor, block_history
+from .schedule import DIRECTIONS, LANES, TENSORS, Action, Schedule
+from .timeline import LaneTimeline
+
+DISPLAY_CELLS = 256  # S and P are summarised at this many cells a side unless asked
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,27 @@ class Step:
             for lane, a in (("dense", self.dense), ("tiled", self.tiled))
         ]
         return f"Step {self.index + 1}. " + "; ".join(parts)
+
+
+class Steps(Sequence):
+    """The timeline as a read-only sequence of Steps, each built when indexed."""
+
+    def __init__(self, lanes: dict[str, LaneTimeline], n_steps: int) -> None:
+        self._lanes, self._n = lanes, n_steps
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index):  # noqa: ANN001 (int or slice, as any Sequence)
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n))]
+        i = index + self._n if index < 0 else index
+        if not 0 <= i < self._n:
+            raise IndexError(f"step {index} is outside 0..{self._n - 1}")
+        return Step(i, self._lanes["dense"].action(i), self._lanes["tiled"].action(i))
+
+    def __iter__(self) -> Iterator[Step]:
+        return (self[i] for i in range(self._n))
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -75,57 +105,203 @@ class Trace:
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
-    scores: np.ndarray  # dense S (float64; -inf where causally masked)
-    probs: np.ndarray  # dense P
-    reference: np.ndarray  # dense float64 output: the reference
-    tiled_output: np.ndarray  # tiled lane's output in the chosen dtype
-    lse: np.ndarray  # tiled lane's L = m + log ℓ per row
-    history: RowHistory
-    steps: tuple[Step, ...]
-    # cumulative[t + 1, lane, tensor, direction]: elements moved up to and including step t.
-    cumulative: np.ndarray = field(repr=False)
+    lanes: dict[str, LaneTimeline] = field(repr=False)
 
-    @property
+    def __post_init__(self) -> None:
+        # Per-trace caches of computed numbers (a frozen dataclass: set once, here). They
+        # hold arrays only, never the trace, so a trace is freed as soon as it is dropped.
+        object.__setattr__(self, "_caches", {})
+
+    def _memo(self, name: str, size: int, key, compute):
+        """The value of compute() cached under (name, key), keeping the `size` newest."""
+        cache = self._caches.setdefault(name, OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = cache[key] = compute()
+        while len(cache) > size:
+            cache.popitem(last=False)
+        return value
+
+    def cached(self, name: str) -> int:
+        """How many values of one cache are held (tests: nothing computed early)."""
+        return len(self._caches.get(name, ()))
+
+    # ---- the timeline ----------------------------------------------------------------
+    @cached_property
     def n_steps(self) -> int:
-        return len(self.steps)
-
-    def lane_length(self, lane: str) -> int:
-        """Number of steps in which `lane` acts."""
-        return sum(1 for s in self.steps if s.action(lane) is not None)
+        return max(t.length for t in self.lanes.values())
 
     @cached_property
-    def _updates(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        steps: dict[int, list[tuple[int, int]]] = {}
-        for st in self.steps:
-            a = st.tiled
-            if a is not None and a.phase == "update":
-                steps.setdefault(a.block_i, []).append((st.index, a.block_j))
-        return {
-            i: (np.array([s for s, _ in v]), np.array([j for _, j in v])) for i, v in steps.items()
-        }
+    def steps(self) -> Steps:
+        return Steps(self.lanes, self.n_steps)
+
+    def lane_length(self, lane: str) -> int:
+        return self.lanes[lane].length
+
+    def action(self, lane: str, step: int) -> Action | None:
+        """The action of `lane` at `step` (None when the lane is done or out of range)."""
+        return self.lanes[lane].action(step)
+
+    # ---- numbers that need all of S: one chunked pass, on first use -------------------
+    def summary(self, cap: int = DISPLAY_CELLS) -> FullPass:
+        """The dense lane's row statistics, reference output and S, P at `cap` cells a
+        side, and the tiled lane's output and L (compute.full_pass); cached per cap."""
+        return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap))
+
+    def _summary_uncached(self, cap: int) -> FullPass:
+        # Inputs or scores beyond a narrow dtype give inf/NaN, as on a GPU; the app
+        # reports that once (attention.overflow_notice), not as NumPy warnings per chunk.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return full_pass(
+                self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype, cap=cap
+            )
+
+    @property
+    def reference(self) -> np.ndarray:
+        """The float64 output softmax(S) V, every other path's reference."""
+        return self.summary().reference
+
+    @property
+    def tiled_output(self) -> np.ndarray:
+        """The tiled lane's O in its dtype (the recurrence's closed form; see full_pass)."""
+        return self.summary().tiled_output
+
+    @property
+    def lse(self) -> np.ndarray:
+        """L = m + log ℓ per row (−∞ for a row that sees no key)."""
+        return self.summary().lse
+
+    def scores_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Dense S[r0:r1, c0:c1] in float64 (−∞ where causally masked); the last few
+        regions asked for are kept, so a view asking again gets the same array."""
+        return self._memo("region", 6, ("S", r0, r1, c0, c1), lambda: self._scores(r0, r1, c0, c1))
+
+    def probs_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Dense P[r0:r1, c0:c1] = exp(S − rowmax) / rowsum, with the rows' full statistics."""
+        return self._memo("region", 6, ("P", r0, r1, c0, c1), lambda: self._probs(r0, r1, c0, c1))
+
+    def _scores(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        s = (self.q[r0:r1] @ self.k[c0:c1].T) * self.scale  # S = Q Kᵀ · scale
+        if self.schedule.causal:
+            mask = causal_mask(
+                np.arange(r0, r1), np.arange(c0, c1), self.schedule.n_q, self.schedule.n_k
+            )
+            s = np.where(mask, s, -np.inf)
+        s.setflags(write=False)
+        return s
+
+    def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        f = self.summary()
+        m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
+        p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
+        out = np.zeros_like(p)
+        np.divide(p, l, out=out, where=l > 0)  # a fully masked row has P = 0
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def scores(self) -> np.ndarray:
+        """The whole dense S (N_q × N_k float64): for small problems and tests; views ask
+        for regions or the display-resolution summary instead."""
+        return self._scores(0, self.schedule.n_q, 0, self.schedule.n_k)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        """The whole dense P (N_q × N_k); see `scores`."""
+        return self._probs(0, self.schedule.n_q, 0, self.schedule.n_k)
+
+    def block_history(self, block: int) -> RowHistory:
+        """Query block `block`'s rows: m, ℓ, α, a and P̃ after each key tile, computed on
+        first use (compute.recurrence); the 16 blocks asked for last are kept."""
+        return self._memo(
+            "blocks",
+            16,
+            block,
+            lambda: block_history(
+                self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
+            ),
+        )
+
+    def row_history(self, row: int) -> RowHistory:
+        """One query row's m, ℓ, α (T_c + 1,), a (T_c + 1, d_v) and P̃ (N_k,) after each key
+        tile (index 0 = before any), computed with its block on first use."""
+        block = row // self.schedule.block_q
+        h, r = self.block_history(block), row - self.schedule.rows(block)[0]
+        return RowHistory(h.m[r], h.l[r], h.a[r], h.alpha[r], h.p_tilde[r])
+
+    @cached_property
+    def _cursor(self) -> TileCursor:
+        return TileCursor(self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype)
+
+    def state_after_tiles(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, O = a/ℓ) of every row after key tiles 0..tiles−1, as Algorithm 1's HBM
+        holds them once each block has been written back."""
+        if tiles >= self.schedule.t_c:  # the end of the run: the full pass has it already
+            return self.summary().tiled_state
+        return self._cursor.state(tiles)
+
+    def block_state(self, block: int, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, a) of query block `block`'s rows after `tiles` key tiles.
+
+        From the block's history when it is at hand; under KV-outer, where every step
+        visits another block, from the all-rows state at that tile instead (a = ℓ · O), so
+        stepping through blocks never recomputes a block's whole history.
+        """
+        r0, r1 = self.schedule.rows(block)
+        if self.schedule.order == "kv-outer" and ("blocks", block) not in self._held():
+            m, l, o = self.state_after_tiles(tiles)  # noqa: E741
+            return m[r0:r1], l[r0:r1], o[r0:r1] * l[r0:r1, None]
+        h = self.block_history(block)
+        return h.m[:, tiles], h.l[:, tiles], h.a[:, tiles]
+
+    def p_tilde_tile(self, block: int, tile: int) -> np.ndarray:
+        """P̃_ij = exp(S_ij − m_new) of block i's rows and key tile j, as the recurrence
+        formed it (inputs rounded to the dtype, statistics dtype); from the block's history
+        when at hand, else computed for this tile alone (KV-outer, as in block_state)."""
+        c0, c1 = self.schedule.cols(tile)
+        if self.schedule.order == "q-outer" or ("blocks", block) in self._held():
+            return self.block_history(block).p_tilde[:, c0:c1]
+        return self._memo("p_tilde", 4, (block, tile), lambda: self._p_tilde(block, tile))
+
+    def _p_tilde(self, block: int, tile: int) -> np.ndarray:
+        s = self.schedule
+        (r0, r1), (c0, c1) = s.rows(block), s.cols(tile)
+        acc = np.float64 if self.dtype == "float64" else np.float32
+        q, k = (round_to(x, self.dtype).astype(acc) for x in (self.q[r0:r1], self.k[c0:c1]))
+        sc = (q @ k.T) * acc(self.scale)  # S_ij in the statistics dtype
+        if s.causal:
+            mask = causal_mask(np.arange(r0, r1), np.arange(c0, c1), s.n_q, s.n_k)
+            sc = np.where(mask, sc, acc(-np.inf))
+        m_new = self.state_after_tiles(tile + 1)[0][r0:r1]
+        p = np.exp(sc - np.where(np.isfinite(m_new), m_new, 0)[:, None])  # exp(S_ij − m_new)
+        p.setflags(write=False)
+        return p
+
+    def _held(self) -> set:
+        return {(name, key) for name, cache in self._caches.items() for key in cache}
 
     def row_updates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """(step indices, key tile indices) at which the tiled lane updated `row`."""
-        empty = np.zeros(0, dtype=int)
-        return self._updates.get(row // self.schedule.block_q, (empty, empty))
+        return self.lanes["tiled"].steps_of("update", row // self.schedule.block_q)
 
     def row_state(self, row: int, step: int) -> RowState:
         """The tiled lane's state of `row` after step `step` (-1 = before the first step)."""
         steps, tiles = self.row_updates(row)
         n = int(np.searchsorted(steps, step, side="right"))
         tile = int(tiles[n - 1]) + 1 if n else 0
-        h = self.history
-        return RowState(
-            tile,
-            float(h.m[row, tile]),
-            float(h.l[row, tile]),
-            h.a[row, tile],
-            float(h.alpha[row, tile]),
-        )
+        h = self.row_history(row)
+        return RowState(tile, float(h.m[tile]), float(h.l[tile]), h.a[tile], float(h.alpha[tile]))
+
+    # ---- running counts --------------------------------------------------------------
+    def counts_array(self, step: int) -> np.ndarray:
+        """(lanes, tensors, directions) elements moved by steps 0..step (−1 = none yet)."""
+        step = max(-1, min(step, self.n_steps - 1))
+        return np.stack([self.lanes[lane].counts_at(step) for lane in LANES])
 
     def counts_at(self, step: int) -> dict[str, dict[str, dict[str, int]]]:
         """Running counts per lane, tensor and direction after step `step` (-1 = none yet)."""
-        c = self.cumulative[max(-1, min(step, self.n_steps - 1)) + 1]
+        c = self.counts_array(step)
         return {
             lane: {
                 t: {d: int(c[li, ti, di]) for di, d in enumerate(DIRECTIONS)}
@@ -136,11 +312,11 @@ class Trace:
 
     def totals_at(self, step: int) -> dict[str, int]:
         """Running total elements per lane after step `step`."""
-        c = self.cumulative[max(-1, min(step, self.n_steps - 1)) + 1]
+        c = self.counts_array(step)
         return {lane: int(c[li].sum()) for li, lane in enumerate(LANES)}
 
     def ledger(self) -> Ledger:
-        """The whole run's ledger: this trace's own steps, summed (the last running counts)."""
+        """The whole run's ledger: this trace's own timelines, summed."""
         counts = {lane: freeze_counts(c) for lane, c in self.counts_at(self.n_steps - 1).items()}
         return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
 
@@ -152,7 +328,7 @@ class Trace:
         """
         r0, r1 = self.schedule.rows(block)
         c1 = self.schedule.cols(tile)[1]
-        return self.probs[r0:r1, :c1] @ self.v[:c1]
+        return self._probs(r0, r1, 0, c1) @ self.v[:c1]
 
     @property
     def max_abs_error(self) -> float:
@@ -160,22 +336,6 @@ class Trace:
         return float(
             np.max(np.abs(self.tiled_output.astype(np.float64) - self.reference), initial=0.0)
         )
-
-
-def _cumulative(steps: tuple[Step, ...]) -> np.ndarray:
-    tensor_index = {t: i for i, t in enumerate(TENSORS)}
-    dir_index = {d: i for i, d in enumerate(DIRECTIONS)}
-    per_step = np.zeros((len(steps) + 1, len(LANES), len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
-    for st in steps:
-        for li, lane in enumerate(LANES):
-            a = st.action(lane)
-            if a is None:
-                continue
-            for tr in a.transfers:
-                per_step[st.index + 1, li, tensor_index[tr.tensor], dir_index[tr.direction]] += (
-                    tr.elements
-                )
-    return np.cumsum(per_step, axis=0)
 
 
 def build_trace(
@@ -192,32 +352,13 @@ def build_trace(
     save_lse: bool = False,
     scale: float | None = None,
 ) -> Trace:
-    """Run both lanes on the same inputs and record them step by step."""
+    """Both lanes' timelines on the same inputs; numbers follow when first asked for."""
     q, k, v = validate_inputs(q, k, v)
     n_q, d = q.shape
     n_k, d_v = v.shape
     schedule = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     scale = default_scale(d) if scale is None else float(scale)
-    out, lse, hist = tiled_attention_history(
-        q,
-        k,
-        v,
-        block_q=block_q,
-        block_k=block_k,
-        order=order,
-        causal=causal,
-        scale=scale,
-        dtype=dtype,
-    )
-    scores, probs, reference = dense_lane(q, k, v, causal=causal, scale=scale)
-    steps = tuple(
-        Step(i, dense, tiled)
-        for i, (dense, tiled) in enumerate(
-            itertools.zip_longest(lane_actions(schedule, "dense"), lane_actions(schedule, "tiled"))
-        )
-    )
-    for a in (hist.m, hist.l, hist.a, hist.alpha, hist.p_tilde):
-        _readonly(a)
+    round_to(np.zeros(1), dtype)  # an unknown dtype is one sentence now, not at first view
     return Trace(
         schedule=schedule,
         dtype=dtype,
@@ -226,12 +367,5 @@ def build_trace(
         q=_readonly(q),
         k=_readonly(k),
         v=_readonly(v),
-        scores=_readonly(scores),
-        probs=_readonly(probs),
-        reference=_readonly(reference),
-        tiled_output=_readonly(out),
-        lse=_readonly(lse),
-        history=hist,
-        steps=steps,
-        cumulative=_readonly(_cumulative(steps)),
+        lanes={lane: LaneTimeline(schedule, lane) for lane in LANES},
     )

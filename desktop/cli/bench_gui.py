@@ -1,141 +1,211 @@
-"""GUI latency benchmark: slider change → repaint finished, and per-frame playback time.
+"""`flash-explorer bench-gui`: how fast the window answers a change, and how fast it plays.
 
-Run offscreen (a script, not a timed test):
+A benchmark, not a test (tests never time anything). It opens the window offscreen on
+the reference example, sets the configuration given by the flags through the real
+widgets (found by objectName, as a user typing into the spin boxes would), then:
 
-    QT_QPA_PLATFORM=offscreen python -m desktop.cli.bench_gui [--out assets/benchmarks/gui_latency.json]
+- change_ms: N is moved one position and back, `--repeats` times; each change is timed
+  from setting the spin box until the event loop has painted the new configuration's
+  numbers (the build, inline or on the worker thread, included);
+- veil_ms: the same changes, until the event loop's first paint after the change (the
+  new numbers for an inline build; the "computing N=…" veil for a threaded one);
+- frame_ms: one playback frame: advance one frame's worth of steps, set the transfer
+  progress, and let the event loop paint everything that changed.
 
-For each case it changes a control through its widget (the same signal path as a
-user's drag), waits for the trace (inline or from the worker thread), then repaints the
-whole window synchronously; and it times playback frames (step + transfer progress +
-full repaint). Prints a table and writes JSON. Targets: under 16 ms per
-frame at the reference example's size, under 50 ms per slider change at N = 256.
+Prints one line and, with --json FILE, writes {"config", "change_ms", "veil_ms",
+"frame_ms", ...}. With --grid it runs the README's grid (N 6…4096 × blocks 2/16/64 ×
+order × causal, d = d_v = 64) and writes every result to one JSON file.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+import numpy as np
 
-CASES = (
-    ("seed example (N=6, d=2, blocks 2)", dict()),
-    (
-        "N=256, d=64, blocks 32",
-        dict(n=256, d=64, dv=64, block_q=32, block_k=32, input="random"),
-    ),
-)
-DEFAULT_OUT = Path(__file__).resolve().parents[2] / "assets" / "benchmarks" / "gui_latency.json"
+from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
+
+GRID_N = (6, 64, 256, 1024, 4096)
+GRID_BLOCKS = (2, 16, 64)
+GRID_D = 64
+WINDOW = (1600, 1000)
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
-    s = sorted(samples)
+    a = np.asarray(samples) * 1e3
     return {
-        "median_ms": round(statistics.median(s) * 1e3, 2),
-        "p90_ms": round(s[int(0.9 * (len(s) - 1))] * 1e3, 2),
-        "max_ms": round(s[-1] * 1e3, 2),
-        "samples": len(s),
+        "p50": round(float(np.percentile(a, 50)), 2),
+        "p90": round(float(np.percentile(a, 90)), 2),
     }
 
 
-def _settle(app, state) -> None:
-    while state.builder.busy:
-        app.processEvents()
+def _settle(app, state, target=None, timeout_s: float = 120.0) -> None:
+    """Process events until no build is outstanding (and the shown config is `target`)."""
+    from PySide6.QtCore import QEventLoop
+
+    end = time.perf_counter() + timeout_s
+    while state.builder.busy or (target is not None and state.config != target):
+        # Sleep until an event comes (the worker's result), as the real event loop does;
+        # spinning here would take the GIL from the worker thread it is waiting for.
+        app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)
+        if time.perf_counter() > end:
+            raise TimeoutError("the window did not settle on the configuration in time")
     app.processEvents()
 
 
-def measure(window, app, changes: dict, repeats: int) -> dict:
-    from desktop.state.config import Config
+def set_through_widgets(window, app, cfg) -> None:
+    """Set `cfg` as a user would: one widget at a time, found by its objectName."""
+    from PySide6.QtWidgets import QCheckBox, QComboBox, QSpinBox
 
-    state, controls = window.state, window.controls
-    state.set_config(Config().replace(**changes))
-    _settle(app, state)
+    def spin(name, value):
+        w = window.findChild(QSpinBox, name)
+        w.setMaximum(max(w.maximum(), value))
+        w.setValue(value)
+        _settle(app, window.state)
+
+    def combo(name, data):
+        w = window.findChild(QComboBox, name)
+        w.setCurrentIndex(w.findData(data))
+        _settle(app, window.state)
+
+    spin("d_spin", cfg.d)
+    spin("dv_spin", cfg.dv)
+    spin("block_q_spin", cfg.block_q)
+    spin("block_k_spin", cfg.block_k)
+    spin("n_spin", cfg.n)
+    spin("n_keys_spin", cfg.n_keys or 0)
+    combo("order_combo", cfg.order)
+    combo("dtype_combo", cfg.dtype)
+    window.findChild(QCheckBox, "causal_check").setChecked(cfg.causal)
+    window.findChild(QCheckBox, "lse_check").setChecked(cfg.save_lse)
+    _settle(app, window.state)
+
+
+def measure(window, app, cfg, repeats: int, frames: int) -> dict:
+    """One configuration: set it through the widgets, then time changes and frames."""
+    from PySide6.QtWidgets import QSpinBox
+
+    from desktop.scene.grouping import grouping_for
+
+    state = window.state
+    set_through_widgets(window, app, cfg)
     window.repaint()
-    cfg = state.config
-    # Slider changes: alternate N and B_c between two neighbouring values.
-    slider = []
-    spins = (
-        (controls.n_spin, cfg.n, max(1, cfg.n - 1)),
-        (controls.bk_spin, cfg.block_k, cfg.block_k + 1),
-    )
-    for k in range(repeats):
-        spin, a, b = spins[k % 2]
+    shown = state.config
+    n_spin = window.findChild(QSpinBox, "n_spin")
+    there, back = shown.n, (shown.n - 1 if shown.n > 1 else 2)
+    change, veil = [], []
+    for k in range(2 * repeats):  # there and back
+        value = back if k % 2 == 0 else there
+        target = shown.replace(n=value, input="random")
         t0 = time.perf_counter()
-        spin.setValue(b if spin.value() == a else a)
-        _settle(app, state)  # the trace arrives and every dirty widget repaints
-        slider.append(time.perf_counter() - t0)
-    # Playback frames: what one timer tick costs, step change + progress + repaint.
-    frames = []
-    n = state.n_steps
-    for k in range(max(repeats * 3, 60)):
+        n_spin.setValue(value)
+        app.processEvents()  # paints what changed: the new numbers (inline) or the veil
+        veil.append(time.perf_counter() - t0)
+        _settle(app, state, target)  # the worker's result arrives and is painted
+        change.append(time.perf_counter() - t0)
+    _settle(app, state, shown.replace(input="random"))
+    trace = state.trace
+    stride = grouping_for(trace).stride
+    state.set_step(0)
+    app.processEvents()
+    frame = []
+    for k in range(1, frames + 1):  # frames wrap around a short timeline, as a replay does
         t0 = time.perf_counter()
-        state.set_step(k % n)
-        state.set_progress((k % 8) / 8)  # arrows in flight, as during playback
+        state.set_step((k * stride) % trace.n_steps)
+        state.set_progress(0.5)
         app.processEvents()  # paints whatever the step made dirty, as the event loop does
-        frames.append(time.perf_counter() - t0)
+        frame.append(time.perf_counter() - t0)
     return {
-        "n_steps": n,
-        "slider_change_to_repaint": _ms(slider),
-        "playback_frame": _ms(frames),
+        "config": {k: v for k, v in state.config.to_dict().items() if k != "file"},
+        "n_steps": trace.n_steps,
+        "steps_per_frame": stride,
+        "change_ms": _ms(change),
+        "veil_ms": _ms(veil),
+        "frame_ms": _ms(frame),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file to write")
-    p.add_argument("--repeats", type=int, default=30, help="slider changes per case")
-    args = p.parse_args(argv)
+def grid_configs(base):
+    for n in GRID_N:
+        for b in GRID_BLOCKS:
+            for order in ("q-outer", "kv-outer"):
+                for causal in (False, True):
+                    yield base.replace(
+                        n=n, n_keys=None, d=GRID_D, dv=GRID_D, block_q=b, block_k=b,
+                        order=order, causal=causal, input="random",
+                    )  # fmt: skip
 
+
+def _line(r: dict) -> str:
+    c = r["config"]
+    return (
+        f"N={c['n']:<5} d={c['d']:<4} blocks {c['block_q']}x{c['block_k']:<3} {c['order']:<9} "
+        f"{'causal' if c['causal'] else '      '} steps {r['n_steps']:>10,}  "
+        f"change p50/p90 {r['change_ms']['p50']:8.1f} /{r['change_ms']['p90']:8.1f} ms  "
+        f"veil {r['veil_ms']['p50']:6.1f} /{r['veil_ms']['p90']:6.1f} ms  "
+        f"frame {r['frame_ms']['p50']:5.1f} /{r['frame_ms']['p90']:5.1f} ms"
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = OneLineParser(
+        prog="flash-explorer bench-gui",
+        description="Time the window offscreen: change to repaint, and playback frames.",
+    )
+    add_config_arguments(parser, inputs=False)
+    parser.add_argument("--repeats", type=int, default=10, help="changes each way (default 10)")
+    parser.add_argument("--frames", type=int, default=60, help="playback frames timed")
+    parser.add_argument("--json", type=Path, help="write the result(s) as JSON here")
+    parser.add_argument(
+        "--grid", action="store_true", help="run the README grid instead of one configuration"
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.frames < 1:
+        return fail("--repeats and --frames must be at least 1.", parser.prog)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import PySide6
     from PySide6.QtWidgets import QApplication
 
+    from compute import InputError
     from desktop.window.main_window import MainWindow
 
+    try:
+        cfg = config_from_args(args).validated()
+    except (InputError, ValueError) as exc:
+        return fail(str(exc), parser.prog)
     app = QApplication.instance() or QApplication([])
     window = MainWindow(persist=False)
-    window.resize(1600, 1000)
+    window.resize(*WINDOW)
     window.show()
-    app.processEvents()
+    _settle(app, window.state)
     results = []
-    for name, changes in CASES:
-        r = measure(window, app, changes, args.repeats)
-        r["case"] = name
+    for c in grid_configs(cfg) if args.grid else [cfg]:
+        r = measure(window, app, c, args.repeats, args.frames)
+        print(_line(r), flush=True)
         results.append(r)
     window.close()
-    print(
-        f"{'case':<38}{'steps':>7}{'slider→repaint ms (median/p90)':>34}{'frame ms (median/p90)':>26}"
-    )
-    for r in results:
-        s, f = r["slider_change_to_repaint"], r["playback_frame"]
-        print(
-            f"{r['case']:<38}{r['n_steps']:>7}"
-            f"{s['median_ms']:>22.1f} / {s['p90_ms']:<9.1f}{f['median_ms']:>16.1f} / {f['p90_ms']:<7.1f}"
-        )
-    payload = {
-        "what": "offscreen GUI latency: slider change to finished repaint; one playback frame",
-        "command": "QT_QPA_PLATFORM=offscreen python -m desktop.cli.bench_gui",
-        "window": [1600, 1000],
-        "machine": {
+    if args.json:
+        machine = {
             "python": platform.python_version(),
             "pyside6": PySide6.__version__,
             "cpus": os.cpu_count(),
             "platform": os.environ.get("QT_QPA_PLATFORM"),
-        },
-        "targets_ms": {"frame_at_seed_size": 16, "slider_change_at_n256": 50},
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    from desktop.export.atomic import write_text_atomic
+            "window": list(WINDOW),
+        }
+        payload = results[0] if not args.grid else {"results": results}
+        payload = {
+            **payload,
+            "machine": machine,
+            "command": "flash-explorer bench-gui " + " ".join(argv),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        from desktop.export.atomic import write_text_atomic
 
-    write_text_atomic(args.out, json.dumps(payload, indent=2) + "\n")  # checked, fsynced
-    print(f"wrote {args.out}")
+        write_text_atomic(args.json, json.dumps(payload, indent=2) + "\n")  # checked, fsynced
+        print(f"wrote {args.json}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -65,23 +65,15 @@ def export_parser() -> argparse.ArgumentParser:
 
 def _checked_config(args):
     """The config the flags ask for, checked and fitted to its inputs (one sentence if not).
-
-    The window draws at most MAX_TILES blocks a side and raises smaller blocks; say so,
-    since the frames then show other block sizes than the flags named.
-    """
+    Block sizes are drawn as given, at every N; the whole memory budget is checked here,
+    before any window (whose build error would be a dialog)."""
     from compute.inputs import check_memory_budget
-    from desktop.state.config import MAX_TILES, conform, make_inputs
+    from desktop.state.config import conform, make_inputs
 
     asked = requested_config(args).validated()
     config = conform(asked, make_inputs(asked))
-    # The whole budget (trace, views) before any window: its build error would be a dialog.
-    check_memory_budget(config.n, config.n_k, config.d, config.dv, -(-config.n_k // config.block_k))
-    if (config.block_q, config.block_k) != (asked.block_q, asked.block_k):
-        print(
-            f"note: drawing blocks {config.block_q}x{config.block_k} instead of "
-            f"{asked.block_q}x{asked.block_k}, to keep at most {MAX_TILES} blocks a side",
-            file=sys.stderr,
-        )
+    t_c = -(-config.n_k // config.block_k)
+    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c, block_q=config.block_q)
     return config
 
 

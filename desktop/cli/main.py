@@ -101,6 +101,14 @@ def run_export_ledger(argv: Sequence[str]) -> int:
     return main_ledger(list(argv))
 
 
+def run_bench_gui(argv: Sequence[str]) -> int:
+    try:
+        from desktop.cli.bench_gui import main as bench_gui_main
+    except ImportError as exc:
+        return fail(f"the GUI benchmark needs Qt ({exc}).", "flash-explorer bench-gui")
+    return bench_gui_main(list(argv))
+
+
 def run_gui(argv: Sequence[str]) -> int:
     try:
         from desktop.cli.gui import main as app_main
@@ -117,6 +125,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "bench": run_bench,
     "export": run_export,
     "export-ledger": run_export_ledger,
+    "bench-gui": run_bench_gui,
 }
 
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
@@ -125,6 +134,7 @@ USAGE = """usage: flash-explorer [GUI flags]            open the explorer (defau
        flash-explorer export --out FILE ...     render frames or an animation headless
        flash-explorer export-ledger --out FILE  write the ledger as PNG, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
+       flash-explorer bench-gui [flags]         time the window offscreen: change, frame
 Run any command with --help for its flags."""
 
 

@@ -52,7 +52,8 @@ def check_frame_memory(window, target: str, size: tuple[int, int] | None) -> Non
     widget = target_widget(window, target)
     w, h = size or (widget.width(), widget.height() + FOOTER_HEIGHT)
     c = window.state.config
-    held = memory_estimate(c.n, c.n_k, c.d, c.dv, -(-c.n_k // c.block_k)) if c else 0
+    t_c = -(-c.n_k // c.block_k) if c else 0
+    held = memory_estimate(c.n, c.n_k, c.d, c.dv, t_c, c.block_q) if c else 0
     need = frame_bytes(w, h)
     if held + need > DEFAULT_MEMORY_BUDGET_BYTES:
         raise ExportError(

@@ -60,15 +60,16 @@ class SramPainter:
         self._paint_equation(p, trace, step, area)
 
     def _tile_image(self, values, scale) -> QImage:
-        """A tile's heatmap, cached: tiles are views into the trace's read-only arrays, so
-        (address, shape, strides) names their content for the trace's lifetime."""
+        """A tile's heatmap, cached: tiles are read-only arrays of the trace (views, or
+        regions the trace keeps while they are asked for). The entry holds the array, so
+        its address cannot be reused by another while the key stands for it."""
         key = (values.__array_interface__["data"][0], values.shape, values.strides, scale.vmax)
-        image = self._tile_cache.get(key)
-        if image is None:
-            if len(self._tile_cache) > 512:
+        entry = self._tile_cache.get(key)
+        if entry is None:
+            if len(self._tile_cache) > 64:
                 self._tile_cache.clear()
-            image = self._tile_cache[key] = qimage(scale.rgba(values))
-        return image
+            entry = self._tile_cache[key] = (values, qimage(scale.rgba(values)))
+        return entry[1]
 
     def _tile_rect(self, tile: geo.SramTile, box: QRectF) -> QRectF:
         """A tile's cells: as large as the HBM cells allow, centred under its column."""

@@ -8,6 +8,7 @@ is its own widget so an exporter can `grab()` one lane at any step.
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
 from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
@@ -37,7 +38,7 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         self._rects: dict[str, QRectF] = {}
         self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
         self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
-        self._tile_cache: dict[tuple, QImage] = {}
+        self._tile_cache: dict[tuple, tuple[np.ndarray, QImage]] = {}
         self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, 190)
@@ -52,7 +53,7 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         imgs = self.state.images.lanes[self.lane]
         self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
         self._rects, self._static = {}, None
-        self._tile_cache: dict[tuple, QImage] = {}
+        self._tile_cache: dict[tuple, tuple[np.ndarray, QImage]] = {}
         self.update()
 
     def _on_step(self, _step: int) -> None:

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 import compute
 from desktop.state.app_state import AppState
-from desktop.state.config import D_MAX, N_MAX, Config, min_block
+from desktop.state.config import D_MAX, N_MAX, Config
 
 INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
 
@@ -87,19 +87,23 @@ class ControlsPanel(QWidget):
         self.n_slider.setToolTip(
             "N: query positions. Dense traffic grows as N² (S and P), tiled as N² d² / M"
         )
-        self.n_spin = _spin(1, N_MAX, "N: query positions (changing it switches to random inputs)")
+        self.n_spin = _spin(
+            1,
+            N_MAX,
+            "N: query positions (the reference example and a file fix N; change it for seeded random inputs)",
+        )
         self.nk_spin = _spin(0, N_MAX, "N_keys: key/value positions (= N unless set)", "= N")
         self.d_spin = _spin(1, D_MAX, "d: head size of Q and K; scores S = Q Kᵀ / √d")
         self.dv_spin = _spin(1, D_MAX, "d_v: head size of V and of the output O = softmax(S) V")
         self.bq_spin = _spin(
             1,
             N_MAX,
-            "B_r (block_q): query rows per block; T_r = ⌈N / B_r⌉ blocks (at most 128 a side)",
+            "B_r (block_q): query rows per block; T_r = ⌈N / B_r⌉ blocks",
         )
         self.bk_spin = _spin(
             1,
             N_MAX,
-            "B_c (block_k): keys per K/V tile; T_c = ⌈N_keys / B_c⌉ tiles (at most 128 a side)",
+            "B_c (block_k): keys per K/V tile; T_c = ⌈N_keys / B_c⌉ tiles",
         )
         self.order_combo = QComboBox()
         self.order_combo.addItem("Q-outer (FA-2)", "q-outer")
@@ -131,13 +135,42 @@ class ControlsPanel(QWidget):
         self.paper_button.setToolTip("Algorithm 1: B_c = ⌈M / 4d⌉, B_r = min(⌈M / 4d⌉, d)")
         self.fits_label = QLabel()
         self.fits_label.setWordWrap(True)
+        # One line beside Source when a shape change had to switch it (never silently).
+        self.source_note = QLabel()
+        self.source_note.setWordWrap(True)
+        self.source_note.setStyleSheet("color: #b9770e;")
+        self.source_note.hide()
+        names = {
+            "input_combo": self.input_combo,
+            "seed_spin": self.seed_spin,
+            "scale_spin": self.scale_spin,
+            "n_slider": self.n_slider,
+            "n_spin": self.n_spin,
+            "n_keys_spin": self.nk_spin,
+            "d_spin": self.d_spin,
+            "dv_spin": self.dv_spin,
+            "block_q_spin": self.bq_spin,
+            "block_k_spin": self.bk_spin,
+            "order_combo": self.order_combo,
+            "causal_check": self.causal_check,
+            "lse_check": self.lse_check,
+            "dtype_combo": self.dtype_combo,
+            "sram_spin": self.sram_spin,
+            "source_note": self.source_note,
+        }
+        for name, widget in names.items():  # stable names for tests and automation
+            widget.setObjectName(name)
         self._build_layout()
         self._connect()
         state.sigConfigChanged.connect(self.show_config)
+        # A request made elsewhere (the paper's rule, a menu, a dropped file) shows in
+        # every control at once, not only when its trace arrives.
+        state.sigRequested.connect(self.show_config)
 
     def _build_layout(self) -> None:
         inputs = QFormLayout()
         inputs.addRow("Source", self.input_combo)
+        inputs.addRow(self.source_note)
         inputs.addRow("RNG seed", self.seed_spin)
         inputs.addRow("Scale", self.scale_spin)
         inputs.addRow(self.open_button)
@@ -182,7 +215,7 @@ class ControlsPanel(QWidget):
         self.open_button.clicked.connect(self.open_file)
         # The spin box asks for the trace; the slider only moves it.
         self.n_slider.valueChanged.connect(lambda v: self.n_spin.setValue(n_from_slider(v)))
-        self.n_spin.valueChanged.connect(lambda v: self._shape(n=v))
+        self.n_spin.valueChanged.connect(self._n_typed)
         self.nk_spin.valueChanged.connect(lambda v: self._shape(n_keys=v or None))
         self.d_spin.valueChanged.connect(lambda v: self._shape(d=v))
         self.dv_spin.valueChanged.connect(lambda v: self._shape(dv=v))
@@ -199,19 +232,30 @@ class ControlsPanel(QWidget):
         self.sram_spin.valueChanged.connect(lambda v: st.update_config(sram=v or None))
         self.paper_button.clicked.connect(self.apply_paper_rule)
 
+    def _n_typed(self, n: int) -> None:
+        # The slider follows the box at once (not when the trace arrives), so the two
+        # never show different N while a large build is computing.
+        with QSignalBlocker(self.n_slider):
+            self.n_slider.setValue(slider_from_n(n))
+        self._shape(n=n)
+
     def _shape(self, **changes: int) -> None:
-        # Shapes only mean something for generated inputs: switch to random. Blocks grow
-        # with N here, in the request, so a drag to N = 2048 never asks for a huge trace.
-        base = self.state.requested or self.state.config or Config()
-        cfg = base.replace(input="random", **changes)
-        self.state.set_config(
-            cfg.replace(
-                block_q=max(cfg.block_q, min_block(cfg.n)),
-                block_k=max(cfg.block_k, min_block(cfg.n_k)),
+        # The reference example and a file fix the shapes; a new shape needs generated
+        # inputs. The switch is said beside Source, and nothing else changes: block sizes
+        # stay the user's at every N (the drawing groups tiles, the numbers are exact).
+        base = self.state.current_config
+        if base.input != "random":
+            what = (
+                "the reference example is fixed at N = 6, d = 2"
+                if base.input == "seed"
+                else "a file fixes the shapes"
             )
-        )
+            self.source_note.setText(f"Source is now Seeded random: {what}.")
+            self.source_note.show()
+        self.state.set_config(base.replace(input="random", **changes))
 
     def _input_chosen(self, _index: int) -> None:
+        self.source_note.hide()  # the user chose the source themselves
         mode = self.input_combo.currentData()
         if mode == "file":
             self.open_file()
@@ -228,8 +272,8 @@ class ControlsPanel(QWidget):
             self.show_config(self.state.config)
 
     def apply_paper_rule(self) -> None:
-        cfg = self.state.requested or self.state.config
-        if cfg is None or not cfg.sram:
+        cfg = self.state.current_config
+        if not cfg.sram:
             return
         b_r, b_c = compute.paper_block_sizes(cfg.sram, cfg.d)
         self.state.update_config(block_q=b_r, block_k=b_c)
@@ -249,10 +293,6 @@ class ControlsPanel(QWidget):
         )
         for widget, value in values:
             with QSignalBlocker(widget):
-                if widget is self.bq_spin:
-                    widget.setMinimum(min_block(cfg.n))  # no more than MAX_TILES blocks
-                elif widget is self.bk_spin:
-                    widget.setMinimum(min_block(cfg.n_k))
                 if widget is not self.n_slider and value > widget.maximum():
                     widget.setMaximum(value)  # a file can be larger than the sliders go
                 widget.setValue(value)

@@ -1,9 +1,9 @@
 """Per-row statistics: m, ℓ, α, every component of a, and a/ℓ converging to the output.
 
 For the selected query row, the tiled lane's state after each timeline step is looked
-up in the Trace's recorded history (the core's numbers, indexed by how many key tiles
-the row's block has passed). Curves are rebuilt on a new trace or row; a step change
-only moves the step markers and the value read-outs.
+up in the Trace's row history (the core's numbers, computed for the row's block on
+first use, indexed by how many key tiles the block has passed). Curves are rebuilt on
+a new trace or row; a step change only moves the step markers and the value read-outs.
 """
 
 from __future__ import annotations

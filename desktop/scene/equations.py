@@ -46,7 +46,7 @@ def step_equation(trace: Trace, lane: str, step: int, row: int) -> str:
         return text
     before, after = trace.row_state(row, step - 1), trace.row_state(row, step)
     c0, c1 = s.cols(action.block_j)
-    sum_p = float(trace.history.p_tilde[row, c0:c1].sum())  # the core's P̃ for this tile
+    sum_p = float(trace.row_history(row).p_tilde[c0:c1].sum())  # the core's P̃ for this tile
     head = f"row {row}, tile {action.block_j}: m = max({num(before.m)}, rowmax S) = {num(after.m)}"
     if s.order == "q-outer":
         return (

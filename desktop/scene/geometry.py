@@ -89,14 +89,17 @@ class SramTile:
     probabilities: bool = False  # values are P (drawn on the probability scale)
 
 
-def _block_tile_count(trace: Trace, block: int, step: int) -> int:
-    return trace.row_state(trace.schedule.rows(block)[0], step).tile
+def _block_tile_count(trace: Trace, action: Action, step: int) -> int:
+    """Key tiles the action's query block has been updated with after `step`."""
+    if trace.schedule.order == "kv-outer":  # visiting tile j: updated once `update` ran
+        return action.block_j + (action.phase != "load_state")
+    return trace.row_state(trace.schedule.rows(action.block_i)[0], step).tile
 
 
 def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
     """The tiled lane's SRAM after `step`: Q_i, K_j, V_j, S_ij, m, ℓ, a."""
-    s, h = trace.schedule, trace.history
-    action = trace.steps[step].tiled
+    s = trace.schedule
+    action = trace.action("tiled", step)
     held = {r.tensor: r for r in action.resident} if action else {}
     block = action.block_i if action else None
     acc_label = "a = Σ P̃V" if s.order == "q-outer" else "a = ℓ·O_i"
@@ -111,22 +114,25 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
         SramTile("O", acc_label, None),
     ]
     by = {t.tensor: t for t in tiles}
-    for name, src in (("Q", trace.q), ("K", trace.k), ("V", trace.v), ("S", trace.scores)):
+    for name, src in (("Q", trace.q), ("K", trace.k), ("V", trace.v)):
         if name in held:
             r = held[name]
             by[name].values = src[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
-            if name in ("Q", "S"):
+            if name == "Q":
                 by[name].first_row = r.rows[0]
+    if "S" in held:  # the score tile, computed for this region only
+        r = held["S"]
+        by["S"].values = trace.scores_region(*r.rows, *r.cols)
+        by["S"].first_row = r.rows[0]
     if "S" in held:  # P̃_ij = exp(S_ij − m_new), as the recurrence formed it
         r = held["S"]
-        by["P"].values = h.p_tilde[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
+        by["P"].values = trace.p_tilde_tile(block, action.block_j)
         by["P"].first_row = r.rows[0]
     if block is not None:
         r0, r1 = s.rows(block)
-        tile = _block_tile_count(trace, block, step)
-        by["m"].values = h.m[r0:r1, tile : tile + 1]
-        by["l"].values = h.l[r0:r1, tile : tile + 1]
-        by["O"].values = h.a[r0:r1, tile]
+        tile = _block_tile_count(trace, action, step)
+        m, l, a = trace.block_state(block, tile)  # noqa: E741
+        by["m"].values, by["l"].values, by["O"].values = m[:, None], l[:, None], a
         if action.phase == "write_o":
             by["O"].label, by["O"].values = "O_i = a/ℓ", trace.tiled_output[r0:r1]
         for name in ("m", "l", "O"):
@@ -136,13 +142,18 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
 
 def dense_sram(trace: Trace, step: int) -> list[SramTile]:
     """The dense lane's SRAM after `step`: whatever its action holds."""
-    action = trace.steps[step].dense
+    action = trace.action("dense", step)
     if action is None:
         return []
-    sources = {"Q": trace.q, "K": trace.k, "V": trace.v, "S": trace.scores, "P": trace.probs}
+    sources = {"Q": trace.q, "K": trace.k, "V": trace.v}
     tiles = []
     for r in action.resident:
         values = sources.get(r.tensor)
+        if values is not None:
+            values = values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
+        elif r.tensor in ("S", "P"):  # computed for this region only (N × N is never held)
+            region = trace.scores_region if r.tensor == "S" else trace.probs_region
+            values = region(*r.rows, *r.cols)
         first = r.rows[0] if r.tensor in QUERY_TENSORS else None
         if values is None:  # the O accumulator: Σ P_ij V_j over the tiles read so far
             partial = trace.dense_partial_output(action.block_i, action.block_j)
@@ -155,7 +166,7 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
             SramTile(
                 r.tensor,
                 label,
-                values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]],
+                values,
                 first,
                 probabilities=r.tensor == "P",
             )
@@ -177,4 +188,4 @@ def layout_sram(tiles: list[SramTile], columns: dict[str, QRectF], area: QRectF)
 
 
 def action_of(trace: Trace, lane: str, step: int) -> Action | None:
-    return trace.steps[step].action(lane) if 0 <= step < trace.n_steps else None
+    return trace.action(lane, step) if 0 <= step < trace.n_steps else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute import Trace
+from compute.timeline import PHASE_CODE
 
 DISPLAY_CAP = 256  # display cells per side before block-averaging
 MASKED_RGBA = (128, 128, 128, 90)  # causally masked score (−∞): a faint grey
@@ -136,9 +137,11 @@ ROBUST_PERCENTILE = 99.5
 def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
     """The scale's half-width: the largest |value| for small examples (every cell carries
     its number), the 99.5th percentile for large ones, so a few extremes do not wash
-    every heatmap out (cells beyond it saturate). Default parts: the values, not P."""
+    every heatmap out (cells beyond it saturate). Default parts: the values, not P
+    (S enters as the full pass's strided sample of |S|: all of S when it is small)."""
     if parts is None:
-        parts = [trace.q, trace.k, trace.v, trace.reference, trace.scores]
+        summary = trace.summary(DISPLAY_CAP)
+        parts = [trace.q, trace.k, trace.v, summary.reference, summary.scores_sample]
     flat = np.abs(np.concatenate([np.ravel(p) for p in parts]))
     flat = flat[np.isfinite(flat)]
     if flat.size == 0:
@@ -147,57 +150,65 @@ def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
         # A fixed stride sample is plenty for a percentile and ~10× cheaper than all.
         flat = flat[:: max(1, flat.size // 32768)]
         vmax = float(np.percentile(flat, ROBUST_PERCENTILE))
+        # A sharply peaked softmax leaves almost every P near 0 (even denormal), so the
+        # percentile says nothing: fall back on the largest value.
+        vmax = max(vmax, float(flat.max()) * 1e-3)
     else:
         vmax = float(flat.max())
     return vmax if vmax > 0 else 1.0
 
 
-def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray]:
+class RegionSource:
+    """S or P too large to hold (N_q × N_k): its shape, and single values computed when
+    asked (a tooltip); its heatmap comes from the trace's display-resolution summary."""
+
+    def __init__(self, trace: Trace, name: str) -> None:
+        self.trace, self.name = trace, name
+        self.shape = (trace.schedule.n_q, trace.schedule.n_k)
+
+    def __getitem__(self, index: tuple[int, int]) -> float:
+        i, j = index
+        region = self.trace.scores_region if self.name == "S" else self.trace.probs_region
+        return float(region(i, i + 1, j, j + 1)[0, 0])
+
+
+def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource]:
     """The HBM tensors a lane shows, in drawing order, with the values the trace holds."""
     if lane == "dense":
+        s = trace.schedule
+        small = max(s.n_q, s.n_k) <= NUMBERS_CAP  # numbers in cells: hold all of S and P
         return {
             "Q": trace.q,
             "K": trace.k,
             "V": trace.v,
-            "S": trace.scores,
-            "P": trace.probs,
+            "S": trace.scores if small else RegionSource(trace, "S"),
+            "P": trace.probs if small else RegionSource(trace, "P"),
             "O": trace.reference,
         }
     s = trace.schedule
     out = {"Q": trace.q, "K": trace.k, "V": trace.v, "O": trace.tiled_output}
     if s.order == "kv-outer":
-        out["m"] = trace.history.m[:, -1:]
-        out["l"] = trace.history.l[:, -1:]
+        m, l, _ = trace.state_after_tiles(s.t_c)  # noqa: E741
+        out["m"] = m[:, None]
+        out["l"] = l[:, None]
     if s.save_lse:
         out["L"] = trace.lse[:, None]
     return out
 
 
 def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> None:
-    h, w = img.display_shape
-    fr, fc = img.factor
-    first = np.full((h, w), NEVER, dtype=np.int32)
-    last = np.full((h, w), NEVER, dtype=np.int32)
-    seen = np.zeros((h, w), dtype=bool)
-    for st in trace.steps:
-        action = st.action(lane)
-        if action is None:
-            continue
-        for tr in action.transfers:
-            if tr.direction != "write" or tr.tensor != tensor:
-                continue
-            (r0, r1), (c0, c1) = tr.region.rows, tr.region.cols
-            sl = (slice(r0 // fr, math.ceil(r1 / fr)), slice(c0 // fc, math.ceil(c1 / fc)))
-            first[sl] = np.where(seen[sl], first[sl], st.index)
-            last[sl] = st.index
-            seen[sl] = True
-    img.first_write, img.last_write = first, last
+    """First and last step that wrote each display cell (the lane's arrays; see
+    LaneTimeline.write_steps_per_cell); NEVER where a cell is never written."""
+    first, last = trace.lanes[lane].write_steps_per_cell(tensor, img.shape, img.factor)
+    first[first < 0], last[last < 0] = NEVER, NEVER
+    img.first_write, img.last_write = first.astype(np.int32), last.astype(np.int32)
 
 
 def prepare_images(trace: Trace) -> LaneImages:
     """Heatmaps and write histories of both lanes' HBM tensors."""
+    summary = trace.summary(DISPLAY_CAP)
     images = LaneImages(
-        ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [trace.probs]))
+        ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [summary.probs_sample]))
     )
     written = {"O", "S", "P", "m", "l", "L"}
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
@@ -205,16 +216,19 @@ def prepare_images(trace: Trace) -> LaneImages:
         images.lanes[lane] = {}
         for name, values in lane_sources(trace, lane).items():
             key = id(values)
-            if key not in cache:  # Q, K, V are shared by both lanes
+            if isinstance(values, RegionSource):  # block means from the full pass
+                means = summary.scores_small if name == "S" else summary.probs_small
+                cache[key] = (means.values, *means.factor)
+            elif key not in cache:  # Q, K, V are shared by both lanes
                 cache[key] = downsample(values)
             small, fr, fc = cache[key]
             if name in ("l", "L"):
                 rgba = np.tile(np.array([225, 225, 215, 255], dtype=np.uint8), (*small.shape, 1))
             else:
                 rgba = images.scale_for(name).rgba(small)
-            keep = values if max(values.shape) <= NUMBERS_CAP else None
+            keep = values if max(values.shape) <= NUMBERS_CAP else None  # (never a RegionSource)
             img = TensorImage(name, values.shape, rgba, (fr, fc), keep)
-            if name in written:
+            if name in written and name not in live_tensors(trace, lane):  # live: no veils
                 _write_history(trace, lane, name, img)
             images.lanes[lane][name] = img
     return images
@@ -231,34 +245,36 @@ def live_tensors(trace: Trace, lane: str) -> tuple[str, ...]:
 
 def kv_outer_hbm(trace: Trace, step: int) -> dict[str, np.ndarray]:
     """What HBM holds for O, m and ℓ after `step` under KV-outer: each block's state as of
-    its last write (the initial O = 0, ℓ = 0, m = −∞ before its first visit)."""
-    s, h = trace.schedule, trace.history
-    writes = _state_writes(trace)
-    m = np.empty(s.n_q)
-    l = np.empty(s.n_q)  # noqa: E741
-    a = np.empty((s.n_q, s.d_v))
-    for i in range(s.t_r):
-        r0, r1 = s.rows(i)
-        done = [w for w in writes.get(i, ()) if w <= step]
-        tile = trace.row_state(r0, done[-1]).tile if done else 0
-        m[r0:r1], l[r0:r1], a[r0:r1] = h.m[r0:r1, tile], h.l[r0:r1, tile], h.a[r0:r1, tile]
-    o = np.zeros_like(a)
-    np.divide(a, l[:, None], out=o, where=l[:, None] > 0)  # HBM holds O = a/ℓ, not a
+    its last write (the initial O = 0, ℓ = 0, m = −∞ before its first visit).
+
+    During key tile j's pass, the blocks already written back hold their state after
+    tile j; the others still hold it after tile j − 1.
+    """
+    tl = trace.lanes["tiled"]
+    step = max(0, min(step, tl.length - 1))
+    k = tl.segment_of(step)
+    if tl.parts[int(tl.seg_part[k])].outer == "once":  # the initialisation
+        m, l, o = trace.state_after_tiles(0)  # noqa: E741
+        return {"O": o, "m": m[:, None], "l": l[:, None]}
+    j = int(tl.seg_outer[k])
+    phases, blocks, _, _ = tl.segment(k)
+    upto = step - int(tl.seg_start[k]) + 1
+    written = blocks[:upto][phases[:upto] == PHASE_CODE["write_state"]]
+    if len(written) == tl.seg_inner[k]:  # every visit of tile j written back
+        m, l, o = trace.state_after_tiles(j + 1)  # noqa: E741
+        return {"O": o, "m": m[:, None], "l": l[:, None]}
+    before = trace.state_after_tiles(j)
+    if len(written) == 0:
+        m, l, o = before  # noqa: E741
+        return {"O": o, "m": m[:, None], "l": l[:, None]}
+    after = trace.state_after_tiles(j + 1)
+    s = trace.schedule
+    done = np.zeros(s.n_q, dtype=bool)
+    for b in written.tolist():
+        r0, r1 = s.rows(b)
+        done[r0:r1] = True
+    m, l, o = (
+        np.where(done.reshape((-1,) + (1,) * (x.ndim - 1)), y, x)
+        for x, y in zip(before, after, strict=True)
+    )  # noqa: E741
     return {"O": o, "m": m[:, None], "l": l[:, None]}
-
-
-def _state_writes(trace: Trace) -> dict[int, list[int]]:
-    cached = _WRITES.get(id(trace))
-    if cached is not None and cached[0] is trace:
-        return cached[1]
-    writes: dict[int, list[int]] = {}
-    for st in trace.steps:
-        a = st.tiled
-        if a is not None and a.phase == "write_state":
-            writes.setdefault(a.block_i, []).append(st.index)
-    _WRITES.clear()  # one trace at a time is shown
-    _WRITES[id(trace)] = (trace, writes)
-    return writes
-
-
-_WRITES: dict[int, tuple[Trace, dict[int, list[int]]]] = {}

@@ -1,6 +1,6 @@
 """The selected row's numbers for the statistics panel: series, formats, formulas.
 
-NumPy only. The series are looked up in the Trace's recorded history (the compute
+NumPy only. The series are looked up in the Trace's row history (the compute
 core's numbers), never computed here; formats are shared with the tests so a test can
 compare what the panel shows with what the core holds.
 """
@@ -60,7 +60,7 @@ def fmt_vec(v: np.ndarray, limit: int = 4) -> str:
 
 
 def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
-    """The row's state as a step function of the timeline, looked up in the trace's history.
+    """The row's state as a step function of the timeline, looked up in the trace's row history.
 
     The state only changes at the row's update steps, so the series holds one value per
     update (plus the initial state) and `edges`, the step boundaries where each value
@@ -69,8 +69,8 @@ def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
     steps, tiles = trace.row_updates(row)
     cols = np.concatenate([[0], np.asarray(tiles, dtype=int) + 1])  # history index per value
     edges = np.concatenate([[-0.5], np.asarray(steps, dtype=float) - 0.5, [trace.n_steps - 0.5]])
-    h = trace.history
-    m, l, a = h.m[row, cols], h.l[row, cols], h.a[row, cols]  # noqa: E741
+    h = trace.row_history(row)  # computed for this row's block on first use, then cached
+    m, l, a = h.m[cols], h.l[cols], h.a[cols]  # noqa: E741
     out = np.full(a.shape, np.nan, dtype=np.float64)
     np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
-    return {"edges": edges, "m": m, "l": l, "alpha": h.alpha[row, cols], "a": a, "out": out}
+    return {"edges": edges, "m": m, "l": l, "alpha": h.alpha[cols], "a": a, "out": out}

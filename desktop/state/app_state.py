@@ -13,12 +13,13 @@ from PySide6.QtCore import QObject, Signal
 
 from compute import Trace
 from desktop.scene.render import LaneImages
-from desktop.state.config import MAX_TILES, Config
+from desktop.state.config import Config
 from desktop.state.worker import TraceBuilder
 
 
 class AppState(QObject):
     sigConfigChanged = Signal(object)  # the Config the current Trace was built from
+    sigRequested = Signal(object)  # the Config now asked for (controls show it at once)
     sigTraceChanged = Signal(object)  # the new Trace
     sigStepChanged = Signal(int)
     sigRowChanged = Signal(int)
@@ -47,12 +48,18 @@ class AppState(QObject):
         if config == self.requested and not self.builder.busy:
             return
         self.requested = config
+        self.sigRequested.emit(config)
         self.builder.request(config)
+
+    @property
+    def current_config(self) -> Config:
+        """The configuration the controls stand for: the newest asked for (maybe still
+        computing), else the one shown, else the reference example. The one definition."""
+        return self.requested or self.config or Config()
 
     def update_config(self, **changes: object) -> None:
         """Change some fields of the newest requested config."""
-        base = self.requested or self.config or Config()
-        self.set_config(base.replace(**changes))
+        self.set_config(self.current_config.replace(**changes))
 
     def _built(self, config: Config, trace: Trace, images: LaneImages) -> None:
         # Keep the position in the timeline where it still exists; a first trace, or one
@@ -61,12 +68,6 @@ class AppState(QObject):
         step = trace.n_steps - 1 if at_end else min(self.step, trace.n_steps - 1)
         row = min(self._row_hint, trace.schedule.n_q - 1)
         row_changed = row != self.row
-        asked = self.requested
-        if asked is not None and (asked.block_q, asked.block_k) != (config.block_q, config.block_k):
-            self.sigNotice.emit(
-                f"Blocks raised to {config.block_q}×{config.block_k}: the explorer keeps at "
-                f"most {MAX_TILES} tiles a side."
-            )
         # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
         self.requested, self.step, self.row = config, step, row

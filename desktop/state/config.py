@@ -17,10 +17,7 @@ from compute.inputs import check_memory_budget
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
 SEED_SIZES = (6, 6, 2, 2)  # the reference example's N, N_keys, d, d_v
-N_MAX = 2048  # the largest N the window offers
-# At most this many blocks per side: N = 1024 with blocks of 2 would be 400,000 steps
-# (minutes to build, unusable to scrub); 128 keeps the timeline under ~50,000 steps.
-MAX_TILES = 128
+N_MAX = 4096  # the largest N the window offers
 D_MAX = 256
 OPTIONAL_INTS = ("n_keys", "sram")  # None means "same as N" / "not set"
 
@@ -125,10 +122,16 @@ class Config:
         return self
 
     def estimated_steps(self) -> int:
-        """Roughly how many timeline steps the trace will hold (decides threading)."""
+        """Roughly how many timeline steps the trace will hold."""
         t_r = math.ceil(self.n / self.block_q)
         t_c = math.ceil(self.n_k / self.block_k)
         return 3 * t_r * t_c + 2 * t_r
+
+    def estimated_work(self) -> int:
+        """Roughly the multiply-adds a build costs (decides threading): the full pass over
+        S is N · N_k · (d + d_v); a query block's history loops over T_c key tiles."""
+        t_c = math.ceil(self.n_k / self.block_k)
+        return self.n * self.n_k * (self.d + self.dv) + 2000 * t_c
 
 
 def make_inputs(config: Config) -> Inputs:
@@ -138,15 +141,15 @@ def make_inputs(config: Config) -> Inputs:
     if config.input == "file":
         return compute.load_inputs(config.file)
     # Random sizes are known before drawing: check the whole budget first.
-    t_c = min(math.ceil(config.n_k / config.block_k), MAX_TILES)
-    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c)
+    t_c = math.ceil(config.n_k / config.block_k)
+    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c, block_q=config.block_q)
     return compute.random_inputs(
         config.n, config.d, config.dv, n_k=config.n_k, seed=config.seed, scale=config.input_scale
     )
 
 
 def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
-    """The exact ledger of a config at the block sizes asked for (no display cap here).
+    """The exact ledger of a config at the block sizes asked for, from the closed form.
 
     Only shapes matter: a file is read for its shapes, random inputs are not drawn.
     pass_name "backward" or "training" gives that pass's ledger (from its closed form).
@@ -172,24 +175,12 @@ def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
     )
 
 
-def min_block(positions: int) -> int:
-    """The smallest block that keeps a side at MAX_TILES tiles or fewer."""
-    return max(1, math.ceil(positions / MAX_TILES))
-
-
 def conform(config: Config, inputs: Inputs) -> Config:
-    """The config with N, N_keys, d, d_v taken from the inputs actually loaded, and block
-    sizes raised where they would cut a side into more than MAX_TILES tiles."""
+    """The config with N, N_keys, d, d_v taken from the inputs actually loaded. Block
+    sizes are the user's, always: the drawing groups tiles, the numbers never change."""
     n_q, d = inputs.q.shape
     n_k, dv = inputs.v.shape
-    return config.replace(
-        n=n_q,
-        n_keys=None if n_k == n_q else n_k,
-        d=d,
-        dv=dv,
-        block_q=max(config.block_q, min_block(n_q)),
-        block_k=max(config.block_k, min_block(n_k)),
-    )
+    return config.replace(n=n_q, n_keys=None if n_k == n_q else n_k, d=d, dv=dv)
 
 
 def build(config: Config) -> tuple[Config, Trace]:
@@ -197,9 +188,8 @@ def build(config: Config) -> tuple[Config, Trace]:
     config = config.validated()
     inputs = make_inputs(config)
     config = conform(config, inputs)
-    check_memory_budget(
-        config.n, config.n_k, config.d, config.dv, math.ceil(config.n_k / config.block_k)
-    )
+    t_c = math.ceil(config.n_k / config.block_k)
+    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c, block_q=config.block_q)
     try:
         trace = compute.build_trace(
             inputs.q,

@@ -11,6 +11,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from desktop.scene.grouping import grouping_for
 from desktop.state.app_state import AppState
 
 # Steps per second; the fast end plays N = 1024 timelines (tens of thousands of steps).
@@ -59,11 +60,18 @@ class Playback(QObject):
         self.pause() if self.playing else self.play()
 
     @property
+    def stride(self) -> int:
+        """Steps per animation frame (1 unless the timeline is too fine to draw; see
+        desktop.scene.grouping)."""
+        trace = self.state.trace
+        return grouping_for(trace).stride if trace is not None else 1
+
+    @property
     def rate(self) -> float:
-        """Steps per second now: `speed`, or for AUTO the whole timeline in AUTO_SECONDS."""
+        """Steps per second now: `speed` frames, or for AUTO the whole timeline in AUTO_SECONDS."""
         if self.speed == AUTO:
             return max(1.0, self.state.n_steps / AUTO_SECONDS)
-        return self.speed
+        return self.speed * self.stride
 
     def set_speed(self, steps_per_second: float) -> None:
         if self.playing:
@@ -96,7 +104,7 @@ class Playback(QObject):
     def step_by(self, delta: int) -> None:
         """Manual stepping pauses playback first (the user takes over)."""
         self.pause()
-        self.state.set_step(self.state.step + delta)
+        self.state.set_step(self.state.step + delta * self.stride)
         self.state.set_progress(1.0)
 
     def row_tile(self, direction: int) -> None:

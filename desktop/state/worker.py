@@ -2,16 +2,18 @@
 
 A one-thread QThreadPool runs at most one build at a time. A new request drops any
 queued-but-unstarted build (`QThreadPool.clear`) and bumps a generation counter, so
-a build that was already running when the user moved on is discarded on arrival;
-long builds start only after requests pause briefly, so a drag starts one build.
-Results cross back to the GUI thread through a queued signal.
+a build that was already running when the user moved on is discarded on arrival.
+A request starts at once when no build runs (no fixed delay); while one runs, only
+the newest request waits and starts when it ends, so a drag runs at most two builds
+and the last one is always the value the user left the control at. Results cross
+back to the GUI thread through a queued signal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from compute import InputError
 from desktop.scene.render import LaneImages, prepare_images
@@ -55,10 +57,9 @@ def build_all(config: Config) -> tuple[Config, object, LaneImages]:
     return config, trace, prepare_images(trace)
 
 
-# Above this many timeline steps a build can pass 50 ms (about 0.1 ms per step), so
-# it goes to the worker thread; smaller builds are faster done inline.
-THREAD_THRESHOLD_STEPS = 400
-DEBOUNCE_MS = 120
+# Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,
+# so it goes to the worker thread; smaller builds are faster done inline.
+THREAD_THRESHOLD_WORK = 16_000_000
 
 
 class TraceBuilder(QObject):
@@ -78,11 +79,8 @@ class TraceBuilder(QObject):
         self._relay = _Relay(self)
         self._relay.sigDone.connect(self._finished)
         self.force_inline = False  # screenshots and exports want the result now
-        self._pending_config: Config | None = None
-        self._debounce = QTimer(self)
-        self._debounce.setSingleShot(True)
-        self._debounce.setInterval(DEBOUNCE_MS)
-        self._debounce.timeout.connect(self._start_pending)
+        self._pending_config: Config | None = None  # the newest, waiting for the running
+        self._running = False  # a job is in the pool (its result not yet handled)
 
     @property
     def busy(self) -> bool:
@@ -95,10 +93,8 @@ class TraceBuilder(QObject):
 
     def request(self, config: Config) -> None:
         self._generation += 1
-        if self.force_inline or config.estimated_steps() <= THREAD_THRESHOLD_STEPS:
-            self._debounce.stop()
-            self._pending_config = None
-            self._pool.clear()
+        if self.force_inline or config.estimated_work() <= THREAD_THRESHOLD_WORK:
+            self._pending_config = None  # a running build's result will be discarded
             self._set_busy(False)
             generation = self._generation
             try:
@@ -112,23 +108,27 @@ class TraceBuilder(QObject):
             else:
                 self._deliver(generation, result, None)
             return
-        self._pool.clear()  # an older queued build is now pointless
         self._set_busy(True)
-        # Start a long build only once requests pause for DEBOUNCE_MS: a drag across N
-        # would otherwise start builds for values already left behind, and a running
-        # build cannot be interrupted (the newest would wait behind it).
+        # A running build cannot be interrupted: the newest request waits for it (and
+        # replaces any request already waiting); otherwise it starts now. Only one job
+        # is ever handed to the pool, so nothing queued can be lost.
         self._pending_config = config
-        self._debounce.start()
+        if not self._running:
+            self._start_pending()
 
     def _start_pending(self) -> None:
         config, self._pending_config = self._pending_config, None
         if config is not None:
+            self._running = True
             self._pool.start(_BuildJob(self._generation, config, self._relay))
 
     def _finished(self, generation: int, result: object, error: object) -> None:
+        self._running = False
         if generation == self._generation:
             self._set_busy(False)
         self._deliver(generation, result, error)
+        if self._pending_config is not None:  # the newest request waited for this one
+            self._start_pending()
 
     def _deliver(self, generation: int, result: object, error: object) -> None:
         if generation != self._generation:
@@ -140,14 +140,13 @@ class TraceBuilder(QObject):
 
     def wait(self, msecs: int = 30000) -> bool:
         """Block until queued builds finish (tests, shutdown); results still arrive queued."""
-        if self._debounce.isActive():
-            self._debounce.stop()
+        done = self._pool.waitForDone(msecs)
+        if self._pending_config is not None:
             self._start_pending()
-        return self._pool.waitForDone(msecs)
+            done = self._pool.waitForDone(msecs)
+        return done
 
     def shutdown(self) -> None:
         self._generation += 1
-        self._debounce.stop()
         self._pending_config = None
-        self._pool.clear()
         self._pool.waitForDone(30000)

@@ -35,6 +35,7 @@ from desktop.state.app_state import AppState
 from desktop.state.config import Config
 from desktop.state.playback import Playback
 from desktop.theme import THEMES, apply_theme
+from desktop.window.busy_veil import BusyVeil, computing_text
 from desktop.window.export_dialogs import Exports
 from desktop.window.menus import build_menus
 from desktop.window.playback_bar import PlaybackBar
@@ -139,8 +140,12 @@ class MainWindow(QMainWindow):
         self.state.sigConfigChanged.connect(self._show_title)
         self.state.sigNotice.connect(lambda text: self.statusBar().showMessage(text, 8000))
         self.state.sigBusy.connect(
-            lambda busy: self.busy_label.setText("computing…" if busy else "")
+            lambda busy: self.busy_label.setText(computing_text(self.state) if busy else "")
         )
+        # While a build runs, the views that would show old numbers are veiled.
+        self.veils = [
+            BusyVeil(self.state, w) for w in (splitter, self.ledger_panel, self.stats_panel)
+        ]
         self.resize(1600, 1000)
         self._restore(config)
 

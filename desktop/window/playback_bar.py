@@ -6,6 +6,7 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, QSignalBlocker, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap, QPolygonF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 
+from desktop.scene.grouping import grouping_for
 from desktop.state.app_state import AppState
 from desktop.state.playback import AUTO, AUTO_SECONDS, SPEEDS, Playback
 
@@ -143,4 +144,7 @@ class PlaybackBar(QWidget):
     def _on_step(self, step: int) -> None:
         with QSignalBlocker(self.scrubber):
             self.scrubber.setValue(step)
-        self.step_label.setText(f"step {step + 1} / {self.state.n_steps}")
+        text = f"step {step + 1:,} / {self.state.n_steps:,}"
+        trace = self.state.trace
+        group = grouping_for(trace).describe() if trace is not None else ""
+        self.step_label.setText(f"{text} · {group}" if group else text)

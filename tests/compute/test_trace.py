@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from compute import ORDERS, build_trace, dense_attention, ledger, random_inputs, seed_example
+from compute import (
+    ORDERS,
+    build_trace,
+    closed_form_ledger,
+    dense_attention,
+    random_inputs,
+    seed_example,
+)
 
 SEED = seed_example()
 
@@ -47,12 +54,10 @@ def test_replays_q0_statistics(order, block_k):
 
 def test_q0_max_rises_in_every_tile_and_alpha_starts_at_zero():
     trace = seed_trace()
-    h = trace.history
-    assert np.all(
-        np.diff(h.m[0, 1:]) > 0
-    )  # the reference example: Q0 raises the maximum in each tile
-    assert h.alpha[0, 1] == 0  # before any key is seen, α is zero
-    assert np.all((h.alpha[0, 2:] > 0) & (h.alpha[0, 2:] < 1))  # later tiles rescale
+    h = trace.row_history(0)
+    assert np.all(np.diff(h.m[1:]) > 0)  # the reference example: Q0 raises the max in each tile
+    assert h.alpha[1] == 0  # before any key is seen, α is zero
+    assert np.all((h.alpha[2:] > 0) & (h.alpha[2:] < 1))  # later tiles rescale
     before = trace.row_state(0, -1)
     assert (before.m, before.l, before.tile) == (-np.inf, 0.0, 0)
     assert np.all(before.partial_output == 0)
@@ -92,7 +97,11 @@ def test_trace_is_immutable():
     with pytest.raises(ValueError):
         trace.scores[0, 0] = 1.0
     with pytest.raises(ValueError):
-        trace.history.m[0, 0] = 1.0
+        trace.row_history(0).m[0] = 1.0
+    with pytest.raises(ValueError):
+        trace.lanes["tiled"].seg_start[0] = 1
+    with pytest.raises(ValueError):
+        trace.state_after_tiles(1)[0][0] = 1.0
     with pytest.raises(AttributeError):
         trace.dtype = "float32"
 
@@ -105,13 +114,45 @@ def test_dtype_error_is_reported(dtype):
     assert build_trace(r.q, r.k, r.v, block_q=8, block_k=8).max_abs_error < 1e-12
 
 
-def test_trace_memory_scales_with_steps_not_n_squared_per_step():
-    r = random_inputs(256, 16, 16, seed=1)
-    trace = build_trace(r.q, r.k, r.v, block_q=32, block_k=32)
-    per_step = sum(
-        np.asarray(x).nbytes for x in (trace.history.m, trace.history.l, trace.history.a)
+def test_trace_holds_no_per_step_objects_or_arrays():
+    # N = 4096 with 2×2 blocks: millions of steps, described by O(T_r + T_c) numbers.
+    r = random_inputs(4096, 2, 2, seed=1)
+    trace = build_trace(r.q, r.k, r.v, block_q=2, block_k=2)
+    assert trace.n_steps == 2048 * (2 * 2048 + 3)
+    held = sum(
+        x.nbytes
+        for lane in trace.lanes.values()
+        for x in (lane.seg_start, lane.seg_cumulative, lane.seg_part, lane.seg_outer)
     )
-    assert per_step < trace.n_steps * 32 * 16 * 8 * 4
-    assert trace.cumulative.shape[0] == trace.n_steps + 1
-    counted = ledger(256, 256, 16, 16, block_q=32, block_k=32)
-    assert trace.totals_at(trace.n_steps - 1)["dense"] == counted.lanes["dense"].total_elements
+    assert held < 64 * trace.schedule.t_r * 9 * 2 * 8
+    counted = closed_form_ledger(4096, 4096, 2, 2, block_q=2, block_k=2)
+    for lane in ("dense", "tiled"):
+        assert trace.totals_at(trace.n_steps - 1)[lane] == counted.lanes[lane].total_elements
+    last = trace.steps[-1]
+    assert last.dense.phase == "write_o" and last.dense.block_i == 2047
+    assert trace.cached("summary") == 0  # no attention was computed for the timeline
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_kv_outer_block_state_without_the_blocks_history(dtype):
+    # KV-outer visits another block every step: its SRAM numbers come from the all-rows
+    # state at the tile, and must equal the block's own history (computed afterwards).
+    r = random_inputs(13, 3, 2, n_k=11, seed=8)
+    kw = dict(block_q=3, block_k=4, order="kv-outer", causal=True, dtype=dtype)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == "float64" else dict(rtol=1e-5, atol=1e-6)
+    fresh = build_trace(r.q, r.k, r.v, **kw)
+    s = fresh.schedule
+    got = {
+        (i, t): (fresh.block_state(i, t), fresh.p_tilde_tile(i, min(t, s.t_c - 1)))
+        for i in range(s.t_r)
+        for t in range(s.t_c + 1)
+    }
+    assert fresh.cached("blocks") == 0  # no block's history was needed
+    for (i, t), ((m, l, a), p) in got.items():
+        h = fresh.block_history(i)
+        np.testing.assert_allclose(m, h.m[:, t], **tol)
+        np.testing.assert_allclose(l, h.l[:, t], **tol)
+        np.testing.assert_allclose(a, h.a[:, t], **tol)
+        c0, c1 = s.cols(min(t, s.t_c - 1))
+        if s.visible[i, min(t, s.t_c - 1)]:
+            np.testing.assert_allclose(p, h.p_tilde[:, c0:c1], **tol)

@@ -143,3 +143,29 @@ def test_screenshot_without_a_display_goes_offscreen(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and "step 3 of 27" in proc.stdout
     assert out.stat().st_size > 10_000
+
+
+def test_ledger_json_at_n4096_tiny_blocks_equals_the_closed_form_and_the_timeline(capsys):
+    from compute import build_trace, closed_form_ledger, random_inputs
+
+    flags = ["--n", "4096", "--d", "2", "--block-q", "2", "--block-k", "2", "--json"]
+    assert main(["ledger", *flags]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    closed = closed_form_ledger(4096, 4096, 2, 2, block_q=2, block_k=2)
+    assert printed == json.loads(json.dumps(closed.to_dict()))
+    assert (printed["config"]["block_q"], printed["config"]["block_k"]) == (2, 2)
+    # The trace's own running counts (the array timeline, summed by segment) agree.
+    r = random_inputs(4096, 2, 2, seed=3)
+    trace = build_trace(r.q, r.k, r.v, block_q=2, block_k=2)
+    assert json.loads(json.dumps(trace.ledger().to_dict())) == printed
+
+
+def test_bench_gui_writes_its_json(tmp_path, capsys):
+    out = tmp_path / "gui.json"
+    args = ["bench-gui", "--n", "12", "--block-q", "3", "--repeats", "1", "--frames", "2"]
+    assert main([*args, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["config"]["n"] == 12 and data["config"]["block_q"] == 3
+    assert set(data["change_ms"]) == {"p50", "p90"} and set(data["frame_ms"]) == {"p50", "p90"}
+    assert main(["bench-gui", "--repeats", "0"]) == 1
+    assert "at least 1" in capsys.readouterr().err

@@ -123,23 +123,67 @@ def test_keyboard_shortcuts(window, qtbot):
     assert not window.playback.playing
 
 
-def test_large_n_raises_blocks_to_keep_the_timeline_short(window, qtbot):
-    from desktop.state.config import MAX_TILES
-
+def test_users_blocks_survive_n_going_up_and_back_down(window, qtbot):
     st, c = window.state, window.controls
     notices = []
     st.sigNotice.connect(notices.append)
-    c.n_spin.setValue(1024)  # blocks are still the reference example's 2 × 2
+    c.bq_spin.setValue(3)
+    c.bk_spin.setValue(2)
+    c.n_spin.setValue(1024)  # tiny blocks at large N: 342 × 512 tiles, millions of steps
     qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 1024, timeout=60000)
     s = st.trace.schedule
-    assert (s.block_q, s.block_k) == (1024 // MAX_TILES, 1024 // MAX_TILES)
-    assert s.t_r <= MAX_TILES and s.t_c <= MAX_TILES
-    assert c.bq_spin.minimum() == 8 and c.bq_spin.value() == 8
-    # A file or command line asking for tiny blocks is raised too, and says so.
-    st.set_config(st.config.replace(n=600, block_q=1, block_k=3))
-    qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 600, timeout=60000)
-    assert (st.config.block_q, st.config.block_k) == (5, 5)
-    assert notices and "5×5" in notices[-1]
+    assert (s.block_q, s.block_k) == (3, 2) and (c.bq_spin.value(), c.bk_spin.value()) == (3, 2)
+    assert (s.t_r, s.t_c) == (342, 512)
+    # More tiles than a lane draws: one frame advances a group, and the bar says so.
+    from desktop.scene.grouping import grouping_for
+
+    group = grouping_for(st.trace)
+    assert group.stride > 1 and f"each frame: {group.per_frame} key tiles" in (
+        window.bar.step_label.text()
+    )
+    st.set_step(0)
+    window.playback.step_by(1)
+    assert st.step == group.stride
+    led = st.trace.ledger().lanes["tiled"].counts
+    closed = compute.closed_form_ledger(1024, 1024, 2, 2, block_q=3, block_k=2).lanes["tiled"]
+    assert {t: dict(led[t]) for t in compute.TENSORS} == {
+        t: dict(closed.counts[t]) for t in compute.TENSORS
+    }
+    c.n_spin.setValue(16)
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.n == 16, timeout=60000)
+    assert (st.config.block_q, st.config.block_k) == (3, 2)
+    assert (c.bq_spin.value(), c.bk_spin.value()) == (3, 2)
+    assert notices == []  # nothing was changed behind the user's back
+
+
+def test_changing_n_says_why_the_source_changed(window, qtbot):
+    st, c = window.state, window.controls
+    assert st.config.input == "seed" and c.source_note.isHidden()
+    c.n_spin.setValue(9)
+    assert st.config.input == "random" and c.input_combo.currentData() == "random"
+    assert not c.source_note.isHidden()
+    assert "reference example is fixed at N = 6" in c.source_note.text()
+    c.input_combo.setCurrentIndex(c.input_combo.findData("seed"))
+    c.input_combo.activated.emit(c.input_combo.currentIndex())
+    assert st.config.input == "seed" and st.config.n == 6 and c.source_note.isHidden()
+
+
+def test_controls_have_stable_object_names(window):
+    from PySide6.QtWidgets import QWidget
+
+    for name in (
+        "n_spin",
+        "n_keys_spin",
+        "d_spin",
+        "dv_spin",
+        "block_q_spin",
+        "block_k_spin",
+        "order_combo",
+        "causal_check",
+        "dtype_combo",
+        "input_combo",
+    ):
+        assert window.findChild(QWidget, name) is not None, name
 
 
 def test_auto_speed_plays_the_whole_run_in_twenty_seconds(window):

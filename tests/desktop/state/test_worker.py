@@ -12,7 +12,7 @@ def test_a_crashing_threaded_build_reports_one_sentence(qtbot, monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(worker, "build_all", broken)
-    monkeypatch.setattr(worker, "THREAD_THRESHOLD_STEPS", 0)  # force the worker thread
+    monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # force the worker thread
     builder.request(Config(n=32, d=4, dv=4, block_q=4, block_k=4, input="random"))
     assert builder.busy
     qtbot.waitUntil(lambda: bool(errors), timeout=5000)

@@ -9,6 +9,7 @@ import warnings
 from PySide6.QtCore import QPoint, Qt, QThreadPool, QTimer
 from PySide6.QtWidgets import QApplication
 
+from desktop.state import worker
 from desktop.state.config import Config
 from desktop.window.main_window import MainWindow
 
@@ -24,6 +25,49 @@ def _qt_warnings(qtlog) -> list[str]:
     ]
 
 
+def _widgets_agree(w) -> None:
+    """Every control shows the configuration the state stands for (never a mix of the
+    shown and the asked-for one); when nothing is computing, that is the trace's."""
+    from desktop.panels.controls import slider_from_n
+
+    c, st = w.controls, w.state
+    cfg = st.current_config
+    shown = (
+        c.n_spin.value(),
+        c.n_slider.value(),
+        c.nk_spin.value(),
+        c.d_spin.value(),
+        c.dv_spin.value(),
+        c.bq_spin.value(),
+        c.bk_spin.value(),
+        c.order_combo.currentData(),
+        c.causal_check.isChecked(),
+        c.lse_check.isChecked(),
+        c.dtype_combo.currentData(),
+    )
+    expected = (
+        cfg.n,
+        slider_from_n(cfg.n),
+        cfg.n_keys or 0,
+        cfg.d,
+        cfg.dv,
+        cfg.block_q,
+        cfg.block_k,
+        cfg.order,
+        cfg.causal,
+        cfg.save_lse,
+        cfg.dtype,
+    )
+    assert shown == expected
+    if not st.builder.busy:
+        assert st.requested == st.config
+        s = st.trace.schedule
+        assert (s.n_q, s.d, s.block_q, s.block_k, s.order, s.causal) == (
+            cfg.n, cfg.d, cfg.block_q, cfg.block_k, cfg.order, cfg.causal,
+        )  # fmt: skip
+        assert all(not v.isVisible() for v in w.veils)  # no veil over settled numbers
+
+
 def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):
     rng = random.Random(1234)
     threads_before = threading.active_count()
@@ -32,7 +76,14 @@ def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):
     w.resize(1300, 850)
     w.show()
     c, st, pb = w.controls, w.state, w.playback
+
+    def large_n():  # tiny blocks at large N: millions of steps, the user's blocks kept
+        c.bq_spin.setValue(rng.randint(1, 3))
+        c.bk_spin.setValue(rng.randint(1, 3))
+        c.n_spin.setValue(rng.choice([1000, 2048, 4096]))
+
     actions = [
+        lambda: c.n_spin.setValue(rng.randint(1, 48)),
         lambda: c.n_spin.setValue(rng.randint(1, 48)),
         lambda: c.nk_spin.setValue(rng.choice([0, rng.randint(1, 48)])),
         lambda: c.d_spin.setValue(rng.randint(1, 9)),
@@ -62,10 +113,17 @@ def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for k in range(500):
-            rng.choice(actions)()
+            if k % 60 == 30:
+                large_n()
+            else:
+                rng.choice(actions)()
             if k % 25 == 0:
                 QApplication.processEvents()
                 w.render_frame(None, "window")
+            if k % 60 == 31:  # let a large build arrive, then keep going from there
+                qtbot.waitUntil(lambda: not st.builder.busy, timeout=60000)
+                QApplication.processEvents()
+            _widgets_agree(w)
         pb.pause()
         assert st.builder.wait(60000)
         qtbot.waitUntil(lambda: not st.builder.busy, timeout=60000)
@@ -74,7 +132,7 @@ def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):
     assert _qt_warnings(qtlog) == []
     assert dialogs == []  # every control value is one the core accepts
     # The state is coherent: the trace is the requested config's.
-    assert st.requested == st.config
+    _widgets_agree(w)
     assert st.trace.schedule.n_q == st.config.n
     w.close()
     assert not any(t.isActive() for t in w.findChildren(QTimer))
@@ -87,17 +145,17 @@ def test_newest_threaded_request_wins(qtbot, dialogs):
     w = MainWindow(persist=False)
     qtbot.addWidget(w)
     st = w.state
-    big = Config(n=160, d=4, dv=4, block_q=2, block_k=2, input="random")
-    assert big.estimated_steps() > 400  # goes to the worker thread
+    big = Config(n=1500, d=4, dv=4, block_q=2, block_k=2, input="random")
+    assert big.estimated_work() > worker.THREAD_THRESHOLD_WORK  # goes to the worker thread
     seen = []
     st.sigTraceChanged.connect(lambda t: seen.append(t.schedule.n_q))
     st.set_config(big)
     assert st.builder.busy and st.config == Config()  # the window keeps showing the old trace
-    st.set_config(big.replace(n=150))
-    st.set_config(big.replace(n=140))
+    st.set_config(big.replace(n=1490))
+    st.set_config(big.replace(n=1480))
     qtbot.waitUntil(lambda: not st.builder.busy, timeout=60000)
     QApplication.processEvents()
-    assert st.config.n == 140 and seen == [140]
+    assert st.config.n == 1480 and seen == [1480]
     w.close()
 
 

@@ -1,0 +1,178 @@
+"""The tiled lane's numbers on demand: one query block's history, every row's state at a tile.
+
+The Trace no longer records every row's state after every key tile (at N = 4096 with
+2×2 blocks that is N · T_c · d_v numbers, gigabytes). Instead:
+
+- `block_history` runs the recurrence for the rows of one query block only, over the
+  key tiles that block loads: O(N_k · d) per row, asked for when a view shows the block
+  or one of its rows. It calls `tiled_attention_history` itself (the one recurrence),
+  on the block's rows with the keys cut where the block's causal mask ends, so the
+  causal alignment of the full problem is kept.
+- `TileCursor` holds every row's (m, ℓ, O or a) after the first j key tiles (KV-outer's
+  HBM state is this, block by block). It moves forward one tile at a time with
+  `_run`'s loop body (playback); a move back or far ahead (a scrub) is one closed-form
+  pass over the keys of those tiles (compute.full_pass), the same numbers up to the
+  order of the additions. Tests hold both to `tiled_attention_history`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .attention import (
+    RowHistory,
+    _divide_rows,
+    _prepare,
+    _safe_max,
+    _tile_scores,
+    round_to,
+    tiled_attention_history,
+)
+from .full_pass import tiled_state_after
+from .schedule import Schedule
+
+
+def block_history(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    schedule: Schedule,
+    block: int,
+    *,
+    scale: float,
+    dtype: str,
+) -> RowHistory:
+    """The rows of query block `block`: m, ℓ, α (R, T_c + 1), a (R, T_c + 1, d_v) and
+    P̃ (R, N_k), exactly as the full recurrence forms them for those rows."""
+    s = schedule
+    r0, r1 = s.rows(block)
+    n_rows = r1 - r0
+    n_keys = s.n_k
+    if s.causal:
+        # Row r sees key c iff c <= r + (N_k − N_q): the block's last row sees the first
+        # r1 + N_k − N_q keys. Keeping exactly those keys gives the cut problem the same
+        # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
+        n_keys = max(0, min(s.n_k, r1 + s.n_k - s.n_q))
+    acc = np.float64 if dtype == "float64" else np.float32
+    hist = RowHistory(
+        m=np.full((n_rows, s.t_c + 1), -np.inf, dtype=acc),
+        l=np.zeros((n_rows, s.t_c + 1), dtype=acc),
+        a=np.zeros((n_rows, s.t_c + 1, s.d_v), dtype=acc),
+        alpha=np.zeros((n_rows, s.t_c + 1), dtype=acc),
+        p_tilde=np.zeros((n_rows, s.n_k), dtype=acc),
+    )
+    hist.alpha[:, 1:] = 1  # a tile the block never loads rescales nothing
+    if n_keys > 0:
+        _, _, h = tiled_attention_history(
+            q[r0:r1],
+            k[:n_keys],
+            v[:n_keys],
+            block_q=n_rows,
+            block_k=s.block_k,
+            order=s.order,
+            causal=s.causal,
+            scale=scale,
+            dtype=dtype,
+        )
+        seen = h.m.shape[1]  # 1 + the tiles this block loads
+        hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
+        hist.alpha[:, :seen] = h.alpha
+        hist.p_tilde[:, :n_keys] = h.p_tilde
+        # Tiles the block never loads leave its state as it was; α = 1 (nothing rescaled).
+        hist.m[:, seen:] = h.m[:, -1:]
+        hist.l[:, seen:] = h.l[:, -1:]
+        hist.a[:, seen:] = h.a[:, -1:]
+    for x in (hist.m, hist.l, hist.a, hist.alpha, hist.p_tilde):
+        x.setflags(write=False)
+    return hist
+
+
+class TileCursor:
+    """Every row's state after the first `tiles` key tiles, advanced one tile at a time.
+
+    state(j) returns (m, ℓ, O) with O = a/ℓ as Algorithm 1 keeps it in HBM (zeros where
+    ℓ = 0). Forward moves of up to STEP_LIMIT tiles cost one tile update each; any other
+    move is one pass over the keys of the first j tiles.
+    """
+
+    STEP_LIMIT = 8  # forward moves up to this many tiles replay the loop; others jump
+
+    def __init__(self, q, k, v, schedule: Schedule, *, scale: float, dtype: str) -> None:
+        self.s, self.dtype = schedule, dtype
+        self.acc, self.qd, self.kd, self.vd, self.scale = _prepare(q, k, v, dtype, scale)
+        self._recent: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._tiles, self._m, self._l, self._a = 0, *self._initial()
+
+    def _initial(self):
+        n_q, d_v = self.s.n_q, self.s.d_v
+        return (
+            np.full(n_q, -np.inf, dtype=self.acc),
+            np.zeros(n_q, dtype=self.acc),
+            np.zeros((n_q, d_v), dtype=self.acc),
+        )
+
+    def _snapshot(self):
+        return self._m.copy(), self._l.copy(), self._a.copy()
+
+    def _advance(self) -> None:
+        """One key tile j = self._tiles for every query block that loads it (`_run`'s body)."""
+        s, j, dtype, acc = self.s, self._tiles, self.dtype, self.acc
+        cols = slice(j * s.block_k, min(s.n_k, (j + 1) * s.block_k))
+        active = np.flatnonzero(s.visible[:, j])
+        self._tiles += 1
+        if active.size == 0:
+            return
+        rows = slice(int(active[0]) * s.block_q, s.n_q)
+        sc = _tile_scores(self.qd, self.kd, rows, cols, s.n_q, s.n_k, self.scale, s.causal)
+        m_old, l_old = self._m[rows], self._l[rows]
+        if s.order == "q-outer":
+            m_new = np.maximum(m_old, sc.max(axis=1))  # m_new = max(m, rowmax(S_ij))
+            m_ref = _safe_max(m_new)
+            alpha = np.exp(m_old - m_ref)  # α = exp(m − m_new)
+            p = np.exp(sc - m_ref[:, None])  # P̃_ij = exp(S_ij − m_new)
+            l_new = alpha * l_old + p.sum(axis=1)  # ℓ = α ℓ + rowsum(P̃_ij)
+            # a = α a + P̃_ij V_j (P̃ rounded to the input dtype first)
+            self._a[rows] = (
+                alpha[:, None] * self._a[rows] + round_to(p, dtype).astype(acc) @ (self.vd[cols])
+            )
+        else:
+            m_tile = sc.max(axis=1)  # m̃_ij = rowmax(S_ij)
+            p = np.exp(sc - _safe_max(m_tile)[:, None])  # P̃_ij = exp(S_ij − m̃_ij)
+            l_tile = p.sum(axis=1)  # ℓ̃_ij = rowsum(P̃_ij)
+            m_new = np.maximum(m_old, m_tile)  # m_new = max(m_i, m̃_ij)
+            m_ref = _safe_max(m_new)
+            alpha = np.exp(m_old - m_ref)  # e^{m_i − m_new}
+            beta = np.exp(m_tile - m_ref)  # e^{m̃_ij − m_new}
+            l_new = alpha * l_old + beta * l_tile  # ℓ_new = e^{..} ℓ_i + e^{..} ℓ̃_ij
+            pv = round_to(p, dtype).astype(acc) @ self.vd[cols]
+            # O_i = diag(ℓ_new)⁻¹ (diag(ℓ_i) e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij V_j);
+            # the cursor carries O itself, as Algorithm 1 keeps it in HBM.
+            a_now = (l_old * alpha)[:, None] * self._a[rows] + beta[:, None] * pv
+            self._a[rows] = _divide_rows(a_now, l_new)
+        self._m[rows], self._l[rows] = m_new, l_new
+
+    def state(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, O) of every row after key tiles 0..tiles−1 (read-only copies)."""
+        tiles = max(0, min(int(tiles), self.s.t_c))
+        if tiles in self._recent:  # views ask for tiles j and j + 1 in turn
+            return self._recent[tiles]
+        if not 0 <= tiles - self._tiles <= self.STEP_LIMIT:
+            # Far away or behind: one closed-form pass over the keys of the first `tiles`
+            # tiles (compute.full_pass) instead of replaying tile by tile.
+            m, l, o = tiled_state_after(
+                self.qd, self.kd, self.vd, self.s, tiles,
+                scale=self.scale, dtype=self.dtype, acc=self.acc,
+            )  # fmt: skip
+            a = o if self.s.order == "kv-outer" else o * l[:, None]
+            self._tiles, self._m, self._l, self._a = tiles, m, l, a
+        while self._tiles < tiles:
+            self._advance()
+        m, l, a = self._snapshot()
+        if self.s.order == "q-outer":  # the cursor carried a; HBM-style O = a/ℓ
+            a = _divide_rows(a, l)
+        for x in (m, l, a):
+            x.setflags(write=False)
+        if len(self._recent) >= 4:
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[tiles] = (m, l, a)
+        return m, l, a

@@ -1,0 +1,61 @@
+"""A veil over a view while the configuration it would show is still being computed.
+
+Old numbers never sit beside new controls: while a threaded build runs, the lanes, the
+ledger and the statistics are dimmed and say what is being computed ("computing N=934,
+blocks 2×2…"); the veil lifts when the new trace arrives or the request fails.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtWidgets import QWidget
+
+from desktop.state.app_state import AppState
+
+
+def computing_text(state: AppState) -> str:
+    c = state.current_config
+    return f"computing N={c.n}, blocks {c.block_q}×{c.block_k}…"
+
+
+class BusyVeil(QWidget):
+    """A translucent cover with one line of text, kept the size of the widget it covers."""
+
+    def __init__(self, state: AppState, target: QWidget) -> None:
+        super().__init__(target)
+        self.state, self.target = state, target
+        self.setObjectName("busy_veil")
+        self.hide()
+        target.installEventFilter(self)
+        state.sigBusy.connect(self._on_busy)
+
+    def _on_busy(self, busy: bool) -> None:
+        if busy:
+            self.setGeometry(self.target.rect())
+            self.raise_()
+            self.show()
+            self.update()
+        else:
+            self.hide()
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        if obj is self.target and event.type() == QEvent.Type.Resize:
+            self.setGeometry(self.target.rect())
+        return False
+
+    def text(self) -> str:
+        return computing_text(self.state)
+
+    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
+        p = QPainter(self)
+        veil = QColor(self.palette().color(QPalette.ColorRole.Window))
+        veil.setAlpha(185)
+        p.fillRect(self.rect(), veil)
+        font = QFont(self.font())
+        font.setPointSizeF(font.pointSizeF() * 1.3)
+        font.setBold(True)
+        p.setFont(font)
+        p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+        p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.text())
+        p.end()

@@ -1,0 +1,104 @@
+"""The array timeline against the action-by-action walk, and the on-demand numbers
+against the full recorded recurrence (`tiled_attention_history`)."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compute import DTYPES, ORDERS, random_inputs
+from compute.attention import tiled_attention_history
+from compute.recurrence import TileCursor, block_history
+from compute.schedule import DIRECTIONS, TENSORS, Schedule, lane_actions
+from compute.timeline import NONE, PHASES, LaneTimeline
+
+schedules = st.builds(
+    Schedule,
+    n_q=st.integers(1, 24),
+    n_k=st.integers(1, 24),
+    d=st.integers(1, 5),
+    d_v=st.integers(1, 5),
+    block_q=st.integers(1, 30),
+    block_k=st.integers(1, 30),
+    order=st.sampled_from(ORDERS),
+    causal=st.booleans(),
+    save_lse=st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=schedules, lane=st.sampled_from(["dense", "tiled"]))
+def test_arrays_equal_the_walked_action_list(s, lane):
+    walked = list(lane_actions(s, lane))
+    tl = LaneTimeline(s, lane)
+    assert tl.length == len(walked)
+    phases, bi, bj = tl.arrays()
+    assert [PHASES[p] for p in phases] == [a.phase for a in walked]
+    assert [None if i == NONE else i for i in bi.tolist()] == [a.block_i for a in walked]
+    assert [None if j == NONE else j for j in bj.tolist()] == [a.block_j for a in walked]
+    running = np.zeros((len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
+    assert (tl.counts_at(-1) == 0).all()
+    for t, action in enumerate(walked):
+        assert tl.action(t) == action  # labels, transfers and residency too
+        for tr in action.transfers:
+            running[TENSORS.index(tr.tensor), DIRECTIONS.index(tr.direction)] += tr.elements
+        np.testing.assert_array_equal(tl.counts_at(t), running)
+    np.testing.assert_array_equal(tl.totals, running)
+    assert tl.action(len(walked)) is None
+    for block in range(s.t_r):
+        steps, tiles = tl.steps_of("update", block)
+        expected = [
+            (t, a.block_j)
+            for t, a in enumerate(walked)
+            if a.phase == "update" and a.block_i == block
+        ]
+        assert list(zip(steps.tolist(), tiles.tolist(), strict=True)) == expected
+
+
+def _tolerance(dtype):
+    return dict(rtol=1e-13, atol=1e-14) if dtype == "float64" else dict(rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(s=schedules, dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_on_demand_numbers_equal_the_full_recurrence(s, dtype, seed):
+    r = random_inputs(s.n_q, s.d, s.d_v, n_k=s.n_k, seed=seed)
+    scale = 1 / np.sqrt(s.d)
+    kw = dict(block_q=s.block_q, block_k=s.block_k, order=s.order, causal=s.causal)
+    _, _, full = tiled_attention_history(r.q, r.k, r.v, scale=scale, dtype=dtype, **kw)
+    for block in range(s.t_r):
+        r0, r1 = s.rows(block)
+        h = block_history(r.q, r.k, r.v, s, block, scale=scale, dtype=dtype)
+        for name in ("m", "l", "a", "alpha", "p_tilde"):
+            np.testing.assert_allclose(
+                getattr(h, name), getattr(full, name)[r0:r1], **_tolerance(dtype), err_msg=name
+            )
+    cursor = TileCursor(r.q, r.k, r.v, s, scale=scale, dtype=dtype)
+    # Forward tile by tile (the loop: exact), then back and far ahead (closed-form jumps).
+    for k, tiles in enumerate([*range(s.t_c + 1), 0, s.t_c // 2, s.t_c, 1]):
+        m, l, o = cursor.state(tiles)
+        if k <= s.t_c:  # the loop itself: bit for bit
+            np.testing.assert_array_equal(m, full.m[:, tiles])
+            np.testing.assert_array_equal(l, full.l[:, tiles])
+        # A jump computes S over other matrix shapes (last-place differences in S itself).
+        np.testing.assert_allclose(m, full.m[:, tiles], **_tolerance(dtype))
+        np.testing.assert_allclose(l, full.l[:, tiles], **_tolerance(dtype))
+        a = full.a[:, tiles]
+        expected = np.zeros_like(a)
+        np.divide(a, full.l[:, tiles, None], out=expected, where=full.l[:, tiles, None] > 0)
+        np.testing.assert_allclose(o, expected, **_tolerance(dtype))
+
+
+@settings(max_examples=150, deadline=None)
+@given(s=schedules, lane=st.sampled_from(["dense", "tiled"]))
+def test_write_regions_equal_the_walked_writes(s, lane):
+    walked = list(lane_actions(s, lane))
+    tl = LaneTimeline(s, lane)
+    for tensor in TENSORS:
+        expected = sorted(
+            (t, *tr.region.rows, *tr.region.cols)
+            for t, a in enumerate(walked)
+            for tr in a.transfers
+            if tr.tensor == tensor and tr.direction == "write"
+        )
+        got = sorted(zip(*(x.tolist() for x in tl.write_regions(tensor)), strict=True))
+        assert got == expected, tensor
