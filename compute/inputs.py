@@ -76,28 +76,68 @@ def validate_inputs(
         raise InputError(
             f"K has {k.shape[0]} rows but V has {v.shape[0]}; every key needs exactly one value row."
         )
-    # Tiles are not known here (t_c = 1); whoever picks block sizes checks the rest.
-    check_memory_budget(q.shape[0], k.shape[0], q.shape[1], v.shape[1], 1, memory_budget)
+    # The inputs only: whoever picks block sizes checks the trace's arrays too.
+    check_memory_budget(q.shape[0], k.shape[0], q.shape[1], v.shape[1], memory_budget=memory_budget)
     return q, k, v
 
 
-def memory_estimate(
-    n_q: int, n_k: int, d: int, d_v: int, t_c: int | None = None, block_q: int | None = None
-) -> int:
-    """Bytes the trace, the views and the exporters hold for one configuration (an upper
-    bound: N = 11000 peaked at 5.1 GB, 42 B per score, when the trace held everything).
+CHUNK_BYTES = 64 * 2**20  # the full pass's temporaries: 1M scores in about 8 arrays
+HISTORY_BLOCKS = 16  # query blocks whose history the trace keeps (compute.trace)
 
-    Per (query, key) pair: S and P, their display copies and the full pass's chunk
-    temporaries (56 B). Per input element: the file's copy, the float64 copy, the rounded
-    copy (3 × 8 B). Block histories (the trace keeps the 16 newest query blocks; all
-    rows when block_q is None): per row and key tile m, ℓ, α and a (d_v wide), plus P̃.
+
+def memory_terms(
+    n_q: int,
+    n_k: int,
+    d: int,
+    d_v: int,
+    t_c: int | None = None,
+    block_q: int | None = None,
+    *,
+    whole: bool = False,
+) -> dict[str, int]:
+    """Bytes by what holds them, for the arrays one configuration makes the app hold.
+
+    inputs: 24 B per input element (the file's copy, the float64 copy, the rounded copy).
+    With block_q (a trace will be built): per query row the statistics, reference and
+    tiled output; the full pass's chunk; the 16 newest query blocks' histories (m, ℓ, α,
+    a after each of the T_c tiles, and P̃); six cached S and P regions of a block's rows.
+    whole: S and P held whole with their temporaries (56 B per pair; the app does this
+    only for small N, where cells show numbers; the trace before it was chunked peaked
+    at 42 B per pair, 5.1 GB at N = 11000).
     """
-    t_c = n_k if t_c is None else t_c
-    rows = n_q if block_q is None else min(n_q, 16 * block_q)
-    pairs = 56 * n_q * n_k
-    inputs = 24 * (n_q * d + n_k * (d + d_v))
-    history = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
-    return pairs + inputs + history
+    terms = {"inputs": 24 * (n_q * d + n_k * (d + d_v)), "pairs": 0, "rows": 0, "history": 0}
+    if whole:
+        terms["pairs"] = 56 * n_q * n_k
+    if block_q is not None:
+        rows = min(n_q, HISTORY_BLOCKS * block_q)
+        t_c = n_k if t_c is None else t_c
+        terms["pairs"] += 12 * 8 * min(n_q, block_q) * n_k
+        terms["rows"] = 8 * n_q * (6 + 2 * d_v) + CHUNK_BYTES
+        terms["history"] = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
+    return terms
+
+
+def memory_estimate(
+    n_q: int,
+    n_k: int,
+    d: int,
+    d_v: int,
+    t_c: int | None = None,
+    block_q: int | None = None,
+    *,
+    whole: bool = False,
+) -> int:
+    """Total bytes of `memory_terms`."""
+    return sum(memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole).values())
+
+
+# What to lower when a term dominates the estimate.
+_LOWER = {
+    "inputs": "lower N, N_keys, d or d_v",
+    "pairs": "lower N or N_keys",
+    "rows": "lower N or d_v",
+    "history": "lower d_v or block_q, or raise block_k",
+}
 
 
 def check_memory_budget(
@@ -108,23 +148,26 @@ def check_memory_budget(
     t_c: int | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET_BYTES,
     block_q: int | None = None,
+    *,
+    whole: bool = False,
 ) -> None:
     """Refuse, before allocating, a configuration whose arrays exceed the memory budget."""
-    need = memory_estimate(n_q, n_k, d, d_v, t_c, block_q)
+    terms = memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole)
+    need = sum(terms.values())
     if need > memory_budget:
-        big = "N or N_keys" if 56 * n_q * n_k >= need / 2 else "d or d_v"
+        biggest = max(terms, key=terms.get)
         raise InputError(
             f"N_q = {n_q:,}, N_k = {n_k:,}, d = {d:,}, d_v = {d_v:,} need about "
             f"{need / 2**20:,.0f} MiB, over the {memory_budget / 2**20:,.0f} MiB memory budget; "
-            f"lower {big}."
+            f"{_LOWER[biggest]}."
         )
 
 
 def check_dense_budget(
     n_q: int, n_k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET_BYTES
 ) -> None:
-    """Refuse sizes whose (query, key) arrays alone exceed the budget (d = d_v = 1)."""
-    check_memory_budget(n_q, n_k, 1, 1, 1, memory_budget)
+    """Refuse sizes whose whole S and P (and temporaries) exceed the budget (d = d_v = 1)."""
+    check_memory_budget(n_q, n_k, 1, 1, memory_budget=memory_budget, whole=True)
 
 
 def seed_example() -> Inputs:
@@ -144,7 +187,7 @@ def random_inputs(
             raise InputError(f"{name} must be at least 1, not {value}.")
     if not np.isfinite(scale) or scale <= 0:
         raise InputError(f"The input scale must be a positive number, not {scale}.")
-    check_memory_budget(n_q, n_k, d, d_v, 1)
+    check_memory_budget(n_q, n_k, d, d_v)  # the inputs; desktop checks the trace's arrays
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n_q, d)) * scale
     k = rng.standard_normal((n_k, d)) * scale
@@ -201,7 +244,7 @@ def _check_declared(name: str, q_shape: tuple, k_shape: tuple, v_shape: tuple) -
             "the memory budget allows; save smaller arrays."
         )
     if all(len(s) == 2 for s in (q_shape, k_shape, v_shape)):
-        check_memory_budget(q_shape[0], k_shape[0], q_shape[1], v_shape[1], 1)
+        check_memory_budget(q_shape[0], k_shape[0], q_shape[1], v_shape[1])
 
 
 def load_inputs(path: str | Path) -> Inputs:

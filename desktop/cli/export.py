@@ -67,13 +67,11 @@ def _checked_config(args):
     """The config the flags ask for, checked and fitted to its inputs (one sentence if not).
     Block sizes are drawn as given, at every N; the whole memory budget is checked here,
     before any window (whose build error would be a dialog)."""
-    from compute.inputs import check_memory_budget
-    from desktop.state.config import conform, make_inputs
+    from desktop.state.config import check_config_memory, conform, make_inputs
 
     asked = requested_config(args).validated()
     config = conform(asked, make_inputs(asked))
-    t_c = -(-config.n_k // config.block_k)
-    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c, block_q=config.block_q)
+    check_config_memory(config)
     return config
 
 

@@ -47,13 +47,13 @@ def check_frame_memory(window, target: str, size: tuple[int, int] | None) -> Non
 
     Frames are streamed (one in flight), so the need is the trace's arrays plus one frame.
     """
-    from compute.inputs import DEFAULT_MEMORY_BUDGET_BYTES, memory_estimate
+    from compute.inputs import DEFAULT_MEMORY_BUDGET_BYTES
+    from desktop.state.config import config_memory
 
     widget = target_widget(window, target)
     w, h = size or (widget.width(), widget.height() + FOOTER_HEIGHT)
     c = window.state.config
-    t_c = -(-c.n_k // c.block_k) if c else 0
-    held = memory_estimate(c.n, c.n_k, c.d, c.dv, t_c, c.block_q) if c else 0
+    held = config_memory(c) if c else 0
     need = frame_bytes(w, h)
     if held + need > DEFAULT_MEMORY_BUDGET_BYTES:
         raise ExportError(

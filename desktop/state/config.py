@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Trace
-from compute.inputs import check_memory_budget
+from compute.inputs import check_memory_budget, memory_estimate
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
 SEED_SIZES = (6, 6, 2, 2)  # the reference example's N, N_keys, d, d_v
@@ -134,15 +134,36 @@ class Config:
         return self.n * self.n_k * (self.d + self.dv) + 2000 * t_c
 
 
+def _memory_args(config: Config) -> tuple[tuple, dict]:
+    from desktop.scene.render import NUMBERS_CAP
+
+    t_c = math.ceil(config.n_k / config.block_k)
+    whole = max(config.n, config.n_k) <= NUMBERS_CAP  # small N: S and P are held whole
+    return (config.n, config.n_k, config.d, config.dv, t_c), {
+        "block_q": config.block_q,
+        "whole": whole,
+    }
+
+
+def config_memory(config: Config) -> int:
+    """Bytes the trace and views of `config` hold (compute.inputs.memory_terms)."""
+    args, kwargs = _memory_args(config)
+    return memory_estimate(*args, **kwargs)
+
+
+def check_config_memory(config: Config) -> None:
+    """One sentence, before allocating, if `config` would pass the memory budget."""
+    args, kwargs = _memory_args(config)
+    check_memory_budget(*args, **kwargs)
+
+
 def make_inputs(config: Config) -> Inputs:
     """The inputs a Config names; shapes follow the inputs for seed and file sources."""
     if config.input == "seed":
         return compute.seed_example()
     if config.input == "file":
         return compute.load_inputs(config.file)
-    # Random sizes are known before drawing: check the whole budget first.
-    t_c = math.ceil(config.n_k / config.block_k)
-    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c, block_q=config.block_q)
+    check_config_memory(config)  # random sizes are known before drawing: check first
     return compute.random_inputs(
         config.n, config.d, config.dv, n_k=config.n_k, seed=config.seed, scale=config.input_scale
     )
@@ -188,8 +209,7 @@ def build(config: Config) -> tuple[Config, Trace]:
     config = config.validated()
     inputs = make_inputs(config)
     config = conform(config, inputs)
-    t_c = math.ceil(config.n_k / config.block_k)
-    check_memory_budget(config.n, config.n_k, config.d, config.dv, t_c, block_q=config.block_q)
+    check_config_memory(config)
     try:
         trace = compute.build_trace(
             inputs.q,

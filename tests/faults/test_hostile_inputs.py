@@ -88,19 +88,25 @@ def test_an_npz_member_with_a_lying_header(tmp_path):
 
 
 def test_an_npz_of_zeros_is_refused_before_decompressing(tmp_path):
-    """8000 × 1000 zeros per array: 64 MB each unpacked, 190 KB packed; over the budget."""
+    """8000 × 4000 zeros per array: 256 MB each unpacked, under 1 MB packed; Q, K, V
+    together pass the memory budget, so nothing may be unpacked."""
     path = tmp_path / "zeros.npz"
-    zeros = np.zeros((8000, 1000))
-    np.savez_compressed(path, q=zeros, k=zeros, v=zeros)
-    assert path.stat().st_size < 2_000_000
+    chunk = bytes(1 << 22)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for name in ("q", "k", "v"):
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                member.write(_npy_bytes((8000, 4000)))
+                for _ in range(8000 * 4000 * 8 // len(chunk)):
+                    member.write(chunk)
+    assert path.stat().st_size < 4_000_000
     tracemalloc.start()
     try:
-        with pytest.raises(InputError, match="memory budget; lower N or N_keys"):
+        with pytest.raises(InputError, match="memory budget; lower N, N_keys, d or d_v"):
             load_inputs(path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 8_000_000  # headers only: nothing near one 64 MB array was unpacked
+    assert peak < 8_000_000  # headers only: nothing near one 256 MB array was unpacked
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path):

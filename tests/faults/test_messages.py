@@ -28,10 +28,13 @@ CASES = {
     "export --d 100000000": (["export", "--out", "a.png", "--d", "100000000"], "1 to 65,536"),
     "export --dv 0": (["export", "--out", "a.png", "--dv", "0"], "1 to 65,536"),
     "export --n 0": (["export", "--out", "a.png", "--n", "0"], "1 to 1,000,000,000,000"),
-    "export --n 7000": (["export", "--out", "a.png", "--n", "7000"], "lower N or N_keys"),
+    "export --n 3000000 --d 64": (
+        ["export", "--out", "a.png", "--n", "3000000", "--d", "64", "--block-k", "100000"],
+        "lower N, N_keys, d or d_v",
+    ),
     "export --n 400 --d 60000": (
         ["export", "--out", "a.png", "--n", "400", "--d", "60000"],
-        "lower d or d_v",
+        "lower d_v or block_q, or raise block_k",
     ),
     "export --seed -1": (["export", "--out", "a.png", "--input", "random", "--seed", "-1"], "0 to"),
     "export --input-scale 1e200": (

@@ -83,12 +83,16 @@ def test_the_window_and_the_cli_report_overflow(tmp_path, qtbot):
 
 
 def test_the_budget_counts_every_array():
-    """N = 11000 passed the old S-and-P-only check yet peaked at 5.1 GB; d counts too."""
+    """Inputs, S and P where held whole, per-row arrays and block histories all count:
+    N = 11000 with S and P whole passed the old S-and-P-only check yet peaked at 5.1 GB."""
     with pytest.raises(InputError, match="lower N or N_keys"):
-        check_memory_budget(11000, 11000, 64, 64, 128)
-    with pytest.raises(InputError, match="lower d or d_v"):
-        check_memory_budget(6, 6, 100_000_000, 100_000_000, 3)
-    check_memory_budget(2048, 2048, 256, 256, 128)  # the GUI's largest config fits
+        check_memory_budget(11000, 11000, 64, 64, 172, block_q=64, whole=True)
+    with pytest.raises(InputError, match="lower N, N_keys, d or d_v"):
+        check_memory_budget(6, 6, 100_000_000, 100_000_000)
+    with pytest.raises(InputError, match="lower d_v or block_q, or raise block_k"):
+        check_memory_budget(20000, 20000, 64, 4096, 20000, block_q=1)
+    check_memory_budget(4096, 4096, 256, 256, 2048, block_q=2)  # the GUI's largest N and d
+    check_memory_budget(16000, 16000, 64, 64, 250, block_q=64)  # measured: 0.31 GB peak
 
 
 def test_gif_frames_are_streamed(tmp_path):
