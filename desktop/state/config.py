@@ -185,7 +185,6 @@ def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
         n_k,
         d,
         dv,
-        counted=pass_name == "forward",  # the forward as before: its counted walk
         block_q=config.block_q,
         block_k=config.block_k,
         order=config.order,
