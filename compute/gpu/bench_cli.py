@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .. import ORDERS
+from ..cli_fields import problem_fields
 from .device import status
 from .dtypes import KERNEL_DTYPES
 from .report import format_report
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the forward (default) or the backward of the tiled and dense paths",
     )  # fmt: skip
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the report")
+    # One line on a bad flag, not the whole usage (8 lines for `--n 0`).
+    p.error = lambda message: p.exit(2, f"{p.prog}: error: {message}\n")  # type: ignore[method-assign]
     return p
 
 
@@ -84,15 +87,8 @@ def _config(args, kernels):
     from .bench import BenchConfig
 
     return BenchConfig(
-        n=args.n,
-        n_keys=args.n_keys,
-        d=args.d,
+        **problem_fields(args),
         d_v=args.dv,
-        block_q=args.block_q,
-        block_k=args.block_k,
-        order=args.order,
-        causal=args.causal,
-        dtype=args.dtype,
         batch_heads=args.batch_heads,
         kernels=kernels,
         sweep_blocks=args.sweep_blocks,
