@@ -92,16 +92,15 @@ def active_steps(trace: Trace, row: int) -> tuple[int, int]:
 
 
 def zoom_window(active: tuple[int, int], step: int, n_steps: int) -> tuple[int, int]:
-    """The 0-based steps the plots show: the row's active steps, slid to hold `step`.
-
-    The window keeps the active span's width (at least 8 steps, at most the run) and
-    moves only when the current step leaves it, so playback is followed without jumps.
-    """
+    """The 0-based steps the plots show: the row's active steps (at least 8), widened to
+    hold `step` when it is near them (within one span), so playback into and out of the
+    row's tiles keeps the marker in view; far away, the row's steps stay on show."""
     first, last = active
     width = min(n_steps, max(last - first + 1, 8))
     lo = max(0, min(first, n_steps - width))
-    if step < lo:
+    hi = lo + width - 1
+    if lo - width <= step < lo:
         lo = step
-    elif step > lo + width - 1:
-        lo = step - width + 1
-    return lo, lo + width - 1
+    elif hi < step <= hi + width:
+        hi = step
+    return lo, hi

@@ -39,10 +39,12 @@ def test_dense_output_in_dtype_and_float64_reference_are_separate_lines(window, 
     assert panel.names["ref"].text() == "O_ref (float64)"
 
 
-def test_zoom_window_holds_the_active_steps_and_follows_the_step():
+def test_zoom_window_holds_the_active_steps_and_follows_the_step_near_them():
     assert zoom_window((100, 199), 150, 1000) == (100, 199)
-    assert zoom_window((100, 199), 250, 1000) == (151, 250)  # slid right, same width
-    assert zoom_window((100, 199), 20, 1000) == (20, 119)
+    assert zoom_window((100, 199), 250, 1000) == (100, 250)  # just past: widened to it
+    assert zoom_window((100, 199), 20, 1000) == (20, 199)  # just before
+    assert zoom_window((100, 199), 900, 1000) == (100, 199)  # far: the row's steps stay
+    assert zoom_window((500, 509), 3, 1000) == (500, 509)
     assert zoom_window((0, 2), 1, 5) == (0, 4)  # at least 8 steps, at most the run
     assert zoom_window((996, 999), 999, 1000) == (992, 999)
 
