@@ -217,28 +217,34 @@ class MainWindow(QMainWindow):
 
     def _fit_screen(self) -> None:
         """Open at the designed size where it fits, else at the screen's available size,
-        with the side docks narrowed and the ledger shortened to match."""
+        with the docks arranged to match. Offscreen (screenshots, exports, tests) there
+        is no real screen: the designed size and layout."""
         screen = self.screen() or QApplication.primaryScreen()
-        if screen is None:
+        if screen is None or QApplication.platformName() == "offscreen":
             self.resize(*DESIGN_SIZE)
+            self.arrange_docks(compact=False)
             return
         self.fit_to(screen.availableGeometry())
 
     def fit_to(self, available: QRect) -> None:
         """Size the window and arrange the docks for a screen's available area."""
         self.setGeometry(initial_geometry(available))
-        if available.height() < COMPACT_HEIGHT:
-            # A short screen: the ledger (and the GPU panel) become tabs beside the
-            # statistics, so the lanes keep the whole height.
-            right = Qt.DockWidgetArea.RightDockWidgetArea
-            for dock in list(self.docks.values()):
-                if self.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea:
-                    self.addDockWidget(right, dock)
-                    self.tabifyDockWidget(self.docks["stats"], dock)
+        self.arrange_docks(compact=available.height() < COMPACT_HEIGHT)
+
+    def arrange_docks(self, compact: bool) -> None:
+        """Compact (a short screen): the ledger is a tab beside the statistics, so the
+        lanes keep the whole height. Otherwise the ledger is a strip below the lanes."""
+        ledger, right = self.docks["ledger"], Qt.DockWidgetArea.RightDockWidgetArea
+        if compact:
+            if self.dockWidgetArea(ledger) != right:
+                self.addDockWidget(right, ledger)
+                self.tabifyDockWidget(self.docks["stats"], ledger)
             self.docks["stats"].raise_()
             widths = [250, 420]
         else:
-            self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+            if self.dockWidgetArea(ledger) != Qt.DockWidgetArea.BottomDockWidgetArea:
+                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, ledger)
+            self.resizeDocks([ledger], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
             widths = [270, 440]
         self.resizeDocks(
             [self.docks["controls"], self.docks["stats"]], widths, Qt.Orientation.Horizontal

@@ -308,3 +308,5 @@ def test_a_short_screen_tabs_the_ledger_beside_the_statistics(window):
     assert window.dockWidgetArea(window.docks["ledger"]) == right
     assert window.docks["ledger"] in window.tabifiedDockWidgets(window.docks["stats"])
     assert QRect(0, 0, 1366, 740).contains(window.geometry())
+    window.fit_to(QRect(0, 0, 1920, 1080))  # a tall screen: the ledger strip comes back
+    assert window.dockWidgetArea(window.docks["ledger"]) == Qt.DockWidgetArea.BottomDockWidgetArea
