@@ -150,7 +150,7 @@ class LaneView(QWidget):
         p.setFont(bold)
         title = TITLES[self.lane] + order
         room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
-        if room < QFontMetrics(italic).horizontalAdvance(now) / 2 + 12:
+        if room < QFontMetrics(italic).horizontalAdvance(now) + 8:
             # The step's sentence matters more than the tagline: keep the lane's name only.
             title = SHORT_TITLES[self.lane] + order
             room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w

@@ -320,6 +320,10 @@ class ControlsPanel(QWidget):
             )
             self.state.update_config(block_q=cr, block_k=cc)
         self.paper_note.show()
+        # A wrapped label shown late: give it the height its lines need at the column's
+        # width, or the form (in a scroll area) overlaps it with the next row.
+        width = max(self.fits_label.width(), self.paper_button.width(), 160)
+        self.paper_note.setMinimumHeight(self.paper_note.heightForWidth(width))
 
     def show_config(self, cfg: Config) -> None:
         """Set every widget from the config shown, without re-firing requests."""
