@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-_KERNEL_DIR = Path(__file__).parent / "kernels"
+from .sources import KERNEL_DIR, kernel_source
+
 _LOG2E = 1.4426950408889634
 
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -169,8 +169,8 @@ def _cupy():
 @functools.cache
 def _module(kernel: str, names: tuple[str, ...]):
     cp = _cupy()
-    src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
-    options = ("-std=c++17", "-I" + str(_KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
+    src = kernel_source(KERNEL_DIR / f"flash_fwd_{kernel}.cu")
+    options = ("-std=c++17", "-I" + str(KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
     if kernel in ("wgmma", "ws"):  # wgmma needs the sm_90a target (NVRTC; see platform notes)
         options += ("-arch=sm_90a", "-DFA_FORCE_WGMMA")
     return cp.RawModule(code=src, options=options, name_expressions=list(names))

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import ORDERS
 from .dtypes import KERNEL_DTYPES
+from .sources import kernel_source
 
 KERNEL_PATH = Path(__file__).parent / "kernels" / "tiled_attention.cu"
 LOG2E = 1.4426950408889634
@@ -147,7 +148,9 @@ def load_functions(
     options = ("-std=c++17", "-I" + str(kernel_path.parent))  # tiled_common.cuh
     options += ("-DCOUNT_TRANSFERS",) if count_transfers else ()
     t0 = time.perf_counter()
-    module = cupy.RawModule(code=kernel_path.read_text(), options=options, name_expressions=names)
+    module = cupy.RawModule(
+        code=kernel_source(kernel_path), options=options, name_expressions=names
+    )
     functions = [module.get_function(n) for n in names]  # compiles (or loads the cache)
     return functions, time.perf_counter() - t0
 
