@@ -24,11 +24,13 @@ from functools import cached_property
 import numpy as np
 
 from .attention import RowHistory, causal_mask, default_scale, round_to
+from .backward_ledger import PassLedger, pass_ledger
+from .backward_rows import BackwardRow, KeyRow, backward_row, default_do, key_row
 from .full_pass import FullPass, full_pass
 from .inputs import validate_inputs
-from .ledger import Ledger, freeze_counts, make_ledger
+from .ledger import LaneLedger, Ledger, freeze_counts, make_ledger
 from .recurrence import TileCursor, block_history
-from .schedule import DIRECTIONS, LANES, TENSORS, Action, Schedule
+from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
 
 DISPLAY_CELLS = 256  # S and P are summarised at this many cells a side unless asked
@@ -106,6 +108,8 @@ class Trace:
     k: np.ndarray
     v: np.ndarray
     lanes: dict[str, LaneTimeline] = field(repr=False)
+    pass_name: str = "forward"  # "forward", "backward" or "training" (forward then backward)
+    do: np.ndarray | None = field(default=None, repr=False)  # dO, for a backward
 
     def __post_init__(self) -> None:
         # Per-trace caches of computed numbers (a frozen dataclass: set once, here). They
@@ -128,6 +132,11 @@ class Trace:
         return len(self._caches.get(name, ()))
 
     # ---- the timeline ----------------------------------------------------------------
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """The tensors the running counts list: the forward's, or PASS_TENSORS with a backward."""
+        return self.lanes["dense"].tensors
+
     @cached_property
     def n_steps(self) -> int:
         return max(t.length for t in self.lanes.values())
@@ -302,7 +311,7 @@ class Trace:
         return {
             lane: {
                 t: {d: int(c[li, ti, di]) for di, d in enumerate(DIRECTIONS)}
-                for ti, t in enumerate(TENSORS)
+                for ti, t in enumerate(self.tensors)
             }
             for li, lane in enumerate(LANES)
         }
@@ -314,8 +323,74 @@ class Trace:
 
     def ledger(self) -> Ledger:
         """The whole run's ledger: this trace's own timelines, summed."""
-        counts = {lane: freeze_counts(c) for lane, c in self.counts_at(self.n_steps - 1).items()}
-        return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
+        end = self.counts_at(self.n_steps - 1)
+        if self.pass_name == "forward":
+            counts = {lane: freeze_counts(c) for lane, c in end.items()}
+            return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
+        s = self.schedule  # the SRAM working sets of the pass, from its closed form
+        closed = pass_ledger(
+            self.pass_name, s.n_q, s.n_k, s.d, s.d_v, block_q=s.block_q, block_k=s.block_k,
+            order=s.order, causal=s.causal, dtype=self.dtype, sram_capacity=self.sram_capacity,
+        )  # fmt: skip
+        lanes = {
+            lane: LaneLedger(
+                lane, end[lane], self.dtype, closed.lanes[lane].sram_elements, self.sram_capacity
+            )
+            for lane in LANES
+        }
+        return PassLedger(s, self.dtype, lanes, self.sram_capacity, self.pass_name)
+
+    # ---- the backward's numbers, on demand -------------------------------------------
+    def _grad_inputs(self) -> tuple:
+        f = self.summary()
+        return self.q, self.k, self.v, self.do, f.tiled_output, f.lse
+
+    def backward_row(self, row: int) -> BackwardRow:
+        """Query row `row`'s backward: L, D, the recomputed P̃ row, dQ_row after each key
+        tile and the float64 reference (compute.backward_rows); a few rows are kept."""
+        if self.do is None:
+            raise ValueError("This trace has no backward pass (dO was not given).")
+        n_k = self.schedule.n_k
+        return self._memo(
+            "bwd_rows", 8, row,
+            lambda: backward_row(
+                *self._grad_inputs(), self.schedule, row, scale=self.scale, dtype=self.dtype,
+                p_reference=self._probs(row, row + 1, 0, n_k)[0],
+            ),
+        )  # fmt: skip
+
+    def key_row(self, col: int) -> KeyRow:
+        """Key row `col`'s dK and dV after each query block, and their float64 reference."""
+        if self.do is None:
+            raise ValueError("This trace has no backward pass (dO was not given).")
+        n_q = self.schedule.n_q
+        return self._memo(
+            "key_rows", 8, col,
+            lambda: key_row(
+                *self._grad_inputs(), self.schedule, col, scale=self.scale, dtype=self.dtype,
+                p_reference=self._probs(0, n_q, col, col + 1)[:, 0], o_reference=self.reference,
+            ),
+        )  # fmt: skip
+
+    def backward_tiles_done(self, row: int, step: int) -> int:
+        """How many key tiles the tiled lane's backward has added into dQ of `row` after
+        step `step`: tiles are visited in order, so the count is the last tile seen + 1."""
+        steps, tiles = self.lanes["tiled"].steps_of("bwd_update", row // self.schedule.block_q)
+        n = int(np.searchsorted(steps, step, side="right"))
+        return int(tiles[n - 1]) + 1 if n else 0
+
+    def backward_blocks_done(self, col: int, step: int) -> int:
+        """How many query blocks (by index) have added into dK, dV of key `col` after step
+        `step`: tile j's segment visits its blocks in order, three steps each."""
+        s, lane = self.schedule, self.lanes["tiled"]
+        j = col // s.block_k
+        part = len(lane.parts) - 1  # the backward's K/V-outer loop is the lane's last part
+        seg = int(np.searchsorted(lane.seg_part, part)) + j
+        lo, hi = lane._span_of(lane.parts[part])
+        start = int(lane.seg_start[seg]) + len(lane.parts[part].head)
+        updates = start + np.arange(hi[j] - lo[j]) * len(lane.parts[part].inner) + 1
+        n = int(np.searchsorted(updates, step, side="right"))
+        return int(lo[j]) + n if n else 0
 
     def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
         """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.
@@ -348,11 +423,28 @@ def build_trace(
     dtype: str = "float64",
     save_lse: bool = False,
     scale: float | None = None,
+    pass_name: str = "forward",
+    do: np.ndarray | None = None,
 ) -> Trace:
-    """Both lanes' timelines on the same inputs; numbers follow when first asked for."""
+    """Both lanes' timelines on the same inputs; numbers follow when first asked for.
+
+    pass_name "backward" or "training" (forward then backward) adds the backward's
+    schedules; its tiled forward saves L (the backward reads it), so save_lse is set. dO
+    defaults to compute.backward_rows.default_do (seeded standard normal).
+    """
     q, k, v = validate_inputs(q, k, v)
     n_q, d = q.shape
     n_k, d_v = v.shape
+    if pass_name not in ("forward", "backward", "training"):
+        raise ValueError(f"pass must be forward, backward or training, not {pass_name!r}.")
+    if pass_name != "forward":
+        save_lse = True
+        do = default_do(n_q, d_v) if do is None else np.asarray(do, dtype=np.float64)
+        if do.shape != (n_q, d_v):
+            raise ValueError(f"dO has shape {do.shape} but the output O has shape {(n_q, d_v)}.")
+        do = _readonly(do.copy())
+    else:
+        do = None
     schedule = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     scale = default_scale(d) if scale is None else float(scale)
     round_to(np.zeros(1), dtype)  # an unknown dtype is one sentence now, not at first view
@@ -364,5 +456,7 @@ def build_trace(
         q=_readonly(q),
         k=_readonly(k),
         v=_readonly(v),
-        lanes={lane: LaneTimeline(schedule, lane) for lane in LANES},
+        lanes={lane: LaneTimeline(schedule, lane, pass_name) for lane in LANES},
+        pass_name=pass_name,
+        do=do,
     )
