@@ -1,15 +1,17 @@
-"""The backward's numbers for one query row or one key row, on demand (what the views show).
+"""The backward's numbers for one query block or one key tile, on demand (what views show).
 
 FlashAttention's backward (Algorithm 2 of FlashAttention-2, as `compute.backward._tiled`
-runs it) never stores P: for query row r it recomputes P̃_r = exp(S_r − L_r) from Q, K and
-the saved L, forms dP_r = dO_r Vᵀ and dS_r = P̃_r ∘ (dP_r − D_r) with D_r = rowsum(dO_r ∘ O_r),
-and adds dS_rj K_j · scale to dQ_r once per key tile j. A key row c gathers
-dV_c = Σ_i P̃_ic dO_i and dK_c = Σ_i dS_ic Q_i · scale across the query blocks i.
+runs it) never stores P: for query block i it recomputes P̃_i = exp(S_i − L_i) from Q, K
+and the saved L, forms dP_i = dO_i Vᵀ and dS_i = P̃_i ∘ (dP_i − D_i) with
+D_i = rowsum(dO_i ∘ O_i), and adds dS_ij K_j · scale into dQ_i once per key tile j. Key
+tile j gathers dV_j = Σ_i P̃_ijᵀ dO_i and dK_j = Σ_i dS_ijᵀ Q_i · scale over the query
+blocks i.
 
-These functions do that for one row, in O(N · d), with the dtype emulation of
-`compute.backward` (inputs, O and dO rounded to the dtype; statistics and accumulators in
-float32; P̃ and dS rounded to the dtype before each matmul), keeping the partial sums after
-each tile (query row) or query block (key row), so a view can show them accumulating.
+These functions do that for one block's rows (O(B_r · N_k · d)) or one tile's keys
+(O(N_q · B_c · d)) with the dtype emulation of `compute.backward` (inputs, O and dO
+rounded to the dtype; statistics and accumulators in float32; P̃ and dS rounded to the
+dtype before each matmul), keeping the partial sums after each key tile (dQ) or query
+block (dK, dV) so a view can show them accumulating, beside float64 references.
 """
 
 from __future__ import annotations
@@ -30,27 +32,29 @@ def default_do(n_q: int, d_v: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class BackwardRow:
-    """Query row `row`'s backward: L, D, the recomputed P̃ row beside the forward's P row,
-    and dQ_row after each key tile (dq[j] = after tiles 0..j−1; dq[T_c] is the result)."""
+class BackwardBlock:
+    """Query block i's backward (rows r0..r1−1): L, D, the recomputed P̃, dP and dS rows,
+    and dQ after each key tile (dq[j] = after tiles 0..j−1; dq[T_c] is the result)."""
 
-    row: int
-    L: float
-    D: float
-    p_tilde: np.ndarray  # (N_k,) exp(S − L), recomputed as the backward does
-    dq: np.ndarray  # (T_c + 1, d)
-    dq_reference: np.ndarray  # (d,) float64 dense reference
+    r0: int
+    L: np.ndarray  # (R,)
+    D: np.ndarray  # (R,) rowsum(dO ∘ O)
+    p_tilde: np.ndarray  # (R, N_k) exp(S − L), recomputed as the backward does
+    dp: np.ndarray  # (R, N_k) dO Vᵀ
+    ds: np.ndarray  # (R, N_k) P̃ ∘ (dP − D), rounded to the dtype
+    dq: np.ndarray  # (T_c + 1, R, d)
+    dq_reference: np.ndarray  # (R, d) float64 dense reference
 
 
 @dataclass(frozen=True)
-class KeyRow:
-    """Key row `col`'s dK and dV after each query block (index 0 = before any)."""
+class KeyTile:
+    """Key tile j's dK and dV after each query block (index 0 = before any), keys c0..c1−1."""
 
-    col: int
-    dk: np.ndarray  # (T_r + 1, d)
-    dv: np.ndarray  # (T_r + 1, d_v)
-    dk_reference: np.ndarray
-    dv_reference: np.ndarray
+    c0: int
+    dk: np.ndarray  # (T_r + 1, C, d)
+    dv: np.ndarray  # (T_r + 1, C, d_v)
+    dk_reference: np.ndarray  # (C, d)
+    dv_reference: np.ndarray  # (C, d_v)
 
 
 def _operands(q, k, v, do, o, lse, dtype):
@@ -61,73 +65,73 @@ def _operands(q, k, v, do, o, lse, dtype):
     return acc, cast, _safe_max(np.asarray(lse).astype(acc))
 
 
-def backward_row(
-    q, k, v, do, o, lse, s: Schedule, row: int, *, scale: float, dtype: str, p_reference
-) -> BackwardRow:
-    """Query row `row`'s backward numbers; o and lse are the tiled forward's O and L, and
-    p_reference the float64 forward P row (for the reference gradient)."""
-    acc, (qd, kd, vd, dod, od), lse_a = _operands(q, k, v, do, o, lse, dtype)
-    sc = (kd @ qd[row]) * acc(scale)  # S_r = Q_r Kᵀ · scale
+def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
+    sc = (qd[rows] @ kd[cols].T) * acc(scale)  # S = Q Kᵀ · scale
     if s.causal:
-        sc = np.where(causal_mask(np.array([row]), np.arange(s.n_k), s.n_q, s.n_k)[0], sc, -np.inf)
-    p = np.exp(sc - lse_a[row])  # P̃_r = exp(S_r − L_r), recomputed from the saved L
-    d_row = np.sum(dod[row] * od[row])  # D_r = rowsum(dO_r ∘ O_r)
-    dp = vd @ dod[row]  # dP_r = dO_r Vᵀ
-    ds_lo = round_to(p * (dp - d_row), dtype).astype(acc)  # dS_r = P̃_r ∘ (dP_r − D_r)
-    dq = np.zeros((s.t_c + 1, s.d), dtype=acc)
-    for j in range(s.t_c):  # dQ_r ← dQ_r + dS_rj K_j · scale, once per key tile
-        c0, c1 = s.cols(j)
-        dq[j + 1] = dq[j] + (ds_lo[c0:c1] @ kd[c0:c1]) * acc(scale)
-    # The float64 reference: the dense formulas on the exact P row.
-    q64, k64, v64, do64 = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
-    p64 = np.asarray(p_reference, dtype=np.float64)
-    dp64 = v64 @ do64[row]
-    ds64 = p64 * (dp64 - np.sum(p64 * dp64))  # D = rowsum(P ∘ dP) = rowsum(dO ∘ O)
-    ref = (ds64 @ k64) * scale
-    for x in (p, dq, ref):
+        mask = causal_mask(np.arange(s.n_q)[rows], np.arange(s.n_k)[cols], s.n_q, s.n_k)
+        sc = np.where(mask, sc, acc(-np.inf))
+    return sc
+
+
+def _frozen(*arrays):
+    for x in arrays:
         x.setflags(write=False)
-    return BackwardRow(row, float(lse[row]), float(d_row), p, dq, ref)
 
 
-def key_row(
-    q,
-    k,
-    v,
-    do,
-    o,
-    lse,
-    s: Schedule,
-    col: int,
-    *,
-    scale: float,
-    dtype: str,
-    p_reference,
-    o_reference,
-) -> KeyRow:
-    """Key row `col`'s dK and dV accumulating over the query blocks; p_reference is the
-    float64 forward P column (N_q,) and o_reference the float64 output."""
+def backward_block(
+    q, k, v, do, o, lse, s: Schedule, block: int, *, scale: float, dtype: str, p_reference
+) -> BackwardBlock:
+    """Query block `block`'s backward numbers; o and lse are the tiled forward's O and L,
+    p_reference the float64 forward P rows of the block (for the reference gradient)."""
     acc, (qd, kd, vd, dod, od), lse_a = _operands(q, k, v, do, o, lse, dtype)
-    sc = (qd @ kd[col]) * acc(scale)  # S_:c = Q K_cᵀ · scale
-    if s.causal:
-        mask = causal_mask(np.arange(s.n_q), np.array([col]), s.n_q, s.n_k)[:, 0]
-        sc = np.where(mask, sc, -np.inf)
-    p = np.exp(sc - lse_a)  # P̃_:c = exp(S_:c − L)
+    r0, r1 = s.rows(block)
+    rows = slice(r0, r1)
+    sc = _scores(qd, kd, rows, slice(0, s.n_k), s, scale, acc)
+    p = np.exp(sc - lse_a[rows, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
+    d_rows = np.sum(dod[rows] * od[rows], axis=1)  # D_i = rowsum(dO_i ∘ O_i)
+    dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
+    ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
+    dq = np.zeros((s.t_c + 1, r1 - r0, s.d), dtype=acc)
+    for j in range(s.t_c):  # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile
+        c0, c1 = s.cols(j)
+        dq[j + 1] = dq[j] + (ds[:, c0:c1] @ kd[c0:c1]) * acc(scale)
+    # The float64 reference: the dense formulas on the exact P rows.
+    k64, v64, do64 = (np.asarray(x, dtype=np.float64) for x in (k, v, do))
+    p64 = np.asarray(p_reference, dtype=np.float64)
+    dp64 = do64[rows] @ v64.T
+    ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
+    ref = (ds64 @ k64) * scale
+    lse_rows = np.asarray(lse[rows], dtype=np.float64)
+    _frozen(p, dp, ds, dq, ref, lse_rows, d_rows)
+    return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, ref)
+
+
+def key_tile(
+    q, k, v, do, o, lse, s: Schedule, tile: int, *, scale: float, dtype: str,
+    p_reference, o_reference,
+) -> KeyTile:  # fmt: skip
+    """Key tile `tile`'s dK and dV accumulating over the query blocks; p_reference is the
+    float64 forward P columns (N_q, C) and o_reference the float64 output."""
+    acc, (qd, kd, vd, dod, od), lse_a = _operands(q, k, v, do, o, lse, dtype)
+    c0, c1 = s.cols(tile)
+    cols = slice(c0, c1)
+    sc = _scores(qd, kd, slice(0, s.n_q), cols, s, scale, acc)
+    p = np.exp(sc - lse_a[:, None])  # P̃_:j = exp(S_:j − L)
     d_rows = np.sum(dod * od, axis=1)  # D = rowsum(dO ∘ O)
-    dp = dod @ vd[col]  # dP_:c = dO V_cᵀ
+    dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
     p_lo = round_to(p, dtype).astype(acc)
-    ds_lo = round_to(p * (dp - d_rows), dtype).astype(acc)  # dS_:c = P̃ ∘ (dP − D)
-    dk = np.zeros((s.t_r + 1, s.d), dtype=acc)
-    dv = np.zeros((s.t_r + 1, s.d_v), dtype=acc)
-    for i in range(s.t_r):  # per query block i (a block that never sees the key adds 0)
+    ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
+    dk = np.zeros((s.t_r + 1, c1 - c0, s.d), dtype=acc)
+    dv = np.zeros((s.t_r + 1, c1 - c0, s.d_v), dtype=acc)
+    for i in range(s.t_r):  # per query block i (a block that sees no key here adds 0)
         r0, r1 = s.rows(i)
-        dv[i + 1] = dv[i] + p_lo[r0:r1] @ dod[r0:r1]  # dV_c ← dV_c + P̃_icᵀ dO_i
-        dk[i + 1] = dk[i] + (ds_lo[r0:r1] @ qd[r0:r1]) * acc(scale)  # dK_c ← dK_c + dS_icᵀ Q_i
+        dv[i + 1] = dv[i] + p_lo[r0:r1].T @ dod[r0:r1]  # dV_j ← dV_j + P̃_ijᵀ dO_i
+        dk[i + 1] = dk[i] + (ds_lo[r0:r1].T @ qd[r0:r1]) * acc(scale)  # dK_j ← dK_j + dS_ijᵀ Q_i
     q64, v64, do64 = (np.asarray(x, dtype=np.float64) for x in (q, v, do))
     p64 = np.asarray(p_reference, dtype=np.float64)
-    dp64 = do64 @ v64[col]
+    dp64 = do64 @ v64[cols].T
     d64 = np.sum(do64 * np.asarray(o_reference, dtype=np.float64), axis=1)  # D = rowsum(dO ∘ O)
-    dk_ref = (p64 * (dp64 - d64)) @ q64 * scale
-    dv_ref = p64 @ do64
-    for x in (dk, dv, dk_ref, dv_ref):
-        x.setflags(write=False)
-    return KeyRow(col, dk, dv, dk_ref, dv_ref)
+    dk_ref = (p64 * (dp64 - d64[:, None])).T @ q64 * scale
+    dv_ref = p64.T @ do64
+    _frozen(dk, dv, dk_ref, dv_ref)
+    return KeyTile(c0, dk, dv, dk_ref, dv_ref)

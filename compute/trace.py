@@ -25,7 +25,8 @@ import numpy as np
 
 from .attention import RowHistory, causal_mask, default_scale, round_to
 from .backward_ledger import PassLedger, pass_ledger
-from .backward_rows import BackwardRow, KeyRow, backward_row, default_do, key_row
+from .backward_numbers import BackwardNumbers
+from .backward_rows import default_do
 from .full_pass import FullPass, full_pass
 from .inputs import validate_inputs
 from .ledger import LaneLedger, Ledger, freeze_counts, make_ledger
@@ -99,7 +100,7 @@ class RowState:
 
 
 @dataclass(frozen=True, eq=False)
-class Trace:
+class Trace(BackwardNumbers):
     schedule: Schedule
     dtype: str
     scale: float
@@ -339,58 +340,6 @@ class Trace:
             for lane in LANES
         }
         return PassLedger(s, self.dtype, lanes, self.sram_capacity, self.pass_name)
-
-    # ---- the backward's numbers, on demand -------------------------------------------
-    def _grad_inputs(self) -> tuple:
-        f = self.summary()
-        return self.q, self.k, self.v, self.do, f.tiled_output, f.lse
-
-    def backward_row(self, row: int) -> BackwardRow:
-        """Query row `row`'s backward: L, D, the recomputed P̃ row, dQ_row after each key
-        tile and the float64 reference (compute.backward_rows); a few rows are kept."""
-        if self.do is None:
-            raise ValueError("This trace has no backward pass (dO was not given).")
-        n_k = self.schedule.n_k
-        return self._memo(
-            "bwd_rows", 8, row,
-            lambda: backward_row(
-                *self._grad_inputs(), self.schedule, row, scale=self.scale, dtype=self.dtype,
-                p_reference=self._probs(row, row + 1, 0, n_k)[0],
-            ),
-        )  # fmt: skip
-
-    def key_row(self, col: int) -> KeyRow:
-        """Key row `col`'s dK and dV after each query block, and their float64 reference."""
-        if self.do is None:
-            raise ValueError("This trace has no backward pass (dO was not given).")
-        n_q = self.schedule.n_q
-        return self._memo(
-            "key_rows", 8, col,
-            lambda: key_row(
-                *self._grad_inputs(), self.schedule, col, scale=self.scale, dtype=self.dtype,
-                p_reference=self._probs(0, n_q, col, col + 1)[:, 0], o_reference=self.reference,
-            ),
-        )  # fmt: skip
-
-    def backward_tiles_done(self, row: int, step: int) -> int:
-        """How many key tiles the tiled lane's backward has added into dQ of `row` after
-        step `step`: tiles are visited in order, so the count is the last tile seen + 1."""
-        steps, tiles = self.lanes["tiled"].steps_of("bwd_update", row // self.schedule.block_q)
-        n = int(np.searchsorted(steps, step, side="right"))
-        return int(tiles[n - 1]) + 1 if n else 0
-
-    def backward_blocks_done(self, col: int, step: int) -> int:
-        """How many query blocks (by index) have added into dK, dV of key `col` after step
-        `step`: tile j's segment visits its blocks in order, three steps each."""
-        s, lane = self.schedule, self.lanes["tiled"]
-        j = col // s.block_k
-        part = len(lane.parts) - 1  # the backward's K/V-outer loop is the lane's last part
-        seg = int(np.searchsorted(lane.seg_part, part)) + j
-        lo, hi = lane._span_of(lane.parts[part])
-        start = int(lane.seg_start[seg]) + len(lane.parts[part].head)
-        updates = start + np.arange(hi[j] - lo[j]) * len(lane.parts[part].inner) + 1
-        n = int(np.searchsorted(updates, step, side="right"))
-        return int(lo[j]) + n if n else 0
 
     def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
         """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from compute import DTYPES, ORDERS
+from compute import DTYPES, ORDERS, PASSES
 from desktop.state.config import SEED_SIZES, Config
 
 
@@ -56,6 +56,13 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
     g.add_argument("--dtype", choices=DTYPES, default="float64", help="tiled lane precision")
     g.add_argument("--sram", type=positive_int, help="SRAM capacity M in elements")
     if inputs:
+        g.add_argument(
+            "--pass",
+            dest="pass_name",
+            choices=PASSES,
+            default="forward",
+            help="which pass the lanes animate: forward, backward or training (default forward)",
+        )
         g.add_argument(
             "--input",
             default="seed",
@@ -103,6 +110,7 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
         input_scale=getattr(args, "input_scale", 1.0),
         file=path,
         sram=args.sram or None,
+        pass_name=getattr(args, "pass_name", "forward"),
     )
 
 

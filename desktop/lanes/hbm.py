@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen, QPixmap
 from compute import Trace
 from desktop.lanes.painting import NEUTRAL, draw_grid, draw_image, draw_numbers, veil_image
 from desktop.scene import geometry as geo
+from desktop.scene.backward import NK_TENSORS
 from desktop.scene.render import NUMBERS_CAP, ColorScale, downsample, kv_outer_hbm
 from desktop.theme import qimage
 
@@ -81,7 +82,7 @@ class HbmPainter:
             p.setPen(text)
             p.setFont(self.font())
             sym = geo.SYMBOL.get(name, name)
-            rows, cols = img.shape if img else (s.n_q, s.n_k if name in "SP" else 1)
+            rows, cols = img.shape if img else (s.n_q, s.n_k if name in NK_TENSORS else 1)
             label = f"{sym}  {rows}×{cols}" if r.width() > 56 else sym
             label_rect = QRectF(r.left() - 6, r.top() - 20, r.width() + 12, 18)
             p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
@@ -95,7 +96,7 @@ class HbmPainter:
                 draw_numbers(p, r, img.values, images.scale_for(name), self.font())
             block = (
                 s.block_q if name in geo.QUERY_TENSORS else s.block_k,
-                s.block_k if name in "SP" else 0,
+                s.block_k if name in NK_TENSORS else 0,
             )
             draw_grid(p, r, img.shape, block, grid)
 
@@ -138,7 +139,7 @@ class HbmPainter:
         p.setBrush(Qt.BrushStyle.NoBrush)
         p.drawRect(r)
         p.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
-        if name in "SP":
+        if name in NK_TENSORS:
             msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
         else:
             # Too narrow for words: the dashed outline and the label above say enough.

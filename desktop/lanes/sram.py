@@ -46,7 +46,7 @@ class SramPainter:
                         rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note
                     )
                 continue
-            scale = images.prob_scale if tile.probabilities else images.scale
+            scale = images.prob_scale if tile.probabilities else images.scale_for(tile.tensor)
             draw_matrix(
                 p,
                 rect,

@@ -14,6 +14,7 @@ from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPixma
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
+from compute.timeline import BACKWARD_PHASES
 from desktop.lanes.hbm import HbmPainter
 from desktop.lanes.sram import SramPainter
 from desktop.scene import geometry as geo
@@ -25,6 +26,10 @@ ARROW_GAP = 26.0  # room between HBM and SRAM for the transfer arrows
 TITLES = {
     "dense": "Dense: standard attention writes S and P to HBM",
     "tiled": "Tiled: FlashAttention keeps S and P on chip",
+}
+BACKWARD_TITLES = {
+    "dense": "Dense backward: P read back, dP and dS written to HBM",
+    "tiled": "Tiled backward (FA-2, K/V outer): P̃ = exp(S − L) recomputed on chip",
 }
 
 
@@ -112,8 +117,12 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         bold.setBold(True)
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width() - 16, 22)
-        title = TITLES[self.lane]
-        if self.lane == "tiled":
+        action = trace.steps[step].action(self.lane)
+        backward = trace.pass_name == "backward" or (
+            trace.pass_name == "training" and (action is None or action.phase in BACKWARD_PHASES)
+        )
+        title = (BACKWARD_TITLES if backward else TITLES)[self.lane]
+        if self.lane == "tiled" and not backward:
             title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
         p.setFont(bold)
         p.setPen(text)
@@ -124,7 +133,6 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
         p.drawText(line, right, total)
         total_w = p.fontMetrics().horizontalAdvance(total) + 24
-        action = trace.steps[step].action(self.lane)
         now = f"now: {action.label}" if action is not None else "done"
         room = line.width() - title_w - total_w
         if room > 60:

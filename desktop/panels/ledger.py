@@ -160,7 +160,7 @@ class LedgerPanel(QWidget):
     def _on_trace(self, trace: Trace) -> None:
         full = trace.counts_at(trace.n_steps - 1)
         self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
-        self._tensors = [t for t in compute.TENSORS if any(full[lane][t][d] for lane, d in COLUMNS)]
+        self._tensors = [t for t in trace.tensors if any(full[lane][t][d] for lane, d in COLUMNS)]
         self.table.setRowCount(len(self._tensors) + 1)
         self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors] + ["total"])
         for r, t in enumerate(self._tensors):
@@ -194,7 +194,7 @@ class LedgerPanel(QWidget):
             for c, (lane, d) in enumerate(COLUMNS):
                 self._set(r, c, counts[lane][t][d])
         for c, (lane, d) in enumerate(COLUMNS):
-            self._set(len(self._tensors), c, sum(counts[lane][t][d] for t in compute.TENSORS))
+            self._set(len(self._tensors), c, sum(counts[lane][t][d] for t in trace.tensors))
         totals = trace.totals_at(step)
         self.dense_total_label.setText(f"{totals['dense']:,}")
         self.tiled_total_label.setText(f"{totals['tiled']:,}")
@@ -203,7 +203,7 @@ class LedgerPanel(QWidget):
         for lane, label in (("dense", self.dense_bytes_label), ("tiled", self.tiled_bytes_label)):
             nbytes = sum(
                 element_bytes(t, trace.dtype) * counts[lane][t][d]
-                for t in compute.TENSORS
+                for t in trace.tensors
                 for d in ("read", "write")
             )
             final = self._final[lane]

@@ -40,6 +40,7 @@ class Config:
     input_scale: float = 1.0
     file: str = ""
     sram: int | None = None
+    pass_name: str = "forward"  # "forward", "backward" or "training" (forward then backward)
 
     @property
     def n_k(self) -> int:
@@ -84,6 +85,8 @@ class Config:
             raise InputError(f"The loop order must be one of {', '.join(compute.ORDERS)}.")
         if self.dtype not in compute.DTYPES:
             raise InputError(f"The dtype must be one of {', '.join(compute.DTYPES)}.")
+        if self.pass_name not in compute.PASSES:
+            raise InputError(f"The pass must be one of {', '.join(compute.PASSES)}.")
         if self.input not in INPUT_MODES:
             raise InputError(f"The input must be one of {', '.join(INPUT_MODES)}.")
         if self.input == "file" and not self.file:
@@ -167,6 +170,7 @@ def build(config: Config) -> tuple[Config, Trace]:
             sram_capacity=config.sram,
             dtype=config.dtype,
             save_lse=config.save_lse,
+            pass_name=config.pass_name,
         )
     except InputError:
         raise

@@ -155,3 +155,21 @@ def test_bad_pass_and_do_are_one_sentence():
         build_trace(x.q, x.k, x.v, block_q=2, block_k=2, pass_name="sideways")
     with pytest.raises(ValueError, match="dO has shape"):
         build_trace(x.q, x.k, x.v, block_q=2, block_k=2, pass_name="backward", do=np.zeros((3, 2)))
+
+
+def test_dense_lane_gradients_regions_and_summary():
+    x = random_inputs(9, 3, 2, n_k=7, seed=11)
+    do = np.random.default_rng(12).standard_normal((9, 2))
+    t = build_trace(x.q, x.k, x.v, block_q=2, block_k=3, causal=True, pass_name="training", do=do)
+    ref = attention_backward(x.q, x.k, x.v, do, causal=True, method="dense")
+    for got, want in zip(t.gradients("dense"), ref, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    p = t.probs
+    dp = do @ x.v.T
+    ds = p * (dp - np.sum(p * dp, axis=1, keepdims=True))
+    np.testing.assert_allclose(t.grad_region("dP", 0, 9, 0, 7), dp, atol=1e-12)
+    np.testing.assert_allclose(t.grad_region("dS", 2, 5, 1, 6), ds[2:5, 1:6], atol=1e-12)
+    np.testing.assert_allclose(t.backward_summary(4).ds_small.values[0, 0], ds[:3, :2].mean())
+    np.testing.assert_allclose(t.backward_D, np.sum(do * t.tiled_output, axis=1), atol=1e-12)
+    b = t.backward_block(1)
+    np.testing.assert_allclose(b.ds, ds[2:4], atol=1e-12)  # P̃ ∘ (dP − D): the same dS

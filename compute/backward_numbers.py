@@ -1,0 +1,205 @@
+"""The Trace's backward numbers, computed when a view asks and then kept (a Trace mixin).
+
+Everything here is derived from Q, K, V, dO and the forward's O and L, on demand:
+- the gradients of both lanes (`compute.attention_backward`: dense in float64, the
+  reference; tiled in the trace's dtype, FlashAttention-2's Algorithm 2);
+- D = rowsum(dO ∘ O) per row (the tiled lane's preprocessing pass, in its dtype);
+- one query block's recomputed P̃, dP, dS and dQ after each key tile, one key tile's dK,
+  dV after each query block (compute.backward_rows);
+- regions of the dense lane's dP and dS (float64), and both at display resolution
+  (one chunked pass, as compute.full_pass does for S and P).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import round_to, stats_dtype
+from .backward import attention_backward
+from .backward_rows import BackwardBlock, KeyTile, backward_block, key_tile
+from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+
+
+@dataclass(frozen=True)
+class BackwardRow:
+    """Query row `row`: L, D, the recomputed P̃ row, dQ after each key tile, the reference."""
+
+    row: int
+    L: float
+    D: float
+    p_tilde: np.ndarray  # (N_k,)
+    dq: np.ndarray  # (T_c + 1, d)
+    dq_reference: np.ndarray  # (d,)
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """Key row `col`: dK and dV after each query block (index 0 = before any), references."""
+
+    col: int
+    dk: np.ndarray  # (T_r + 1, d)
+    dv: np.ndarray  # (T_r + 1, d_v)
+    dk_reference: np.ndarray
+    dv_reference: np.ndarray
+
+
+@dataclass(frozen=True)
+class BackwardSummary:
+    """The dense lane's dP and dS at display resolution, and samples for a colour scale."""
+
+    dp_small: BlockMeans
+    ds_small: BlockMeans
+    sample: np.ndarray  # every k-th |dP| and |dS|
+
+
+class BackwardNumbers:
+    """Methods of Trace (it provides q, k, v, do, schedule, scale, dtype, _memo, ...)."""
+
+    def _need_do(self) -> np.ndarray:
+        if self.do is None:
+            raise ValueError("This trace has no backward pass (dO was not given).")
+        return self.do
+
+    def _grad_inputs(self) -> tuple:
+        f = self.summary()
+        return self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse
+
+    def gradients(self, lane: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dQ, dK, dV) of a lane: "dense" the float64 reference, "tiled" FlashAttention-2's
+        backward in the trace's dtype at its block sizes."""
+        s = self.schedule
+
+        def run():
+            kw = dict(causal=s.causal, scale=self.scale)
+            if lane == "dense":
+                return attention_backward(
+                    self.q, self.k, self.v, self._need_do(), method="dense", **kw
+                )
+            return attention_backward(
+                self.q, self.k, self.v, self._need_do(), method="tiled",
+                block_q=s.block_q, block_k=s.block_k, dtype=self.dtype, **kw,
+            )  # fmt: skip
+
+        return self._memo("gradients", 2, lane, run)
+
+    @property
+    def backward_D(self) -> np.ndarray:
+        """D = rowsum(dO ∘ O) per row, as the tiled lane's preprocessing pass forms it."""
+
+        def run():
+            acc = stats_dtype(self.dtype)
+            do, o = (
+                round_to(np.asarray(x, dtype=np.float64), self.dtype).astype(acc)
+                for x in (self._need_do(), self.tiled_output)
+            )
+            d = np.sum(do * o, axis=1)  # D_i = rowsum(dO_i ∘ O_i)
+            d.setflags(write=False)
+            return d
+
+        return self._memo("D", 1, None, run)
+
+    @property
+    def reference_D(self) -> np.ndarray:
+        """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
+
+        def run():
+            d = np.sum(self._need_do() * self.reference, axis=1)
+            d.setflags(write=False)
+            return d
+
+        return self._memo("D_ref", 1, None, run)
+
+    def backward_block(self, block: int) -> BackwardBlock:
+        """Query block `block`'s backward numbers (a few blocks are kept)."""
+        r0, r1 = self.schedule.rows(block)
+        return self._memo(
+            "bwd_blocks", 8, block,
+            lambda: backward_block(
+                *self._grad_inputs(), self.schedule, block, scale=self.scale, dtype=self.dtype,
+                p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
+            ),
+        )  # fmt: skip
+
+    def key_tile(self, tile: int) -> KeyTile:
+        """Key tile `tile`'s dK, dV after each query block (a few tiles are kept)."""
+        c0, c1 = self.schedule.cols(tile)
+        return self._memo(
+            "key_tiles", 8, tile,
+            lambda: key_tile(
+                *self._grad_inputs(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
+                p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,
+            ),
+        )  # fmt: skip
+
+    def backward_row(self, row: int) -> BackwardRow:
+        """Query row `row`'s view of its block's backward numbers."""
+        b = self.backward_block(row // self.schedule.block_q)
+        r = row - b.r0
+        return BackwardRow(
+            row, float(b.L[r]), float(b.D[r]), b.p_tilde[r], b.dq[:, r], b.dq_reference[r]
+        )
+
+    def key_row(self, col: int) -> KeyRow:
+        """Key row `col`'s view of its tile's dK, dV accumulation."""
+        t = self.key_tile(col // self.schedule.block_k)
+        c = col - t.c0
+        return KeyRow(col, t.dk[:, c], t.dv[:, c], t.dk_reference[c], t.dv_reference[c])
+
+    def backward_tiles_done(self, row: int, step: int) -> int:
+        """How many key tiles the tiled lane's backward has added into dQ of `row` after
+        step `step`: tiles are visited in order, so the count is the last tile seen + 1."""
+        steps, tiles = self.lanes["tiled"].steps_of("bwd_update", row // self.schedule.block_q)
+        n = int(np.searchsorted(steps, step, side="right"))
+        return int(tiles[n - 1]) + 1 if n else 0
+
+    def backward_blocks_done(self, col: int, step: int) -> int:
+        """How many query blocks (by index) have added into dK, dV of key `col` after step
+        `step`: key tile j's segment visits its blocks in order, three steps each."""
+        s, lane = self.schedule, self.lanes["tiled"]
+        j = col // s.block_k
+        p = len(lane.parts) - 1  # the backward's K/V-outer loop is the lane's last part
+        part = lane.parts[p]
+        seg = int(np.searchsorted(lane.seg_part, p)) + j
+        lo, hi = lane._span_of(part)
+        start = int(lane.seg_start[seg]) + len(part.head)
+        updates = start + np.arange(hi[j] - lo[j]) * len(part.inner) + 1
+        n = int(np.searchsorted(updates, step, side="right"))
+        return int(lo[j]) + n if n else 0
+
+    # ---- the dense lane's dP and dS ---------------------------------------------------
+    def grad_region(self, name: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """The dense lane's dP (= dO Vᵀ) or dS (= P ∘ (dP − D)) over a region, float64."""
+
+        def run():
+            do = self._need_do()
+            dp = do[r0:r1] @ self.v[c0:c1].T  # dP = dO Vᵀ
+            out = dp
+            if name == "dS":  # dS = P ∘ (dP − D), D = rowsum(dO ∘ O)
+                out = self._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
+            out.setflags(write=False)
+            return out
+
+        return self._memo("grad_region", 6, (name, r0, r1, c0, c1), run)
+
+    def backward_summary(self, cap: int) -> BackwardSummary:
+        """dP and dS at `cap` cells a side (block means), in one chunked pass over rows."""
+        return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap))
+
+    def _backward_summary(self, cap: int) -> BackwardSummary:
+        s, do = self.schedule, self._need_do()
+        dp_means, ds_means = _Means(s.n_q, s.n_k, cap), _Means(s.n_q, s.n_k, cap)
+        chunk = max(1, CHUNK_ELEMENTS // s.n_k)
+        chunk = max(dp_means.fr, chunk - chunk % dp_means.fr)  # aligned to display cells
+        stride = max(1, (s.n_q * s.n_k) // 16384)
+        samples = []
+        for r0 in range(0, s.n_q, chunk):
+            r1 = min(s.n_q, r0 + chunk)
+            dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
+            ds = self._probs(r0, r1, 0, s.n_k) * (dp - self.reference_D[r0:r1, None])
+            dp_means.add(r0, dp, all_finite=True)
+            ds_means.add(r0, ds, all_finite=True)
+            first = (-(r0 * s.n_k)) % stride
+            samples += [np.abs(dp.ravel()[first::stride]), np.abs(ds.ravel()[first::stride])]
+        return BackwardSummary(dp_means.result(), ds_means.result(), np.concatenate(samples))
