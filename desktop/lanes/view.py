@@ -165,10 +165,25 @@ class LaneView(HbmPainter, SramPainter, QWidget):
                 )
         return None
 
+    def key_at(self, pos: QPointF) -> int | None:
+        """The key row under `pos` in K, V, dK or dV of HBM, else None."""
+        trace = self.state.trace
+        if trace is None:
+            return None
+        n_k = trace.schedule.n_k
+        lane_imgs = self.state.images.lanes[self.lane]
+        for name, r in self._layout().items():
+            if name in ("K", "V", "dK", "dV") and name in lane_imgs and r.contains(pos):
+                return min(n_k - 1, int((pos.y() - r.top()) / r.height() * n_k))
+        return None
+
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt override)
-        row = self.row_at(event.position())
-        if row is not None and event.button() == Qt.MouseButton.LeftButton:
-            self.state.set_row(row)
+        if event.button() == Qt.MouseButton.LeftButton:
+            row = self.row_at(event.position())
+            if row is not None:
+                self.state.set_row(row)
+            elif (key := self.key_at(event.position())) is not None:
+                self.state.set_key(key)  # the statistics panel follows dK, dV of this key
         super().mousePressEvent(event)
 
     def event(self, ev: QEvent) -> bool:

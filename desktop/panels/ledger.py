@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 import compute
 from compute import Trace, element_bytes
+from desktop.panels.backward_memory import BackwardMemory
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
 from desktop.theme import style_plot
@@ -136,6 +137,8 @@ class LedgerPanel(QWidget):
         self.plot_note.setWordWrap(True)
         left = QVBoxLayout()
         left.addLayout(totals)
+        self.backward_memory = BackwardMemory(state)  # backward and training only
+        left.addWidget(self.backward_memory)
         left.addWidget(self.table, 1)
         right = QVBoxLayout()
         right.addWidget(self.plot, 1)

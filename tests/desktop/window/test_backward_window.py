@@ -71,3 +71,59 @@ def test_backward_sram_and_equation_show_the_cores_numbers(window, qtbot):
         assert f"tile {j}" in text and "L = " in text
     dq = compute.attention_backward(trace.q, trace.k, trace.v, trace.do, block_q=2, block_k=2)[0]
     np.testing.assert_allclose(trace.backward_block(1).dq[-1], dq[2:4], atol=1e-12)
+
+
+def test_stats_panel_follows_the_row_and_key_to_the_reference(window, qtbot):
+    from desktop.scene.row_series import fmt_vec
+
+    _choose_pass(window, qtbot, "backward")
+    st, trace = window.state, window.state.trace
+    st.set_row(3)
+    st.set_key(4)
+    panel = window.stats_panel.backward
+    assert panel.isVisible() and not window.stats_panel.plots.isVisible()
+    dq, dk, dv = compute.attention_backward(
+        trace.q, trace.k, trace.v, trace.do, block_q=2, block_k=2
+    )
+    st.set_step(0)  # before the main loop: nothing accumulated yet
+    assert panel.labels["dq"].text().startswith(fmt_vec(np.zeros(2)))
+    st.set_step(st.n_steps - 1)
+    np.testing.assert_allclose(trace.backward_row(3).dq[-1], dq[3], atol=1e-12)
+    assert (
+        panel.labels["dq"].text() == f"{fmt_vec(trace.backward_row(3).dq[-1])} after 3 of 3 tiles"
+    )
+    assert panel.labels["dk"].text().startswith(fmt_vec(trace.key_row(4).dk[-1]))
+    np.testing.assert_allclose(trace.key_row(4).dk[-1], dk[4], atol=1e-12)
+    np.testing.assert_allclose(trace.key_row(4).dv[-1], dv[4], atol=1e-12)
+    # Part way: dQ_row after the tiles the lane has visited equals the core's partial sum.
+    step = int(trace.lanes["tiled"].steps_of("bwd_update", 1)[0][1])  # block 1, tile 1
+    st.set_step(step)
+    assert panel.labels["dq"].text() == f"{fmt_vec(trace.backward_row(3).dq[2])} after 2 of 3 tiles"
+
+
+def test_ledger_panel_shows_every_pass_and_the_kept_memory(window, qtbot):
+    _choose_pass(window, qtbot, "training")
+    memory = window.ledger_panel.backward_memory
+    assert memory.isVisible()
+    text = memory.totals_label.text()
+    assert "forward 240 vs 96" in text and "backward 444 vs 270" in text
+    assert "training 684 vs 372" in text
+    assert memory.bars.kept == {"dense": 36, "tiled": 6}
+    assert "N_q·N_k = 36" in memory.keep_label.text()
+    memory.bars.grab()
+    _choose_pass(window, qtbot, "forward")
+    assert not memory.isVisible()
+
+
+def test_clicking_a_key_row_selects_it_for_dk_dv(window, qtbot):
+    from PySide6.QtCore import QPoint, Qt
+
+    _choose_pass(window, qtbot, "backward")
+    st = window.state
+    lane = window.lanes["tiled"]
+    for tensor, key in (("dK", 5), ("K", 2)):
+        r = lane._layout()[tensor]
+        pos = QPoint(int(r.center().x()), int(r.top() + (key + 0.5) * r.height() / 6))
+        qtbot.mouseClick(lane, Qt.MouseButton.LeftButton, pos=pos)
+        assert st.key == key and st.row == 0  # a key, not a query row
+        assert window.stats_panel.backward.key_spin.value() == key
