@@ -19,7 +19,10 @@ import numpy as np
 from .attention import round_to, stats_dtype
 from .backward import attention_backward
 from .backward_rows import BackwardBlock, KeyTile, backward_block, key_tile
+from .backward_schedule import backward_sram_elements
 from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+
+DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class BackwardSummary:
     dp_small: BlockMeans
     ds_small: BlockMeans
     sample: np.ndarray  # every k-th |dP| and |dS|
+    gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # float64 dense (dQ, dK, dV)
 
 
 class BackwardNumbers:
@@ -67,22 +71,22 @@ class BackwardNumbers:
         return self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse
 
     def gradients(self, lane: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(dQ, dK, dV) of a lane: "dense" the float64 reference, "tiled" FlashAttention-2's
-        backward in the trace's dtype at its block sizes."""
+        """(dQ, dK, dV) of a lane: "dense" the float64 reference (from the chunked pass of
+        backward_summary, which forms P, dP and dS anyway), "tiled" FlashAttention-2's
+        backward in the trace's dtype at its block sizes, from the forward's saved O, L."""
+        if lane == "dense":
+            return self.backward_summary(DISPLAY_CAP).gradients
         s = self.schedule
 
         def run():
-            kw = dict(causal=s.causal, scale=self.scale)
-            if lane == "dense":
-                return attention_backward(
-                    self.q, self.k, self.v, self._need_do(), method="dense", **kw
-                )
+            f = self.summary()
             return attention_backward(
-                self.q, self.k, self.v, self._need_do(), method="tiled",
-                block_q=s.block_q, block_k=s.block_k, dtype=self.dtype, **kw,
+                self.q, self.k, self.v, self._need_do(), causal=s.causal, scale=self.scale,
+                method="tiled", block_q=s.block_q, block_k=s.block_k, dtype=self.dtype,
+                saved=(f.tiled_output, f.lse),
             )  # fmt: skip
 
-        return self._memo("gradients", 2, lane, run)
+        return self._memo("gradients", 1, lane, run)
 
     @property
     def backward_D(self) -> np.ndarray:
@@ -168,6 +172,14 @@ class BackwardNumbers:
         n = int(np.searchsorted(updates, step, side="right"))
         return int(lo[j]) + n if n else 0
 
+    def sram_need(self, lane: str) -> int:
+        """Peak SRAM working set of `lane` over this trace's pass, in elements."""
+        forward = self.schedule.sram_elements(lane)
+        if self.pass_name == "forward":
+            return forward
+        backward = backward_sram_elements(self.schedule, lane)
+        return backward if self.pass_name == "backward" else max(forward, backward)
+
     # ---- the dense lane's dP and dS ---------------------------------------------------
     def grad_region(self, name: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """The dense lane's dP (= dO Vᵀ) or dS (= P ∘ (dP − D)) over a region, float64."""
@@ -194,12 +206,22 @@ class BackwardNumbers:
         chunk = max(dp_means.fr, chunk - chunk % dp_means.fr)  # aligned to display cells
         stride = max(1, (s.n_q * s.n_k) // 16384)
         samples = []
+        dq = np.empty((s.n_q, s.d))
+        dk, dv = np.zeros((s.n_k, s.d)), np.zeros((s.n_k, s.d_v))
         for r0 in range(0, s.n_q, chunk):
             r1 = min(s.n_q, r0 + chunk)
+            p = self._probs(r0, r1, 0, s.n_k)  # P = softmax(S), float64
             dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
-            ds = self._probs(r0, r1, 0, s.n_k) * (dp - self.reference_D[r0:r1, None])
+            ds = p * (dp - self.reference_D[r0:r1, None])  # dS = P ∘ (dP − D)
+            dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
+            dq[r0:r1] = (ds @ self.k) * self.scale  # dQ = dS K · scale
+            dk += (ds.T @ self.q[r0:r1]) * self.scale  # dK = dSᵀ Q · scale
             dp_means.add(r0, dp, all_finite=True)
             ds_means.add(r0, ds, all_finite=True)
             first = (-(r0 * s.n_k)) % stride
             samples += [np.abs(dp.ravel()[first::stride]), np.abs(ds.ravel()[first::stride])]
-        return BackwardSummary(dp_means.result(), ds_means.result(), np.concatenate(samples))
+        for x in (dq, dk, dv):
+            x.setflags(write=False)
+        return BackwardSummary(
+            dp_means.result(), ds_means.result(), np.concatenate(samples), (dq, dk, dv)
+        )

@@ -93,7 +93,7 @@ class SramPainter:
         p.drawText(line, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
 
     def _paint_capacity(self, p: QPainter, trace: Trace, area: QRectF) -> None:
-        need = trace.schedule.sram_elements(self.lane)
+        need = trace.sram_need(self.lane)  # of this pass (the backward holds more)
         cap = trace.sram_capacity
         bar = QRectF(area.right() - 330, area.bottom() - 18, 320, 14)
         pal = self.palette()

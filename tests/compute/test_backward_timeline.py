@@ -173,3 +173,24 @@ def test_dense_lane_gradients_regions_and_summary():
     np.testing.assert_allclose(t.backward_D, np.sum(do * t.tiled_output, axis=1), atol=1e-12)
     b = t.backward_block(1)
     np.testing.assert_allclose(b.ds, ds[2:4], atol=1e-12)  # P̃ ∘ (dP − D): the same dS
+
+
+def test_tiled_backward_from_a_saved_forward_and_pass_working_sets():
+    from compute import tiled_attention
+    from compute.backward_schedule import backward_sram_elements
+
+    x = random_inputs(13, 4, 3, n_k=10, seed=21)
+    do = np.random.default_rng(22).standard_normal((13, 3))
+    kw = dict(causal=True, block_q=4, block_k=3, dtype="float32")
+    o, lse = tiled_attention(x.q, x.k, x.v, return_lse=True, **kw)
+    again = attention_backward(x.q, x.k, x.v, do, saved=(o, lse), **kw)
+    for a, b in zip(attention_backward(x.q, x.k, x.v, do, **kw), again, strict=True):
+        np.testing.assert_array_equal(a, b)  # the same forward, so the same numbers
+    for pass_name in ("forward", "backward", "training"):
+        t = build_trace(x.q, x.k, x.v, block_q=4, block_k=3, pass_name=pass_name, do=do)
+        led = pass_ledger(pass_name, 13, 10, 4, 3, block_q=4, block_k=3, save_lse=True)
+        for lane in ("dense", "tiled"):
+            assert t.sram_need(lane) == led.lanes[lane].sram_elements
+            assert t.ledger().lanes[lane].sram_elements == led.lanes[lane].sram_elements
+        if pass_name == "backward":
+            assert t.sram_need("tiled") == backward_sram_elements(t.schedule, "tiled")
