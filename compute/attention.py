@@ -54,7 +54,10 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "float32":
         return np.asarray(x, dtype=np.float32)
     if dtype == "float16":
-        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+        # Beyond 65504 the cast gives inf, as a GPU's conversion does; overflow_notice
+        # reports it, so NumPy's warning would only repeat it (once per call).
+        with np.errstate(over="ignore"):
+            return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
     if dtype == "bfloat16":
         # Round-to-nearest-even on the upper 16 bits of the float32 pattern (NaN-free inputs).
         bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
@@ -76,10 +79,43 @@ def _safe_max(m: np.ndarray) -> np.ndarray:
 
 
 def _divide_rows(a: np.ndarray, l: np.ndarray) -> np.ndarray:
-    # Rows with no visible key have l = 0 and return zeros, never NaN.
+    # Rows with no visible key have l = 0 and return zeros. A row whose l overflowed
+    # (inf or NaN) divides anyway and gives inf/NaN, as a GPU kernel would: hiding it as
+    # zeros would look exactly like a fully masked row.
     out = np.zeros_like(a)
-    np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        np.divide(a, l[:, None], out=out, where=l[:, None] != 0)
     return out
+
+
+DTYPE_MAX = {
+    "float64": float(np.finfo(np.float64).max),
+    "float32": float(np.finfo(np.float32).max),
+    "float16": float(np.finfo(np.float16).max),  # 65504
+    "bfloat16": 3.3895313892515355e38,
+}
+
+
+def overflow_notice(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, dtype: str, tiled_output: np.ndarray
+) -> str | None:
+    """One sentence if the tiled lane overflowed `dtype` (inputs or scores), else None."""
+    largest = max(float(np.max(np.abs(x), initial=0.0)) for x in (q, k, v))
+    if largest > DTYPE_MAX[dtype]:
+        return (
+            f"Inputs reach {largest:.3g}, beyond {dtype}'s largest value "
+            f"{DTYPE_MAX[dtype]:.5g}: the tiled lane overflows to inf/NaN, as a GPU would; "
+            "lower the input scale or choose a wider dtype."
+        )
+    bad = int(
+        np.count_nonzero(~np.isfinite(np.asarray(tiled_output, dtype=np.float64)).any(axis=1))
+    )
+    if bad:
+        return (
+            f"{bad} row(s) of the tiled output overflowed {dtype} to inf/NaN (scores beyond "
+            "its range), as a GPU would; lower the input scale or choose a wider dtype."
+        )
+    return None
 
 
 def dense_lane(
@@ -237,7 +273,8 @@ def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
             hist.p_tilde[rows, cols] = p
     out = _divide_rows(a, l) if order == "q-outer" else o  # one division at the end (q-outer)
     out = round_to(out, dtype).astype(output_dtype(dtype))
-    lse = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(acc)
+    with np.errstate(invalid="ignore"):
+        lse = np.where(l == 0, -np.inf, m + np.log(np.where(l == 0, 1, l))).astype(acc)
     return out, lse, hist
 
 
@@ -262,7 +299,9 @@ def tiled_attention(
     as a GPU kernel does. With return_lse, also returns L = m + log ℓ per row (-inf for a
     row that sees no key).
     """
-    out, lse, _ = _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=False)
+    # Overflow gives inf/NaN silently here, as on a GPU; overflow_notice reports it.
+    with np.errstate(over="ignore", invalid="ignore"):
+        out, lse, _ = _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=False)
     return (out, lse) if return_lse else out
 
 
@@ -279,4 +318,5 @@ def tiled_attention_history(
     dtype: str = "float64",
 ) -> tuple[np.ndarray, np.ndarray, RowHistory]:
     """`tiled_attention` that also records every row's state after each key tile."""
-    return _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=True)

@@ -7,6 +7,9 @@ sentence that says what is wrong and what to do.
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
@@ -17,8 +20,10 @@ import numpy as np
 # The reference example's vectors ship inside the package, so a wheel install finds them.
 REFERENCE_EXAMPLE = "reference_example.json"
 
-# The dense lane materialises S and P (float64) in memory; refuse sizes beyond this.
+# One budget for every array a configuration makes the app hold (see memory_estimate).
 DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
+# A file's Q, K, V may hold at most this many elements each before anything is read.
+MAX_FILE_ELEMENTS = DEFAULT_MEMORY_BUDGET_BYTES // 8
 
 
 class InputError(ValueError):
@@ -71,20 +76,98 @@ def validate_inputs(
         raise InputError(
             f"K has {k.shape[0]} rows but V has {v.shape[0]}; every key needs exactly one value row."
         )
-    check_dense_budget(q.shape[0], k.shape[0], memory_budget)
+    # The inputs only: whoever picks block sizes checks the trace's arrays too.
+    check_memory_budget(q.shape[0], k.shape[0], q.shape[1], v.shape[1], memory_budget=memory_budget)
     return q, k, v
+
+
+CHUNK_BYTES = 64 * 2**20  # the full pass's temporaries: 1M scores in about 8 arrays
+HISTORY_BLOCKS = 16  # query blocks whose history the trace keeps (compute.trace)
+
+
+def memory_terms(
+    n_q: int,
+    n_k: int,
+    d: int,
+    d_v: int,
+    t_c: int | None = None,
+    block_q: int | None = None,
+    *,
+    whole: bool = False,
+) -> dict[str, int]:
+    """Bytes by what holds them, for the arrays one configuration makes the app hold.
+
+    inputs: 24 B per input element (the file's copy, the float64 copy, the rounded copy).
+    With block_q (a trace will be built): per query row the statistics, reference and
+    tiled output; the full pass's chunk; the 16 newest query blocks' histories (m, ℓ, α,
+    a after each of the T_c tiles, and P̃); six cached S and P regions of a block's rows.
+    whole: S and P held whole with their temporaries (56 B per pair; the app does this
+    only for small N, where cells show numbers; the trace before it was chunked peaked
+    at 42 B per pair, 5.1 GB at N = 11000).
+    """
+    terms = {"inputs": 24 * (n_q * d + n_k * (d + d_v)), "pairs": 0, "rows": 0, "history": 0}
+    if whole:
+        terms["pairs"] = 56 * n_q * n_k
+    if block_q is not None:
+        rows = min(n_q, HISTORY_BLOCKS * block_q)
+        t_c = n_k if t_c is None else t_c
+        terms["pairs"] += 12 * 8 * min(n_q, block_q) * n_k
+        terms["rows"] = 8 * n_q * (6 + 2 * d_v) + CHUNK_BYTES
+        terms["history"] = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
+    return terms
+
+
+def memory_estimate(
+    n_q: int,
+    n_k: int,
+    d: int,
+    d_v: int,
+    t_c: int | None = None,
+    block_q: int | None = None,
+    *,
+    whole: bool = False,
+) -> int:
+    """Total bytes of `memory_terms`."""
+    return sum(memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole).values())
+
+
+# What to lower when a term dominates the estimate.
+_LOWER = {
+    "inputs": "lower N, N_keys, d or d_v",
+    "pairs": "lower N or N_keys",
+    "rows": "lower N or d_v",
+    "history": "lower d_v or block_q, or raise block_k",
+}
+
+
+def check_memory_budget(
+    n_q: int,
+    n_k: int,
+    d: int,
+    d_v: int,
+    t_c: int | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    block_q: int | None = None,
+    *,
+    whole: bool = False,
+) -> None:
+    """Refuse, before allocating, a configuration whose arrays exceed the memory budget."""
+    terms = memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole)
+    need = sum(terms.values())
+    if need > memory_budget:
+        biggest = max(terms, key=terms.get)
+        raise InputError(
+            f"N_q = {n_q:,}, N_k = {n_k:,}, d = {d:,}, d_v = {d_v:,} need about "
+            f"{need / 2**20:,.0f} MiB, over the {memory_budget / 2**20:,.0f} MiB memory budget; "
+            f"{_LOWER[biggest]}."
+        )
 
 
 def check_dense_budget(
     n_q: int, n_k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET_BYTES
 ) -> None:
-    """Refuse sizes whose dense lane (S and P in float64) would exceed the memory budget."""
-    need = 2 * 8 * n_q * n_k
-    if need > memory_budget:
-        raise InputError(
-            f"N_q × N_k = {n_q} × {n_k} needs {need / 2**20:,.0f} MiB for the dense lane's S and P, "
-            f"over the {memory_budget / 2**20:,.0f} MiB budget; choose fewer positions."
-        )
+    """Refuse sizes whose whole S and P (and temporaries) exceed the budget (d = d_v = 1)."""
+    check_memory_budget(n_q, n_k, 1, 1, memory_budget=memory_budget, whole=True)
 
 
 def seed_example() -> Inputs:
@@ -104,7 +187,7 @@ def random_inputs(
             raise InputError(f"{name} must be at least 1, not {value}.")
     if not np.isfinite(scale) or scale <= 0:
         raise InputError(f"The input scale must be a positive number, not {scale}.")
-    check_dense_budget(n_q, n_k)
+    check_memory_budget(n_q, n_k, d, d_v)  # the inputs; desktop checks the trace's arrays
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n_q, d)) * scale
     k = rng.standard_normal((n_k, d)) * scale
@@ -112,37 +195,119 @@ def random_inputs(
     return Inputs(q, k, v, f"random (seed {seed}, scale {scale:g})")
 
 
+def _check_header(name: str, where: str, shape: tuple, dtype: np.dtype) -> None:
+    """Refuse a declared shape or dtype before any data is read (headers can lie)."""
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise InputError(
+            f"{where} holds {dtype} values; provide real numbers (integer or floating point)."
+        )
+    count = math.prod(shape)
+    if any(n < 0 for n in shape) or count > MAX_FILE_ELEMENTS:
+        raise InputError(
+            f"{where} declares shape {shape} ({count:,} elements), over the {MAX_FILE_ELEMENTS:,}"
+            f" the memory budget allows; save smaller arrays in {name}."
+        )
+
+
+def _read_header(stream, name: str, where: str) -> tuple[tuple, bool, np.dtype]:
+    """A .npy stream's declared (shape, fortran_order, dtype), checked before any data."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        shape, fortran, dtype = np.lib.format._read_array_header(stream, version)
+    _check_header(name, where, shape, dtype)
+    return shape, fortran, dtype
+
+
+def _read_data(stream, header: tuple[tuple, bool, np.dtype], where: str) -> np.ndarray:
+    """The array body after its header: exactly the declared bytes, or one sentence."""
+    shape, fortran, dtype = header
+    want = math.prod(shape) * dtype.itemsize
+    data = stream.read(want)
+    if len(data) != want:
+        raise InputError(
+            f"{where} is shorter than its header says ({len(data):,} of {want:,} bytes); "
+            "save it again with numpy."
+        )
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _check_declared(name: str, q_shape: tuple, k_shape: tuple, v_shape: tuple) -> None:
+    """The three declared shapes together fit the element cap and the memory budget."""
+    total = sum(math.prod(s) for s in (q_shape, k_shape, v_shape))
+    if total > MAX_FILE_ELEMENTS:
+        raise InputError(
+            f"{name} declares {total:,} elements in Q, K and V, over the {MAX_FILE_ELEMENTS:,} "
+            "the memory budget allows; save smaller arrays."
+        )
+    if all(len(s) == 2 for s in (q_shape, k_shape, v_shape)):
+        check_memory_budget(q_shape[0], k_shape[0], q_shape[1], v_shape[1])
+
+
 def load_inputs(path: str | Path) -> Inputs:
-    """Read Q, K, V from a .npz (arrays q, k, v in any case) or a .npy of shape (3, N, d)."""
+    """Read Q, K, V from a .npz (arrays q, k, v in any case) or a .npy of shape (3, N, d).
+
+    Only regular files are opened (a fifo would block forever), and every array's
+    declared shape is checked against the memory budget before its data is read.
+    """
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path} does not exist; choose an existing .npy or .npz file.")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path} does not exist; choose an existing .npy or .npz file.") from None
+    except OSError as exc:
+        raise InputError(
+            f"{path} cannot be opened ({exc.strerror}); choose another file."
+        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(
+            f"{path} is not a regular file (a folder, fifo or device); choose a .npy or .npz file."
+        )
     suffix = path.suffix.lower()
     try:
         if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                names = {name.lower(): name for name in data.files}
-                missing = [n for n in ("q", "k", "v") if n not in names]
+            with zipfile.ZipFile(path) as archive:
+                members = {
+                    n[:-4].lower(): n for n in archive.namelist() if n.lower().endswith(".npy")
+                }
+                missing = [n for n in ("q", "k", "v") if n not in members]
                 if missing:
                     raise InputError(
                         f"{path.name} lacks array(s) {', '.join(missing)}; save it with "
                         "np.savez(path, q=Q, k=K, v=V)."
                     )
-                q, k, v = (np.array(data[names[n]]) for n in ("q", "k", "v"))
+                # Headers first (a few hundred bytes each), data only once all three pass.
+                headers = {}
+                for n in ("q", "k", "v"):
+                    with archive.open(members[n]) as member:
+                        headers[n] = _read_header(member, path.name, f"{path.name}'s array {n}")
+                _check_declared(path.name, *(headers[n][0] for n in ("q", "k", "v")))
+                arrays = []
+                for n in ("q", "k", "v"):
+                    with archive.open(members[n]) as member:
+                        _read_header(member, path.name, n)
+                        arrays.append(_read_data(member, headers[n], f"{path.name}'s array {n}"))
+                q, k, v = arrays
         elif suffix == ".npy":
-            stacked = np.load(path, allow_pickle=False)
-            if stacked.ndim != 3 or stacked.shape[0] != 3:
-                raise InputError(
-                    f"{path.name} has shape {stacked.shape}; "
-                    "a .npy must stack Q, K, V as (3, N, d) — "
-                    "use a .npz with arrays q, k, v for other shapes."
-                )
-            q, k, v = stacked
+            with open(path, "rb") as f:
+                header = _read_header(f, path.name, path.name)
+                shape = header[0]
+                if len(shape) != 3 or shape[0] != 3:
+                    raise InputError(
+                        f"{path.name} has shape {shape}; "
+                        "a .npy must stack Q, K, V as (3, N, d) — "
+                        "use a .npz with arrays q, k, v for other shapes."
+                    )
+                _check_declared(path.name, shape[1:], shape[1:], shape[1:])
+                q, k, v = _read_data(f, header, path.name)
         else:
             raise InputError(f"{path.name} is not a .npy or .npz file; choose one of those.")
     except InputError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
         raise InputError(
             f"{path.name} could not be read as a NumPy file ({exc.__class__.__name__}); "
             "save it with numpy.save or numpy.savez."

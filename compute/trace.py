@@ -160,9 +160,12 @@ class Trace(BackwardNumbers):
         return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap))
 
     def _summary_uncached(self, cap: int) -> FullPass:
-        return full_pass(
-            self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype, cap=cap
-        )
+        # Inputs or scores beyond a narrow dtype give inf/NaN, as on a GPU; the app
+        # reports that once (attention.overflow_notice), not as NumPy warnings per chunk.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return full_pass(
+                self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype, cap=cap
+            )
 
     @property
     def reference(self) -> np.ndarray:

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the forward (default) or the backward of the tiled and dense paths",
     )  # fmt: skip
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the report")
+    # One line on a bad flag, not the whole usage (8 lines for `--n 0`).
+    p.error = lambda message: p.exit(2, f"{p.prog}: error: {message}\n")  # type: ignore[method-assign]
     return p
 
 

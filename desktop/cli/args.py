@@ -21,40 +21,79 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def positive_int(text: str) -> int:
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below the minimum of 1")
-    return value
 
 
-def positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
+    if value != value:  # NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
     return value
+
+
+def ranged_int(low: int, high: int):
+    """An argparse type: a whole number in [low, high], else one sentence naming the range."""
+
+    def parse(text: str) -> int:
+        value = _whole(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{value} is outside the allowed range {low:,} to {high:,}"
+            )
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def ranged_float(low: float, high: float):
+    """An argparse type: a number in [low, high], else one sentence naming the range."""
+
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside the allowed range {low:g} to {high:g}"
+            )
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+# Ranges: positions and blocks as large as the ledger can count (the memory budget
+# limits what is built); head sizes far past any model; scales whose scores stay finite.
+POSITIONS_MAX = 10**12
+HEAD_MAX = 65_536
+SRAM_MAX = 10**15
+SEED_MAX = 2**32 - 1
+INPUT_SCALE_RANGE = (1e-6, 1e6)
+positive_int = ranged_int(1, POSITIONS_MAX)
+positive_float = ranged_float(1e-12, 1e12)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
     """Add the shared configuration flags (defaults: the reference example)."""
     g = parser.add_argument_group("configuration")
+    head = ranged_int(1, HEAD_MAX)
     g.add_argument("--n", type=positive_int, default=6, help="query positions N (default 6)")
     g.add_argument("--n-keys", type=positive_int, help="key positions N_k (default: N)")
-    g.add_argument("--d", type=positive_int, default=2, help="head size d of Q and K (default 2)")
-    g.add_argument("--dv", type=positive_int, help="head size d_v of V (default: d)")
+    g.add_argument("--d", type=head, default=2, help="head size d of Q and K (default 2)")
+    g.add_argument("--dv", type=head, help="head size d_v of V (default: d)")
     g.add_argument("--block-q", type=positive_int, default=2, help="query block B_r (default 2)")
     g.add_argument("--block-k", type=positive_int, default=2, help="key tile B_c (default 2)")
     g.add_argument("--order", choices=ORDERS, default="q-outer", help="tiled loop order")
     g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
     g.add_argument("--save-lse", action="store_true", help="write L = m + log ℓ per row")
     g.add_argument("--dtype", choices=DTYPES, default="float64", help="tiled lane precision")
-    g.add_argument("--sram", type=positive_int, help="SRAM capacity M in elements")
+    g.add_argument("--sram", type=ranged_int(1, SRAM_MAX), help="SRAM capacity M in elements")
     if inputs:
         g.add_argument(
             "--pass",
@@ -68,11 +107,21 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
             default="seed",
             help="seed (the reference example's vectors), random, or a .npy/.npz file (default seed)",
         )
-        g.add_argument("--seed", type=int, default=0, help="random seed for --input random")
         g.add_argument(
-            "--input-scale", type=positive_float, default=1.0, help="scale of random Q and K"
+            "--seed", type=ranged_int(0, SEED_MAX), default=0, help="seed for --input random"
         )
-        g.add_argument("--row", type=int, default=0, help="selected query row (default 0)")
+        g.add_argument(
+            "--input-scale",
+            type=ranged_float(*INPUT_SCALE_RANGE),
+            default=1.0,
+            help="scale of random Q and K",
+        )
+        g.add_argument(
+            "--row",
+            type=ranged_int(0, POSITIONS_MAX - 1),
+            default=0,
+            help="selected query row (default 0)",
+        )
 
 
 def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> Config:

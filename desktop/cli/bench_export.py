@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        from desktop.export.atomic import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(report, indent=2) + "\n")
     return 0
 
 

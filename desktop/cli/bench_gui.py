@@ -209,8 +209,8 @@ def main(argv: Sequence[str]) -> int:
             "command": "flash-explorer bench-gui " + " ".join(argv),
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        tmp.replace(args.json)  # atomic: a reader never sees half a file
+        from desktop.export.atomic import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(payload, indent=2) + "\n")  # checked, fsynced
         print(f"wrote {args.json}")
     return 0

@@ -9,18 +9,24 @@ a non-zero exit.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from compute import InputError
 from desktop.cli.args import (
     OneLineParser,
     add_config_arguments,
     fail,
-    positive_float,
-    positive_int,
+    ranged_float,
+    ranged_int,
     requested_config,
 )
 from desktop.cli.session import SCREEN_SIZE, ensure_app, headless_window
 from desktop.export.atomic import ExportError
+
+FPS_RANGE = (0.1, 100.0)  # as animation_writer.FPS_RANGE (not imported: it pulls NumPy in)
+HOLD_MAX = 120
+SCALE = ranged_float(0.25, 8.0)
+OUT_OF_MEMORY = "This configuration needs more memory than is free; lower N, d or the frame size."
 
 
 def _common_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -40,10 +46,12 @@ def export_parser() -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("output")
     g.add_argument("--steps", help="1-based step range A:B (default: all); a still shows B")
-    g.add_argument("--fps", type=positive_float, default=6.0, help="frames per second (default 6)")
-    g.add_argument("--hold", type=positive_int, default=2, help="frames per step (default 2)")
+    g.add_argument(
+        "--fps", type=ranged_float(*FPS_RANGE), default=6.0, help="frames per second (default 6)"
+    )
+    g.add_argument("--hold", type=ranged_int(1, HOLD_MAX), default=2, help="frames per step")
     g.add_argument("--size", help="frame size WxH (default: the view's own size)")
-    g.add_argument("--scale", type=positive_float, default=1.0, help="PNG scale, e.g. 2 for print")
+    g.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale, e.g. 2 for print")
     g.add_argument(
         "--lane",
         choices=TARGETS,
@@ -57,15 +65,25 @@ def export_parser() -> argparse.ArgumentParser:
 
 def _checked_config(args):
     """The config the flags ask for, checked and fitted to its inputs (one sentence if not).
-    Block sizes are drawn as given, at every N."""
-    from desktop.state.config import conform, make_inputs
+    Block sizes are drawn as given, at every N; the whole memory budget is checked here,
+    before any window (whose build error would be a dialog)."""
+    from desktop.state.config import check_config_memory, conform, make_inputs
 
     asked = requested_config(args).validated()
-    return conform(asked, make_inputs(asked))
+    config = conform(asked, make_inputs(asked))
+    check_config_memory(config)
+    return config
 
 
 def main(argv: list[str]) -> int:
     """`flash-explorer export`."""
+    from desktop.export.atomic import clean_interrupts
+
+    with clean_interrupts():  # Ctrl+C: temp file removed, one line, exit 130
+        return _export(argv)
+
+
+def _export(argv: list[str]) -> int:
     parser = export_parser()
     args = parser.parse_args(argv)
     try:
@@ -86,6 +104,9 @@ def main(argv: list[str]) -> int:
                 f"Row {args.row} does not exist; choose a query row from 0 to "
                 f"{window.state.trace.schedule.n_q - 1}."
             )
+        notice = window.overflow_text()
+        if notice:
+            print(f"warning: {notice}", file=sys.stderr)
         steps = parse_steps(args.steps, window.state.n_steps)
         still = path.suffix.lower() in (".png", ".svg")
         target = args.lane or ("window" if still else "both")
@@ -106,6 +127,8 @@ def main(argv: list[str]) -> int:
         window.close()
     except (ExportError, InputError) as exc:
         return fail(str(exc), parser.prog)
+    except MemoryError:
+        return fail(OUT_OF_MEMORY, parser.prog)
     if not args.quiet:
         print(f"wrote {path} ({what})")
     return 0
@@ -113,10 +136,17 @@ def main(argv: list[str]) -> int:
 
 def main_ledger(argv: list[str]) -> int:
     """`flash-explorer export-ledger`."""
+    from desktop.export.atomic import clean_interrupts
+
+    with clean_interrupts():
+        return _export_ledger(argv)
+
+
+def _export_ledger(argv: list[str]) -> int:
     parser = _common_parser(
         "flash-explorer export-ledger", "Write the ledger of a configuration as PNG, CSV or JSON."
     )
-    parser.add_argument("--scale", type=positive_float, default=1.0, help="PNG scale (default 1)")
+    parser.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale (default 1)")
     args = parser.parse_args(argv)
     try:
         from desktop.export.exporter import check_suffix
@@ -130,5 +160,7 @@ def main_ledger(argv: list[str]) -> int:
         export_ledger(result, path, scale=args.scale)
     except (ExportError, InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
+    except MemoryError:
+        return fail(OUT_OF_MEMORY, parser.prog)
     print(f"wrote {path}")
     return 0

@@ -92,36 +92,55 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _screenshot(args: argparse.Namespace, window_class) -> int:
+    from desktop.export.atomic import clean_interrupts
+
+    with clean_interrupts():  # Ctrl+C or SIGTERM: no partial file, one line, exit 130/143
+        return _write_screenshot(args, window_class)
+
+
+def _write_screenshot(args: argparse.Namespace, window_class) -> int:
+    """The same rules as `export`: .png only, steps and rows checked, written atomically."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
     from compute import InputError
+    from desktop.export.atomic import ExportError, describe_os_error
+    from desktop.export.exporter import check_suffix, export_still
     from desktop.state.config import build
 
-    config = requested_config(args)
-    try:
-        build(config)  # fail with one sentence before any window (and its dialogs) exists
-    except InputError as exc:
-        print(f"flash-explorer: error: {exc}", file=sys.stderr)
-        return 2
-    window = window_class(config, persist=False, build_inline=True)
-    window.set_theme(args.theme or "light")
-    window.state.set_row(args.row)
-    window.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
-    window.resize(*SCREENSHOT_SIZE)
-    window.show()
-    QApplication.processEvents()
-    n = window.state.n_steps
-    step = n - 1 if args.step is None else max(0, min(args.step - 1, n - 1))
-    image = window.render_frame(step)
+    prog = "flash-explorer"
     path = Path(args.screenshot)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ok = image.save(str(path), "PNG")
-    window.close()
-    if not ok:
-        print(
-            f"flash-explorer: could not write {path}; choose a writable .png path.", file=sys.stderr
-        )
+    try:
+        check_suffix(path, (".png",))
+        build(requested_config(args))  # one sentence before any window (and dialog) exists
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ExportError(describe_os_error(exc, path)) from None
+        window = window_class(requested_config(args), persist=False, build_inline=True)
+        window.set_theme(args.theme or "light")
+        n, n_q = window.state.n_steps, window.state.trace.schedule.n_q
+        if not 0 <= args.row < n_q:
+            raise ExportError(
+                f"Row {args.row} does not exist; choose a query row from 0 to {n_q - 1}."
+            )
+        if args.step is not None and not 1 <= args.step <= n:
+            raise ExportError(f"Step {args.step} does not exist; choose a step from 1 to {n}.")
+        if window.overflow_text():
+            print(f"warning: {window.overflow_text()}", file=sys.stderr)
+        window.state.set_row(args.row)
+        window.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+        window.resize(*SCREENSHOT_SIZE)
+        window.show()
+        QApplication.processEvents()
+        step = n - 1 if args.step is None else args.step - 1
+        export_still(window, path, target="window", step=step)
+        window.close()
+    except (ExportError, InputError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"{prog}: error: this configuration needs more memory than is free.", file=sys.stderr)
         return 2
     print(f"wrote {path} (step {step + 1} of {n})")
     return 0

@@ -19,24 +19,31 @@ def format_ledger(result: Ledger) -> str:
     """The ledger as a plain-text table: per tensor and direction, both lanes, then totals."""
     c = result.config()
     dense, tiled = result.lanes["dense"], result.lanes["tiled"]
+    rows = []
+    for t in dense.counts:  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
+        row = [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS]
+        if any(row):
+            rows.append(("ℓ" if t == "l" else t, row))
+    totals = (dense.total_elements, tiled.total_elements, dense.total_bytes, tiled.total_bytes)
+    # Columns as wide as the widest number plus two spaces: 13+ digit counts never touch.
+    w = max(14, 2 + max(len(f"{x:,}") for x in [*totals, *(x for _, r in rows for x in r)]))
     lines = [
         f"HBM transfer ledger  N_q={c['n_q']} N_k={c['n_k']} d={c['d']} d_v={c['d_v']} "
         f"B_r={c['block_q']} B_c={c['block_k']} order={c['order']} "
         f"causal={'yes' if c['causal'] else 'no'} L={'saved' if c['save_lse'] else 'not saved'} "
         f"dtype={c['dtype']}" + (f" pass={c['pass']}" if "pass" in c else ""),
         "",
-        f"{'tensor':<8}{'dense read':>14}{'dense write':>14}{'tiled read':>14}{'tiled write':>14}",
+        f"{'tensor':<8}"
+        + "".join(f"{h:>{w}}" for h in ("dense read", "dense write", "tiled read", "tiled write")),
     ]
-    for t in dense.counts:  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
-        row = [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS]
-        if any(row):
-            label = "ℓ" if t == "l" else t
-            lines.append(f"{label:<8}" + "".join(f"{x:>14,}" for x in row))
+    for label, row in rows:
+        lines.append(f"{label:<8}" + "".join(f"{x:>{w},}" for x in row))
     lines += [
         "",
-        f"{'total elements':<22}{'dense':>6} {dense.total_elements:>14,}   "
-        f"tiled {tiled.total_elements:>14,}",
-        f"{'total bytes':<22}{'dense':>6} {dense.total_bytes:>14,}   tiled {tiled.total_bytes:>14,}",
+        f"{'total elements':<22}{'dense':>6} {dense.total_elements:>{w},}   "
+        f"tiled {tiled.total_elements:>{w},}",
+        f"{'total bytes':<22}{'dense':>6} {dense.total_bytes:>{w},}   "
+        f"tiled {tiled.total_bytes:>{w},}",
         f"dense / tiled transfers: {result.ratio:.2f}x",
     ]
     sram = (

@@ -47,10 +47,20 @@ def headless_window(config, *, row: int = 0, theme: str = "light", size=SCREEN_S
     """A MainWindow on `config`, built synchronously and laid out but never shown on screen."""
     from PySide6.QtCore import Qt
 
+    from desktop.export.atomic import ExportError
     from desktop.window.main_window import MainWindow
 
     ensure_app()
-    window = MainWindow(config, persist=False, build_inline=True)
+    errors: list[str] = []
+
+    class HeadlessWindow(MainWindow):
+        def show_error(self, message: str) -> None:
+            errors.append(message)  # a modal dialog would wait forever with no one to click
+
+    window = HeadlessWindow(config, persist=False, build_inline=True)
+    if errors:
+        window.close()
+        raise ExportError(errors[0])
     window.set_theme(theme)
     window.state.set_row(row)
     window.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)

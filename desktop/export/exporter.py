@@ -13,11 +13,18 @@ from pathlib import Path
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QColor, QImage, QPainter
 
-from desktop.export.animation_writer import ANIMATION_SUFFIXES, write_animation
-from desktop.export.atomic import ExportError, write_atomic
+from desktop.export.animation_writer import (
+    ANIMATION_SUFFIXES,
+    check_fps,
+    frame_bytes,
+    write_animation,
+)
+from desktop.export.atomic import ExportError, write_bytes_atomic
 from desktop.export.frames import (
+    FOOTER_HEIGHT,
     FramePlan,
     grab,
+    png_bytes,
     render_frames,
     render_svg,
     show_frame,
@@ -33,6 +40,27 @@ def check_suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
     if path.suffix.lower() not in allowed:
         raise ExportError(f"{path.name} has an unknown extension; use {', '.join(allowed)}.")
     return path
+
+
+def check_frame_memory(window, target: str, size: tuple[int, int] | None) -> None:
+    """Refuse, before rendering, frames that with the trace would pass the memory budget.
+
+    Frames are streamed (one in flight), so the need is the trace's arrays plus one frame.
+    """
+    from compute.inputs import DEFAULT_MEMORY_BUDGET_BYTES
+    from desktop.state.config import config_memory
+
+    widget = target_widget(window, target)
+    w, h = size or (widget.width(), widget.height() + FOOTER_HEIGHT)
+    c = window.state.config
+    held = config_memory(c) if c else 0
+    need = frame_bytes(w, h)
+    if held + need > DEFAULT_MEMORY_BUDGET_BYTES:
+        raise ExportError(
+            f"Frames of {w}x{h} need about {need / 2**20:,.0f} MiB each on top of "
+            f"{held / 2**20:,.0f} MiB for the trace, over the "
+            f"{DEFAULT_MEMORY_BUDGET_BYTES / 2**20:,.0f} MiB memory budget; choose a smaller size."
+        )
 
 
 @contextmanager
@@ -78,18 +106,13 @@ def export_still(
         raise ExportError(f"Scale {scale} is outside 0.25 to 8; choose e.g. 1 or 2.")
     with kept_step(window):
         if path.suffix.lower() == ".svg":
-            return write_atomic(path, lambda tmp: render_svg(window, target, step, tmp))
+            return write_bytes_atomic(path, render_svg(window, target, step))
         if size is not None:
             show_frame(window, step)
             image = grab(target_widget(window, target), size)
         else:
             image = scaled_image(window, target, step, scale)
-
-        def save(tmp: Path) -> None:
-            if not image.save(str(tmp), "PNG"):
-                raise OSError(f"Qt could not write {tmp.name}")
-
-        return write_atomic(path, save)
+        return write_bytes_atomic(path, png_bytes(image))
 
 
 def export_animation(
@@ -104,6 +127,8 @@ def export_animation(
 ) -> Path:
     """A step range as a looping GIF or an MP4, each step held `plan.hold` frames."""
     path = check_suffix(path, ANIMATION_SUFFIXES)
+    check_fps(fps)
+    check_frame_memory(window, target, size)
     with kept_step(window):
         frames = render_frames(window, plan, target, size)
         return write_animation(path, frames, total=len(plan), fps=fps, progress=progress)

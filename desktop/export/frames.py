@@ -169,14 +169,20 @@ def render_frames(
         yield to_rgb_array(animation_frame(view, caption, (index + 1) / len(frames), size))
 
 
-def render_svg(window, target: str, step: int, path) -> None:
-    """Draw one view at `step` as vector SVG (QPainter output of the same paint code)."""
+def render_svg(window, target: str, step: int) -> bytes:
+    """One view at `step` as vector SVG bytes (QPainter output of the same paint code).
+
+    Drawn into memory, so the caller writes the file and checks every write.
+    """
+    from PySide6.QtCore import QBuffer, QIODevice
     from PySide6.QtSvg import QSvgGenerator
 
     widget = target_widget(window, target)
     show_frame(window, step)
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
     generator = QSvgGenerator()
-    generator.setFileName(str(path))
+    generator.setOutputDevice(buffer)
     generator.setSize(widget.size())
     generator.setViewBox(widget.rect())
     generator.setTitle("FlashAttention Explorer")
@@ -184,4 +190,16 @@ def render_svg(window, target: str, step: int, path) -> None:
     painter = QPainter(generator)
     widget.render(painter, QPoint())
     if not painter.end():
-        raise OSError(f"Qt could not finish writing {path}")
+        raise ExportError("Qt could not finish drawing the SVG; try PNG instead.")
+    return bytes(buffer.data())
+
+
+def png_bytes(image: QImage) -> bytes:
+    """`image` encoded as PNG in memory (the caller writes it, checking every write)."""
+    from PySide6.QtCore import QBuffer, QIODevice
+
+    buffer = QBuffer()
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if not image.save(buffer, "PNG"):
+        raise ExportError("Qt could not encode the image as PNG; try a smaller size.")
+    return bytes(buffer.data())

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from compute import DIRECTIONS, TENSORS, Ledger, element_bytes
-from desktop.export.atomic import ExportError, write_atomic, write_text_atomic
+from desktop.export.atomic import ExportError, write_bytes_atomic, write_text_atomic
 
 LEDGER_SUFFIXES = (".png", ".csv", ".json")
 LANE_COLOURS = {"dense": "#d6604d", "tiled": "#4393c3"}
@@ -39,6 +39,12 @@ def ledger_csv(result: Ledger) -> str:
 
 def _bytes(result: Ledger, tensor: str) -> int:
     return element_bytes(tensor, result.dtype)
+
+
+def check_scale(scale: float) -> None:
+    """PNG scale within 0.25 to 8 (a larger one asks Qt for a gigapixel image)."""
+    if not 0.25 <= scale <= 8:
+        raise ExportError(f"Scale {scale:g} is outside 0.25 to 8; choose e.g. 1 or 2.")
 
 
 def ledger_image(result: Ledger, scale: float = 1.0):
@@ -143,13 +149,10 @@ def export_ledger(result: Ledger, path: str | Path, *, scale: float = 1.0) -> Pa
     if suffix == ".csv":
         return write_text_atomic(path, ledger_csv(result))
     if suffix == ".png":
-        image = ledger_image(result, scale)
+        from desktop.export.frames import png_bytes
 
-        def save(tmp: Path) -> None:
-            if not image.save(str(tmp), "PNG"):
-                raise OSError(f"Qt could not write {tmp.name}")
-
-        return write_atomic(path, save)
+        check_scale(scale)
+        return write_bytes_atomic(path, png_bytes(ledger_image(result, scale)))
     raise ExportError(
         f"{path.name} has an unknown extension; use .png, .csv or .json for a ledger."
     )

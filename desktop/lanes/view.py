@@ -8,15 +8,15 @@ is its own widget so an exporter can `grab()` one lane at any step.
 
 from __future__ import annotations
 
-import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
-from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QFont, QMouseEvent, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
 from compute.timeline import BACKWARD_PHASES
-from desktop.lanes.hbm import HbmPainter
-from desktop.lanes.sram import SramPainter
+from desktop.lanes import hbm as hbm_painter
+from desktop.lanes import sram as sram_painter
+from desktop.lanes.context import LaneContext
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
@@ -33,7 +33,7 @@ BACKWARD_TITLES = {
 }
 
 
-class LaneView(HbmPainter, SramPainter, QWidget):
+class LaneView(QWidget):
     """Paints one lane of the current trace at the current step."""
 
     def __init__(self, state: AppState, lane: str, parent: QWidget | None = None) -> None:
@@ -43,8 +43,8 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         self._rects: dict[str, QRectF] = {}
         self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
         self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
-        self._tile_cache: dict[tuple, tuple[np.ndarray, QImage]] = {}
-        self._sram: list[tuple[geo.SramTile, QRectF, QRectF]] = []  # tile, slot, cells
+        self._tiles = sram_painter.TileImages()
+        self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, 190)
         state.sigTraceChanged.connect(self._on_trace)
@@ -58,7 +58,7 @@ class LaneView(HbmPainter, SramPainter, QWidget):
         imgs = self.state.images.lanes[self.lane]
         self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
         self._rects, self._static = {}, None
-        self._tile_cache: dict[tuple, tuple[np.ndarray, QImage]] = {}
+        self._tiles = sram_painter.TileImages()
         self.update()
 
     def _on_step(self, _step: int) -> None:
@@ -101,15 +101,35 @@ class LaneView(HbmPainter, SramPainter, QWidget):
             return
         step = self.state.step
         hbm, sram = self._frames()
-        rects = self._layout()
-        p.drawPixmap(0, 0, self._static_layer(trace, rects, hbm, sram))
+        ctx = self._context()
+        p.drawPixmap(0, 0, self._static_layer(ctx, trace, hbm, sram))
         self._paint_title(p, trace, step)
-        self._paint_live(p, trace, step, rects)
-        self._paint_veils(p, trace, step, rects)
-        self._paint_row(p, trace, rects)
-        self._paint_sram(p, trace, step, sram)
-        self._paint_transfers(p, trace, step, rects, hbm)
+        hbm_painter.paint_live(p, ctx, trace, step)
+        hbm_painter.paint_veils(p, ctx, step)
+        hbm_painter.paint_row(p, ctx, trace)
+        self._sram = sram_painter.paint_sram(p, ctx, trace, step, sram, self._tiles)
+        sram_painter.paint_transfers(p, ctx, trace, step, self._sram)
         p.end()
+
+    def _context(self) -> LaneContext:
+        return LaneContext(
+            state=self.state,
+            lane=self.lane,
+            palette=self.palette(),
+            font=self.font(),
+            images=self._images,
+            live=self._live,
+            rects=self._layout(),
+        )
+
+    def _static_layer(self, ctx: LaneContext, trace: Trace, hbm: QRectF, sram: QRectF) -> QPixmap:
+        """The cached per-trace layer; rebuilt too when the window moves to a screen of
+        another pixel ratio."""
+        dpr = self.devicePixelRatioF()
+        if self._static is None or self._static.devicePixelRatio() != dpr:
+            size = (self.width(), self.height())
+            self._static = hbm_painter.static_layer(ctx, trace, hbm, sram, size, dpr)
+        return self._static
 
     def _paint_title(self, p: QPainter, trace: Trace, step: int) -> None:
         """Lane name left, what it does at this step in the middle, transfers so far right."""

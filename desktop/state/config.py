@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Trace
+from compute.inputs import check_memory_budget, memory_estimate
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
 SEED_SIZES = (6, 6, 2, 2)  # the reference example's N, N_keys, d, d_v
@@ -54,24 +55,52 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Config:
-        """Rebuild from saved settings, ignoring unknown keys and falling back on bad values."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+    def from_dict(cls, data: object, warn=None) -> Config:
+        """Rebuild from saved settings, ignoring unknown keys and falling back on bad values.
+
+        Saved settings can be anything (hand-edited, another version's): a value of the
+        wrong type or out of range falls back to its default, reported through `warn`.
+        """
+        warn = warn or (lambda _text: None)
+        if not isinstance(data, dict):
+            warn(
+                f"the saved configuration is not a mapping ({type(data).__name__}); using the default"
+            )
+            return cls()
+        fields = {f.name for f in dataclasses.fields(cls)}
         clean = {}
         for name, value in data.items():
-            if name in fields:
-                default = getattr(cls(), name)
-                try:
-                    if name in OPTIONAL_INTS:  # saved as 0, "" or None when unset
-                        clean[name] = int(value) or None if value not in (None, "") else None
-                    else:
-                        clean[name] = type(default)(value)
-                except (TypeError, ValueError):
+            if name not in fields:
+                continue
+            default = getattr(cls(), name)
+            try:
+                if name in OPTIONAL_INTS:  # saved as 0, "" or None when unset
+                    if value is None or value == "" or value == 0:
+                        clean[name] = None
+                        continue
+                    if isinstance(value, bool) or not isinstance(value, int):
+                        raise TypeError
+                    clean[name] = int(value)
                     continue
+                if isinstance(default, bool) and not isinstance(value, bool):
+                    raise TypeError
+                if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+                    raise TypeError  # "12" or [1] are not what the app saved
+                clean[name] = type(default)(value)
+                if isinstance(clean[name], float) and not math.isfinite(clean[name]):
+                    raise ValueError
+            except (TypeError, ValueError, OverflowError):
+                clean.pop(name, None)
+                warn(f"the saved setting config.{name}={value!r} is not valid; using {default!r}")
         try:
-            return cls(**clean).validated()
-        except InputError:
+            config = cls(**clean).validated()
+        except InputError as exc:
+            warn(f"the saved configuration is not valid ({exc}); using the default")
             return cls()
+        if config.n > N_MAX or config.n_k > N_MAX or config.d > D_MAX or config.dv > D_MAX:
+            warn(f"the saved config exceeds N ≤ {N_MAX}, d ≤ {D_MAX}; using the default")
+            return cls()
+        return config
 
     def validated(self) -> Config:
         """Raise InputError (one sentence) for values no control can produce."""
@@ -108,12 +137,36 @@ class Config:
         return self.n * self.n_k * (self.d + self.dv) + 2000 * t_c
 
 
+def _memory_args(config: Config) -> tuple[tuple, dict]:
+    from desktop.scene.render import NUMBERS_CAP
+
+    t_c = math.ceil(config.n_k / config.block_k)
+    whole = max(config.n, config.n_k) <= NUMBERS_CAP  # small N: S and P are held whole
+    return (config.n, config.n_k, config.d, config.dv, t_c), {
+        "block_q": config.block_q,
+        "whole": whole,
+    }
+
+
+def config_memory(config: Config) -> int:
+    """Bytes the trace and views of `config` hold (compute.inputs.memory_terms)."""
+    args, kwargs = _memory_args(config)
+    return memory_estimate(*args, **kwargs)
+
+
+def check_config_memory(config: Config) -> None:
+    """One sentence, before allocating, if `config` would pass the memory budget."""
+    args, kwargs = _memory_args(config)
+    check_memory_budget(*args, **kwargs)
+
+
 def make_inputs(config: Config) -> Inputs:
     """The inputs a Config names; shapes follow the inputs for seed and file sources."""
     if config.input == "seed":
         return compute.seed_example()
     if config.input == "file":
         return compute.load_inputs(config.file)
+    check_config_memory(config)  # random sizes are known before drawing: check first
     return compute.random_inputs(
         config.n, config.d, config.dv, n_k=config.n_k, seed=config.seed, scale=config.input_scale
     )
@@ -158,6 +211,7 @@ def build(config: Config) -> tuple[Config, Trace]:
     config = config.validated()
     inputs = make_inputs(config)
     config = conform(config, inputs)
+    check_config_memory(config)
     try:
         trace = compute.build_trace(
             inputs.q,

@@ -101,6 +101,10 @@ class TraceBuilder(QObject):
                 result = build_all(config)
             except InputError as exc:
                 self._deliver(generation, None, str(exc))
+            except MemoryError:  # never leave the request wedged on a config that cannot build
+                self._deliver(
+                    generation, None, "This configuration needs more memory than is free."
+                )
             else:
                 self._deliver(generation, result, None)
             return

@@ -30,6 +30,7 @@ from desktop.export.atomic import ExportCancelled, ExportError
 from desktop.export.exporter import export_animation, export_still
 from desktop.export.frames import FramePlan
 from desktop.export.ledger_export import export_ledger
+from desktop.window.saved_settings import parse_row, parse_speed, read_value
 
 VIEW_NAMES = {
     "window": "Whole window",
@@ -98,10 +99,10 @@ class AnimationOptions(_Options):
         steps.addWidget(self.last)
         self.fps = QDoubleSpinBox()
         self.fps.setRange(0.5, 60)
-        self.fps.setValue(float(settings.value("export/fps", 6.0)))
+        self.fps.setValue(read_value(settings, "export/fps", parse_speed, 6.0))
         self.hold = QSpinBox()
         self.hold.setRange(1, 30)
-        self.hold.setValue(int(settings.value("export/hold", 2)))
+        self.hold.setValue(read_value(settings, "export/hold", parse_row, 2))
         self.hold.setToolTip("Frames per step: transfers travel across these frames")
         self.width, self.height = QSpinBox(), QSpinBox()
         for box, value in ((self.width, 0), (self.height, 0)):

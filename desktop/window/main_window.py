@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from compute.attention import overflow_notice
 from desktop.lanes.legend import Legend
 from desktop.lanes.view import LaneView
 from desktop.panels.controls import ControlsPanel
@@ -38,6 +39,14 @@ from desktop.window.busy_veil import BusyVeil, computing_text
 from desktop.window.export_dialogs import Exports
 from desktop.window.menus import build_menus
 from desktop.window.playback_bar import PlaybackBar
+from desktop.window.saved_settings import (
+    parse_bytes,
+    parse_config_json,
+    parse_row,
+    parse_speed,
+    parse_theme,
+    read_value,
+)
 
 LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
 ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
@@ -56,13 +65,7 @@ ABOUT = (
 
 def saved_config() -> Config | None:
     """The configuration the last session closed with, if any."""
-    raw = QSettings(ORGANISATION, APPLICATION).value("config")
-    if raw is None:
-        return None
-    try:
-        return Config.from_dict(json.loads(str(raw)))
-    except (ValueError, TypeError):
-        return None
+    return read_value(QSettings(ORGANISATION, APPLICATION), "config", parse_config_json, None)
 
 
 class MainWindow(QMainWindow):
@@ -119,6 +122,11 @@ class MainWindow(QMainWindow):
         self.busy_label = QLabel()
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.busy_label)
+        # Overflow of the tiled dtype stays visible while that trace is shown.
+        self.overflow_label = QLabel()
+        self.overflow_label.setStyleSheet("color: #b2182b; font-weight: bold;")
+        self.overflow_label.setWordWrap(True)
+        self.statusBar().addPermanentWidget(self.overflow_label)
         self.theme = "system"
         self._build_menus()
         self.exports = Exports(self)
@@ -127,6 +135,7 @@ class MainWindow(QMainWindow):
         self.stats_panel.sigTileJump.connect(self.playback.row_tile)
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
+        self.state.sigTraceChanged.connect(self._show_overflow)
         self.state.sigError.connect(self.show_error)
         self.state.sigConfigChanged.connect(self._show_title)
         self.state.sigNotice.connect(lambda text: self.statusBar().showMessage(text, 8000))
@@ -212,6 +221,18 @@ class MainWindow(QMainWindow):
             f"blocks {cfg.block_q}×{cfg.block_k}"
         )
 
+    def overflow_text(self) -> str:
+        """The overflow sentence for the shown trace ('' when its dtype held every value)."""
+        t = self.state.trace
+        if t is None:
+            return ""
+        return overflow_notice(t.q, t.k, t.v, t.dtype, t.tiled_output) or ""
+
+    def _show_overflow(self, _trace: object) -> None:
+        text = self.overflow_text()
+        self.overflow_label.setText(f"⚠ {text}" if text else "")
+        self.overflow_label.setToolTip(text)
+
     def _show_status(self, step: int) -> None:
         trace = self.state.trace
         if trace is not None:
@@ -252,13 +273,16 @@ class MainWindow(QMainWindow):
         saved = None
         if self.persist:
             s = self._settings()
-            if s.value("geometry") is not None:
-                self.restoreGeometry(QByteArray(s.value("geometry")))
-                self.restoreState(QByteArray(s.value("windowState")))
-            saved = saved_config()
-            self.state.set_row(int(s.value("row", 0)))
-            self.bar.set_speed(float(s.value("speed", 2.0)))
-            self.set_theme(str(s.value("theme", "system")))
+            geometry = read_value(s, "geometry", parse_bytes, None)
+            if geometry is not None:
+                self.restoreGeometry(geometry)
+                state = read_value(s, "windowState", parse_bytes, None)
+                if state is not None:
+                    self.restoreState(state)
+            saved = saved_config() if config is None else None  # read (and warn) once
+            self.state.set_row(read_value(s, "row", parse_row, 0))
+            self.bar.set_speed(read_value(s, "speed", parse_speed, 2.0))
+            self.set_theme(read_value(s, "theme", parse_theme, "system"))
         else:
             self._theme_actions["system"].setChecked(True)
         self.state.set_config(config or saved or Config())

@@ -41,7 +41,7 @@ def test_validation_messages(q, k, v, message):
 
 def test_dense_budget():
     check_dense_budget(1024, 1024)
-    with pytest.raises(InputError, match="budget; choose fewer positions"):
+    with pytest.raises(InputError, match="memory budget; lower N or N_keys"):
         check_dense_budget(100_000, 100_000)
 
 

@@ -67,7 +67,7 @@ def test_encoder_failure_leaves_no_partial_file(tmp_path):
 def test_unknown_extension_and_bad_fps(tmp_path):
     with pytest.raises(ExportError, match="use .gif or .mp4"):
         write_animation(tmp_path / "a.avi", frames(2), total=2, fps=5)
-    with pytest.raises(ExportError, match="frame rate must be positive"):
+    with pytest.raises(ExportError, match="frame rate 0 is outside 0.1 to 100"):
         write_animation(tmp_path / "a.gif", frames(2), total=2, fps=0)
 
 
