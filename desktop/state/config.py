@@ -172,12 +172,14 @@ def make_inputs(config: Config) -> Inputs:
     )
 
 
-def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
+def ledger_for(config: Config, pass_name: str | None = None) -> compute.Ledger:
     """The exact ledger of a config at the block sizes asked for, from the closed form.
 
     Only shapes matter: a file is read for its shapes, random inputs are not drawn.
-    pass_name "backward" or "training" gives that pass's ledger (from its closed form).
+    pass_name "backward" or "training" gives that pass's ledger (from its closed form);
+    None means the config's own pass.
     """
+    pass_name = config.pass_name if pass_name is None else pass_name
     n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
     if config.input != "random":
         inputs = make_inputs(config)
