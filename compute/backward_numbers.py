@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import round_to, stats_dtype
-from .backward import attention_backward
+from .attention import _safe_max, causal_mask, output_dtype, round_to, stats_dtype
 from .backward_rows import BackwardBlock, KeyTile, backward_block, key_tile
 from .backward_schedule import backward_sram_elements
 from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
@@ -56,6 +55,7 @@ class BackwardSummary:
     ds_small: BlockMeans
     sample: np.ndarray  # every k-th |dP| and |dS|
     gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # float64 dense (dQ, dK, dV)
+    tiled_gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # the tiled lane's, its dtype
 
 
 class BackwardNumbers:
@@ -71,22 +71,14 @@ class BackwardNumbers:
         return self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse
 
     def gradients(self, lane: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(dQ, dK, dV) of a lane: "dense" the float64 reference (from the chunked pass of
-        backward_summary, which forms P, dP and dS anyway), "tiled" FlashAttention-2's
-        backward in the trace's dtype at its block sizes, from the forward's saved O, L."""
-        if lane == "dense":
-            return self.backward_summary(DISPLAY_CAP).gradients
-        s = self.schedule
-
-        def run():
-            f = self.summary()
-            return attention_backward(
-                self.q, self.k, self.v, self._need_do(), causal=s.causal, scale=self.scale,
-                method="tiled", block_q=s.block_q, block_k=s.block_k, dtype=self.dtype,
-                saved=(f.tiled_output, f.lse),
-            )  # fmt: skip
-
-        return self._memo("gradients", 1, lane, run)
+        """(dQ, dK, dV) of a lane: "dense" the float64 reference, "tiled" FlashAttention-2's
+        backward with the trace's dtype emulation. Both come from the chunked pass of
+        backward_summary (it forms P, dP and dS anyway): the tiled lane's sums are taken
+        over row chunks instead of tile by tile, so they equal compute.attention_backward's
+        up to the order of the additions (a test holds them within rounding), and a large
+        N with tiny blocks costs no Python loop over thousands of tiles."""
+        g = self.backward_summary(DISPLAY_CAP)
+        return g.gradients if lane == "dense" else g.tiled_gradients
 
     @property
     def backward_D(self) -> np.ndarray:
@@ -208,20 +200,54 @@ class BackwardNumbers:
         samples = []
         dq = np.empty((s.n_q, s.d))
         dk, dv = np.zeros((s.n_k, s.d)), np.zeros((s.n_k, s.d_v))
+        # The tiled lane's operands: inputs, O and dO rounded to the dtype, statistics and
+        # accumulators in the statistics dtype, L from its forward (as compute.backward).
+        acc = stats_dtype(self.dtype)
+        qd, kd, vd, dod = (
+            round_to(np.asarray(x, dtype=np.float64), self.dtype).astype(acc)
+            for x in (self.q, self.k, self.v, do)
+        )
+        lse = _safe_max(np.asarray(self.lse).astype(acc))  # −∞ rows: P̃ = 0, never NaN
+        d_t, sc_t = self.backward_D, acc(self.scale)
+        tq = np.empty((s.n_q, s.d), dtype=acc)
+        tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
+        cols, f = np.arange(s.n_k), self.summary()
+        exact = self.dtype == "float64"  # no rounding: S computed once serves both lanes
         for r0 in range(0, s.n_q, chunk):
             r1 = min(s.n_q, r0 + chunk)
-            p = self._probs(r0, r1, 0, s.n_k)  # P = softmax(S), float64
+            # Dense, float64: P = softmax(S), then the five products of the standard backward.
+            s64 = self._scores(r0, r1, 0, s.n_k)  # S = Q Kᵀ · scale (−∞ where masked)
+            m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
+            p = np.exp(s64 - np.where(np.isfinite(m), m, 0.0))
+            np.divide(p, l, out=p, where=l > 0)  # P = softmax(S) (0 on a fully masked row)
+            p[(l <= 0)[:, 0]] = 0.0
             dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
             ds = p * (dp - self.reference_D[r0:r1, None])  # dS = P ∘ (dP − D)
             dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
             dq[r0:r1] = (ds @ self.k) * self.scale  # dQ = dS K · scale
             dk += (ds.T @ self.q[r0:r1]) * self.scale  # dK = dSᵀ Q · scale
+            # Tiled: P̃ = exp(S − L) recomputed from the saved L; P̃ and dS rounded to the
+            # dtype before their matmuls, as a kernel does.
+            if exact:  # float64: the tiled lane's scores are the dense ones
+                st = s64
+            else:
+                st = (qd[r0:r1] @ kd.T) * sc_t
+                if s.causal:
+                    mask = causal_mask(np.arange(r0, r1), cols, s.n_q, s.n_k)
+                    st = np.where(mask, st, -np.inf)
+            pt = np.exp(st - lse[r0:r1, None])
+            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), self.dtype).astype(acc)
+            tv += round_to(pt, self.dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
+            tq[r0:r1] = (dst @ kd) * sc_t  # dQ_i = Σ_j dS_ij K_j · scale
+            tk += (dst.T @ qd[r0:r1]) * sc_t  # dK_j += dS_ijᵀ Q_i · scale
             dp_means.add(r0, dp, all_finite=True)
             ds_means.add(r0, ds, all_finite=True)
             first = (-(r0 * s.n_k)) % stride
             samples += [np.abs(dp.ravel()[first::stride]), np.abs(ds.ravel()[first::stride])]
-        for x in (dq, dk, dv):
+        out = output_dtype(self.dtype)  # gradients leave the kernel in the input dtype
+        tiled = tuple(round_to(g, self.dtype).astype(out) for g in (tq, tk, tv))
+        for x in (dq, dk, dv, *tiled):
             x.setflags(write=False)
         return BackwardSummary(
-            dp_means.result(), ds_means.result(), np.concatenate(samples), (dq, dk, dv)
+            dp_means.result(), ds_means.result(), np.concatenate(samples), (dq, dk, dv), tiled
         )

@@ -194,3 +194,28 @@ def test_tiled_backward_from_a_saved_forward_and_pass_working_sets():
             assert t.ledger().lanes[lane].sram_elements == led.lanes[lane].sram_elements
         if pass_name == "backward":
             assert t.sram_need("tiled") == backward_sram_elements(t.schedule, "tiled")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "causal", "n_q", "n_k", "tol"),
+    [
+        ("float64", True, 11, 9, 1e-12),
+        ("float32", False, 8, 12, 1e-4),
+        ("float16", True, 9, 14, 3e-2),
+    ],
+)
+def test_trace_gradients_equal_attention_backward(dtype, causal, n_q, n_k, tol):
+    x = random_inputs(n_q, 4, 3, n_k=n_k, seed=31)
+    do = np.random.default_rng(32).standard_normal((n_q, 3))
+    t = build_trace(
+        x.q, x.k, x.v, block_q=3, block_k=5, causal=causal, dtype=dtype, pass_name="backward", do=do
+    )
+    kw = dict(causal=causal, block_q=3, block_k=5, dtype=dtype)
+    for got, want in zip(
+        t.gradients("tiled"), attention_backward(x.q, x.k, x.v, do, **kw), strict=True
+    ):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+    ref = attention_backward(x.q, x.k, x.v, do, causal=causal, method="dense")
+    for got, want in zip(t.gradients("dense"), ref, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-12)
