@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import _safe_max, causal_mask, output_dtype, round_to, stats_dtype
-from .backward_rows import BackwardBlock, KeyTile, backward_block, key_tile
+from .attention import causal_mask, output_dtype, round_to
+from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
 from .backward_schedule import backward_sram_elements
 from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
 
@@ -66,9 +66,16 @@ class BackwardNumbers:
             raise ValueError("This trace has no backward pass (dO was not given).")
         return self.do
 
-    def _grad_inputs(self) -> tuple:
-        f = self.summary()
-        return self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse
+    def _operands(self) -> Operands:
+        """The backward's operands, prepared once (compute.backward_rows.Operands)."""
+
+        def run():
+            f = self.summary()
+            return operands(
+                self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype
+            )
+
+        return self._memo("bwd_operands", 1, None, run)
 
     def gradients(self, lane: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(dQ, dK, dV) of a lane: "dense" the float64 reference, "tiled" FlashAttention-2's
@@ -83,18 +90,7 @@ class BackwardNumbers:
     @property
     def backward_D(self) -> np.ndarray:
         """D = rowsum(dO ∘ O) per row, as the tiled lane's preprocessing pass forms it."""
-
-        def run():
-            acc = stats_dtype(self.dtype)
-            do, o = (
-                round_to(np.asarray(x, dtype=np.float64), self.dtype).astype(acc)
-                for x in (self._need_do(), self.tiled_output)
-            )
-            d = np.sum(do * o, axis=1)  # D_i = rowsum(dO_i ∘ O_i)
-            d.setflags(write=False)
-            return d
-
-        return self._memo("D", 1, None, run)
+        return self._operands().D
 
     @property
     def reference_D(self) -> np.ndarray:
@@ -111,9 +107,9 @@ class BackwardNumbers:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
         r0, r1 = self.schedule.rows(block)
         return self._memo(
-            "bwd_blocks", 8, block,
+            "bwd_blocks", 16, block,
             lambda: backward_block(
-                *self._grad_inputs(), self.schedule, block, scale=self.scale, dtype=self.dtype,
+                self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
                 p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
             ),
         )  # fmt: skip
@@ -124,7 +120,7 @@ class BackwardNumbers:
         return self._memo(
             "key_tiles", 8, tile,
             lambda: key_tile(
-                *self._grad_inputs(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
+                self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
                 p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,
             ),
         )  # fmt: skip
@@ -202,13 +198,9 @@ class BackwardNumbers:
         dk, dv = np.zeros((s.n_k, s.d)), np.zeros((s.n_k, s.d_v))
         # The tiled lane's operands: inputs, O and dO rounded to the dtype, statistics and
         # accumulators in the statistics dtype, L from its forward (as compute.backward).
-        acc = stats_dtype(self.dtype)
-        qd, kd, vd, dod = (
-            round_to(np.asarray(x, dtype=np.float64), self.dtype).astype(acc)
-            for x in (self.q, self.k, self.v, do)
-        )
-        lse = _safe_max(np.asarray(self.lse).astype(acc))  # −∞ rows: P̃ = 0, never NaN
-        d_t, sc_t = self.backward_D, acc(self.scale)
+        ops = self._operands()
+        acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
+        lse, d_t, sc_t = ops.lse_a, ops.D, ops.acc(self.scale)  # lse_a: P̃ = 0 on −∞ rows
         tq = np.empty((s.n_q, s.d), dtype=acc)
         tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
         cols, f = np.arange(s.n_k), self.summary()

@@ -57,12 +57,35 @@ class KeyTile:
     dv_reference: np.ndarray  # (C, d_v)
 
 
-def _operands(q, k, v, do, o, lse, dtype):
+@dataclass(frozen=True)
+class Operands:
+    """What every block or tile look-up reads, prepared once per trace: the float64
+    inputs (for references), the tiled lane's rounded copies in its statistics dtype,
+    L with a finite stand-in for rows that see no key, and D = rowsum(dO ∘ O)."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray
+    acc: type
+    qd: np.ndarray
+    kd: np.ndarray
+    vd: np.ndarray
+    dod: np.ndarray
+    lse: np.ndarray  # as saved (−∞ for a row that sees no key)
+    lse_a: np.ndarray  # −∞ replaced: its scores are −∞ too, so P̃ = 0 there, never NaN
+    D: np.ndarray  # rowsum(dO ∘ O), the tiled lane's preprocessing pass
+
+
+def operands(q, k, v, do, o, lse, dtype: str) -> Operands:
+    """The operands of the tiled backward for one trace (see Operands)."""
     acc = stats_dtype(dtype)
-    cast = [round_to(np.asarray(x, dtype=np.float64), dtype).astype(acc) for x in (q, k, v, do, o)]
-    # A row that sees no key has L = −∞; its scores are −∞ too, so a finite stand-in gives
-    # P̃ = 0 there, never NaN (as compute.backward does).
-    return acc, cast, _safe_max(np.asarray(lse).astype(acc))
+    raw = [np.asarray(x, dtype=np.float64) for x in (q, k, v, do)]
+    qd, kd, vd, dod, od = (round_to(x, dtype).astype(acc) for x in (*raw, np.asarray(o, float)))
+    d_rows = np.sum(dod * od, axis=1)  # D = rowsum(dO ∘ O)
+    d_rows.setflags(write=False)
+    lse = np.asarray(lse)
+    return Operands(*raw, acc, qd, kd, vd, dod, lse, _safe_max(lse.astype(acc)), d_rows)
 
 
 def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
@@ -79,16 +102,16 @@ def _frozen(*arrays):
 
 
 def backward_block(
-    q, k, v, do, o, lse, s: Schedule, block: int, *, scale: float, dtype: str, p_reference
+    ops: Operands, s: Schedule, block: int, *, scale: float, dtype: str, p_reference
 ) -> BackwardBlock:
-    """Query block `block`'s backward numbers; o and lse are the tiled forward's O and L,
-    p_reference the float64 forward P rows of the block (for the reference gradient)."""
-    acc, (qd, kd, vd, dod, od), lse_a = _operands(q, k, v, do, o, lse, dtype)
+    """Query block `block`'s backward numbers; p_reference is the float64 forward P rows
+    of the block (for the reference gradient)."""
+    acc, qd, kd, vd, dod, lse_a = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod, ops.lse_a
     r0, r1 = s.rows(block)
     rows = slice(r0, r1)
     sc = _scores(qd, kd, rows, slice(0, s.n_k), s, scale, acc)
     p = np.exp(sc - lse_a[rows, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
-    d_rows = np.sum(dod[rows] * od[rows], axis=1)  # D_i = rowsum(dO_i ∘ O_i)
+    d_rows = ops.D[rows]  # D_i = rowsum(dO_i ∘ O_i)
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
     ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
     dq = np.zeros((s.t_c + 1, r1 - r0, s.d), dtype=acc)
@@ -96,28 +119,27 @@ def backward_block(
         c0, c1 = s.cols(j)
         dq[j + 1] = dq[j] + (ds[:, c0:c1] @ kd[c0:c1]) * acc(scale)
     # The float64 reference: the dense formulas on the exact P rows.
-    k64, v64, do64 = (np.asarray(x, dtype=np.float64) for x in (k, v, do))
+    k64, v64, do64 = ops.k, ops.v, ops.do
     p64 = np.asarray(p_reference, dtype=np.float64)
     dp64 = do64[rows] @ v64.T
     ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
     ref = (ds64 @ k64) * scale
-    lse_rows = np.asarray(lse[rows], dtype=np.float64)
+    lse_rows = np.asarray(ops.lse[rows], dtype=np.float64)
     _frozen(p, dp, ds, dq, ref, lse_rows, d_rows)
     return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, ref)
 
 
 def key_tile(
-    q, k, v, do, o, lse, s: Schedule, tile: int, *, scale: float, dtype: str,
-    p_reference, o_reference,
-) -> KeyTile:  # fmt: skip
+    ops: Operands, s: Schedule, tile: int, *, scale: float, dtype: str, p_reference, o_reference
+) -> KeyTile:
     """Key tile `tile`'s dK and dV accumulating over the query blocks; p_reference is the
     float64 forward P columns (N_q, C) and o_reference the float64 output."""
-    acc, (qd, kd, vd, dod, od), lse_a = _operands(q, k, v, do, o, lse, dtype)
+    acc, qd, kd, vd, dod, lse_a = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod, ops.lse_a
     c0, c1 = s.cols(tile)
     cols = slice(c0, c1)
     sc = _scores(qd, kd, slice(0, s.n_q), cols, s, scale, acc)
     p = np.exp(sc - lse_a[:, None])  # P̃_:j = exp(S_:j − L)
-    d_rows = np.sum(dod * od, axis=1)  # D = rowsum(dO ∘ O)
+    d_rows = ops.D  # D = rowsum(dO ∘ O)
     dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
     p_lo = round_to(p, dtype).astype(acc)
     ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
@@ -127,7 +149,7 @@ def key_tile(
         r0, r1 = s.rows(i)
         dv[i + 1] = dv[i] + p_lo[r0:r1].T @ dod[r0:r1]  # dV_j ← dV_j + P̃_ijᵀ dO_i
         dk[i + 1] = dk[i] + (ds_lo[r0:r1].T @ qd[r0:r1]) * acc(scale)  # dK_j ← dK_j + dS_ijᵀ Q_i
-    q64, v64, do64 = (np.asarray(x, dtype=np.float64) for x in (q, v, do))
+    q64, v64, do64 = ops.q, ops.v, ops.do
     p64 = np.asarray(p_reference, dtype=np.float64)
     dp64 = do64 @ v64[cols].T
     d64 = np.sum(do64 * np.asarray(o_reference, dtype=np.float64), axis=1)  # D = rowsum(dO ∘ O)
