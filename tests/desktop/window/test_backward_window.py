@@ -127,3 +127,27 @@ def test_clicking_a_key_row_selects_it_for_dk_dv(window, qtbot):
         qtbot.mouseClick(lane, Qt.MouseButton.LeftButton, pos=pos)
         assert st.key == key and st.row == 0  # a key, not a query row
         assert window.stats_panel.backward.key_spin.value() == key
+
+
+def test_causal_kv_outer_training_with_more_keys_draws_every_step(window):
+    from desktop.state.config import Config
+
+    window.state.set_config(
+        Config(n=7, n_keys=10, d=3, dv=2, block_q=3, block_k=4, order="kv-outer", causal=True,
+               dtype="float32", input="random", pass_name="training")
+    )  # fmt: skip
+    trace = window.state.trace
+    assert trace.pass_name == "training" and trace.schedule.order == "kv-outer"
+    for step in range(trace.n_steps):
+        window.state.set_step(step)
+        window.state.set_key(step % 10)
+        for lane in window.lanes.values():
+            lane.grab()
+        window.stats_panel.grab()
+    led = compute.pass_ledger(
+        "training", 7, 10, 3, 2, block_q=3, block_k=4, order="kv-outer", causal=True,
+        dtype="float32",
+    )  # fmt: skip
+    text = window.ledger_panel.tiled_total_label.text()
+    assert text == f"{led.lanes['tiled'].total_elements:,}"
+    assert window.ledger_panel.dense_total_label.text() == f"{led.lanes['dense'].total_elements:,}"
