@@ -142,9 +142,12 @@ def _memory_args(config: Config) -> tuple[tuple, dict]:
 
     t_c = math.ceil(config.n_k / config.block_k)
     whole = max(config.n, config.n_k) <= NUMBERS_CAP  # small N: S and P are held whole
+    t_r = math.ceil(config.n / config.block_q)
+    backward = (config.block_k, t_r) if config.pass_name != "forward" else None
     return (config.n, config.n_k, config.d, config.dv, t_c), {
         "block_q": config.block_q,
         "whole": whole,
+        "backward": backward,
     }
 
 

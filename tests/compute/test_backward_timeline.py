@@ -219,3 +219,16 @@ def test_trace_gradients_equal_attention_backward(dtype, causal, n_q, n_k, tol):
     ref = attention_backward(x.q, x.k, x.v, do, causal=causal, method="dense")
     for got, want in zip(t.gradients("dense"), ref, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_memory_budget_counts_the_backward():
+    from compute.inputs import InputError, check_memory_budget, memory_estimate
+
+    args = (2048, 2048, 64, 64, 1024)  # T_c = 1024 key tiles of 2
+    fwd = memory_estimate(*args, block_q=512)
+    bwd = memory_estimate(*args, block_q=512, backward=(2, 4))
+    # 16 blocks' P̃, dP, dS and dQ after every tile come on top of the forward's history
+    assert bwd - fwd >= 8 * 2048 * (3 * 2048 + 1025 * 64)
+    check_memory_budget(*args, block_q=512, memory_budget=fwd)
+    with pytest.raises(InputError, match="memory budget"):
+        check_memory_budget(*args, block_q=512, memory_budget=fwd, backward=(2, 4))
