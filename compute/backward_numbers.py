@@ -211,8 +211,7 @@ class BackwardNumbers:
             s64 = self._scores(r0, r1, 0, s.n_k)  # S = Q Kᵀ · scale (−∞ where masked)
             m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
             p = np.exp(s64 - np.where(np.isfinite(m), m, 0.0))
-            np.divide(p, l, out=p, where=l > 0)  # P = softmax(S) (0 on a fully masked row)
-            p[(l <= 0)[:, 0]] = 0.0
+            np.divide(p, l, out=p, where=l > 0)  # P = softmax(S); a fully masked row is exp(−∞) = 0
             dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
             ds = p * (dp - self.reference_D[r0:r1, None])  # dS = P ∘ (dP − D)
             dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
