@@ -25,27 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .schedule import TENSORS, Schedule
+from .schedule import TENSORS, Region, Schedule, Transfer
 
 # The gradient tensors and D = rowsum(dO ∘ O); backward and training ledgers list these
 # after the forward's tensors (the backward reads L, already a forward tensor).
 BACKWARD_TENSORS: tuple[str, ...] = ("dO", "dQ", "dK", "dV", "dP", "dS", "D")
 PASS_TENSORS: tuple[str, ...] = TENSORS + BACKWARD_TENSORS
 PASSES: tuple[str, ...] = ("forward", "backward", "training")
-
-
-@dataclass(frozen=True)
-class Move:
-    """One HBM transfer of rows [r0, r1) and columns [c0, c1) of a tensor ("read" = to SRAM)."""
-
-    tensor: str
-    direction: str
-    rows: tuple[int, int]
-    cols: tuple[int, int]
-
-    @property
-    def elements(self) -> int:
-        return (self.rows[1] - self.rows[0]) * (self.cols[1] - self.cols[0])
 
 
 @dataclass(frozen=True)
@@ -57,15 +43,15 @@ class BackwardStep:
     label: str
     block_i: int | None
     block_j: int | None
-    moves: tuple[Move, ...]
+    moves: tuple[Transfer, ...]
 
 
-def _r(tensor, rows, cols) -> Move:
-    return Move(tensor, "read", rows, cols)
+def _r(tensor, rows, cols) -> Transfer:
+    return Transfer(Region(tensor, rows, cols), "read")
 
 
-def _w(tensor, rows, cols) -> Move:
-    return Move(tensor, "write", rows, cols)
+def _w(tensor, rows, cols) -> Transfer:
+    return Transfer(Region(tensor, rows, cols), "write")
 
 
 def dense_backward_steps(s: Schedule) -> Iterator[BackwardStep]:

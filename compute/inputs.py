@@ -127,21 +127,9 @@ def memory_terms(
     return terms
 
 
-def memory_estimate(
-    n_q: int,
-    n_k: int,
-    d: int,
-    d_v: int,
-    t_c: int | None = None,
-    block_q: int | None = None,
-    *,
-    whole: bool = False,
-    backward: tuple[int, int] | None = None,
-) -> int:
-    """Total bytes of `memory_terms`."""
-    return sum(
-        memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole, backward=backward).values()
-    )
+def memory_estimate(*args: object, **kwargs: object) -> int:
+    """Total bytes of `memory_terms` (same arguments)."""
+    return sum(memory_terms(*args, **kwargs).values())
 
 
 # What to lower when a term dominates the estimate.

@@ -39,34 +39,31 @@ def _number(text: str) -> float:
     return value
 
 
-def ranged_int(low: int, high: int):
-    """An argparse type: a whole number in [low, high], else one sentence naming the range."""
+def _ranged(read, low, high, shown: str, name: str):
+    """An argparse type reading a value with `read`, refused with one sentence outside
+    [low, high]; `shown` formats the bounds."""
 
-    def parse(text: str) -> int:
-        value = _whole(text)
+    def parse(text: str):
+        value = read(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(
-                f"{value} is outside the allowed range {low:,} to {high:,}"
+                f"{text if read is _number else value} is outside the allowed range "
+                f"{low:{shown}} to {high:{shown}}"
             )
         return value
 
-    parse.__name__ = "whole number"
+    parse.__name__ = name
     return parse
+
+
+def ranged_int(low: int, high: int):
+    """An argparse type: a whole number in [low, high], else one sentence naming the range."""
+    return _ranged(_whole, low, high, ",", "whole number")
 
 
 def ranged_float(low: float, high: float):
     """An argparse type: a number in [low, high], else one sentence naming the range."""
-
-    def parse(text: str) -> float:
-        value = _number(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(
-                f"{text} is outside the allowed range {low:g} to {high:g}"
-            )
-        return value
-
-    parse.__name__ = "number"
-    return parse
+    return _ranged(_number, low, high, "g", "number")
 
 
 # Ranges: positions and blocks as large as the ledger can count (the memory budget

@@ -49,6 +49,18 @@ class Config:
         """The number of keys: N_keys when set, else N."""
         return self.n if self.n_keys is None else self.n_keys
 
+    def core_options(self) -> dict[str, object]:
+        """The keywords the core's ledger and trace take from this config, named as they are."""
+        return {
+            "block_q": self.block_q,
+            "block_k": self.block_k,
+            "order": self.order,
+            "causal": self.causal,
+            "save_lse": self.save_lse,
+            "dtype": self.dtype,
+            "sram_capacity": self.sram,
+        }
+
     def replace(self, **changes: object) -> Config:
         return dataclasses.replace(self, **changes)
 
@@ -237,13 +249,7 @@ def ledger_for(config: Config, pass_name: str | None = None) -> compute.Ledger:
         n_k,
         d,
         dv,
-        block_q=config.block_q,
-        block_k=config.block_k,
-        order=config.order,
-        causal=config.causal,
-        save_lse=config.save_lse,
-        dtype=config.dtype,
-        sram_capacity=config.sram,
+        **config.core_options(),
     )
 
 
@@ -266,14 +272,8 @@ def build(config: Config) -> tuple[Config, Trace]:
             inputs.q,
             inputs.k,
             inputs.v,
-            block_q=config.block_q,
-            block_k=config.block_k,
-            order=config.order,
-            causal=config.causal,
-            sram_capacity=config.sram,
-            dtype=config.dtype,
-            save_lse=config.save_lse,
             pass_name=config.pass_name,
+            **config.core_options(),
         )
     except InputError:
         raise

@@ -48,7 +48,7 @@ def test_backward_arrays_equal_the_counted_walk(s, lane):
     running = np.zeros((len(PASS_TENSORS), len(DIRECTIONS)), dtype=np.int64)
     for t, w in enumerate(walked):
         a = tl.action(t)
-        moves = sorted((m.tensor, m.direction, m.rows, m.cols) for m in w.moves)
+        moves = sorted((m.tensor, m.direction, m.region.rows, m.region.cols) for m in w.moves)
         assert (
             sorted((x.tensor, x.direction, x.region.rows, x.region.cols) for x in a.transfers)
             == moves
