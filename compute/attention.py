@@ -206,6 +206,38 @@ def _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal):
     return s
 
 
+def _tile_update(order, s, m_old, l_old, carried, v_tile, dtype, acc):
+    """One key tile's recurrence step for the rows of the score tile `s` (`_run`'s loop body,
+    and `recurrence.TileCursor`'s).
+
+    `carried` is what the order keeps per row: the numerator a (q-outer) or O = a/ℓ
+    (kv-outer, Algorithm 1). Returns (m_new, ℓ_new, α, P̃ against the running max, the new
+    carried rows, the unnormalised numerator a after the tile).
+    """
+    if order == "q-outer":
+        m_new = np.maximum(m_old, s.max(axis=1))  # m_new = max(m, rowmax(S_ij))
+        m_ref = _safe_max(m_new)
+        alpha = np.exp(m_old - m_ref)  # α = exp(m − m_new); 0 before any key is seen
+        p = np.exp(s - m_ref[:, None])  # P̃_ij = exp(S_ij − m_new)
+        l_new = alpha * l_old + p.sum(axis=1)  # ℓ = α ℓ + rowsum(P̃_ij)
+        # a = α a + P̃_ij V_j, with P̃ rounded to the input dtype before the matmul.
+        a_now = alpha[:, None] * carried + round_to(p, dtype).astype(acc) @ v_tile
+        return m_new, l_new, alpha, p, a_now, a_now
+    m_tile = s.max(axis=1)  # m̃_ij = rowmax(S_ij)
+    p = np.exp(s - _safe_max(m_tile)[:, None])  # P̃_ij = exp(S_ij − m̃_ij)
+    l_tile = p.sum(axis=1)  # ℓ̃_ij = rowsum(P̃_ij)
+    m_new = np.maximum(m_old, m_tile)  # m_new = max(m_i, m̃_ij)
+    m_ref = _safe_max(m_new)
+    alpha = np.exp(m_old - m_ref)  # e^{m_i − m_new}
+    beta = np.exp(m_tile - m_ref)  # e^{m̃_ij − m_new}
+    l_new = alpha * l_old + beta * l_tile  # ℓ_new = e^{..} ℓ_i + e^{..} ℓ̃_ij
+    pv = round_to(p, dtype).astype(acc) @ v_tile
+    # O_i = diag(ℓ_new)⁻¹ (diag(ℓ_i) e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij V_j)
+    a_now = (l_old * alpha)[:, None] * carried + beta[:, None] * pv
+    p = p * beta[:, None]  # express P̃ against the running max, as q-outer does
+    return m_new, l_new, alpha, p, _divide_rows(a_now, l_new), a_now
+
+
 def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {order!r}.")
@@ -241,30 +273,14 @@ def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
         # that load tile j are a contiguous run ending at the last block.
         rows = slice(int(active_blocks[0]) * block_q, n_q)
         s = _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal)
-        m_old, l_old = m[rows], l[rows]
+        acc_rows = a[rows] if order == "q-outer" else o[rows]
+        m_new, l_new, alpha, p, carried, a_now = _tile_update(
+            order, s, m[rows], l[rows], acc_rows, vd[cols], dtype, acc
+        )
         if order == "q-outer":
-            m_new = np.maximum(m_old, s.max(axis=1))  # m_new = max(m, rowmax(S_ij))
-            m_ref = _safe_max(m_new)
-            alpha = np.exp(m_old - m_ref)  # α = exp(m − m_new); 0 before any key is seen
-            p = np.exp(s - m_ref[:, None])  # P̃_ij = exp(S_ij − m_new)
-            l_new = alpha * l_old + p.sum(axis=1)  # ℓ = α ℓ + rowsum(P̃_ij)
-            # a = α a + P̃_ij V_j, with P̃ rounded to the input dtype before the matmul.
-            a[rows] = alpha[:, None] * a[rows] + round_to(p, dtype).astype(acc) @ vd[cols]
-            a_now = a[rows]
+            a[rows] = carried
         else:
-            m_tile = s.max(axis=1)  # m̃_ij = rowmax(S_ij)
-            p = np.exp(s - _safe_max(m_tile)[:, None])  # P̃_ij = exp(S_ij − m̃_ij)
-            l_tile = p.sum(axis=1)  # ℓ̃_ij = rowsum(P̃_ij)
-            m_new = np.maximum(m_old, m_tile)  # m_new = max(m_i, m̃_ij)
-            m_ref = _safe_max(m_new)
-            alpha = np.exp(m_old - m_ref)  # e^{m_i − m_new}
-            beta = np.exp(m_tile - m_ref)  # e^{m̃_ij − m_new}
-            l_new = alpha * l_old + beta * l_tile  # ℓ_new = e^{..} ℓ_i + e^{..} ℓ̃_ij
-            pv = round_to(p, dtype).astype(acc) @ vd[cols]
-            # O_i = diag(ℓ_new)⁻¹ (diag(ℓ_i) e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij V_j)
-            a_now = (l_old * alpha)[:, None] * o[rows] + beta[:, None] * pv
-            o[rows] = _divide_rows(a_now, l_new)
-            p = p * beta[:, None]  # express P̃ against the running max, as q-outer does
+            o[rows] = carried
         m[rows], l[rows] = m_new, l_new
         if record:
             hist.m[rows, j + 1], hist.l[rows, j + 1] = m_new, l_new

@@ -8,24 +8,17 @@ includes its forward (which produces O and L), as the dense time includes formin
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import time
 from pathlib import Path
 
 import numpy as np
 
 from . import attention_backward, random_inputs
+from .bench_common import machine, timed_runs, write_json
 
 
 def _time(fn, repeats: int) -> float:
     """Best of `repeats` runs: the figure least disturbed by other work on a shared machine."""
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return min(runs)
+    return min(timed_runs(fn, repeats))
 
 
 def run(n: int = 2048, d: int = 64, block: int = 64, repeats: int = 5) -> dict:
@@ -54,11 +47,7 @@ def run(n: int = 2048, d: int = 64, block: int = 64, repeats: int = 5) -> dict:
                 }
             )
     return {
-        "machine": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "processor": platform.machine(),
-        },
+        "machine": machine(),
         "n": n,
         "d": d,
         "block": block,
@@ -85,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'yes' if row['causal'] else 'no':>7} {row['dtype']:>9} {row['dense_s']:>10.3f} "
             f"{row['tiled_s']:>10.3f} {row['tiled_over_dense']:>12.2f}"
         )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     return 0
 
 

@@ -12,25 +12,16 @@ and writes JSON; nothing here asserts on time (tests never do).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import time
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
-
 from . import build_trace, dense_attention, random_inputs, tiled_attention
+from .bench_common import machine, timed_runs, write_json
 
 
 def _time(fn, repeats: int) -> float:
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
+    return statistics.median(timed_runs(fn, repeats))
 
 
 def _peak_mib(fn) -> float:
@@ -75,11 +66,7 @@ def run(cases=CASES, d: int = 64, block: int = 64) -> dict:
     dense_s = _time(lambda: dense_attention(r.q, r.k, r.v), 3)
     tiled_s = _time(lambda: tiled_attention(r.q, r.k, r.v, block_q=block, block_k=block), 3)
     return {
-        "machine": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "processor": platform.machine(),
-        },
+        "machine": machine(),
         "build_trace": rows,
         "attention_n4096_d64": {
             "dense_s": dense_s,
@@ -109,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"N=4096 d=64: dense_attention {a['dense_s']:.3f} s, tiled_attention (blocks {a['block']}) "
         f"{a['tiled_s']:.3f} s, ratio {a['tiled_over_dense']:.2f}"
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     return 0
 
 

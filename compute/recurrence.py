@@ -23,9 +23,8 @@ from .attention import (
     RowHistory,
     _divide_rows,
     _prepare,
-    _safe_max,
     _tile_scores,
-    round_to,
+    _tile_update,
     tiled_attention_history,
 )
 from .full_pass import tiled_state_after
@@ -124,32 +123,11 @@ class TileCursor:
             return
         rows = slice(int(active[0]) * s.block_q, s.n_q)
         sc = _tile_scores(self.qd, self.kd, rows, cols, s.n_q, s.n_k, self.scale, s.causal)
-        m_old, l_old = self._m[rows], self._l[rows]
-        if s.order == "q-outer":
-            m_new = np.maximum(m_old, sc.max(axis=1))  # m_new = max(m, rowmax(S_ij))
-            m_ref = _safe_max(m_new)
-            alpha = np.exp(m_old - m_ref)  # α = exp(m − m_new)
-            p = np.exp(sc - m_ref[:, None])  # P̃_ij = exp(S_ij − m_new)
-            l_new = alpha * l_old + p.sum(axis=1)  # ℓ = α ℓ + rowsum(P̃_ij)
-            # a = α a + P̃_ij V_j (P̃ rounded to the input dtype first)
-            self._a[rows] = (
-                alpha[:, None] * self._a[rows] + round_to(p, dtype).astype(acc) @ (self.vd[cols])
-            )
-        else:
-            m_tile = sc.max(axis=1)  # m̃_ij = rowmax(S_ij)
-            p = np.exp(sc - _safe_max(m_tile)[:, None])  # P̃_ij = exp(S_ij − m̃_ij)
-            l_tile = p.sum(axis=1)  # ℓ̃_ij = rowsum(P̃_ij)
-            m_new = np.maximum(m_old, m_tile)  # m_new = max(m_i, m̃_ij)
-            m_ref = _safe_max(m_new)
-            alpha = np.exp(m_old - m_ref)  # e^{m_i − m_new}
-            beta = np.exp(m_tile - m_ref)  # e^{m̃_ij − m_new}
-            l_new = alpha * l_old + beta * l_tile  # ℓ_new = e^{..} ℓ_i + e^{..} ℓ̃_ij
-            pv = round_to(p, dtype).astype(acc) @ self.vd[cols]
-            # O_i = diag(ℓ_new)⁻¹ (diag(ℓ_i) e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij V_j);
-            # the cursor carries O itself, as Algorithm 1 keeps it in HBM.
-            a_now = (l_old * alpha)[:, None] * self._a[rows] + beta[:, None] * pv
-            self._a[rows] = _divide_rows(a_now, l_new)
-        self._m[rows], self._l[rows] = m_new, l_new
+        # The cursor carries a (q-outer) or O itself (kv-outer, as Algorithm 1 keeps it in HBM).
+        m_new, l_new, _, _, carried, _ = _tile_update(
+            s.order, sc, self._m[rows], self._l[rows], self._a[rows], self.vd[cols], dtype, acc
+        )
+        self._m[rows], self._l[rows], self._a[rows] = m_new, l_new, carried
 
     def state(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(m, ℓ, O) of every row after key tiles 0..tiles−1 (read-only copies)."""

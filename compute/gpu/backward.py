@@ -12,17 +12,23 @@ Each (block_q, block_k, d, d_v, dtype, instrumented) combination is one cached R
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..backward_schedule import PASS_TENSORS
-from .dtypes import KERNEL_DTYPES
-from .tiled import TileTooLarge, _check_inputs, _cupy, _shared_limit
+from .tiled import (
+    _CTYPES,
+    _check_inputs,
+    _cupy,
+    check_tile_request,
+    fitting_blocks,
+    load_functions,
+    require_fit,
+    tally_counts,
+)
 
 KERNEL_PATH = Path(__file__).parent / "kernels" / "tiled_backward.cu"
-_CTYPES = {"float32": "float", "float16": "unsigned short"}
 THREADS = 256  # tiled_bwd::BwdShape::NT
 ROWS_PER_PREPROCESS_BLOCK = 8  # one warp per query row
 
@@ -63,15 +69,11 @@ class BackwardShape:
 
 def fits_message(shape: BackwardShape, limit: int) -> str:
     """One sentence saying the backward's tiles do not fit, and which block sizes do."""
-    options = []
-    for bq in (16, 32, 64, 128):
-        best = max(
-            (bk for bk in range(8, 1025, 8) if BackwardShape(bq, bk, shape.d, shape.d_v).smem_bytes <= limit),
-            default=0,
-        )  # fmt: skip
-        if best:
-            options.append(f"block_q={bq} with block_k<={best}")
-    fits = "; ".join(options) if options else "no block sizes (the head size is too large)"
+    fits = fitting_blocks(
+        lambda bq, bk: BackwardShape(bq, bk, shape.d, shape.d_v).smem_bytes,
+        (16, 32, 64, 128),
+        limit,
+    )
     return (
         f"The backward at block_q={shape.block_q} x block_k={shape.block_k} with d={shape.d}, "
         f"d_v={shape.d_v} needs {shape.smem_bytes / 1024:.1f} KB of shared memory per block but "
@@ -96,29 +98,22 @@ def compile_backward(
     block_q: int, block_k: int, d: int, d_v: int, dtype: str, *, count_transfers: bool = False
 ) -> CompiledBackward:
     """Compile (or fetch) the backward kernels for this tile shape; TileTooLarge if they can't fit."""
-    if dtype not in KERNEL_DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(KERNEL_DTYPES)}, not {dtype!r}.")
-    if min(block_q, block_k, d, d_v) < 1:
-        raise ValueError("block sizes and head sizes must be at least 1.")
+    check_tile_request(block_q, block_k, d, d_v, dtype)
     key = (block_q, block_k, d, d_v, dtype, count_transfers)
     if key in _CACHE:
         return _CACHE[key]
     shape = BackwardShape(block_q, block_k, d, d_v)
-    limit = _shared_limit()
-    if shape.smem_bytes > limit:
-        raise TileTooLarge(fits_message(shape, limit))
-    cupy = _cupy()
+    require_fit(shape, fits_message)
     ctype = _CTYPES[dtype]
     names = [
         f"bwd_preprocess<{d},{d_v},{ctype}>",
         f"bwd_kv_outer<{block_q},{block_k},{d},{d_v},{ctype}>",
     ]
-    options = ("-std=c++17",) + (("-DCOUNT_TRANSFERS",) if count_transfers else ())
-    t0 = time.perf_counter()
-    module = cupy.RawModule(code=KERNEL_PATH.read_text(), options=options, name_expressions=names)
-    preprocess, main = (module.get_function(n) for n in names)  # compiles (or loads the cache)
+    (preprocess, main), compile_s = load_functions(
+        KERNEL_PATH, names, count_transfers=count_transfers
+    )
     main.max_dynamic_shared_size_bytes = shape.smem_bytes
-    compiled = CompiledBackward(preprocess, main, shape, time.perf_counter() - t0)
+    compiled = CompiledBackward(preprocess, main, shape, compile_s)
     _CACHE[key] = compiled
     return compiled
 
@@ -192,8 +187,5 @@ def tiled_attention_backward_gpu(
     dq = dq_acc if dtype == "float32" else dq_acc.astype(q.dtype)
     result = BackwardResult(dq, dk, dv, None, comp.compile_s)
     if count_transfers:
-        tally = {t: {"read": 0, "write": 0} for t in PASS_TENSORS}
-        for (tensor, direction), n in zip(COUNTER_SLOTS, counts.get().tolist(), strict=True):
-            tally[tensor][direction] += int(n)
-        result.counts = tally
+        result.counts = tally_counts(counts, COUNTER_SLOTS, PASS_TENSORS)
     return result

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .. import ORDERS
+from ..cli_fields import problem_fields
 from .device import status
 from .dtypes import KERNEL_DTYPES
 from .report import format_report
@@ -86,15 +87,8 @@ def _config(args, kernels):
     from .bench import BenchConfig
 
     return BenchConfig(
-        n=args.n,
-        n_keys=args.n_keys,
-        d=args.d,
+        **problem_fields(args),
         d_v=args.dv,
-        block_q=args.block_q,
-        block_k=args.block_k,
-        order=args.order,
-        causal=args.causal,
-        dtype=args.dtype,
         batch_heads=args.batch_heads,
         kernels=kernels,
         sweep_blocks=args.sweep_blocks,

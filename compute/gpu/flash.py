@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-_KERNEL_DIR = Path(__file__).parent / "kernels"
+from .sources import KERNEL_DIR, kernel_source
+
 _LOG2E = 1.4426950408889634
 
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -169,8 +169,8 @@ def _cupy():
 @functools.cache
 def _module(kernel: str, names: tuple[str, ...]):
     cp = _cupy()
-    src = (_KERNEL_DIR / f"flash_fwd_{kernel}.cu").read_text()
-    options = ("-std=c++17", "-I" + str(_KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
+    src = kernel_source(KERNEL_DIR / f"flash_fwd_{kernel}.cu")
+    options = ("-std=c++17", "-I" + str(KERNEL_DIR))  # common.cuh, wgmma_wrappers.cuh
     if kernel in ("wgmma", "ws"):  # wgmma needs the sm_90a target (NVRTC; see platform notes)
         options += ("-arch=sm_90a", "-DFA_FORCE_WGMMA")
     return cp.RawModule(code=src, options=options, name_expressions=list(names))
@@ -238,32 +238,33 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         raise ValueError("out must be contiguous with q's shape and dtype")
     lse = cp.empty((b, h, n_q), dtype=cp.float32) if return_lse else None
     if b * h and n_q:
-        fn = _function(cfg, dt)
         grid = ((n_q + cfg.block_m - 1) // cfg.block_m, b * h, 1)
+        inputs, extra, maps = (q, k, v), (), ()
         if cfg.kernel == "ws":
-            _launch_ws(fn, cfg, grid, q, k, v, out, lse, n_q, n_k, scale, causal)
-            return (out, lse) if return_lse else out
-        fn(
+            # `inputs` are then pointers into `maps`, which this frame keeps alive past the launch.
+            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v)
+        _function(cfg, dt)(
             grid,
             (cfg.threads, 1, 1),
             (
-                q,
-                k,
-                v,
+                *inputs,
                 out,
                 lse if lse is not None else cp.uint64(0),
                 cp.int32(n_q),
                 cp.int32(n_k),
                 cp.float32(scale * _LOG2E),
                 cp.int32(1 if causal else 0),
+                *extra,
             ),
             shared_mem=cfg.smem_bytes(),
         )
     return (out, lse) if return_lse else out
 
 
-def _launch_ws(fn, cfg: Config, grid, q, k, v, out, lse, n_q, n_k, scale, causal) -> None:
-    """Launch flash_fwd_ws: Q, K, V go in as TMA tensor maps (tma.py), passed by value."""
+def _ws_launch(cfg: Config, grid, q, k, v) -> tuple[tuple, tuple, tuple, tuple]:
+    """flash_fwd_ws's grid, inputs and trailing arguments, and the TMA tensor maps (tma.py)
+    its inputs point into: Q, K, V go in as those maps, passed by value (copied at launch),
+    and the kernel also takes the query-block and head counts."""
     cp = _cupy()
     from . import tma
 
@@ -275,19 +276,5 @@ def _launch_ws(fn, cfg: Config, grid, q, k, v, out, lse, n_q, n_k, scale, causal
         tma.tiled_map(k, cfg.block_n),
         tma.tiled_map(v, cfg.block_n),
     )
-    fn(
-        grid,
-        (cfg.threads, 1, 1),
-        (
-            *(tma.kernel_arg(m) for m in maps),
-            out,
-            lse if lse is not None else cp.uint64(0),
-            cp.int32(n_q),
-            cp.int32(n_k),
-            cp.float32(scale * _LOG2E),
-            cp.int32(1 if causal else 0),
-            cp.int32(num_qb),
-            cp.int32(heads),
-        ),
-        shared_mem=cfg.smem_bytes(),
-    )
+    inputs = tuple(tma.kernel_arg(m) for m in maps)
+    return grid, inputs, (cp.int32(num_qb), cp.int32(heads)), maps

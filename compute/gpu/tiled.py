@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import ORDERS
 from .dtypes import KERNEL_DTYPES
+from .sources import kernel_source
 
 KERNEL_PATH = Path(__file__).parent / "kernels" / "tiled_attention.cu"
 LOG2E = 1.4426950408889634
@@ -66,17 +68,26 @@ class TileShape:
         return 4 * (bqp * qld + bkp * qld + bkp * vld + bqp * pld)
 
 
-def fits_message(shape: TileShape, limit: int) -> str:
-    """One sentence saying the tiles do not fit, and which block sizes do."""
+def fitting_blocks(
+    smem_bytes: Callable[[int, int], int], block_qs: Iterable[int], limit: int
+) -> str:
+    """For each block_q, the largest block_k (a multiple of 8 up to 1024) whose tiles need at
+    most `limit` bytes by `smem_bytes(bq, bk)`, as 'block_q=B with block_k<=K; ...'."""
     options = []
-    for bq in (16, 32, 64, 128, 256):
-        best = 0
-        for bk in range(8, 1025, 8):
-            if TileShape(bq, bk, shape.d, shape.d_v).smem_bytes <= limit:
-                best = bk
+    for bq in block_qs:
+        best = max((bk for bk in range(8, 1025, 8) if smem_bytes(bq, bk) <= limit), default=0)
         if best:
             options.append(f"block_q={bq} with block_k<={best}")
-    fits = "; ".join(options) if options else "no block sizes (the head size is too large)"
+    return "; ".join(options) if options else "no block sizes (the head size is too large)"
+
+
+def fits_message(shape: TileShape, limit: int) -> str:
+    """One sentence saying the tiles do not fit, and which block sizes do."""
+    fits = fitting_blocks(
+        lambda bq, bk: TileShape(bq, bk, shape.d, shape.d_v).smem_bytes,
+        (16, 32, 64, 128, 256),
+        limit,
+    )
     return (
         f"block_q={shape.block_q} x block_k={shape.block_k} with d={shape.d}, d_v={shape.d_v} "
         f"needs {shape.smem_bytes / 1024:.1f} KB of shared memory per block but this device "
@@ -112,31 +123,66 @@ def _shared_limit() -> int:
     return st.shared_mem_per_block
 
 
-def compile_kernels(
-    block_q: int, block_k: int, d: int, d_v: int, dtype: str, *, count_transfers: bool = False
-) -> Compiled:
-    """Compile (or fetch) both kernels for this tile shape; raises TileTooLarge if it can't fit."""
+def check_tile_request(block_q: int, block_k: int, d: int, d_v: int, dtype: str) -> None:
+    """ValueError with one sentence if a tiled kernel cannot be built for these sizes."""
     if dtype not in KERNEL_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(KERNEL_DTYPES)}, not {dtype!r}.")
     if min(block_q, block_k, d, d_v) < 1:
         raise ValueError("block sizes and head sizes must be at least 1.")
+
+
+def require_fit(shape: Any, message: Callable[[Any, int], str]) -> None:
+    """TileTooLarge with `message(shape, limit)` if the shape's shared memory (smem_bytes)
+    exceeds what one block may use on this device."""
+    limit = _shared_limit()
+    if shape.smem_bytes > limit:
+        raise TileTooLarge(message(shape, limit))
+
+
+def load_functions(
+    kernel_path: Path, names: list[str], *, count_transfers: bool
+) -> tuple[list[Any], float]:
+    """Compile (or load from CuPy's cache) the template instantiations `names` of one tiled
+    kernel file; returns the functions and the seconds compiling took."""
+    cupy = _cupy()
+    options = ("-std=c++17", "-I" + str(kernel_path.parent))  # tiled_common.cuh
+    options += ("-DCOUNT_TRANSFERS",) if count_transfers else ()
+    t0 = time.perf_counter()
+    module = cupy.RawModule(
+        code=kernel_source(kernel_path), options=options, name_expressions=names
+    )
+    functions = [module.get_function(n) for n in names]  # compiles (or loads the cache)
+    return functions, time.perf_counter() - t0
+
+
+def tally_counts(
+    counts, slots: tuple[tuple[str, str], ...], tensors: Iterable[str]
+) -> dict[str, dict[str, int]]:
+    """The kernel's counter slots (a device array in `slots` order) as {tensor: {direction: n}}."""
+    tally = {t: {"read": 0, "write": 0} for t in tensors}
+    for (tensor, direction), n in zip(slots, counts.get().tolist(), strict=True):
+        tally[tensor][direction] += int(n)
+    return tally
+
+
+def compile_kernels(
+    block_q: int, block_k: int, d: int, d_v: int, dtype: str, *, count_transfers: bool = False
+) -> Compiled:
+    """Compile (or fetch) both kernels for this tile shape; raises TileTooLarge if it can't fit."""
+    check_tile_request(block_q, block_k, d, d_v, dtype)
     key = (block_q, block_k, d, d_v, dtype, count_transfers)
     if key in _CACHE:
         return _CACHE[key]
     shape = TileShape(block_q, block_k, d, d_v)
-    limit = _shared_limit()
-    if shape.smem_bytes > limit:
-        raise TileTooLarge(fits_message(shape, limit))
-    cupy = _cupy()
+    require_fit(shape, fits_message)
     args = f"{block_q},{block_k},{d},{d_v},{_CTYPES[dtype]}"
     names = [f"tiled_q_outer<{args}>", f"tiled_kv_outer<{args}>"]
-    options = ("-std=c++17",) + (("-DCOUNT_TRANSFERS",) if count_transfers else ())
-    t0 = time.perf_counter()
-    module = cupy.RawModule(code=KERNEL_PATH.read_text(), options=options, name_expressions=names)
-    q_outer, kv_outer = (module.get_function(n) for n in names)  # compiles (or loads the cache)
+    (q_outer, kv_outer), compile_s = load_functions(
+        KERNEL_PATH, names, count_transfers=count_transfers
+    )
     for fn in (q_outer, kv_outer):
         fn.max_dynamic_shared_size_bytes = shape.smem_bytes
-    compiled = Compiled(q_outer, kv_outer, shape, time.perf_counter() - t0)
+    compiled = Compiled(q_outer, kv_outer, shape, compile_s)
     _CACHE[key] = compiled
     return compiled
 
@@ -207,9 +253,5 @@ def tiled_attention_gpu(
         comp.kv_outer((bh,), (threads,), args, shared_mem=smem)
     result = TiledResult(out, lse if save_lse else None, None, comp.compile_s)
     if count_transfers:
-        host = counts.get().tolist()
-        tally = {t: {"read": 0, "write": 0} for t in COUNTED_TENSORS}
-        for (tensor, direction), n in zip(COUNTER_SLOTS, host, strict=True):
-            tally[tensor][direction] += int(n)
-        result.counts = tally
+        result.counts = tally_counts(counts, COUNTER_SLOTS, COUNTED_TENSORS)
     return result

@@ -11,6 +11,7 @@ import sys
 from typing import NoReturn
 
 from compute import DTYPES, ORDERS
+from compute.cli_fields import problem_fields
 from desktop.state.config import SEED_SIZES, Config
 
 
@@ -137,16 +138,9 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
     if open_path:
         source, path = "file", open_path
     return Config(
-        n=args.n,
-        n_keys=n_keys,
-        d=args.d,
+        **problem_fields(args),
         dv=d_v,
-        block_q=args.block_q,
-        block_k=args.block_k,
-        order=args.order,
-        causal=args.causal,
         save_lse=args.save_lse,
-        dtype=args.dtype,
         input=source,
         seed=getattr(args, "seed", 0),
         input_scale=getattr(args, "input_scale", 1.0),

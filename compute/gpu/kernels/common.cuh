@@ -1,6 +1,8 @@
-// Device helpers shared by flash_fwd_mma.cu and flash_fwd_wgmma.cu: 16-bit element types,
-// cp.async copies into shared memory, exp2, fp16/bf16 packing and the XOR swizzle of a
-// row-major tile. Included through NVRTC's include path (-I kernels/, see flash.py).
+// Device helpers shared by the kernels: 16-bit element types, cp.async copies into shared
+// memory, exp2, fp16/bf16 packing and the XOR swizzle of a row-major tile (flash_fwd_mma,
+// flash_fwd_wgmma, flash_fwd_ws); then what the two wgmma kernels share: descriptors, wgmma
+// fences, masking, the online-softmax step and the P -> A conversion. Included through
+// NVRTC's include path (-I kernels/, see flash.py).
 #pragma once
 
 typedef unsigned int u32;
@@ -47,4 +49,130 @@ __device__ __forceinline__ u32 fa_pack(float lo, float hi) {
 template <int D>
 __device__ __forceinline__ u32 fa_swz(int r, int c) {
     return static_cast<u32>(r * (D * 2) + ((c ^ (r & 7)) << 4));
+}
+
+// ---- shared by the wgmma kernels (flash_fwd_wgmma.cu, flash_fwd_ws.cu) ----
+// wgmma needs the sm_90a target (flash.py passes -arch=sm_90a -DFA_FORCE_WGMMA); under a
+// plain sm_90 compile FA_HAVE_WGMMA is 0 and those kernels' bodies trap.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FA_FORCE_WGMMA)
+#define FA_HAVE_WGMMA 1
+#else
+#define FA_HAVE_WGMMA 0
+#endif
+
+// An empty asm that pins x in a register: keeps wgmma accumulators from being read or
+// reordered across the asynchronous GEMM (the compiler does not see wgmma's writes).
+__device__ __forceinline__ void fa_reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+
+// Shared-memory matrix descriptor: start address, leading / stride byte offsets, 128B swizzle.
+__device__ __forceinline__ u64 fa_desc(u32 addr, u32 lbo, u32 sbo) {
+    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(lbo >> 4) << 16) |
+           (static_cast<u64>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+#if FA_HAVE_WGMMA
+__device__ __forceinline__ void fa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void fa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fa_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+#include "wgmma_wrappers.cuh"
+
+// Issue S = Q K^T for one warpgroup (not waited for): D / 16 k-steps of wgmma.m64nBNk16, A = the
+// warpgroup's Q rows at qwg and B = the K tile at kbase, both K-major 128B-swizzled panels.
+template <int DT, int D, int BM, int BN>
+__device__ __forceinline__ void fa_issue_s(float* s, u32 qwg, u32 kbase) {
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
+        const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+        fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
+    }
+    fa_wgmma_commit();
+}
+
+// Issue O += P V (not waited for): BN / 16 k-steps of wgmma.m64nDk16 with A = P from registers
+// and B = the V tile at vbase, MN-major (LBO = stride between 64-column panels, SBO = stride
+// between 8-row groups: CUTLASS's canonical form; FLASH_NOTES.md records the swapped reading,
+// which gives rel err ~1).
+template <int DT, int D, int BN>
+__device__ __forceinline__ void fa_issue_pv(float* o, u32 (*a)[4], u32 vbase) {
+    constexpr u32 V_LBO = BN * 128;
+    constexpr u32 V_SBO = 1024;
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+        fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
+    fa_wgmma_commit();
+}
+#endif  // FA_HAVE_WGMMA
+
+// Accumulator element i of a thread: row (i >> 1) & 1 (0: g, 1: g + 8), column 8 * (i >> 2)
+// + 2 * t + (i & 1) (the same layout for wgmma m64nN per warp and mma.sync m16n8). Keys past
+// Nk and, if causal, keys c > r + offset get -inf.
+template <int NS>
+__device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int t, int causal,
+                                        int offset) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const int col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
+        const int row = row_a + (((i >> 1) & 1) << 3);
+        if (col >= Nk || (causal && col > row + offset)) s[i] = FA_NEG_INF;
+    }
+}
+
+// Online softmax on one S tile in the exp2 domain (scale * log2 e folded into one FFMA):
+//   m_new = max(m, rowmax(S) * scale_log2)          (running max, eq. m_i^(j))
+//   alpha = exp2(m - m_new)                          (rescale factor of l and O)
+//   P     = exp2(S * scale_log2 - m_new)             (eq. P~_i^(j))
+//   l     = alpha * l + rowsum(P)                    (eq. l_i^(j); quad-reduced at the end)
+template <int NS>
+__device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* alpha,
+                                           float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = FA_NEG_INF;
+#pragma unroll
+        for (int jn = 0; jn < NS / 4; ++jn)
+            mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+        const float m_new = fmaxf(m[h], mx * scale_log2);
+        const float m_use = (m_new == FA_NEG_INF) ? 0.f : m_new;  // no -inf - -inf
+        alpha[h] = fa_exp2(m[h] - m_use);
+        m[h] = m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int jn = 0; jn < NS / 4; ++jn) {
+            const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
+            const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
+            s[4 * jn + 2 * h] = p0;
+            s[4 * jn + 2 * h + 1] = p1;
+            rs += p0 + p1;
+        }
+        l[h] = l[h] * alpha[h] + rs;
+    }
+}
+
+// O <- diag(alpha) O (eq. O_i^(j) = diag(exp(m^(j-1) - m^(j))) O_i^(j-1) + ...).
+template <int NO>
+__device__ __forceinline__ void fa_rescale(float* o, const float* alpha) {
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// P (fp32, accumulator layout) -> A fragments of wgmma k-steps of 16 keys (the layouts
+// coincide, so this is a conversion in place, no data movement between threads).
+template <int DT, int NS>
+__device__ __forceinline__ void fa_to_a(const float* s, u32 (*a)[4]) {
+#pragma unroll
+    for (int kk = 0; kk < NS / 8; ++kk) {
+        a[kk][0] = fa_pack<DT>(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = fa_pack<DT>(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = fa_pack<DT>(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = fa_pack<DT>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
 }

@@ -44,27 +44,7 @@
 
 #include "common.cuh"
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FA_FORCE_WGMMA)
-#define FA_HAVE_WGMMA 1
-#else
-#define FA_HAVE_WGMMA 0
-#endif
-
-__device__ __forceinline__ void fa_reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
-
-// Shared-memory matrix descriptor: start address, leading / stride byte offsets, 128B swizzle.
-__device__ __forceinline__ u64 fa_desc(u32 addr, u32 lbo, u32 sbo) {
-    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(lbo >> 4) << 16) |
-           (static_cast<u64>(sbo >> 4) << 32) | (1ull << 62);
-}
-
 #if FA_HAVE_WGMMA
-__device__ __forceinline__ void fa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void fa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void fa_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 // Named barriers 1 and 2 (0 is __syncthreads) over the CTA's two warpgroups (256 threads).
 // (Immediate ids, so ptxas reserves 3 barriers rather than all 16.)
 __device__ __forceinline__ void fa_named_sync(int id) {
@@ -79,7 +59,6 @@ __device__ __forceinline__ void fa_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-#include "wgmma_wrappers.cuh"
 #endif  // FA_HAVE_WGMMA
 
 // Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout: panel p
@@ -100,67 +79,6 @@ __device__ __forceinline__ void fa_load_panels(u32 dst, const u16* __restrict__ 
         const u16* g = src + (ok ? (static_cast<long long>(grow) * D + cg * 8) : 0);
         const u32 off = (cg >> 3) * (ROWS * 128) + r * 128 + (((cg & 7) ^ (r & 7)) << 4);
         fa_cp_async16(dst + off, g, ok ? 16 : 0);
-    }
-}
-
-// Accumulator element i of a thread: row (i >> 1) & 1 (0: g, 1: g + 8), column 8 * (i >> 2)
-// + 2 * t + (i & 1): the same layout for wgmma m64nN (per warp) and mma.sync m16n8.
-template <int NS>
-__device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int t, int causal,
-                                        int offset) {
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-        const int col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
-        const int row = row_a + (((i >> 1) & 1) << 3);
-        if (col >= Nk || (causal && col > row + offset)) s[i] = FA_NEG_INF;
-    }
-}
-
-// Online softmax on one S tile in the exp2 domain: s becomes P (fp32), m and l are updated,
-// alpha receives the factor the O rows must be rescaled by.
-template <int NS>
-__device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* alpha,
-                                           float scale_log2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float mx = FA_NEG_INF;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn)
-            mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float m_new = fmaxf(m[h], mx * scale_log2);
-        const float m_use = (m_new == FA_NEG_INF) ? 0.f : m_new;  // no -inf - -inf
-        alpha[h] = fa_exp2(m[h] - m_use);
-        m[h] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn) {
-            const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
-            const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
-            s[4 * jn + 2 * h] = p0;
-            s[4 * jn + 2 * h + 1] = p1;
-            rs += p0 + p1;
-        }
-        l[h] = l[h] * alpha[h] + rs;
-    }
-}
-
-template <int NO>
-__device__ __forceinline__ void fa_rescale(float* o, const float* alpha) {
-#pragma unroll
-    for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
-}
-
-// P (fp32, accumulator layout) -> A fragments of wgmma k-steps of 16 keys.
-template <int DT, int NS>
-__device__ __forceinline__ void fa_to_a(const float* s, u32 (*a)[4]) {
-#pragma unroll
-    for (int kk = 0; kk < NS / 8; ++kk) {
-        a[kk][0] = fa_pack<DT>(s[8 * kk + 0], s[8 * kk + 1]);
-        a[kk][1] = fa_pack<DT>(s[8 * kk + 2], s[8 * kk + 3]);
-        a[kk][2] = fa_pack<DT>(s[8 * kk + 4], s[8 * kk + 5]);
-        a[kk][3] = fa_pack<DT>(s[8 * kk + 6], s[8 * kk + 7]);
     }
 }
 
@@ -228,11 +146,6 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
     constexpr int NO = D / 2;  // O accumulator registers per thread
     constexpr u32 Q_BYTES = BM * D * 2;
     constexpr u32 KV_BYTES = BN * D * 2;
-    // V (MN-major B, 128B swizzle): LBO = stride between 64-column panels, SBO = stride
-    // between 8-row groups (CUTLASS canonical form; FLASH_NOTES.md records the swapped
-    // reading, which gives rel err ~1).
-    constexpr u32 V_LBO = BN * 128;
-    constexpr u32 V_SBO = 1024;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const u32 sQ = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
     const u32 sK = sQ + Q_BYTES;
@@ -293,14 +206,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
         if constexpr (PP) {
             if (!(wg == 0 && j == 0)) fa_named_sync(1 + wg);
         }
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-            const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-            fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-        }
-        fa_wgmma_commit();
+        fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
         if constexpr (PP) fa_named_arrive(2 - wg);
         fa_wgmma_wait<0>();
 #pragma unroll
@@ -316,11 +222,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
 #pragma unroll
         for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
         if constexpr (PP) fa_named_sync(1 + wg);
-        fa_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
-        fa_wgmma_commit();
+        fa_issue_pv<DT, D, BN>(o, a, vbase);
         if constexpr (PP) {
             if (!(wg == 1 && j == ntiles - 1)) fa_named_arrive(2 - wg);
         }

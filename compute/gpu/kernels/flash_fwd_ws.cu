@@ -41,33 +41,12 @@
 
 #include "common.cuh"
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FA_FORCE_WGMMA)
-#define FA_HAVE_WGMMA 1
-#else
-#define FA_HAVE_WGMMA 0
-#endif
-
 // The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h is not on NVRTC's path).
 struct __align__(64) FaTmap {
     unsigned long long opaque[16];
 };
 
-__device__ __forceinline__ void fa_reg_fence(float& x) { asm volatile("" : "+f"(x)::"memory"); }
-
-// Shared-memory matrix descriptor: start address, leading / stride byte offsets, 128B swizzle.
-__device__ __forceinline__ u64 fa_desc(u32 addr, u32 lbo, u32 sbo) {
-    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(lbo >> 4) << 16) |
-           (static_cast<u64>(sbo >> 4) << 32) | (1ull << 62);
-}
-
 #if FA_HAVE_WGMMA
-__device__ __forceinline__ void fa_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void fa_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void fa_wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
 // ---- mbarrier and TMA (PTX ISA 8.0, sm_90) ----
 __device__ __forceinline__ void fa_mbar_init(u32 bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -122,75 +101,7 @@ __device__ __forceinline__ void fa_setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
-#include "wgmma_wrappers.cuh"
 #endif  // FA_HAVE_WGMMA
-
-// Accumulator element i of a thread: row (i >> 1) & 1 (0: g, 1: g + 8), column 8 * (i >> 2)
-// + 2 * t + (i & 1) (wgmma m64nN per warp). Keys past Nk and, if causal, keys c > r + offset
-// get -inf.
-template <int NS>
-__device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int t, int causal,
-                                        int offset) {
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-        const int col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
-        const int row = row_a + (((i >> 1) & 1) << 3);
-        if (col >= Nk || (causal && col > row + offset)) s[i] = FA_NEG_INF;
-    }
-}
-
-// Online softmax on one S tile in the exp2 domain (scale * log2 e folded into one FFMA):
-//   m_new = max(m, rowmax(S) * scale_log2)          (running max, eq. m_i^(j))
-//   alpha = exp2(m - m_new)                          (rescale factor of l and O)
-//   P     = exp2(S * scale_log2 - m_new)             (eq. P~_i^(j))
-//   l     = alpha * l + rowsum(P)                    (eq. l_i^(j); quad-reduced at the end)
-template <int NS>
-__device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* alpha,
-                                           float scale_log2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float mx = FA_NEG_INF;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn)
-            mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float m_new = fmaxf(m[h], mx * scale_log2);
-        const float m_use = (m_new == FA_NEG_INF) ? 0.f : m_new;  // no -inf - -inf
-        alpha[h] = fa_exp2(m[h] - m_use);
-        m[h] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn) {
-            const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
-            const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
-            s[4 * jn + 2 * h] = p0;
-            s[4 * jn + 2 * h + 1] = p1;
-            rs += p0 + p1;
-        }
-        l[h] = l[h] * alpha[h] + rs;
-    }
-}
-
-// O <- diag(alpha) O (eq. O_i^(j) = diag(exp(m^(j-1) - m^(j))) O_i^(j-1) + ...).
-template <int NO>
-__device__ __forceinline__ void fa_rescale(float* o, const float* alpha) {
-#pragma unroll
-    for (int i = 0; i < NO; ++i) o[i] *= alpha[(i >> 1) & 1];
-}
-
-// P (fp32, accumulator layout) -> A fragments of wgmma k-steps of 16 keys (the layouts
-// coincide, so this is a conversion in place, no data movement between threads).
-template <int DT, int NS>
-__device__ __forceinline__ void fa_to_a(const float* s, u32 (*a)[4]) {
-#pragma unroll
-    for (int kk = 0; kk < NS / 8; ++kk) {
-        a[kk][0] = fa_pack<DT>(s[8 * kk + 0], s[8 * kk + 1]);
-        a[kk][1] = fa_pack<DT>(s[8 * kk + 2], s[8 * kk + 3]);
-        a[kk][2] = fa_pack<DT>(s[8 * kk + 4], s[8 * kk + 5]);
-        a[kk][3] = fa_pack<DT>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-}
 
 // Register split between the roles (65536 registers per SM, one CTA per SM): FA3's values.
 template <int NC>
@@ -251,9 +162,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     constexpr int NS = BN / 2;  // S accumulator registers per thread
     constexpr int NO = D / 2;   // O accumulator registers per thread
     constexpr int NP = D / 64;  // 64-column panels per row
-    constexpr u32 V_LBO = BN * 128;  // MN-major B: stride between 64-column panels
-    constexpr u32 V_SBO = 1024;      //             stride between 8-row groups
-    constexpr int NCT = NC * 128;    // consumer threads
+    constexpr int NCT = NC * 128;  // consumer threads
 
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const u32 base = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
@@ -389,22 +298,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 
         auto issue_s = [&](int slot) {  // S = Q K^T (A and B K-major in shared memory)
             const u32 kbase = sK + slot * L::KV_BYTES;
-            fa_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
-                const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-                fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
-            }
-            fa_wgmma_commit();
+            fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
         };
         auto issue_pv = [&](int slot) {  // O += P V (A = P from registers, B = V MN-major)
             const u32 vbase = sV + slot * L::KV_BYTES;
-            fa_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-                fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
-            fa_wgmma_commit();
+            fa_issue_pv<DT, D, BN>(o, a, vbase);
         };
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
             const int n0 = j * BN;

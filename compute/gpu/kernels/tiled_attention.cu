@@ -41,9 +41,7 @@
 //   registers and shared memory), a 20-byte register spill. Source variants (8 rows per thread,
 //   full unrolling) were within -7%..+1% of this version, so it stays as written.
 
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
+#include "tiled_common.cuh"
 
 namespace tiled {
 
@@ -53,45 +51,7 @@ enum Slot {
     N_SLOTS
 };
 
-#ifdef COUNT_TRANSFERS
-struct Counter {
-    unsigned long long c[N_SLOTS];
-    __device__ Counter() {
-#pragma unroll
-        for (int s = 0; s < N_SLOTS; ++s) c[s] = 0ull;
-    }
-    __device__ void add(int slot, int n) { c[slot] += (unsigned long long)n; }
-    __device__ void flush(unsigned long long* out) const {
-#pragma unroll
-        for (int s = 0; s < N_SLOTS; ++s)
-            if (c[s]) atomicAdd(out + s, c[s]);
-    }
-};
-#else
-struct Counter {
-    __device__ void add(int, int) {}
-    __device__ void flush(unsigned long long*) const {}
-};
-#endif
-
-// Element IO: float passes through; unsigned short holds IEEE half bits.
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ unsigned short from_f32<unsigned short>(float x) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}
-// Round to T's precision and back (P~ is rounded to the input dtype before P~V).
-template <typename T> __device__ __forceinline__ float round_as(float x) {
-    return to_f32(from_f32<T>(x));
-}
+using Counter = TransferCounter<N_SLOTS>;
 
 template <int BQ, int BK, int D, int DV>
 struct Shape {

@@ -36,9 +36,7 @@
 // read-modify-write in global memory). The totals equal compute.pass_ledger("backward", ...)'s
 // tiled lane element for element.
 
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
+#include "tiled_common.cuh"
 
 namespace tiled_bwd {
 
@@ -48,45 +46,7 @@ enum Slot {
     DK_WRITE, DV_WRITE, N_SLOTS
 };
 
-#ifdef COUNT_TRANSFERS
-struct Counter {
-    unsigned long long c[N_SLOTS];
-    __device__ Counter() {
-#pragma unroll
-        for (int s = 0; s < N_SLOTS; ++s) c[s] = 0ull;
-    }
-    __device__ void add(int slot, int n) { c[slot] += (unsigned long long)n; }
-    __device__ void flush(unsigned long long* out) const {
-#pragma unroll
-        for (int s = 0; s < N_SLOTS; ++s)
-            if (c[s]) atomicAdd(out + s, c[s]);
-    }
-};
-#else
-struct Counter {
-    __device__ void add(int, int) {}
-    __device__ void flush(unsigned long long*) const {}
-};
-#endif
-
-// Element IO: float passes through; unsigned short holds IEEE half bits.
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ unsigned short from_f32<unsigned short>(float x) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}
-// Round to T's precision and back (P~ and dS are rounded to the input dtype before matmuls).
-template <typename T> __device__ __forceinline__ float round_as(float x) {
-    return to_f32(from_f32<T>(x));
-}
+using Counter = TransferCounter<N_SLOTS>;
 
 constexpr float LOG2E = 1.4426950408889634f;
 

@@ -228,3 +228,19 @@ def test_wheel_ships_kernels_and_reports_but_not_tools():
     data = setup["package-data"]["compute.gpu"]
     assert {"kernels/*.cu", "kernels/*.cuh", "reports/*.json"} <= set(data)
     assert (root / "compute" / "gpu" / "reports" / "tiled_vs_dense_h200.json").is_file()
+
+
+def test_kernel_source_changes_when_a_header_does(tmp_path, monkeypatch):
+    # CuPy's cache is keyed by the source text: a header edit must change that text.
+    from compute.gpu import sources
+
+    (tmp_path / "k.cu").write_text('#include "h.cuh"\n')
+    (tmp_path / "h.cuh").write_text("#define A 1\n")
+    monkeypatch.setattr(sources, "KERNEL_DIR", tmp_path)
+    sources._headers_digest.cache_clear()
+    before = sources.kernel_source(tmp_path / "k.cu")
+    (tmp_path / "h.cuh").write_text("#define A 2\n")
+    sources._headers_digest.cache_clear()
+    after = sources.kernel_source(tmp_path / "k.cu")
+    sources._headers_digest.cache_clear()
+    assert before.startswith('#include "h.cuh"\n') and before != after
