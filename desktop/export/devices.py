@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QImage, QPageLayout, QPageSize, QPainter, QPdf
 
 from desktop.export.atomic import ExportError
 from desktop.export.canvas import DPI, begin, new_image
+from desktop.export.frames import png_bytes
 
 Paint = Callable[[QPainter], None]  # paints one page at its output size, origin top left
 VECTOR_SUFFIXES = (".svg", ".pdf")
@@ -25,15 +26,6 @@ def image_of(size: tuple[int, int], paint: Paint, fill: QColor) -> QImage:
     paint(p)
     p.end()
     return image
-
-
-def png_bytes(image: QImage) -> bytes:
-    """`image` encoded as PNG in memory (the caller writes it, checking every write)."""
-    buffer = QBuffer()
-    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not image.save(buffer, "PNG"):
-        raise ExportError("Qt could not encode the image as PNG; try a smaller size.")
-    return bytes(buffer.data())
 
 
 def svg_bytes(size: tuple[int, int], paint: Paint, *, description: str = "") -> bytes:

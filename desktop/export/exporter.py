@@ -25,11 +25,12 @@ from desktop.export.animation_writer import (
 )
 from desktop.export.atomic import ExportError, write_bytes_atomic
 from desktop.export.canvas import LANE_TARGETS, Frame, LaneCanvas, grid_shape
-from desktop.export.devices import pdf_bytes, png_bytes, still_bytes, svg_bytes
+from desktop.export.devices import pdf_bytes, still_bytes, svg_bytes
 from desktop.export.frames import (
     FOOTER_HEIGHT,
     FramePlan,
     grab,
+    png_bytes,
     render_frames,
     show_frame,
     target_widget,

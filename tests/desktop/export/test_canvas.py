@@ -280,3 +280,13 @@ def test_ledger_svg_and_pdf_are_vectors_with_the_core_numbers(tmp_path, capsys):
     assert f"dense / tiled = {core.ratio:.2f}x" in texts
     words = pdf_text(pdf).split()
     assert all(t in words for t in totals)
+
+
+def test_fonts_grow_with_the_output(window):
+    """Output pixels per logical pixel (so font sizes): 1 on a 720p slide, 3 on a 4K
+    poster, and a README column shrinks only a little."""
+    trace = window.state.trace
+    zooms = {size: LaneCanvas(trace, "both", size).zoom for size in [(1280, 720), (3840, 2160)]}
+    assert zooms[(1280, 720)] == pytest.approx(1.0)
+    assert zooms[(3840, 2160)] == pytest.approx(3.0)
+    assert LaneCanvas(trace, "both", (800, 450)).zoom >= 0.6
