@@ -74,8 +74,13 @@ def draw_cells(painter: QPainter, rect: QRectF, image: QImage) -> None:
                 run += 1
             color = QColor.fromRgba(rgba)
             if color.alpha():
-                cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, (run - c) * cw, ch)
-                painter.fillRect(cell, color)
+                # Opaque cells overlap their right and lower neighbours by a hair, which
+                # those paint over: viewers' antialiasing then leaves no seam between
+                # them (translucent ones may not overlap: the overlap would show darker).
+                grow = 0.4 if color.alpha() == 255 else 0.0
+                w = (run - c) * cw + (grow if run < cols else 0.0)
+                h = ch + (grow if r + 1 < rows else 0.0)
+                painter.fillRect(QRectF(rect.left() + c * cw, rect.top() + r * ch, w, h), color)
             c = run
     painter.restore()
 
