@@ -10,12 +10,22 @@ from desktop.scene.render import LUT, MASKED_RGBA
 from desktop.state.app_state import AppState
 from desktop.theme import READ, WRITE
 
+LINE = 17  # one line of swatches
+LABELS = {  # swatch label: drawn as an outline (a highlight) rather than a fill
+    "read HBM→SRAM": True,
+    "write SRAM→HBM": True,
+    "masked −∞": False,
+    "not yet written": False,
+    "selected row": True,
+}
+SWATCHES_X = 416  # right of the two colour bars and their tick labels
+
 
 class Legend(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.setFixedHeight(36)
+        self.setFixedHeight(LINE * 2 + 2)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         state.sigTraceChanged.connect(self.update)
 
@@ -38,6 +48,26 @@ class Legend(QWidget):
                 f"{value:.3g}".replace("-", "−"),
             )
 
+    def _places(self, labels: list[str], width: int) -> list[tuple[float, float, float]]:
+        """(x, y, text width) per swatch: right of the colour bars, wrapping onto as
+        many lines as the width needs, so no label is ever cut."""
+        metrics = self.fontMetrics()
+        x, y, out = float(SWATCHES_X), 0.0, []
+        for label in labels:
+            w = metrics.horizontalAdvance(label) + 8
+            start = SWATCHES_X if y < 2 * LINE else 8  # below the bars, the whole width
+            if x > start and x + 20 + w > width:
+                y += LINE
+                x = float(SWATCHES_X if y < 2 * LINE else 8)
+            out.append((x, y, w))
+            x += 20 + w + 14
+        return out
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        lines = int(self._places(list(LABELS), self.width())[-1][1] / LINE) + 1
+        self.setFixedHeight(LINE * max(2, lines) + 2)
+        super().resizeEvent(event)
+
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)
         pal = self.palette()
@@ -52,19 +82,19 @@ class Legend(QWidget):
         # P ≥ 0 uses the white-to-red half of the same palette, scaled to its own maximum.
         bar = QRectF(280, 4, 100, 12)
         self._bar(p, bar, 128, ((0.0, 0.0), (1.0, pmax)))
-        x, y = bar.right() + 36, 0.0
         never = QColor(pal.color(QPalette.ColorRole.Base))
-        items = (
-            (READ, "read HBM→SRAM", True),
-            (WRITE, "write SRAM→HBM", True),
-            (QColor(*MASKED_RGBA), "masked −∞", False),
-            (never, "not yet written", False),
-            (pal.color(QPalette.ColorRole.WindowText), "selected row", True),
+        colors = (
+            READ,
+            WRITE,
+            QColor(*MASKED_RGBA),
+            never,
+            pal.color(QPalette.ColorRole.WindowText),
         )
-        for color, label, outline in items:
-            width = p.fontMetrics().horizontalAdvance(label) + 8
-            if x + 20 + width > self.width() and y == 0.0:  # wrap onto a second line
-                x, y = bar.right() + 36, 17.0
+        items = [
+            (c, label, outline) for c, (label, outline) in zip(colors, LABELS.items(), strict=True)
+        ]
+        places = self._places([label for _c, label, _o in items], self.width())
+        for (color, label, outline), (x, y, width) in zip(items, places, strict=True):
             swatch = QRectF(x, 3 + y, 16, 12)
             fill = QColor(color)
             if outline:
@@ -76,5 +106,4 @@ class Legend(QWidget):
             p.drawRect(swatch)
             p.setPen(text)
             p.drawText(QRectF(x + 20, y, width, 18), Qt.AlignmentFlag.AlignVCenter, label)
-            x += 20 + width + 14
         p.end()

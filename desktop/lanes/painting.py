@@ -203,3 +203,28 @@ def draw_arrow(
         p = path.pointAtPercent(progress if toward_end else 1.0 - progress)
         painter.setPen(QPen(QColor(0, 0, 0, 120), 1))
         painter.drawRoundedRect(QRectF(p.x() - 6, p.y() - 4, 12, 8), 2, 2)
+
+
+def draw_fitted_text(painter: QPainter, rect: QRectF, text: str, align: Qt.AlignmentFlag) -> str:
+    """Draw the whole sentence in `rect`: on one line where it fits, else wrapped at a
+    smaller size; elided only if even that cannot hold it. Returns what was drawn.
+
+    Exported frames have no tooltips, so a cut sentence would be lost there.
+    """
+    font = QFont(painter.font())
+    flags = int(align | Qt.AlignmentFlag.AlignVCenter)
+    if painter.fontMetrics().horizontalAdvance(text) <= rect.width():
+        painter.drawText(rect, flags, text)
+        return text
+    small = QFont(font)
+    small.setPointSizeF(max(6.5, font.pointSizeF() * 0.82))
+    painter.setFont(small)
+    wrap = flags | int(Qt.TextFlag.TextWordWrap)
+    need = painter.boundingRect(QRectF(rect.left(), 0, rect.width(), 1000), wrap, text)
+    if need.height() > rect.height() + 2:
+        text = painter.fontMetrics().elidedText(
+            text, Qt.TextElideMode.ElideRight, int(2 * rect.width() - 8)
+        )
+    painter.drawText(rect, wrap, text)
+    painter.setFont(font)
+    return text

@@ -11,7 +11,13 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen
 
 from compute import Trace
 from desktop.lanes.context import LaneContext
-from desktop.lanes.painting import draw_arrow, draw_matrix, highlight, transfer_path
+from desktop.lanes.painting import (
+    draw_arrow,
+    draw_fitted_text,
+    draw_matrix,
+    highlight,
+    transfer_path,
+)
 from desktop.scene import geometry as geo
 from desktop.scene.equations import step_equation
 from desktop.theme import READ, WRITE, qimage
@@ -75,6 +81,7 @@ def paint_sram(
             image=tiles_cache.get(tile.values, scale) if tile.cached else None,
             neutral=tile.tensor == "l",
         )
+    p.setFont(ctx.font)  # draw_matrix leaves its small number font set
     paint_capacity(p, ctx, trace, area)
     paint_equation(p, ctx, trace, step, area)
     return placed
@@ -94,13 +101,22 @@ def tile_rect(tile: geo.SramTile, box: QRectF) -> QRectF:
 
 def paint_equation(p: QPainter, ctx: LaneContext, trace: Trace, step: int, area: QRectF) -> None:
     """The step's recurrence in words and numbers, left of the capacity read-out."""
-    line = QRectF(area.left() + 22, area.bottom() - 19, area.width() - 380, 16)
+    # Left of the capacity read-out: its bar when M is set, else its sentence.
+    if trace.sram_capacity is not None:
+        reserve = 345.0
+    else:
+        reserve = p.fontMetrics().horizontalAdvance(capacity_text(ctx, trace)) + 40.0
+    line = QRectF(area.left() + 22, area.bottom() - 24, area.width() - 22 - reserve, 23)
     if line.width() < 80:
         return
     text = step_equation(trace, ctx.lane, step, ctx.state.row)
     p.setPen(ctx.palette.color(QPalette.ColorRole.Highlight))
-    text = p.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight, int(line.width()))
-    p.drawText(line, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
+    draw_fitted_text(p, line, text, Qt.AlignmentFlag.AlignLeft)  # whole, wrapped if need be
+
+
+def capacity_text(ctx: LaneContext, trace: Trace) -> str:
+    """The working-set sentence shown when M is not set."""
+    return f"peak working set {trace.schedule.sram_elements(ctx.lane):,} elements (M not set)"
 
 
 def paint_capacity(p: QPainter, ctx: LaneContext, trace: Trace, area: QRectF) -> None:
@@ -112,7 +128,7 @@ def paint_capacity(p: QPainter, ctx: LaneContext, trace: Trace, area: QRectF) ->
     p.setPen(text)
     align = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
     if cap is None:
-        p.drawText(bar, align, f"peak working set {need:,} elements (M not set)")
+        p.drawText(bar, align, capacity_text(ctx, trace))
         return
     fits = need <= cap
     color = QColor("#2e8b57") if fits else QColor("#c0392b")

@@ -9,23 +9,27 @@ is its own widget so an exporter can `grab()` one lane at any step.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
-from PySide6.QtGui import QFont, QMouseEvent, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QFont, QFontMetrics, QMouseEvent, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
 from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
+from desktop.lanes.painting import draw_fitted_text
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
 from desktop.theme import qimage
 
 ARROW_GAP = 26.0  # room between HBM and SRAM for the transfer arrows
+HBM_MIN, SRAM_MIN = 80.0, 52.0  # the frames' least heights: tiles, labels and a text line
+MIN_HEIGHT = int(26 + HBM_MIN + ARROW_GAP + SRAM_MIN + 4)  # a lane is never squeezed below
 TITLES = {
     "dense": "Dense: standard attention writes S and P to HBM",
     "tiled": "Tiled: FlashAttention keeps S and P on chip",
 }
+SHORT_TITLES = {"dense": "Dense", "tiled": "Tiled"}  # when the step's sentence needs the room
 
 
 class LaneView(QWidget):
@@ -41,7 +45,7 @@ class LaneView(QWidget):
         self._tiles = sram_painter.TileImages()
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.setMinimumSize(420, 190)
+        self.setMinimumSize(420, MIN_HEIGHT)
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
@@ -72,10 +76,11 @@ class LaneView(QWidget):
     def _frames(self) -> tuple[QRectF, QRectF]:
         """HBM above, SRAM below: data falls from memory onto the chip and back."""
         w, h = float(self.width()), float(self.height())
-        hbm_h = max(90.0, (h - 30) * 0.60)
+        # The SRAM frame keeps its minimum first: squeezed, it would show nothing readable.
+        hbm_h = max(HBM_MIN, min((h - 30) * 0.60, h - 26 - ARROW_GAP - 4 - SRAM_MIN))
         hbm = QRectF(6, 26, w - 12, hbm_h)
         top = hbm.bottom() + ARROW_GAP
-        return hbm, QRectF(6, top, w - 12, max(60.0, h - top - 4))
+        return hbm, QRectF(6, top, w - 12, max(SRAM_MIN, h - top - 4))
 
     def _layout(self) -> dict[str, QRectF]:
         if not self._rects and self.state.trace is not None:
@@ -132,29 +137,35 @@ class LaneView(QWidget):
         bold.setBold(True)
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width() - 16, 22)
-        title = TITLES[self.lane]
+        order = ""
         if self.lane == "tiled":
-            title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
-        p.setFont(bold)
-        p.setPen(text)
-        p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
-        title_w = p.fontMetrics().horizontalAdvance(title) + 24
+            order = f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
         p.setFont(self.font())
         total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
-        right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
-        p.drawText(line, right, total)
         total_w = p.fontMetrics().horizontalAdvance(total) + 24
         action = trace.steps[step].action(self.lane)
         now = f"now: {action.label}" if action is not None else "done"
-        room = line.width() - title_w - total_w
+        italic = QFont(self.font())
+        italic.setItalic(True)
+        p.setFont(bold)
+        title = TITLES[self.lane] + order
+        room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+        if room < QFontMetrics(italic).horizontalAdvance(now) + 8:
+            # The step's sentence matters more than the tagline: keep the lane's name only.
+            title = SHORT_TITLES[self.lane] + order
+            room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+        p.setPen(text)
+        p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
+        title_w = line.width() - total_w - room
+        p.setFont(self.font())
+        right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
+        p.drawText(line, right, total)
         if room > 60:
-            italic = QFont(self.font())
-            italic.setItalic(True)
             p.setFont(italic)
             p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
-            now = p.fontMetrics().elidedText(now, Qt.TextElideMode.ElideRight, int(room))
-            p.drawText(
-                QRectF(line.left() + title_w, 2, room, 22), Qt.AlignmentFlag.AlignVCenter, now
+            # The whole sentence: wrapped onto two smaller lines when one is too short.
+            draw_fitted_text(
+                p, QRectF(line.left() + title_w, 0, room, 26), now, Qt.AlignmentFlag.AlignLeft
             )
             p.setFont(self.font())
 

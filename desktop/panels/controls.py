@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 import compute
 from desktop.state.app_state import AppState
-from desktop.state.config import D_MAX, N_MAX, Config
+from desktop.state.config import D_MAX, N_MAX, Config, paper_blocks
 
 INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
 
@@ -62,6 +62,20 @@ class ControlsPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
+        self._build_inputs()
+        self._build_shape()
+        self._build_tiling()
+        self._build_sram()
+        self._name_widgets()
+        self._build_layout()
+        self._connect()
+        state.sigConfigChanged.connect(self.show_config)
+        # A request made elsewhere (the paper's rule, a menu, a dropped file) shows in
+        # every control at once, not only when its trace arrives.
+        state.sigRequested.connect(self.show_config)
+
+    # ---- construction ----------------------------------------------------------------
+    def _build_inputs(self) -> None:
         self.input_combo = QComboBox()
         for key, text in INPUT_LABELS.items():
             self.input_combo.addItem(text, key)
@@ -82,6 +96,13 @@ class ControlsPanel(QWidget):
         self.open_button.setToolTip(
             "A .npz with arrays q, k, v, or a .npy stacking Q, K, V as (3, N, d)"
         )
+        # One line beside Source when a shape change had to switch it (never silently).
+        self.source_note = QLabel()
+        self.source_note.setWordWrap(True)
+        self.source_note.setStyleSheet("color: #b9770e;")
+        self.source_note.hide()
+
+    def _build_shape(self) -> None:
         self.n_slider = QSlider(Qt.Orientation.Horizontal)
         self.n_slider.setRange(0, SLIDER_STEPS)  # logarithmic in N: see n_from_slider
         self.n_slider.setToolTip(
@@ -95,6 +116,8 @@ class ControlsPanel(QWidget):
         self.nk_spin = _spin(0, N_MAX, "N_keys: key/value positions (= N unless set)", "= N")
         self.d_spin = _spin(1, D_MAX, "d: head size of Q and K; scores S = Q Kᵀ / √d")
         self.dv_spin = _spin(1, D_MAX, "d_v: head size of V and of the output O = softmax(S) V")
+
+    def _build_tiling(self) -> None:
         self.bq_spin = _spin(
             1,
             N_MAX,
@@ -125,6 +148,8 @@ class ControlsPanel(QWidget):
         self.dtype_combo.setToolTip(
             "Element type of the tiled lane (inputs and P̃ rounded; m, ℓ, a in float32); bytes = elements × size"
         )
+
+    def _build_sram(self) -> None:
         self.sram_spin = _spin(
             0,
             1 << 24,
@@ -132,14 +157,18 @@ class ControlsPanel(QWidget):
             "not set",
         )
         self.paper_button = QPushButton("Paper's block sizes")
-        self.paper_button.setToolTip("Algorithm 1: B_c = ⌈M / 4d⌉, B_r = min(⌈M / 4d⌉, d)")
+        self.paper_button.setToolTip(
+            "Algorithm 1: B_c = ⌈M / 4d⌉, B_r = min(⌈M / 4d⌉, d); the rule ignores the score "
+            "tile and m, ℓ, so the largest blocks near it that fit M are chosen"
+        )
+        # What the paper's rule gave and what was chosen: both shown, with the reason.
+        self.paper_note = QLabel()
+        self.paper_note.setWordWrap(True)
+        self.paper_note.hide()
         self.fits_label = QLabel()
         self.fits_label.setWordWrap(True)
-        # One line beside Source when a shape change had to switch it (never silently).
-        self.source_note = QLabel()
-        self.source_note.setWordWrap(True)
-        self.source_note.setStyleSheet("color: #b9770e;")
-        self.source_note.hide()
+
+    def _name_widgets(self) -> None:
         names = {
             "input_combo": self.input_combo,
             "seed_spin": self.seed_spin,
@@ -157,15 +186,10 @@ class ControlsPanel(QWidget):
             "dtype_combo": self.dtype_combo,
             "sram_spin": self.sram_spin,
             "source_note": self.source_note,
+            "paper_note": self.paper_note,
         }
         for name, widget in names.items():  # stable names for tests and automation
             widget.setObjectName(name)
-        self._build_layout()
-        self._connect()
-        state.sigConfigChanged.connect(self.show_config)
-        # A request made elsewhere (the paper's rule, a menu, a dropped file) shows in
-        # every control at once, not only when its trace arrives.
-        state.sigRequested.connect(self.show_config)
 
     def _build_layout(self) -> None:
         inputs = QFormLayout()
@@ -192,6 +216,7 @@ class ControlsPanel(QWidget):
         sram = QFormLayout()
         sram.addRow("M (elements)", self.sram_spin)
         sram.addRow(self.paper_button)
+        sram.addRow(self.paper_note)
         sram.addRow(self.fits_label)
         layout = QVBoxLayout(self)
         for title, form in (
@@ -272,11 +297,33 @@ class ControlsPanel(QWidget):
             self.show_config(self.state.config)
 
     def apply_paper_rule(self) -> None:
+        """Set the largest blocks near the paper's rule that fit M, and say why."""
         cfg = self.state.current_config
         if not cfg.sram:
             return
-        b_r, b_c = compute.paper_block_sizes(cfg.sram, cfg.d)
-        self.state.update_config(block_q=b_r, block_k=b_c)
+        rule = paper_blocks(cfg)
+        (pr, pc), m = rule.paper, cfg.sram
+        said = f"Paper's rule: {pr}×{pc}, working set {rule.paper_need:,} of M = {m:,}"
+        if rule.chosen is None:
+            self.paper_note.setText(
+                f"{said}. No blocks fit M = {m:,} at d = {cfg.d}, d_v = {cfg.dv}; "
+                "the blocks are unchanged."
+            )
+        elif rule.chosen == rule.paper:
+            self.paper_note.setText(f"{said}: it fits, so the rule's blocks are used.")
+            self.state.update_config(block_q=pr, block_k=pc)
+        else:
+            cr, cc = rule.chosen
+            self.paper_note.setText(
+                f"{said}: the rule ignores S_ij, m and ℓ, which our working set counts. "
+                f"Chose {cr}×{cc}, the largest near it that fits ({rule.chosen_need:,})."
+            )
+            self.state.update_config(block_q=cr, block_k=cc)
+        self.paper_note.show()
+        # A wrapped label shown late: give it the height its lines need at the column's
+        # width, or the form (in a scroll area) overlaps it with the next row.
+        width = max(self.fits_label.width(), self.paper_button.width(), 160)
+        self.paper_note.setMinimumHeight(self.paper_note.heightForWidth(width))
 
     def show_config(self, cfg: Config) -> None:
         """Set every widget from the config shown, without re-firing requests."""

@@ -15,8 +15,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QGridLayout,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QTableWidget,
@@ -46,6 +46,8 @@ TENSOR_TIPS = {
 }
 
 
+QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum"
+NARROW = 620  # below this width the counts and the sweep stack
 SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
 
 
@@ -71,12 +73,63 @@ def _sweep(
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
 
+PENS = {  # key: (colour, width, style, legend name)
+    "dense": ("#c0392b", 2, Qt.PenStyle.SolidLine, "dense"),
+    "q-outer": ("#2471a3", 2, Qt.PenStyle.SolidLine, "tiled, Q-outer"),
+    "kv-outer": ("#9b59b6", 2, Qt.PenStyle.DashLine, "tiled, KV-outer"),
+    "bound": ("#d68910", 2, Qt.PenStyle.DotLine, "Theorem 2: N²d²/M"),
+}
+LEGEND_MARKS = {Qt.PenStyle.SolidLine: "━━", Qt.PenStyle.DashLine: "╍╍", Qt.PenStyle.DotLine: "┅┅"}
+
+
+def unbreakable(text: str) -> str:
+    """Rich text that Qt never breaks: non-breaking spaces, a word joiner after '/'."""
+    return text.replace(" ", "&nbsp;").replace("/", "/\u2060")
+
+
+def legend_html(pens: dict = PENS) -> str:
+    """The sweep's legend as rich text below the plot: it never covers a curve, and its
+    words take the palette's text colour (readable light and dark); only the marks are coloured."""
+    items = [
+        f"<span style='white-space:nowrap'><span style='color:{colour}; font-weight:bold'>"
+        f"{LEGEND_MARKS[style]}</span>&nbsp;{unbreakable(name)}</span>"
+        for colour, _w, style, name in pens.values()
+    ]
+    items.append(
+        "<span style='white-space:nowrap'><span style='color:#f0b400'>●</span>"
+        "&nbsp;this&nbsp;configuration</span>"
+    )
+    return " &nbsp; ".join(items)
+
+
 class LedgerPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
+        self._tensors: list[str] = []
+        left = QVBoxLayout()
+        left.addLayout(self._build_totals())
+        left.addWidget(self._build_table(), 1)
+        left.addWidget(self.totals_table)
+        right = QVBoxLayout()
+        right.addWidget(self._build_plot(), 1)
+        right.addWidget(self.legend_label)
+        right.addWidget(self.plot_note)
+        # A wide strip (counts beside the sweep over N) below the lanes; stacked when the
+        # panel is narrow (tabbed beside the statistics on a small screen).
+        self._box = layout = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(left, 1)
+        layout.addLayout(right, 1)
+        self.restyle()
+        state.sigTraceChanged.connect(self._on_trace)
+        state.sigStepChanged.connect(self._on_step)
+
+    # ---- construction ----------------------------------------------------------------
+    def _build_totals(self) -> QGridLayout:
+        """Big running totals per lane, each with its bytes and the whole run's count."""
         big = QFont(self.font())
-        big.setPointSizeF(big.pointSizeF() * 1.6)
+        big.setPointSizeF(big.pointSizeF() * 1.4)
         big.setBold(True)
         self.dense_total_label, self.tiled_total_label, self.ratio_label = (
             QLabel(),
@@ -84,70 +137,102 @@ class LedgerPanel(QWidget):
             QLabel(),
         )
         self.dense_bytes_label, self.tiled_bytes_label = QLabel(), QLabel()
+        self.dense_run_label, self.tiled_run_label = QLabel(), QLabel()
         totals = QGridLayout()
-        for col, (title, value, sub) in enumerate(
+        totals.setVerticalSpacing(0)
+        for col, (title, value, sub, run) in enumerate(
             (
-                ("Dense", self.dense_total_label, self.dense_bytes_label),
-                ("Tiled", self.tiled_total_label, self.tiled_bytes_label),
-                ("Dense / tiled", self.ratio_label, QLabel("so far")),
+                (
+                    "Dense (elements)",
+                    self.dense_total_label,
+                    self.dense_bytes_label,
+                    self.dense_run_label,
+                ),
+                (
+                    "Tiled (elements)",
+                    self.tiled_total_label,
+                    self.tiled_bytes_label,
+                    self.tiled_run_label,
+                ),
+                ("Dense / tiled", self.ratio_label, QLabel("so far"), QLabel("")),
             )
         ):
             value.setFont(big)
-            totals.addWidget(QLabel(title), 0, col, Qt.AlignmentFlag.AlignCenter)
-            totals.addWidget(value, 1, col, Qt.AlignmentFlag.AlignCenter)
-            totals.addWidget(sub, 2, col, Qt.AlignmentFlag.AlignCenter)
-        self.dense_total_label.setToolTip(
-            "Elements moved between HBM and SRAM by the dense lane so far"
-        )
-        self.tiled_total_label.setToolTip(
-            "Elements moved between HBM and SRAM by the tiled lane so far"
-        )
+            centre = Qt.AlignmentFlag.AlignCenter
+            totals.addWidget(QLabel(title), 0, col, centre)
+            totals.addWidget(value, 1, col, centre)
+            totals.addWidget(sub, 2, col, centre)
+            totals.addWidget(run, 3, col, centre)
+        for lane, label in (("dense", self.dense_total_label), ("tiled", self.tiled_total_label)):
+            label.setToolTip(f"Elements moved between HBM and SRAM by the {lane} lane so far")
+        for label in (self.dense_bytes_label, self.tiled_bytes_label):
+            label.setToolTip(
+                "The same transfers in bytes: elements × the size of each tensor's type"
+            )
+        for label in (self.dense_run_label, self.tiled_run_label):
+            label.setToolTip("Elements the lane moves over the whole run")
         self.ratio_label.setToolTip("Dense elements ÷ tiled elements, so far")
+        return totals
+
+    def _build_table(self) -> QTableWidget:
+        """Per-tensor counts (scrolls) over a one-row totals table that stays in view."""
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels([f"{lane}\n{d}" for lane, d in COLUMNS])
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.setMinimumHeight(120)
+        self.table.setMinimumHeight(64)
+        # The totals row is its own table below, so scrolling never hides it (KV-outer
+        # has nine tensors and the dock is short).
+        self.totals_table = QTableWidget(1, len(COLUMNS))
+        self.totals_table.setObjectName("ledger_totals")
+        self.totals_table.horizontalHeader().hide()
+        self.totals_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.totals_table.setVerticalHeaderLabels(["total"])
+        self.totals_table.verticalHeader().setDefaultSectionSize(20)
+        self.totals_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.totals_table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.totals_table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.totals_table.setFixedHeight(24)
+        bold = QFont(self.font())
+        bold.setBold(True)
+        self.totals_table.setFont(bold)
+        # Both tables' row headers share a width, so the columns line up.
+        self.table.verticalHeader().setFixedWidth(44)
+        self.totals_table.verticalHeader().setFixedWidth(44)
+        return self.table
+
+    def _build_plot(self) -> pg.PlotWidget:
+        """Total transfers against N, log-log, with the legend below, off the curves."""
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(160)
+        self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
         item.setLogMode(x=True, y=True)
         item.setLabel("bottom", "N (query and key positions)")
-        item.setLabel("left", "HBM transfers (elements)")
+        item.setLabel("left", "HBM transfers")  # elements: the totals and the note say so
         item.setMenuEnabled(False)
-        item.addLegend(offset=(6, 6), labelTextSize="8pt")  # top left: the lines rise to the right
-        pens = {
-            "dense": pg.mkPen("#c0392b", width=2),
-            "q-outer": pg.mkPen("#2471a3", width=2),
-            "kv-outer": pg.mkPen("#7d3c98", width=2, style=Qt.PenStyle.DashLine),
-            "bound": pg.mkPen("#7f8c8d", width=1.5, style=Qt.PenStyle.DotLine),
+        self._lines = {
+            k: item.plot([], [], pen=pg.mkPen(colour, width=w, style=style))
+            for k, (colour, w, style, _name) in PENS.items()
         }
-        names = {
-            "dense": "dense",
-            "q-outer": "tiled, Q-outer",
-            "kv-outer": "tiled, KV-outer",
-            "bound": "Theorem 2: N²d²/M",
-        }
-        self._lines = {k: item.plot([], [], pen=pens[k], name=names[k]) for k in pens}
         self._marks = pg.ScatterPlotItem(size=10, brush=pg.mkBrush(240, 180, 0), pen=pg.mkPen("k"))
         item.addItem(self._marks)
+        self.legend_label = QLabel(legend_html())
+        self.legend_label.setObjectName("sweep_legend")
+        self.legend_label.setWordWrap(True)
         self.plot_note = QLabel()
         self.plot_note.setWordWrap(True)
-        left = QVBoxLayout()
-        left.addLayout(totals)
-        left.addWidget(self.table, 1)
-        right = QVBoxLayout()
-        right.addWidget(self.plot, 1)
-        right.addWidget(self.plot_note)
-        layout = QHBoxLayout(self)  # a wide strip: counts beside the sweep over N
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(left, 1)
-        layout.addLayout(right, 1)
-        self._tensors: list[str] = []
-        self.restyle()
-        state.sigTraceChanged.connect(self._on_trace)
-        state.sigStepChanged.connect(self._on_step)
+        return self.plot
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        narrow = event.size().width() < NARROW
+        self._box.setDirection(
+            QBoxLayout.Direction.TopToBottom if narrow else QBoxLayout.Direction.LeftToRight
+        )
+        # Stacked, the sweep (whose size hint is large) leaves the table room for its rows.
+        cap = max(160, int(event.size().height() * 0.45)) if narrow else QWIDGETSIZE_MAX
+        self.plot.setMaximumHeight(cap)
+        super().resizeEvent(event)
 
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
@@ -161,8 +246,8 @@ class LedgerPanel(QWidget):
         full = trace.counts_at(trace.n_steps - 1)
         self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
         self._tensors = [t for t in compute.TENSORS if any(full[lane][t][d] for lane, d in COLUMNS)]
-        self.table.setRowCount(len(self._tensors) + 1)
-        self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors] + ["total"])
+        self.table.setRowCount(len(self._tensors))
+        self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors])
         for r, t in enumerate(self._tensors):
             self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
         self._update_plot(trace)
@@ -181,7 +266,7 @@ class LedgerPanel(QWidget):
         )
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(
-            f"● this configuration, N = {n}; blocks {trace.schedule.block_q}×"
+            f"● N = {n}; blocks {trace.schedule.block_q}×"
             f"{trace.schedule.block_k}, {m_note}; the bound is drawn with constant 1"
         )
 
@@ -194,7 +279,8 @@ class LedgerPanel(QWidget):
             for c, (lane, d) in enumerate(COLUMNS):
                 self._set(r, c, counts[lane][t][d])
         for c, (lane, d) in enumerate(COLUMNS):
-            self._set(len(self._tensors), c, sum(counts[lane][t][d] for t in compute.TENSORS))
+            total = sum(counts[lane][t][d] for t in compute.TENSORS)
+            self._set(0, c, total, self.totals_table)
         totals = trace.totals_at(step)
         self.dense_total_label.setText(f"{totals['dense']:,}")
         self.tiled_total_label.setText(f"{totals['tiled']:,}")
@@ -206,15 +292,17 @@ class LedgerPanel(QWidget):
                 for t in compute.TENSORS
                 for d in ("read", "write")
             )
-            final = self._final[lane]
-            label.setText(f"{format_bytes(nbytes)} ({trace.dtype}) · of {final:,}")
+            label.setText(f"{format_bytes(nbytes)} as {trace.dtype}")
+        for lane, label in (("dense", self.dense_run_label), ("tiled", self.tiled_run_label)):
+            label.setText(f"of {self._final[lane]:,} in the run")
 
-    def _set(self, row: int, col: int, value: int) -> None:
-        item = self.table.item(row, col)
+    def _set(self, row: int, col: int, value: int, table: QTableWidget | None = None) -> None:
+        table = table or self.table
+        item = table.item(row, col)
         if item is None:
             item = QTableWidgetItem()
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            self.table.setItem(row, col, item)
+            table.setItem(row, col, item)
         item.setText(f"{value:,}")
 
 

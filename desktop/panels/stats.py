@@ -12,6 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -26,11 +27,14 @@ from desktop.scene.row_series import (
     FORMULAS,
     MAX_COLOURED,
     SCALAR_COLORS,
+    active_steps,
+    dense_output_row,
     finite_range,
     fmt,
     fmt_vec,
     row_series,
     step_bundle,
+    zoom_window,
 )
 from desktop.state.app_state import AppState
 from desktop.theme import style_plot
@@ -40,8 +44,30 @@ PLOTS = (
     ("l", "ℓ: running denominator"),
     ("alpha", "α = exp(m_old − m_new)"),
     ("a", "a: unnormalised numerator"),
-    ("out", "a/ℓ → O (dashed: dense output)"),
+    ("out", "a/ℓ → O (dashed: float64 reference)"),
 )
+# Read-outs: (grid row, column, span). Scalars two to a line; vectors get a whole line.
+READOUTS = {
+    "m": (1, 0, 1),
+    "l": (1, 2, 1),
+    "alpha": (2, 0, 1),
+    "a": (3, 0, 3),
+    "out": (4, 0, 3),
+    "dense": (5, 0, 3),
+    "ref": (6, 0, 3),
+    "error": (7, 0, 3),
+}
+READOUT_NAMES = {
+    "m": "m",
+    "l": "ℓ",
+    "alpha": "α",
+    "a": "a",
+    "out": "a/ℓ",
+    "dense": "dense O",
+    "ref": "O_ref (float64)",
+    "error": "max |O − O_ref|",
+}
+STEP_X = 1  # plots count steps from 1, as the playback bar and the status bar do
 
 
 class StatsPanel(QWidget):
@@ -50,12 +76,29 @@ class StatsPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
+        self._series: dict[str, np.ndarray] | None = None
+        self._x_window: tuple[int, int] | None = None  # the 0-based steps plotted
+        grid = self._build_readouts()
+        self._build_plots()
+        self._build_bundles()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(grid)
+        layout.addWidget(self.plots, 1)
+        self.restyle()
+        state.sigTraceChanged.connect(self._rebuild)
+        state.sigRowChanged.connect(self._rebuild)
+        state.sigStepChanged.connect(self._on_step)
+
+    # ---- construction ----------------------------------------------------------------
+    def _build_readouts(self) -> QGridLayout:
+        """The row chooser, tile jumps, the whole-run toggle and one read-out per quantity."""
         self.row_spin = QSpinBox()
         self.row_spin.setToolTip(
             "Query row whose online-softmax state is plotted (or click a row in a lane)"
         )
-        self.row_spin.valueChanged.connect(state.set_row)
-        self.labels = {k: QLabel() for k in ("m", "l", "alpha", "a", "out", "ref", "error")}
+        self.row_spin.valueChanged.connect(self.state.set_row)
+        self.labels = {k: QLabel() for k in READOUTS}
         for lab in self.labels.values():
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             # Long vectors must not widen the dock: let the label be clipped instead.
@@ -73,34 +116,34 @@ class StatsPanel(QWidget):
             b.setToolTip(tip)
             b.clicked.connect(lambda _c=False, d=direction: self.sigTileJump.emit(d))
             jumps.addWidget(b)
+        self.whole_run = QCheckBox("whole run")
+        self.whole_run.setToolTip(
+            "Plot every step of the run; unchecked, the plots show the steps that update "
+            "this row and follow the current step"
+        )
+        self.whole_run.toggled.connect(lambda _v: self._set_x_range())
+        jumps.addWidget(self.whole_run)
         grid.addLayout(jumps, 0, 2, 1, 2)
-        # Scalars two to a line; vectors and the error get a whole line each.
-        places = {
-            "m": (1, 0, 1),
-            "l": (1, 2, 1),
-            "alpha": (2, 0, 1),
-            "a": (3, 0, 3),
-            "out": (4, 0, 3),
-            "ref": (5, 0, 3),
-            "error": (6, 0, 3),
-        }
-        names = {
-            "m": "m",
-            "l": "ℓ",
-            "alpha": "α",
-            "a": "a",
-            "out": "a/ℓ",
-            "ref": "dense O",
-            "error": "error",
-        }
-        for key, (row, col, span) in places.items():
+        self.names: dict[str, QLabel] = {}
+        # The error read-out is a sentence: it wraps rather than lose its end.
+        self.labels["error"].setWordWrap(True)
+        for key, (row, col, span) in READOUTS.items():
             self.labels[key].setToolTip(FORMULAS[key])
-            name = QLabel(names[key])
+            name = QLabel(self._readout_name(key))
             name.setToolTip(FORMULAS[key])
+            self.names[key] = name
             grid.addWidget(name, row, col)
             grid.addWidget(self.labels[key], row, col + 1, 1, span)
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
+        return grid
+
+    def _readout_name(self, key: str) -> str:
+        dtype = self.state.trace.dtype if self.state.trace is not None else "dtype"
+        return {"dense": f"dense O ({dtype})"}.get(key, READOUT_NAMES[key])
+
+    def _build_plots(self) -> None:
+        """Five stacked plots sharing one 1-based step axis, each with a step marker."""
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(260)
         self._items: dict[str, pg.PlotItem] = {}
@@ -119,18 +162,16 @@ class StatsPanel(QWidget):
             if k < len(PLOTS) - 1:
                 item.hideAxis("bottom")  # the x axis (steps) is shared; label it once
             else:
-                item.setLabel("bottom", "step")
+                item.setLabel("bottom", "step (1-based, as the playback bar)")
             marker = pg.InfiniteLine(
                 angle=90, pen=pg.mkPen((128, 128, 128), width=1.5, style=Qt.PenStyle.DashLine)
             )
             item.addItem(marker, ignoreBounds=True)  # moving it must not re-autorange
             self._markers.append(marker)
             self._items[key] = item
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(grid)
-        layout.addWidget(self.plots, 1)
-        self._series: dict[str, np.ndarray] | None = None
+
+    def _build_bundles(self) -> None:
+        """One line item per plot for many components (see _rebuild)."""
         # Opaque pens: alpha-blended lines over 64 components cost ~8 ms a repaint.
         self._bundles = [
             pg.PlotDataItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
@@ -141,10 +182,6 @@ class StatsPanel(QWidget):
         ]
         for key, item in zip(("a", "out", "out"), self._bundles, strict=True):
             self._items[key].addItem(item)
-        self.restyle()
-        state.sigTraceChanged.connect(self._rebuild)
-        state.sigRowChanged.connect(self._rebuild)
-        state.sigStepChanged.connect(self._on_step)
 
     def restyle(self) -> None:
         style_plot(self.plots, self._items.values(), self.palette())
@@ -181,14 +218,14 @@ class StatsPanel(QWidget):
         s = self._series = row_series(trace, row)
         # Step curves: a value holds from its update step to the next; the edges sit at
         # half steps so the marker at step t is inside the value shown after step t.
-        x = s["edges"]
+        x = s["edges"] + STEP_X
         m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
         for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
             (curve,) = self._curves_for(key, 1)
             curve.setPen(pg.mkPen(SCALAR_COLORS[key], width=2))
             curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
         ref = trace.reference[row]
-        span = np.array([-0.5, trace.n_steps - 0.5])
+        span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
         d_v = trace.schedule.d_v
         if d_v <= MAX_COLOURED:
             # One coloured curve per component; the same colour for a, a/ℓ and its target.
@@ -207,7 +244,7 @@ class StatsPanel(QWidget):
             self._curves_for("out", 0, dashed=True)
             # Targets as short dashes at the right end, where a/ℓ arrives: 64 full-width
             # dashed lines would hide the curves.
-            tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5])
+            tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5]) + STEP_X
             bundles = (
                 step_bundle(x, s["a"]),
                 step_bundle(x, s["out"]),
@@ -222,23 +259,38 @@ class StatsPanel(QWidget):
             lo, hi = finite_range(ys[key])
             item.disableAutoRange()
             item.setYRange(lo, hi, padding=0.06)
-        # The other plots follow through their x link.
-        self._items["m"].setXRange(-0.5, trace.n_steps - 0.5, padding=0.01)
+        self._active = active_steps(trace, row)
+        self._x_window = None
         err_row = float(
             np.max(np.abs(trace.tiled_output[row].astype(np.float64) - ref), initial=0.0)
         )
+        self.names["dense"].setText(self._readout_name("dense"))
+        self.labels["dense"].setText(fmt_vec(dense_output_row(trace, row)))
         self.labels["ref"].setText(fmt_vec(ref))
-        self.labels["error"].setText(
-            f"row {fmt(err_row)}, all {fmt(trace.max_abs_error)} (vs float64, {trace.dtype})"
-        )
+        self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
         self._on_step(self.state.step)
+
+    def _set_x_range(self) -> None:
+        """Whole run, or the row's active steps slid to hold the current step (1-based)."""
+        trace = self.state.trace
+        if trace is None or self._series is None:
+            return
+        if self.whole_run.isChecked():
+            lo, hi = 0, trace.n_steps - 1
+        else:
+            lo, hi = zoom_window(self._active, self.state.step, trace.n_steps)
+        if (lo, hi) != self._x_window:
+            self._x_window = (lo, hi)
+            # The other plots follow through their x link.
+            self._items["m"].setXRange(lo - 0.5 + STEP_X, hi + 0.5 + STEP_X, padding=0.01)
 
     def _on_step(self, step: int) -> None:
         trace, s = self.state.trace, self._series
         if trace is None or s is None or step >= trace.n_steps:
             return
         for marker in self._markers:
-            marker.setPos(step)
+            marker.setPos(step + STEP_X)
+        self._set_x_range()
         core = trace.row_state(self.state.row, step)  # the core's numbers, shown as they are
         self.labels["m"].setText(fmt(core.m))
         self.labels["l"].setText(fmt(core.l))
@@ -246,3 +298,8 @@ class StatsPanel(QWidget):
         self.labels["a"].setText(fmt_vec(core.a))
         out = "— (no keys yet)" if core.l <= 0 else fmt_vec(core.partial_output)
         self.labels["out"].setText(out)
+
+
+def error_text(row_error: float, all_error: float, dtype: str) -> str:
+    """The error read-out: the tiled output against the float64 reference."""
+    return f"this row {fmt(row_error)}, all rows {fmt(all_error)} (tiled in {dtype} vs float64)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from compute import Trace
+from compute.attention import round_to
 
 FORMULAS = {
     "m": "Running max after the tiles seen so far: m_new = max(m, rowmax(S_ij)); −∞ before any key",
@@ -17,8 +18,9 @@ FORMULAS = {
     "alpha": "Rescale factor of the old sums at the last tile: α = exp(m_old − m_new) (0 before any key)",
     "a": "Unnormalised numerator: a = α a + P̃_ij V_j (d_v components)",
     "out": "Partial output a/ℓ: attention over the keys seen so far; the output after the last tile",
-    "ref": "The dense lane's output row, softmax(S) V, in float64",
-    "error": "max |tiled output − float64 reference| for this row and over the whole output",
+    "dense": "The dense lane's output row, softmax(S) V, as written to HBM in the chosen dtype",
+    "ref": "The float64 reference row, softmax(S) V: what every error is measured against",
+    "error": "max |O − O_ref|: the tiled output against the float64 reference, this row and all rows",
 }
 SCALAR_COLORS = {"m": "#2471a3", "l": "#1a9850", "alpha": "#8e44ad"}
 MAX_COLOURED = 8  # above this many components of a, draw them as one bundle
@@ -74,3 +76,31 @@ def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
     out = np.full(a.shape, np.nan, dtype=np.float64)
     np.divide(a, l[:, None], out=out, where=l[:, None] > 0)
     return {"edges": edges, "m": m, "l": l, "alpha": h.alpha[cols], "a": a, "out": out}
+
+
+def dense_output_row(trace: Trace, row: int) -> np.ndarray:
+    """The dense lane's output row as stored in the chosen dtype (the float64 result rounded)."""
+    return np.asarray(round_to(trace.reference[row], trace.dtype), dtype=np.float64)
+
+
+def active_steps(trace: Trace, row: int) -> tuple[int, int]:
+    """First and last 0-based step that update `row` (the whole run if none do)."""
+    steps, _tiles = trace.row_updates(row)
+    if len(steps) == 0:
+        return 0, trace.n_steps - 1
+    return int(steps[0]), int(steps[-1])
+
+
+def zoom_window(active: tuple[int, int], step: int, n_steps: int) -> tuple[int, int]:
+    """The 0-based steps the plots show: the row's active steps (at least 8), widened to
+    hold `step` when it is near them (within one span), so playback into and out of the
+    row's tiles keeps the marker in view; far away, the row's steps stay on show."""
+    first, last = active
+    width = min(n_steps, max(last - first + 1, 8))
+    lo = max(0, min(first, n_steps - width))
+    hi = lo + width - 1
+    if lo - width <= step < lo:
+        lo = step
+    elif hi < step <= hi + width:
+        hi = step
+    return lo, hi

@@ -62,10 +62,14 @@ class AppState(QObject):
         self.set_config(self.current_config.replace(**changes))
 
     def _built(self, config: Config, trace: Trace, images: LaneImages) -> None:
-        # Keep the position in the timeline where it still exists; a first trace, or one
-        # viewed at its end, opens at the end, where the whole story is visible.
-        at_end = self.trace is None or self.step >= self.trace.n_steps - 1
-        step = trace.n_steps - 1 if at_end else min(self.step, trace.n_steps - 1)
+        # Keep the position in the timeline where it still exists. A first trace opens at
+        # step 1, where the story starts; one viewed at its end stays at the end.
+        if self.trace is None:
+            step = 0
+        elif self.step >= self.trace.n_steps - 1:
+            step = trace.n_steps - 1
+        else:
+            step = min(self.step, trace.n_steps - 1)
         row = min(self._row_hint, trace.schedule.n_q - 1)
         row_changed = row != self.row
         # Step and row are valid for the new trace before anyone hears of it.
@@ -76,6 +80,16 @@ class AppState(QObject):
         self.sigStepChanged.emit(step)
         if row_changed:
             self.sigRowChanged.emit(row)
+
+    def adopt(self, other: AppState) -> None:
+        """Show what `other` shows (its config, trace, step and row) without a rebuild:
+        an offscreen copy of the window renders exports from it."""
+        if other.trace is None or other.config is None:
+            return
+        self._row_hint = other.row
+        self._built(other.config, other.trace, other.images)
+        self.set_step(other.step)
+        self.set_progress(other.progress)
 
     def _failed(self, message: str) -> None:
         failed, self.requested = self.requested, self.config

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import compute
 from compute import InputError, Inputs, Trace
 from compute.inputs import check_memory_budget, memory_estimate
+from compute.schedule import Schedule
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
 SEED_SIZES = (6, 6, 2, 2)  # the reference example's N, N_keys, d, d_v
@@ -132,6 +133,49 @@ class Config:
         S is N · N_k · (d + d_v); a query block's history loops over T_c key tiles."""
         t_c = math.ceil(self.n_k / self.block_k)
         return self.n * self.n_k * (self.d + self.dv) + 2000 * t_c
+
+
+@dataclass(frozen=True)
+class PaperBlocks:
+    """Algorithm 1's block sizes for M and d, and the largest blocks near them that fit."""
+
+    paper: tuple[int, int]  # (B_r, B_c) by the paper's rule
+    paper_need: int  # our working set at the paper's blocks
+    chosen: tuple[int, int] | None  # (B_r, B_c) ≤ the paper's, largest tile that fits
+    chosen_need: int | None
+
+
+def working_set(config: Config, block_q: int, block_k: int) -> int:
+    """The tiled lane's SRAM working set in elements at these blocks (the schedule's count)."""
+    schedule = Schedule(config.n, config.n_k, config.d, config.dv, block_q, block_k)
+    return schedule.sram_elements("tiled")
+
+
+def paper_blocks(config: Config) -> PaperBlocks:
+    """The paper's rule B_c = ⌈M / 4d⌉, B_r = min(⌈M / 4d⌉, d) sizes Q_i, K_j, V_j and O_i
+    to about M/4 each and ignores the score tile S_ij and the statistics m, ℓ that our
+    working set counts, so its blocks can overflow M. Among blocks no larger than the
+    paper's (and N), choose the largest tile B_r · B_c that fits (ties: the larger B_c,
+    as the paper's rule favours key tiles). Blocks past N are clamped by the schedule,
+    so the tile's size is counted as clamped."""
+    m, d, dv = int(config.sram or 0), config.d, config.dv
+    b_r, b_c = compute.paper_block_sizes(m, d)
+    best: tuple[int, int, int] | None = None  # (clamped area, B_c, B_r)
+    for r in range(1, b_r + 1):
+        r_eff = min(r, config.n)
+        # B_r d + B_c (d + d_v) + B_r B_c + B_r d_v + 2 B_r ≤ M, solved for B_c.
+        c_max = (m - r_eff * (d + dv + 2)) // (d + dv + r_eff)
+        c = b_c if c_max >= min(b_c, config.n_k) else c_max
+        if c >= 1:
+            key = (r_eff * min(c, config.n_k), c, r)
+            best = key if best is None or key > best else best
+    chosen = None if best is None else (best[2], best[1])
+    return PaperBlocks(
+        paper=(b_r, b_c),
+        paper_need=working_set(config, b_r, b_c),
+        chosen=chosen,
+        chosen_need=None if chosen is None else working_set(config, *chosen),
+    )
 
 
 def _memory_args(config: Config) -> tuple[tuple, dict]:

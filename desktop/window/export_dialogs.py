@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, QSize, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressDialog,
     QSpinBox,
+    QToolBar,
     QWidget,
 )
 
@@ -212,8 +213,13 @@ class Exports:
             ("Export &storyboard…", self.export_storyboard, "Ctrl+Shift+B", "Steps side by side"),
             ("Export &ledger…", self.export_ledger, "Ctrl+L", "PNG, SVG, PDF, CSV or JSON"),
         )
-        toolbar = w.addToolBar("Export")
-        toolbar.setObjectName("toolbar_export")  # saveState needs stable names
+        # In the menu bar's free right end, not a row of its own: on a 768-pixel screen
+        # that row is worth more to the lanes.
+        toolbar = QToolBar("Export")
+        toolbar.setObjectName("toolbar_export")
+        toolbar.setIconSize(QSize(0, 0))
+        w.menuBar().setCornerWidget(toolbar, Qt.Corner.TopRightCorner)
+        self.toolbar = toolbar
         self.actions = []
         for text, slot, keys, tip in specs:
             act = w._action(menu, text, slot, QKeySequence(keys), tip)
@@ -349,14 +355,28 @@ class Exports:
             QApplication.processEvents()
             return not progress.wasCanceled()
 
+        # Lanes are painted from a frozen copy of the state, so the user's window never
+        # moves; the window and panels are grabbed, so from a hidden twin of the window.
+        twin = w.offscreen_copy() if view not in LANE_VIEWS else None
         try:
             export_animation(
-                w, path, plan=plan, fps=fps, target=view, size=size, progress=tick, theme=theme
+                twin or w,
+                path,
+                plan=plan,
+                fps=fps,
+                target=view,
+                size=size,
+                progress=tick,
+                theme=theme,
             )
         except ExportError as exc:
             progress.close()
             self._report(exc)
             return False
+        finally:
+            if twin is not None:
+                twin.close()
+                twin.deleteLater()
         progress.close()
         w.statusBar().showMessage(f"Wrote {path} ({len(plan)} frames)", 5000)
         return True

@@ -8,10 +8,11 @@ QSettings persistence and error dialogs. Side panels (the GPU panel) join throug
 from __future__ import annotations
 
 import json
+from importlib import metadata
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QImage, QKeySequence
+from PySide6.QtCore import QPoint, QRect, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QFont, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -49,18 +50,49 @@ from desktop.window.saved_settings import (
 )
 
 LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
+DESIGN_SIZE = (1600, 1000)  # the window's size where the screen allows it
+COMPACT_HEIGHT = 900  # below this available height the bottom dock joins the right one
+SCREEN_MARGIN = (16, 48)  # room for the window manager's frame and title bar
+HINT = "Space plays · click a row to follow it"
 ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
 ABOUT = (
-    "<h3>FlashAttention Explorer</h3>"
+    "<h3>FlashAttention Explorer {version}</h3>"
     "<p>Two lanes compute the same exact attention on the same inputs. The dense lane writes "
     "the N×N scores S and probabilities P to HBM and reads them back; the tiled lane streams "
     "K/V tiles through SRAM and carries a running max m, denominator ℓ and numerator a per "
     "query row, so S and P never leave the chip.</p>"
-    "<p>Counts are for the declared schedules (FlashAttention-2's Q-outer order, or Algorithm 1's "
-    "KV-outer order), not measurements of a GPU. References: Dao et al., FlashAttention (2022); "
-    "Dao, FlashAttention-2 (2023).</p>"
-    "<p>Keys: Space play/pause · ←/→ step · Home/End first/last.</p>"
+    "<p>Where the numbers come from: every value is computed by the NumPy core on the inputs "
+    "shown and checked against a float64 dense reference; transfer counts are for the "
+    "declared schedules (FlashAttention-2's Q-outer order, or Algorithm 1's KV-outer order), "
+    "not measurements of a GPU; the GPU panel's timings are recorded or live CuPy runs.</p>"
+    "<p>References: Tri Dao, Daniel Y. Fu, Stefano Ermon, Atri Rudra, Christopher Ré, "
+    "<i>FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness</i> "
+    "(NeurIPS 2022, arXiv:2205.14135): Algorithm 1 and Theorem 2. Tri Dao, "
+    "<i>FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning</i> "
+    "(2023, arXiv:2307.08691).</p>"
+    "<p><b>Keyboard</b></p><table>{keys}</table>"
+    "<p>A click on a row in either lane follows that row in the statistics panel.</p>"
 )
+
+
+def app_version() -> str:
+    """The installed package's version (what a bug report should quote)."""
+    try:
+        return metadata.version("flash-attention-explorer")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def initial_geometry(available: QRect) -> QRect:
+    """The first-launch geometry: the designed size, shrunk to fit `available` (the
+    screen less its panels and frame), centred in it."""
+    w = min(DESIGN_SIZE[0], available.width() - SCREEN_MARGIN[0])
+    h = min(DESIGN_SIZE[1], available.height() - SCREEN_MARGIN[1])
+    rect = QRect(0, 0, max(w, 320), max(h, 240))
+    rect.moveCenter(available.center())
+    # Never above or left of the available area (a title bar out of reach).
+    rect.moveTopLeft(QPoint(max(rect.left(), available.left()), max(rect.top(), available.top())))
+    return rect
 
 
 def saved_config() -> Config | None:
@@ -70,19 +102,47 @@ def saved_config() -> Config | None:
 
 class MainWindow(QMainWindow):
     def __init__(
-        self, config: Config | None = None, *, persist: bool = True, build_inline: bool = False
+        self,
+        config: Config | None = None,
+        *,
+        persist: bool = True,
+        build_inline: bool = False,
+        adopt: AppState | None = None,
     ) -> None:
         super().__init__()
         self.persist = persist  # screenshots and tests neither read nor write settings
-        self.setWindowTitle("FlashAttention Explorer")
+        self.setWindowTitle("")  # the application's display name is the title until a config
         self.setAcceptDrops(True)
         self.state = AppState(self)
         self.state.builder.force_inline = build_inline
         self.playback = Playback(self.state, self)
+        splitter = self._build_centre()
+        self._build_docks()
+        self._build_status_bar()
+        self.theme = "system"
+        self._build_menus()
+        self.exports = Exports(self)
+        self.exports.add_actions(self.file_menu, before=self.quit_separator)
+        self.gpu_panel = attach_gpu_panel(self)
+        self._connect()
+        # While a build runs, the views that would show old numbers are veiled.
+        self.veils = [
+            BusyVeil(self.state, w) for w in (splitter, self.ledger_panel, self.stats_panel)
+        ]
+        self._fit_screen()
+        if adopt is not None:
+            self._theme_actions["system"].setChecked(True)
+            self.state.adopt(adopt)  # a copy: shows what another window shows, no rebuild
+        else:
+            self._restore(config)
+
+    def _build_centre(self) -> QSplitter:
+        """The two lanes (HBM above SRAM each), the legend and the playback bar."""
         self.lanes = {lane: LaneView(self.state, lane) for lane in ("dense", "tiled")}
         self.legend = Legend(self.state)
         self.bar = PlaybackBar(self.state, self.playback)
         splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setChildrenCollapsible(False)  # a lane is never squeezed to nothing
         for lane in self.lanes.values():
             splitter.addWidget(lane)
         central = QWidget()
@@ -93,6 +153,10 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.legend)
         layout.addWidget(self.bar)
         self.setCentralWidget(central)
+        return splitter
+
+    def _build_docks(self) -> None:
+        """Controls left, the selected row's statistics right, the ledger below."""
         self.controls = ControlsPanel(self.state)
         self.stats_panel = StatsPanel(self.state)
         self.ledger_panel = LedgerPanel(self.state)
@@ -114,12 +178,16 @@ class MainWindow(QMainWindow):
         )
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.resizeDocks(
-            [self.docks["controls"], self.docks["stats"]], [270, 440], Qt.Orientation.Horizontal
-        )
-        self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+
+    def _build_status_bar(self) -> None:
+        """The step in words, what is computing, and the first-launch hint."""
         self.status_label = QLabel()
         self.busy_label = QLabel()
+        self.hint_label = QLabel(HINT)
+        self.hint_label.setObjectName("first_hint")
+        italic = QFont(self.hint_label.font())
+        italic.setItalic(True)
+        self.hint_label.setFont(italic)  # a font, not a style sheet: keeps the theme's colour
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.busy_label)
         # Overflow of the tiled dtype stays visible while that trace is shown.
@@ -127,11 +195,9 @@ class MainWindow(QMainWindow):
         self.overflow_label.setStyleSheet("color: #b2182b; font-weight: bold;")
         self.overflow_label.setWordWrap(True)
         self.statusBar().addPermanentWidget(self.overflow_label)
-        self.theme = "system"
-        self._build_menus()
-        self.exports = Exports(self)
-        self.exports.add_actions(self.file_menu, before=self.quit_separator)
-        self.gpu_panel = attach_gpu_panel(self)
+        self.statusBar().addPermanentWidget(self.hint_label)
+
+    def _connect(self) -> None:
         self.stats_panel.sigTileJump.connect(self.playback.row_tile)
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
@@ -142,12 +208,47 @@ class MainWindow(QMainWindow):
         self.state.sigBusy.connect(
             lambda busy: self.busy_label.setText(computing_text(self.state) if busy else "")
         )
-        # While a build runs, the views that would show old numbers are veiled.
-        self.veils = [
-            BusyVeil(self.state, w) for w in (splitter, self.ledger_panel, self.stats_panel)
-        ]
-        self.resize(1600, 1000)
-        self._restore(config)
+        # The hint goes once what it says has been used: playing, or following a row.
+        self.playback.sigPlaying.connect(lambda playing: playing and self.hide_hint())
+        self.state.sigRowChanged.connect(lambda _row: self.hide_hint())
+
+    def hide_hint(self) -> None:
+        self.hint_label.hide()
+
+    def _fit_screen(self) -> None:
+        """Open at the designed size where it fits, else at the screen's available size,
+        with the docks arranged to match. Offscreen (screenshots, exports, tests) there
+        is no real screen: the designed size and layout."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None or QApplication.platformName() == "offscreen":
+            self.resize(*DESIGN_SIZE)
+            self.arrange_docks(compact=False)
+            return
+        self.fit_to(screen.availableGeometry())
+
+    def fit_to(self, available: QRect) -> None:
+        """Size the window and arrange the docks for a screen's available area."""
+        self.setGeometry(initial_geometry(available))
+        self.arrange_docks(compact=available.height() < COMPACT_HEIGHT)
+
+    def arrange_docks(self, compact: bool) -> None:
+        """Compact (a short screen): the ledger is a tab beside the statistics, so the
+        lanes keep the whole height. Otherwise the ledger is a strip below the lanes."""
+        ledger, right = self.docks["ledger"], Qt.DockWidgetArea.RightDockWidgetArea
+        if compact:
+            if self.dockWidgetArea(ledger) != right:
+                self.addDockWidget(right, ledger)
+                self.tabifyDockWidget(self.docks["stats"], ledger)
+            self.docks["stats"].raise_()
+            widths = [250, 420]
+        else:
+            if self.dockWidgetArea(ledger) != Qt.DockWidgetArea.BottomDockWidgetArea:
+                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, ledger)
+            self.resizeDocks([ledger], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+            widths = [270, 440]
+        self.resizeDocks(
+            [self.docks["controls"], self.docks["stats"]], widths, Qt.Orientation.Horizontal
+        )
 
     # ---- construction ----------------------------------------------------------------
     def _dock(self, key: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
@@ -158,11 +259,14 @@ class MainWindow(QMainWindow):
         self.docks[key] = dock
         return dock
 
-    def add_side_panel(self, widget: QWidget, title: str, key: str | None = None) -> QDockWidget:
-        """Add a panel (e.g. the GPU panel) as a dock tabbed with the ledger.
+    def add_side_panel(
+        self, widget: QWidget, title: str, key: str | None = None, beside: str = "ledger"
+    ) -> QDockWidget:
+        """Add a panel (e.g. the GPU panel) as a dock tabbed with another ('ledger' below
+        the lanes, or 'stats' on the right).
 
-        The panel sits in a scroll area: a tall panel must not force the bottom dock,
-        and with it the lanes, to its own minimum height.
+        The panel sits in a scroll area: a tall panel must not force its dock area, and
+        with it the lanes, to its own minimum height.
         """
         scroll = QScrollArea()
         scroll.setWidget(widget)
@@ -172,11 +276,10 @@ class MainWindow(QMainWindow):
             key or title.lower().replace(" ", "_"),
             title,
             scroll,
-            Qt.DockWidgetArea.BottomDockWidgetArea,
+            self.dockWidgetArea(self.docks[beside]),
         )
-        self.tabifyDockWidget(self.docks["ledger"], dock)
-        self.docks["ledger"].raise_()
-        self.resizeDocks([self.docks["ledger"]], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
+        self.tabifyDockWidget(self.docks[beside], dock)
+        self.docks[beside].raise_()
         self._view_menu.addAction(dock.toggleViewAction())
         return dock
 
@@ -216,9 +319,9 @@ class MainWindow(QMainWindow):
         source = {"seed": "seed example", "random": f"random (seed {cfg.seed})"}.get(
             cfg.input, Path(cfg.file).name
         )
+        # Qt appends the application's display name ("— FlashAttention Explorer").
         self.setWindowTitle(
-            f"FlashAttention Explorer — {source}, N = {cfg.n}, d = {cfg.d}, "
-            f"blocks {cfg.block_q}×{cfg.block_k}"
+            f"{source}, N = {cfg.n}, d = {cfg.d}, blocks {cfg.block_q}×{cfg.block_k}"
         )
 
     def overflow_text(self) -> str:
@@ -241,8 +344,24 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str) -> None:
         QMessageBox.warning(self, "FlashAttention Explorer", message)
 
+    def shortcuts(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every action of the window that has a shortcut."""
+        found = []
+        for act in self.findChildren(QAction):
+            keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+            if keys:
+                found.append((keys, act.text().replace("&", "").rstrip("…")))
+        return found
+
+    def about_text(self) -> str:
+        keys = "".join(
+            f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>"
+            for k, what in self.shortcuts()
+        )
+        return ABOUT.format(version=app_version(), keys=keys)
+
     def about(self) -> None:
-        QMessageBox.about(self, "About FlashAttention Explorer", ABOUT)
+        QMessageBox.about(self, "About FlashAttention Explorer", self.about_text())
 
     def set_theme(self, theme: str) -> None:
         self.theme = theme if theme in THEMES else "system"
@@ -252,6 +371,19 @@ class MainWindow(QMainWindow):
             w.update()
         self.stats_panel.restyle()
         self.ledger_panel.restyle()
+
+    def offscreen_copy(self) -> MainWindow:
+        """A hidden window showing what this one shows, laid out the same: exports
+        render through it, so the user's view never moves behind the progress dialog."""
+        twin = MainWindow(persist=False, build_inline=True, adopt=self.state)
+        twin.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+        twin.set_theme(self.theme)
+        twin.stats_panel.whole_run.setChecked(self.stats_panel.whole_run.isChecked())
+        twin.resize(self.size())
+        twin.restoreState(self.saveState())
+        twin.show()
+        QApplication.processEvents()
+        return twin
 
     def render_frame(self, step: int | None = None, target: str = "window") -> QImage:
         """The window, one lane ('dense', 'tiled'), 'stats' or 'ledger' at a step, as a QImage."""
@@ -273,6 +405,8 @@ class MainWindow(QMainWindow):
         saved = None
         if self.persist:
             s = self._settings()
+            if read_value(s, "hint_used", lambda v: str(v).lower() == "true", False):
+                self.hide_hint()
             geometry = read_value(s, "geometry", parse_bytes, None)
             if geometry is not None:
                 self.restoreGeometry(geometry)
@@ -299,4 +433,5 @@ class MainWindow(QMainWindow):
             s.setValue("row", self.state.row)
             s.setValue("speed", self.playback.speed)
             s.setValue("theme", self.theme)
+            s.setValue("hint_used", self.hint_label.isHidden())
         super().closeEvent(event)

@@ -52,6 +52,24 @@ class PlaybackBar(QWidget):
     def __init__(self, state: AppState, playback: Playback, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state, self.playback = state, playback
+        self._build_buttons()
+        self._build_timeline()
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 2, 6, 2)
+        for w in self._buttons:
+            layout.addWidget(w)
+        layout.addWidget(self.scrubber, 1)
+        layout.addWidget(self.step_label)
+        layout.addWidget(self.speed_combo)
+        state.sigTraceChanged.connect(self._on_trace)
+        state.sigStepChanged.connect(self._on_step)
+        playback.sigPlaying.connect(self._show_playing)
+        self.set_speed(playback.speed)
+
+    # ---- construction ----------------------------------------------------------------
+    def _build_buttons(self) -> None:
+        """First, back, play/pause, forward, last: icons drawn in the palette's colour."""
+        state, playback = self.state, self.playback
 
         def button(kind: str, tip: str, slot) -> QToolButton:
             b = QToolButton()
@@ -79,6 +97,9 @@ class PlaybackBar(QWidget):
             self.last_button,
         )
         self._paint_icons()
+
+    def _build_timeline(self) -> None:
+        """The scrubber, the step read-out and the speed choice."""
         self.scrubber = QSlider(Qt.Orientation.Horizontal)
         self.scrubber.setToolTip(
             "Timeline: both lanes advance in lock-step, one action each per step"
@@ -92,25 +113,8 @@ class PlaybackBar(QWidget):
             self.speed_combo.addItem(f"{s:g} steps/s", s)
         self.speed_combo.setToolTip("Playback speed; slow frames skip steps rather than drift")
         self.speed_combo.currentIndexChanged.connect(
-            lambda _i: playback.set_speed(self.speed_combo.currentData())
+            lambda _i: self.playback.set_speed(self.speed_combo.currentData())
         )
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(6, 2, 6, 2)
-        for w in (
-            self.first_button,
-            self.back_button,
-            self.play_button,
-            self.forward_button,
-            self.last_button,
-        ):
-            layout.addWidget(w)
-        layout.addWidget(self.scrubber, 1)
-        layout.addWidget(self.step_label)
-        layout.addWidget(self.speed_combo)
-        state.sigTraceChanged.connect(self._on_trace)
-        state.sigStepChanged.connect(self._on_step)
-        playback.sigPlaying.connect(self._show_playing)
-        self.set_speed(playback.speed)
 
     def _show_playing(self, playing: bool) -> None:
         self.play_button.setProperty("icon_kind", "pause" if playing else "play")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QFileDialog,
@@ -81,6 +82,11 @@ class GpuPanel(QWidget):
         self.open_button = QPushButton("Open report…")
         self.open_button.clicked.connect(self._open_dialog)
         self.selector = QComboBox()
+        # Long report names must not widen the panel (it is a tab beside the statistics).
+        self.selector.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.selector.setMinimumContentsLength(16)
         self.selector.currentIndexChanged.connect(self._show_selected)
         self.n_spin = QSpinBox(minimum=16, maximum=16384, value=4096, singleStep=1024)
         self.bh_spin = QSpinBox(minimum=1, maximum=256, value=32)
@@ -101,17 +107,21 @@ class GpuPanel(QWidget):
         files = QHBoxLayout()
         files.addWidget(self.open_button)
         files.addWidget(self.selector, 1)
-        run = QHBoxLayout()
+        shape = QHBoxLayout()  # two rows, so the panel fits a side dock's width
         for text, w in (("N", self.n_spin), ("batch·heads", self.bh_spin), ("", self.dtype_combo)):
             if text:
-                run.addWidget(QLabel(text))
-            run.addWidget(w)
+                shape.addWidget(QLabel(text))
+            shape.addWidget(w)
+        shape.addStretch(1)
+        run = QHBoxLayout()
         run.addWidget(self.run_button)
         run.addWidget(self.cancel_button)
+        run.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.device_label)
         layout.addLayout(files)
         layout.addWidget(self.recorded_label)
+        layout.addLayout(shape)
         layout.addLayout(run)
         options = QHBoxLayout()
         options.addWidget(self.auto_check)
@@ -121,10 +131,24 @@ class GpuPanel(QWidget):
         layout.addWidget(self.progress)
         layout.addWidget(self.message)
         layout.addWidget(self.detail)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(self.counts, 1)
-        layout.addWidget(self.sweep_view, 2)
+        # Tables beside the sweep heatmap where the panel is wide (the bottom dock), so
+        # both show without scrolling; stacked where it is narrow (tabbed on the right).
+        tables = QVBoxLayout()
+        tables.addWidget(self.table)
+        tables.addWidget(self.counts)
+        tables.addStretch(1)
+        self._results = QBoxLayout(QBoxLayout.Direction.LeftToRight)
+        self._results.addLayout(tables)
+        self._results.addWidget(self.sweep_view, 1)
+        layout.addLayout(self._results, 1)
         self._set_running(False)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        narrow = event.size().width() < 900
+        self._results.setDirection(
+            QBoxLayout.Direction.TopToBottom if narrow else QBoxLayout.Direction.LeftToRight
+        )
+        super().resizeEvent(event)
 
     @staticmethod
     def _table(header: list[str]) -> QTableWidget:
@@ -218,6 +242,7 @@ class GpuPanel(QWidget):
                 self.table.setItem(i, j, cell)
             if "error" in result:
                 self.table.setSpan(i, 3, 1, len(HEADER) - 3)
+        fit_rows(self.table)
 
     def _fill_counts(self, report: dict) -> None:
         counted = next((r for r in report["results"] if "counts_kernel" in r), None)
@@ -233,6 +258,7 @@ class GpuPanel(QWidget):
         for i, cells in enumerate(rows):
             for j, text in enumerate(cells):
                 self.counts.setItem(i, j, QTableWidgetItem(text))
+        fit_rows(self.counts)
         self.counts.setVisible(bool(rows))
 
     # -- running -----------------------------------------------------------------------
@@ -319,14 +345,23 @@ class _CloseWatcher(QObject):
         return False
 
 
+def fit_rows(table: QTableWidget) -> None:
+    """Cap a table at its rows' height, so the sweep heatmap below gets the rest."""
+    rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
+    bar = table.horizontalScrollBar().sizeHint().height()
+    table.setMaximumHeight(table.horizontalHeader().sizeHint().height() + rows + bar + 6)
+
+
 def attach_gpu_panel(window, title: str = "GPU benchmark") -> GpuPanel:
     """Dock a GpuPanel in the main window, follow its sliders, stop it on close.
 
-    `window` needs `add_side_panel(widget, title, key)` and `state.sigConfigChanged`
+    `window` needs `add_side_panel(widget, title, key, beside)` and `state.sigConfigChanged`
     emitting a Config with block_q, block_k and order (desktop.window.main_window.MainWindow).
+    The panel is a tab beside the statistics: that area is tall enough to show the
+    results, the kernel counts and the sweep heatmap together.
     """
     panel = GpuPanel()
-    window.add_side_panel(panel, title, "gpu")
+    window.add_side_panel(panel, title, "gpu", beside="stats")
     panel.set_reports(split_reports(bundled_report()))  # the H200 recording shipped in the package
 
     def follow(config) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from desktop.theme import style_plot
@@ -15,10 +16,11 @@ class SweepView(QWidget):
         self.sweep: dict | None = None
         self._n = 0
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(180)
+        self.plot.setMinimumHeight(200)
         item = self.plot.getPlotItem()
-        item.setLabel("bottom", "block_k (B_c)")
-        item.setLabel("left", "block_q (B_r)")
+        # Short axis labels: a rotated long one is cut on a short plot.
+        item.setLabel("bottom", "B_c (block_k)")
+        item.setLabel("left", "B_r")
         item.setMenuEnabled(False)
         item.setMouseEnabled(False, False)
         self.image = pg.ImageItem()
@@ -42,6 +44,12 @@ class SweepView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.sweep_note)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            # A theme switch reaches pyqtgraph only through here (else: white on dark).
+            style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
+        super().changeEvent(event)
 
     def show_sweep(self, sweep: dict | None, n: int, blocks: tuple[int, int]) -> None:
         """Draw a block sweep (ms per run, recorded at N = n) and mark `blocks`."""

@@ -122,3 +122,28 @@ def test_write_history_equals_walking_the_steps(order, cap, monkeypatch):
                         last[cells] = st.index
             np.testing.assert_array_equal(img.first_write, first, err_msg=f"{lane} {name}")
             np.testing.assert_array_equal(img.last_write, last, err_msg=f"{lane} {name}")
+
+
+def test_a_long_sentence_is_drawn_whole_in_a_short_line(qapp):
+    from PySide6.QtCore import QRectF, Qt
+    from PySide6.QtGui import QImage, QPainter
+
+    from desktop.lanes.painting import draw_fitted_text
+
+    sentence = "now: scores, rescale by α and accumulate: block 12, tile 31"
+    image = QImage(400, 60, QImage.Format.Format_RGB32)
+    p = QPainter(image)
+    width = p.fontMetrics().horizontalAdvance(sentence)
+    drawn = draw_fitted_text(p, QRectF(0, 0, width * 0.7, 26), sentence, Qt.AlignmentFlag.AlignLeft)
+    p.end()
+    assert drawn == sentence  # wrapped at a smaller size, not cut
+
+
+def test_the_sram_frame_keeps_its_height_at_the_lanes_minimum(window):
+    from desktop.lanes.view import MIN_HEIGHT, SRAM_MIN
+
+    lane = window.lanes["tiled"]
+    assert lane.minimumHeight() == MIN_HEIGHT
+    lane.resize(lane.width(), MIN_HEIGHT)
+    hbm, sram = lane._frames()
+    assert sram.height() >= SRAM_MIN and sram.bottom() <= MIN_HEIGHT

@@ -205,3 +205,42 @@ def test_controls_show_a_file_larger_than_their_usual_range(window, tmp_path):
     )
     window.state.update_config(input="file", file=str(path))
     assert window.controls.d_spin.value() == 300 and window.state.trace.schedule.d == 300
+
+
+def test_paper_blocks_are_the_largest_that_fit_near_the_rule():
+    from desktop.state.config import paper_blocks, working_set
+
+    for cfg in (
+        Config(sram=20),  # the rule gives 2×3, which needs 30
+        Config(input="random", n=37, d=5, dv=3, sram=150),
+        Config(input="random", n=9, d=16, dv=16, sram=4000),  # blocks past N: clamped
+        Config(input="random", n=300, d=64, dv=64, sram=100_000),  # the rule fits
+    ):
+        rule = paper_blocks(cfg)
+        assert rule.paper == compute.paper_block_sizes(cfg.sram, cfg.d)
+        assert rule.paper_need == working_set(cfg, *rule.paper)
+        b_r, b_c = rule.chosen
+        assert rule.chosen_need == working_set(cfg, b_r, b_c) <= cfg.sram
+        # Brute force: no tile within the rule's bounds is larger (as clamped to N) and fits.
+        area = min(b_r, cfg.n) * min(b_c, cfg.n_k)
+        for r in range(1, rule.paper[0] + 1):
+            for c in range(1, rule.paper[1] + 1):
+                if working_set(cfg, r, c) <= cfg.sram:
+                    assert min(r, cfg.n) * min(c, cfg.n_k) <= area
+        if rule.paper_need <= cfg.sram:
+            assert rule.chosen == rule.paper
+    assert paper_blocks(Config(sram=20)).chosen == (1, 2)
+    assert paper_blocks(Config(sram=5)).chosen is None  # even 1×1 needs 11
+
+
+def test_paper_button_chooses_fitting_blocks_and_says_why(window, qtbot):
+    st, c = window.state, window.controls
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        c.sram_spin.setValue(20)
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        c.paper_button.click()
+    assert (st.config.block_q, st.config.block_k) == (1, 2)
+    note = c.paper_note.text()
+    assert "Paper's rule: 2×3, working set 30 of M = 20" in note
+    assert "Chose 1×2" in note and "ignores S_ij, m and ℓ" in note
+    assert c.fits_label.text().startswith("✔ fits")

@@ -226,15 +226,15 @@ def test_attach_follows_the_sliders_and_stops_on_close(qtbot, monkeypatch):
             super().__init__()
             self.state, self.state.config, self.added = State(), None, []
 
-        def add_side_panel(self, widget, title, key=None):
-            self.added.append((title, key))
+        def add_side_panel(self, widget, title, key=None, beside="ledger"):
+            self.added.append((title, key, beside))
             widget.setParent(self)
 
     monkeypatch.setattr(gp, "status", lambda: NO_GPU)
     window = Window()
     qtbot.addWidget(window)
     panel = gp.attach_gpu_panel(window)
-    assert window.added == [("GPU benchmark", "gpu")]
+    assert window.added == [("GPU benchmark", "gpu", "stats")]
     assert panel.selector.count() > 1  # the bundled H200 recording is shown at once
     window.state.sigConfigChanged.emit(SimpleNamespace(block_q=32, block_k=16, order="kv-outer"))
     assert (panel.blocks, panel.order) == ((32, 16), "kv-outer")
@@ -242,3 +242,19 @@ def test_attach_follows_the_sliders_and_stops_on_close(qtbot, monkeypatch):
     monkeypatch.setattr(panel, "shutdown", lambda: stopped.append(True))
     window.close()
     assert stopped == [True]
+
+
+def test_gpu_tab_sits_beside_the_statistics_with_table_and_heatmap_together(window):
+    from PySide6.QtCore import Qt
+
+    gpu = window.docks["gpu"]
+    assert window.dockWidgetArea(gpu) == Qt.DockWidgetArea.RightDockWidgetArea
+    assert gpu in window.tabifiedDockWidgets(window.docks["stats"])
+    gpu.raise_()
+    panel = window.gpu_panel
+    panel.resize(430, 900)  # the side dock's width: the results stack above the heatmap
+    assert panel.minimumSizeHint().width() <= 430
+    top = panel.sweep_view.mapTo(panel, panel.sweep_view.rect().topLeft()).y()
+    assert panel.table.isVisibleTo(panel) and top + 150 < 900  # the heatmap shows too
+    label = panel.sweep_view.plot.getPlotItem().getAxis("left").labelText
+    assert label == "B_r"  # short: a rotated long label is cut on a short plot

@@ -49,8 +49,10 @@ def test_each_tile_of_q0_shows_the_cores_state(window):
     np.testing.assert_allclose(trace.row_state(0, steps[-1]).partial_output, trace.reference[0])
     err_row = np.abs(trace.tiled_output[0].astype(np.float64) - trace.reference[0]).max()
     assert labels["error"].text() == (
-        f"row {fmt(err_row)}, all {fmt(trace.max_abs_error)} (vs float64, {trace.dtype})"
+        f"this row {fmt(err_row)}, all rows {fmt(trace.max_abs_error)} "
+        f"(tiled in {trace.dtype} vs float64)"
     )
+    assert window.stats_panel.names["error"].text() == "max |O − O_ref|"
 
 
 def _row_point(lane, tensor: str, row: int) -> QPoint:
@@ -217,8 +219,8 @@ def test_ledger_shows_running_and_final_totals(window):
     st.set_step(0)
     panel = window.ledger_panel
     assert panel.dense_total_label.text() == f"{st.trace.totals_at(0)['dense']:,}"
-    assert panel.dense_bytes_label.text().endswith("of 240")
-    assert panel.tiled_bytes_label.text().endswith("of 96")
+    assert panel.dense_run_label.text() == "of 240 in the run"
+    assert panel.tiled_run_label.text() == "of 96 in the run"
 
 
 def test_tooltips_name_the_cell_and_its_value(window):
@@ -231,3 +233,80 @@ def test_tooltips_name_the_cell_and_its_value(window):
     pos = QPointF(rect.left() + 2.5 * rect.width() / n, rect.top() + 1.5 * rect.height() / n)
     value = window.state.trace.scores[1, 2]
     assert lane._tooltip(pos) == f"S[1, 2] = {value:.6g}"
+
+
+# ---- first launch ---------------------------------------------------------------------
+def test_initial_geometry_fits_the_available_screen():
+    from PySide6.QtCore import QRect
+
+    from desktop.window.main_window import DESIGN_SIZE, initial_geometry
+
+    for available in (QRect(0, 0, 1366, 740), QRect(0, 28, 1366, 740), QRect(1920, 0, 1280, 680)):
+        rect = initial_geometry(available)
+        assert available.contains(rect), (available, rect)
+        assert rect.width() < 1366 and rect.height() < 740
+    big = initial_geometry(QRect(0, 0, 2560, 1400))
+    assert (big.width(), big.height()) == DESIGN_SIZE
+
+
+def test_layout_fits_a_1366_by_768_screen(window):
+    # What the layout needs at least (docks, lanes' minimum height) fits a small laptop.
+    need = window.minimumSizeHint()
+    assert need.width() <= 1366 - 16 and need.height() <= 768 - 48, need
+
+
+def test_opens_at_step_one_with_a_hint_that_goes_once_used(qtbot, dialogs):
+    from desktop.window.main_window import HINT, MainWindow
+
+    w = MainWindow(persist=False)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.trace is not None, timeout=10_000)
+    assert w.state.step == 0 and "step 1 /" in w.bar.step_label.text()
+    assert w.hint_label.isVisible() and w.hint_label.text() == HINT
+    w.playback.play()
+    assert w.hint_label.isHidden()
+    w.playback.pause()
+    w.close()
+
+
+def test_hint_also_goes_when_a_row_is_followed(window):
+    assert window.hint_label.isVisible()
+    window.state.set_row(3)
+    assert window.hint_label.isHidden()
+
+
+def test_title_names_the_configuration_not_the_app_again(window):
+    title = window.windowTitle()
+    assert "FlashAttention Explorer" not in title  # Qt appends the display name itself
+    assert title == "seed example, N = 6, d = 2, blocks 2×2"
+
+
+def test_about_lists_every_shortcut_the_version_and_the_papers(window, dialogs):
+    from PySide6.QtGui import QAction, QKeySequence
+
+    from desktop.window.main_window import app_version
+
+    window.about()
+    text = dialogs[-1]
+    keys = [
+        a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+        for a in window.findChildren(QAction)
+    ]
+    keys = [k for k in keys if k]
+    assert len(keys) >= 12  # play, 4 steps, 2 tile jumps, open, quit, 3 exports
+    for k in keys:
+        assert f"<b>{k}</b>" in text
+    assert app_version() in text and "arXiv:2205.14135" in text and "arXiv:2307.08691" in text
+
+
+def test_a_short_screen_tabs_the_ledger_beside_the_statistics(window):
+    from PySide6.QtCore import QRect
+
+    window.fit_to(QRect(0, 0, 1366, 740))
+    right = Qt.DockWidgetArea.RightDockWidgetArea
+    assert window.dockWidgetArea(window.docks["ledger"]) == right
+    assert window.docks["ledger"] in window.tabifiedDockWidgets(window.docks["stats"])
+    assert QRect(0, 0, 1366, 740).contains(window.geometry())
+    window.fit_to(QRect(0, 0, 1920, 1080))  # a tall screen: the ledger strip comes back
+    assert window.dockWidgetArea(window.docks["ledger"]) == Qt.DockWidgetArea.BottomDockWidgetArea

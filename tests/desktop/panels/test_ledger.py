@@ -1,0 +1,40 @@
+"""The ledger panel: totals always in view, separate labelled figures, a legend off the curves."""
+
+from __future__ import annotations
+
+import compute
+from desktop.panels.ledger import COLUMNS, PENS, unbreakable
+from desktop.state.config import Config
+
+
+def test_totals_stay_pinned_below_the_scrolling_table_in_kv_outer(window, qtbot):
+    st, panel = window.state, window.ledger_panel
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(Config(order="kv-outer", save_lse=True))
+    panel.table.verticalScrollBar().setValue(0)  # scrolled to the top: totals still shown
+    assert panel.totals_table.isVisible()
+    assert panel.totals_table.verticalHeaderItem(0).text() == "total"
+    labels = [panel.table.verticalHeaderItem(r).text() for r in range(panel.table.rowCount())]
+    assert "total" not in labels and len(labels) >= 7
+    counts = st.trace.counts_at(st.step)
+    for c, (lane, d) in enumerate(COLUMNS):
+        expected = sum(counts[lane][t][d] for t in compute.TENSORS)
+        assert panel.totals_table.item(0, c).text() == f"{expected:,}"
+
+
+def test_bytes_and_whole_run_elements_are_separate_labelled_figures(window):
+    st, panel = window.state, window.ledger_panel
+    st.set_step(st.n_steps - 1)
+    assert panel.dense_bytes_label.text() == "1.9 KiB as float64"  # 240 elements × 8 B
+    assert panel.tiled_bytes_label.text() == "768 B as float64"  # 96 × 8
+    assert panel.dense_run_label.text() == "of 240 in the run"
+    assert panel.tiled_run_label.text() == "of 96 in the run"
+
+
+def test_sweep_legend_sits_outside_the_plot_and_names_every_curve(window):
+    panel = window.ledger_panel
+    assert panel.plot.getPlotItem().legend is None  # nothing drawn over the curves
+    text = panel.legend_label.text()
+    for _colour, _w, _style, name in PENS.values():
+        assert unbreakable(name) in text
+    assert "#7f8c8d" not in text  # the old low-contrast grey is gone

@@ -1,0 +1,65 @@
+"""The statistics panel as a reader meets it: 1-based steps, labelled outputs, a zoomed view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compute.attention import round_to
+from desktop.panels.stats import STEP_X
+from desktop.scene.row_series import fmt_vec, zoom_window
+from desktop.state.config import Config
+
+
+def test_marker_and_axis_count_from_one_as_the_slider(window):
+    st, panel = window.state, window.stats_panel
+    panel.whole_run.setChecked(True)
+    for step in (0, 8, st.n_steps - 1):
+        st.set_step(step)
+        assert window.bar.scrubber.value() == step
+        assert f"step {step + 1} /" in window.bar.step_label.text()
+        for marker in panel._markers:
+            assert marker.value() == step + 1
+    lo, hi = panel._items["m"].viewRange()[0]
+    assert 0 < lo < 1 and st.n_steps < hi < st.n_steps + 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_dense_output_in_dtype_and_float64_reference_are_separate_lines(window, qtbot, dtype):
+    st, panel = window.state, window.stats_panel
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(Config(input="random", seed=3, n=7, d=3, dv=3, dtype=dtype))
+    st.set_row(4)
+    ref = st.trace.reference[4]
+    dense = np.asarray(round_to(ref, dtype), dtype=np.float64)
+    assert not np.array_equal(dense, ref)  # rounding shows: the two lines differ
+    assert panel.labels["dense"].text() == fmt_vec(dense)
+    assert panel.labels["ref"].text() == fmt_vec(ref)
+    assert panel.names["dense"].text() == f"dense O ({dtype})"
+    assert panel.names["ref"].text() == "O_ref (float64)"
+
+
+def test_zoom_window_holds_the_active_steps_and_follows_the_step_near_them():
+    assert zoom_window((100, 199), 150, 1000) == (100, 199)
+    assert zoom_window((100, 199), 250, 1000) == (100, 250)  # just past: widened to it
+    assert zoom_window((100, 199), 20, 1000) == (20, 199)  # just before
+    assert zoom_window((100, 199), 900, 1000) == (100, 199)  # far: the row's steps stay
+    assert zoom_window((500, 509), 3, 1000) == (500, 509)
+    assert zoom_window((0, 2), 1, 5) == (0, 4)  # at least 8 steps, at most the run
+    assert zoom_window((996, 999), 999, 1000) == (992, 999)
+
+
+def test_plots_zoom_to_the_rows_active_steps_with_a_whole_run_toggle(window, qtbot):
+    st, panel = window.state, window.stats_panel
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(Config(input="random", seed=1, n=64, d=4, dv=4, block_q=8, block_k=8))
+    st.set_row(40)
+    steps, _ = st.trace.row_updates(40)
+    st.set_step(int(steps[0]))
+    lo, hi = panel._items["m"].viewRange()[0]
+    first, last = int(steps[0]) + STEP_X, int(steps[-1]) + STEP_X
+    assert lo <= first and hi >= last
+    assert hi - lo < 0.5 * st.n_steps  # a zoom, not the whole run
+    panel.whole_run.setChecked(True)
+    lo, hi = panel._items["m"].viewRange()[0]
+    assert lo < 1 and hi > st.n_steps
