@@ -88,10 +88,11 @@ def _dense(q, k, v, do, causal, scale, dtype) -> Gradients:
     return _finish(dq, dk, dv, dtype)
 
 
-def _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k) -> Gradients:
+def _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k, saved=None) -> Gradients:
     acc = stats_dtype(dtype)
-    # The forward (FlashAttention-2's query-resident order) saves only O and L = m + log ℓ.
-    o, lse = tiled_attention(
+    # The forward (FlashAttention-2's query-resident order) saves only O and L = m + log ℓ
+    # (given in `saved` when the caller has run it already).
+    o, lse = saved if saved is not None else tiled_attention(
         q, k, v, block_q=block_q, block_k=block_k, causal=causal, scale=scale, dtype=dtype,
         return_lse=True,
     )  # fmt: skip
@@ -145,6 +146,7 @@ def attention_backward(
     block_q: int | None = None,
     block_k: int | None = None,
     dtype: str = "float64",
+    saved: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Gradients:
     """Gradients (dQ, dK, dV) of attention's output O with respect to Q, K and V, given dO.
 
@@ -153,7 +155,8 @@ def attention_backward(
     L and D = rowsum(dO ∘ O). Blocks default to 64 (clipped to N) and may exceed N or not
     divide it. Causal masking aligns bottom-right as in the forward; a query row that sees
     no key gets dQ = 0 and contributes nothing to dK and dV. Gradients are returned in the
-    input dtype (float32 for bfloat16).
+    input dtype (float32 for bfloat16). `saved` = (O, L) of the tiled forward, when the
+    caller has them already (method="tiled" then skips running the forward again).
     """
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     _check(q, k, v, do, method, dtype)
@@ -164,4 +167,4 @@ def attention_backward(
     block_k = min(64, len(k)) if block_k is None else block_k
     if block_q < 1 or block_k < 1:
         raise ValueError("block_q and block_k must be at least 1.")
-    return _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k)
+    return _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k, saved)

@@ -94,6 +94,7 @@ def memory_terms(
     block_q: int | None = None,
     *,
     whole: bool = False,
+    backward: tuple[int, int] | None = None,
 ) -> dict[str, int]:
     """Bytes by what holds them, for the arrays one configuration makes the app hold.
 
@@ -104,6 +105,9 @@ def memory_terms(
     whole: S and P held whole with their temporaries (56 B per pair; the app does this
     only for small N, where cells show numbers; the trace before it was chunked peaked
     at 42 B per pair, 5.1 GB at N = 11000).
+    backward = (block_k, T_r) when the trace has a backward pass: the 16 newest query
+    blocks' recomputed P̃, dP, dS and dQ after each key tile, the 8 newest key tiles' dK,
+    dV after each query block (compute.backward_numbers), the gradients and operands.
     """
     terms = {"inputs": 24 * (n_q * d + n_k * (d + d_v)), "pairs": 0, "rows": 0, "history": 0}
     if whole:
@@ -114,6 +118,12 @@ def memory_terms(
         terms["pairs"] += 12 * 8 * min(n_q, block_q) * n_k
         terms["rows"] = 8 * n_q * (6 + 2 * d_v) + CHUNK_BYTES
         terms["history"] = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
+        if backward is not None:
+            block_k, t_r = backward
+            keys = min(n_k, 8 * block_k)
+            terms["history"] += 8 * rows * (3 * n_k + (t_c + 1) * d)
+            terms["history"] += 8 * keys * (t_r + 1) * (d + d_v)
+            terms["rows"] += 8 * 3 * (n_q * d + n_k * (d + d_v))  # two lanes' gradients
     return terms
 
 
@@ -126,9 +136,12 @@ def memory_estimate(
     block_q: int | None = None,
     *,
     whole: bool = False,
+    backward: tuple[int, int] | None = None,
 ) -> int:
     """Total bytes of `memory_terms`."""
-    return sum(memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole).values())
+    return sum(
+        memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole, backward=backward).values()
+    )
 
 
 # What to lower when a term dominates the estimate.
@@ -150,9 +163,10 @@ def check_memory_budget(
     block_q: int | None = None,
     *,
     whole: bool = False,
+    backward: tuple[int, int] | None = None,
 ) -> None:
     """Refuse, before allocating, a configuration whose arrays exceed the memory budget."""
-    terms = memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole)
+    terms = memory_terms(n_q, n_k, d, d_v, t_c, block_q, whole=whole, backward=backward)
     need = sum(terms.values())
     if need > memory_budget:
         biggest = max(terms, key=terms.get)

@@ -23,6 +23,8 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from .backward_actions import backward_action
+from .backward_schedule import PASS_TENSORS
 from .schedule import DIRECTIONS, TENSORS, Action, Schedule, lane_kind, make_action
 
 PHASES: tuple[str, ...] = (
@@ -36,10 +38,25 @@ PHASES: tuple[str, ...] = (
     "accumulate",
     "load_state",
     "write_state",
+    # The backward pass (compute.backward_schedule's phases, prefixed: "update" and
+    # "load_q" mean other things there). Dense: the five steps of the standard backward.
+    "bwd_dv",
+    "bwd_dp",
+    "bwd_ds",
+    "bwd_dq",
+    "bwd_dk",
+    # Tiled (FlashAttention-2's Algorithm 2, K/V outer).
+    "bwd_preprocess",
+    "bwd_init",
+    "bwd_load_kv",
+    "bwd_load_q",
+    "bwd_update",
+    "bwd_write_dq",
+    "bwd_write_dkdv",
 )
 PHASE_CODE = {p: k for k, p in enumerate(PHASES)}
+BACKWARD_PHASES = frozenset(p for p in PHASES if p.startswith("bwd_"))
 NONE = -1  # block_i / block_j of an action that involves no block or tile
-_T = {t: k for k, t in enumerate(TENSORS)}
 _D = {d: k for k, d in enumerate(DIRECTIONS)}
 
 
@@ -54,6 +71,7 @@ class Part:
     inner: tuple[str, ...]
     tail: tuple[str, ...]
     inner_set: str
+    kind: str = ""  # whose TRANSFERS: "" = the lane's forward kind, "bwd" = the backward
 
 
 PARTS: dict[str, tuple[Part, ...]] = {
@@ -66,6 +84,30 @@ PARTS: dict[str, tuple[Part, ...]] = {
     "kv-outer": (
         Part("once", ("init",), (), (), "none"),
         Part("cols", ("load_kv",), ("load_state", "update", "write_state"), (), "visible"),
+    ),
+}
+
+# The backward pass of each lane (compute.backward_schedule declares the same steps as a
+# loop: the oracle). A training step is the forward's parts, then these, end to end.
+BACKWARD_PARTS: dict[str, tuple[Part, ...]] = {
+    "dense": (  # five one-step loops: P, dP and dS go through HBM
+        Part("cols", ("bwd_dv",), (), (), "none", "bwd"),  # dV_j = P_:jᵀ dO
+        Part("rows", ("bwd_dp",), (), (), "none", "bwd"),  # dP_i = dO_i Vᵀ
+        Part("rows", ("bwd_ds",), (), (), "none", "bwd"),  # dS_i = P_i ∘ (dP_i − D_i)
+        Part("rows", ("bwd_dq",), (), (), "none", "bwd"),  # dQ_i = dS_i K · scale
+        Part("cols", ("bwd_dk",), (), (), "none", "bwd"),  # dK_j = dS_:jᵀ Q · scale
+    ),
+    "tiled": (
+        Part("rows", ("bwd_preprocess",), (), (), "none", "bwd"),  # D_i = rowsum(dO_i ∘ O_i)
+        Part("once", ("bwd_init",), (), (), "none", "bwd"),  # dQ = 0 in HBM
+        Part(
+            "cols",
+            ("bwd_load_kv",),
+            ("bwd_load_q", "bwd_update", "bwd_write_dq"),
+            ("bwd_write_dkdv",),
+            "visible",
+            "bwd",
+        ),
     ),
 }
 
@@ -100,7 +142,28 @@ TRANSFERS: dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = {
         ("m", "write", "i", "one", ""),
         ("L", "write", "i", "one", "last"),
     ),
-}
+    ("bwd", "bwd_dv"): (("P", "read", "nq", "j", ""), ("dO", "read", "nq", "dv", ""),
+                        ("dV", "write", "j", "dv", "")),
+    ("bwd", "bwd_dp"): (("dO", "read", "i", "dv", ""), ("V", "read", "nk", "dv", ""),
+                        ("dP", "write", "i", "nk", "")),
+    ("bwd", "bwd_ds"): (("P", "read", "i", "nk", ""), ("dP", "read", "i", "nk", ""),
+                        ("dS", "write", "i", "nk", "")),
+    ("bwd", "bwd_dq"): (("dS", "read", "i", "nk", ""), ("K", "read", "nk", "d", ""),
+                        ("dQ", "write", "i", "d", "")),
+    ("bwd", "bwd_dk"): (("dS", "read", "nq", "j", ""), ("Q", "read", "nq", "d", ""),
+                        ("dK", "write", "j", "d", "")),
+    ("bwd", "bwd_preprocess"): (("O", "read", "i", "dv", ""), ("dO", "read", "i", "dv", ""),
+                                ("D", "write", "i", "one", "")),
+    ("bwd", "bwd_init"): (("dQ", "write", "nq", "d", ""),),
+    ("bwd", "bwd_load_kv"): (("K", "read", "j", "d", ""), ("V", "read", "j", "dv", "")),
+    ("bwd", "bwd_load_q"): tuple(
+        (t, "read", "i", c, "")
+        for t, c in (("Q", "d"), ("dO", "dv"), ("L", "one"), ("D", "one"), ("dQ", "d"))
+    ),
+    ("bwd", "bwd_update"): (),
+    ("bwd", "bwd_write_dq"): (("dQ", "write", "i", "d", ""),),
+    ("bwd", "bwd_write_dkdv"): (("dK", "write", "j", "d", ""), ("dV", "write", "j", "dv", "")),
+}  # fmt: skip
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -109,13 +172,31 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 class LaneTimeline:
-    """One lane's declared schedule as arrays; immutable after construction."""
+    """One lane's declared schedule as arrays; immutable after construction.
 
-    def __init__(self, schedule: Schedule, lane: str) -> None:
+    pass_name "forward" (the default), "backward" or "training" (the forward's parts then
+    the backward's, end to end, so the running counts carry over). Counts are over
+    `tensors`: the forward's TENSORS, or PASS_TENSORS once a backward is in the pass.
+    """
+
+    def __init__(self, schedule: Schedule, lane: str, pass_name: str = "forward") -> None:
         s = self.schedule = schedule
         self.lane = lane
+        self.pass_name = pass_name
         self.kind = lane_kind(s, lane)
-        self.parts = PARTS[self.kind]
+        forward = PARTS[self.kind] if pass_name in ("forward", "training") else ()
+        backward = BACKWARD_PARTS[lane] if pass_name in ("backward", "training") else ()
+        if pass_name not in ("forward", "backward", "training"):
+            raise ValueError(f"pass must be forward, backward or training, not {pass_name!r}.")
+        self.parts = forward + backward
+        self.tensors = TENSORS if pass_name == "forward" else PASS_TENSORS
+        self._t = {t: k for k, t in enumerate(self.tensors)}
+        # Each phase's transfers (phase names are unique across a lane's parts).
+        self._transfers = {
+            phase: TRANSFERS[(part.kind or self.kind, phase)]
+            for part in self.parts
+            for phase in part.head + part.inner + part.tail
+        }
         self.row_sizes = _readonly(np.diff(np.minimum(np.arange(s.t_r + 1) * s.block_q, s.n_q)))
         self.col_sizes = _readonly(np.diff(np.minimum(np.arange(s.t_c + 1) * s.block_k, s.n_k)))
         # Segments of every part, in order: (part index, outer index, inner count).
@@ -135,7 +216,7 @@ class LaneTimeline:
         self.length = int(self.seg_start[-1])
         totals = np.concatenate([self._segment_totals(p) for p in range(len(self.parts))])
         # cum[k]: counts (tensor, direction) of every action before segment k.
-        cum = np.zeros((len(lengths) + 1, len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
+        cum = np.zeros((len(lengths) + 1, len(self.tensors), len(DIRECTIONS)), dtype=np.int64)
         np.cumsum(totals, axis=0, out=cum[1:])
         self.seg_cumulative = _readonly(cum)
         self._segment_cache = lru_cache(maxsize=8)(self._segment_uncached)
@@ -188,12 +269,12 @@ class LaneTimeline:
         s, part = self.schedule, self.parts[p]
         n_outer = {"rows": s.t_r, "cols": s.t_c, "once": 1}[part.outer]
         outer = np.arange(n_outer)
-        out = np.zeros((n_outer, len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
+        out = np.zeros((n_outer, len(self.tensors), len(DIRECTIONS)), dtype=np.int64)
         outer_axis = {"rows": "i", "cols": "j", "once": ""}[part.outer]
         lo, hi = self._span_of(part)
         for phase in part.head + part.tail + part.inner:
             inner = phase in part.inner and phase not in part.head + part.tail
-            for tensor, direction, rk, ck, cond in TRANSFERS[(self.kind, phase)]:
+            for tensor, direction, rk, ck, cond in self._transfers[phase]:
                 if cond == "lse" and not s.save_lse:
                     continue
                 if cond == "last" and not s.save_lse:
@@ -218,7 +299,7 @@ class LaneTimeline:
                 elif inner:  # Σ of the inner factor over the segment's range [lo, hi)
                     cum = np.concatenate([[0], np.cumsum(inner_weight)])
                     value = value * (cum[hi] - cum[lo])
-                out[:, _T[tensor], _D[direction]] += value
+                out[:, self._t[tensor], _D[direction]] += value
         return out
 
     # ---- segments as struct-of-arrays -----------------------------------------------
@@ -261,11 +342,9 @@ class LaneTimeline:
     def action_counts(self, phases: np.ndarray, bi: np.ndarray, bj: np.ndarray) -> np.ndarray:
         """(n, tensors, directions): the elements each action moves, vectorised."""
         s = self.schedule
-        out = np.zeros((len(phases), len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
+        out = np.zeros((len(phases), len(self.tensors), len(DIRECTIONS)), dtype=np.int64)
         safe_i, safe_j = np.maximum(bi, 0), np.maximum(bj, 0)
-        for (kind, phase), entries in TRANSFERS.items():
-            if kind != self.kind:
-                continue
+        for phase, entries in self._transfers.items():
             mask = phases == PHASE_CODE[phase]
             if not mask.any():
                 continue
@@ -283,7 +362,7 @@ class LaneTimeline:
                 m = mask
                 if cond == "last":
                     m = mask & (s.last_visit[safe_i] == bj)
-                out[m, _T[tensor], _D[direction]] += value[m]
+                out[m, self._t[tensor], _D[direction]] += value[m]
         return out
 
     # ---- look-ups by step ------------------------------------------------------------
@@ -299,7 +378,8 @@ class LaneTimeline:
         if not 0 <= step < self.length:
             return None
         phase, i, j = self.locate(step)
-        return make_action(
+        build = backward_action if PHASES[phase] in BACKWARD_PHASES else make_action
+        return build(
             self.schedule,
             self.lane,
             PHASES[phase],
@@ -311,7 +391,7 @@ class LaneTimeline:
         """(tensors, directions) elements moved by actions 0..step (step -1 = none)."""
         step = min(step, self.length - 1)
         if step < 0:
-            return np.zeros((len(TENSORS), len(DIRECTIONS)), dtype=np.int64)
+            return np.zeros((len(self.tensors), len(DIRECTIONS)), dtype=np.int64)
         k = self.segment_of(step)
         within = self.segment(k)[3][step - int(self.seg_start[k])]
         return self.seg_cumulative[k] + within
@@ -451,7 +531,7 @@ class LaneTimeline:
     def _writes(self, tensor: str):
         for part in self.parts:
             for phase in part.head + part.inner + part.tail:
-                for entry in TRANSFERS[(self.kind, phase)]:
+                for entry in self._transfers[phase]:
                     t, direction, _rk, _ck, cond = entry
                     if (
                         t == tensor
@@ -487,7 +567,7 @@ class LaneTimeline:
         last = np.full((h, w), -1, dtype=np.int64)
         for p_index, part in enumerate(self.parts):
             for phase in part.inner:
-                for t, direction, rk, ck, _cond in TRANSFERS[(self.kind, phase)]:
+                for t, direction, rk, ck, _cond in self._transfers[phase]:
                     if (
                         t != tensor
                         or direction != "write"

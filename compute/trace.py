@@ -24,11 +24,14 @@ from functools import cached_property
 import numpy as np
 
 from .attention import RowHistory, causal_mask, default_scale, round_to
+from .backward_ledger import PassLedger, pass_ledger
+from .backward_numbers import BackwardNumbers
+from .backward_rows import default_do
 from .full_pass import FullPass, full_pass
 from .inputs import validate_inputs
-from .ledger import Ledger, freeze_counts, make_ledger
+from .ledger import LaneLedger, Ledger, freeze_counts, make_ledger
 from .recurrence import TileCursor, block_history
-from .schedule import DIRECTIONS, LANES, TENSORS, Action, Schedule
+from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
 
 DISPLAY_CELLS = 256  # S and P are summarised at this many cells a side unless asked
@@ -97,7 +100,7 @@ class RowState:
 
 
 @dataclass(frozen=True, eq=False)
-class Trace:
+class Trace(BackwardNumbers):
     schedule: Schedule
     dtype: str
     scale: float
@@ -106,6 +109,8 @@ class Trace:
     k: np.ndarray
     v: np.ndarray
     lanes: dict[str, LaneTimeline] = field(repr=False)
+    pass_name: str = "forward"  # "forward", "backward" or "training" (forward then backward)
+    do: np.ndarray | None = field(default=None, repr=False)  # dO, for a backward
 
     def __post_init__(self) -> None:
         # Per-trace caches of computed numbers (a frozen dataclass: set once, here). They
@@ -128,6 +133,11 @@ class Trace:
         return len(self._caches.get(name, ()))
 
     # ---- the timeline ----------------------------------------------------------------
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """The tensors the running counts list: the forward's, or PASS_TENSORS with a backward."""
+        return self.lanes["dense"].tensors
+
     @cached_property
     def n_steps(self) -> int:
         return max(t.length for t in self.lanes.values())
@@ -305,7 +315,7 @@ class Trace:
         return {
             lane: {
                 t: {d: int(c[li, ti, di]) for di, d in enumerate(DIRECTIONS)}
-                for ti, t in enumerate(TENSORS)
+                for ti, t in enumerate(self.tensors)
             }
             for li, lane in enumerate(LANES)
         }
@@ -317,8 +327,22 @@ class Trace:
 
     def ledger(self) -> Ledger:
         """The whole run's ledger: this trace's own timelines, summed."""
-        counts = {lane: freeze_counts(c) for lane, c in self.counts_at(self.n_steps - 1).items()}
-        return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
+        end = self.counts_at(self.n_steps - 1)
+        if self.pass_name == "forward":
+            counts = {lane: freeze_counts(c) for lane, c in end.items()}
+            return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
+        s = self.schedule  # the SRAM working sets of the pass, from its closed form
+        closed = pass_ledger(
+            self.pass_name, s.n_q, s.n_k, s.d, s.d_v, block_q=s.block_q, block_k=s.block_k,
+            order=s.order, causal=s.causal, dtype=self.dtype, sram_capacity=self.sram_capacity,
+        )  # fmt: skip
+        lanes = {
+            lane: LaneLedger(
+                lane, end[lane], self.dtype, closed.lanes[lane].sram_elements, self.sram_capacity
+            )
+            for lane in LANES
+        }
+        return PassLedger(s, self.dtype, lanes, self.sram_capacity, self.pass_name)
 
     def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
         """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.
@@ -351,11 +375,28 @@ def build_trace(
     dtype: str = "float64",
     save_lse: bool = False,
     scale: float | None = None,
+    pass_name: str = "forward",
+    do: np.ndarray | None = None,
 ) -> Trace:
-    """Both lanes' timelines on the same inputs; numbers follow when first asked for."""
+    """Both lanes' timelines on the same inputs; numbers follow when first asked for.
+
+    pass_name "backward" or "training" (forward then backward) adds the backward's
+    schedules; its tiled forward saves L (the backward reads it), so save_lse is set. dO
+    defaults to compute.backward_rows.default_do (seeded standard normal).
+    """
     q, k, v = validate_inputs(q, k, v)
     n_q, d = q.shape
     n_k, d_v = v.shape
+    if pass_name not in ("forward", "backward", "training"):
+        raise ValueError(f"pass must be forward, backward or training, not {pass_name!r}.")
+    if pass_name != "forward":
+        save_lse = True
+        do = default_do(n_q, d_v) if do is None else np.asarray(do, dtype=np.float64)
+        if do.shape != (n_q, d_v):
+            raise ValueError(f"dO has shape {do.shape} but the output O has shape {(n_q, d_v)}.")
+        do = _readonly(do.copy())
+    else:
+        do = None
     schedule = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     scale = default_scale(d) if scale is None else float(scale)
     round_to(np.zeros(1), dtype)  # an unknown dtype is one sentence now, not at first view
@@ -367,5 +408,7 @@ def build_trace(
         q=_readonly(q),
         k=_readonly(k),
         v=_readonly(v),
-        lanes={lane: LaneTimeline(schedule, lane) for lane in LANES},
+        lanes={lane: LaneTimeline(schedule, lane, pass_name) for lane in LANES},
+        pass_name=pass_name,
+        do=do,
     )

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from compute import DTYPES, ORDERS
+from compute import DTYPES, ORDERS, PASSES
 from compute.cli_fields import problem_fields
 from desktop.state.config import SEED_SIZES, Config
 
@@ -97,6 +97,13 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
     g.add_argument("--sram", type=ranged_int(1, SRAM_MAX), help="SRAM capacity M in elements")
     if inputs:
         g.add_argument(
+            "--pass",
+            dest="pass_name",
+            choices=PASSES,
+            default="forward",
+            help="which pass the lanes animate: forward, backward or training (default forward)",
+        )
+        g.add_argument(
             "--input",
             default="seed",
             help="seed (the reference example's vectors), random, or a .npy/.npz file (default seed)",
@@ -146,6 +153,7 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
         input_scale=getattr(args, "input_scale", 1.0),
         file=path,
         sram=args.sram or None,
+        pass_name=getattr(args, "pass_name", "forward"),
     )
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compute import PASSES
 from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
 
 GRID_N = (6, 64, 256, 1024, 4096)
@@ -81,6 +82,7 @@ def set_through_widgets(window, app, cfg) -> None:
     spin("n_keys_spin", cfg.n_keys or 0)
     combo("order_combo", cfg.order)
     combo("dtype_combo", cfg.dtype)
+    combo("pass_combo", cfg.pass_name)
     window.findChild(QCheckBox, "causal_check").setChecked(cfg.causal)
     window.findChild(QCheckBox, "lse_check").setChecked(cfg.save_lse)
     _settle(app, window.state)
@@ -158,6 +160,9 @@ def main(argv: Sequence[str]) -> int:
         description="Time the window offscreen: change to repaint, and playback frames.",
     )
     add_config_arguments(parser, inputs=False)
+    parser.add_argument(
+        "--pass", dest="pass_name", choices=PASSES, default="forward", help="the pass shown"
+    )
     parser.add_argument("--repeats", type=int, default=10, help="changes each way (default 10)")
     parser.add_argument("--frames", type=int, default=60, help="playback frames timed")
     parser.add_argument("--json", type=Path, help="write the result(s) as JSON here")

@@ -28,6 +28,7 @@ CONFIG_FLAGS = (
     "--save-lse",
     "--dtype",
     "--sram",
+    "--pass",
     "--input",
     "--seed",
     "--input-scale",

@@ -31,12 +31,17 @@ def ledger_csv(result: Ledger) -> str:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["lane", "tensor", "direction", "elements", "bytes"])
     for name, lane in result.lanes.items():
-        for t in TENSORS:
+        for t in _tensors(result):
             for d in DIRECTIONS:
                 n = lane.counts[t][d]
                 w.writerow([name, t, d, n, n * _bytes(result, t)])
         w.writerow([name, "total", "both", lane.total_elements, lane.total_bytes])
     return out.getvalue()
+
+
+def _tensors(result: Ledger) -> list[str]:
+    """The tensors the ledger counts: the forward's, plus the gradients in a backward."""
+    return list(next(iter(result.lanes.values())).counts) or list(TENSORS)
 
 
 def _bytes(result: Ledger, tensor: str) -> int:
@@ -55,7 +60,7 @@ LEDGER_WIDTH, ROW_H, TOP = 760, 26, 86
 def _ledger_rows(result: Ledger) -> list[str]:
     return [
         t
-        for t in TENSORS
+        for t in _tensors(result)
         if any(result.lanes[ln].counts[t][d] for ln in result.lanes for d in DIRECTIONS)
     ]
 
@@ -106,7 +111,8 @@ def paint_ledger(p, result: Ledger) -> None:
         Qt.TextFlag.TextWordWrap,
         f"N_q={c['n_q']}  N_k={c['n_k']}  d={c['d']}  d_v={c['d_v']}  B_r={c['block_q']}  "
         f"B_c={c['block_k']}  order={c['order']}  causal={'yes' if c['causal'] else 'no'}  "
-        f"L {'saved' if c['save_lse'] else 'not saved'}  dtype={c['dtype']}",
+        f"L {'saved' if c['save_lse'] else 'not saved'}  dtype={c['dtype']}"
+        + (f"  pass={c['pass']}" if "pass" in c else ""),
     )
     cols = [20, 150, 300, 450, 600]
     heads = ["tensor", "dense read", "dense write", "tiled read", "tiled write"]

@@ -14,6 +14,7 @@ from compute import Trace
 from desktop.lanes.context import LaneContext
 from desktop.lanes.painting import NEUTRAL, draw_grid, draw_image, draw_numbers, veil_image
 from desktop.scene import geometry as geo
+from desktop.scene.backward import NK_TENSORS
 from desktop.scene.render import NUMBERS_CAP, ColorScale, downsample, kv_outer_hbm
 from desktop.theme import qimage
 
@@ -81,7 +82,7 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
         p.setPen(text)
         p.setFont(ctx.font)
         sym = geo.SYMBOL.get(name, name)
-        rows, cols = img.shape if img else (s.n_q, s.n_k if name in "SP" else 1)
+        rows, cols = img.shape if img else (s.n_q, s.n_k if name in NK_TENSORS else 1)
         label = f"{sym}  {rows}×{cols}" if r.width() > 56 else sym
         label_rect = QRectF(r.left() - 6, r.top() - 20, r.width() + 12, 18)
         p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
@@ -96,7 +97,7 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
             draw_numbers(p, r, img.values, images.scale_for(name), ctx.font, hidden)
         block = (
             s.block_q if name in geo.QUERY_TENSORS else s.block_k,
-            s.block_k if name in "SP" else 0,
+            s.block_k if name in NK_TENSORS else 0,
         )
         draw_grid(p, r, img.shape, block, grid)
 
@@ -150,7 +151,7 @@ def paint_ghost(p: QPainter, ctx: LaneContext, r: QRectF, name: str) -> None:
     p.setBrush(Qt.BrushStyle.NoBrush)
     p.drawRect(r)
     p.setPen(ctx.palette.color(QPalette.ColorRole.PlaceholderText))
-    if name in "SP":
+    if name in NK_TENSORS:
         msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
     else:
         # Too narrow for words: the dashed outline and the label above say enough.

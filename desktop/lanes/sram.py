@@ -71,7 +71,7 @@ def paint_sram(
             if tile.note:
                 p.drawText(rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note)
             continue
-        scale = images.prob_scale if tile.probabilities else images.scale
+        scale = images.prob_scale if tile.probabilities else images.scale_for(tile.tensor)
         draw_matrix(
             p,
             rect,
@@ -120,7 +120,7 @@ def capacity_text(ctx: LaneContext, trace: Trace) -> str:
 
 
 def paint_capacity(p: QPainter, ctx: LaneContext, trace: Trace, area: QRectF) -> None:
-    need = trace.schedule.sram_elements(ctx.lane)
+    need = trace.sram_need(ctx.lane)  # of this pass (the backward holds more)
     cap = trace.sram_capacity
     bar = QRectF(area.right() - 330, area.bottom() - 18, 320, 14)
     pal = ctx.palette

@@ -13,6 +13,7 @@ from PySide6.QtGui import QFont, QFontMetrics, QMouseEvent, QPainter, QPalette, 
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from compute import Trace
+from compute.timeline import BACKWARD_PHASES
 from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
@@ -30,6 +31,11 @@ TITLES = {
     "tiled": "Tiled: FlashAttention keeps S and P on chip",
 }
 SHORT_TITLES = {"dense": "Dense", "tiled": "Tiled"}  # when the step's sentence needs the room
+BACKWARD_TITLES = {
+    "dense": "Dense backward: P read back, dP and dS written to HBM",
+    "tiled": "Tiled backward (FA-2, K/V outer): P̃ = exp(S − L) recomputed on chip",
+}
+SHORT_BACKWARD_TITLES = {"dense": "Dense backward", "tiled": "Tiled backward"}
 
 
 class LaneView(QWidget):
@@ -137,22 +143,28 @@ class LaneView(QWidget):
         bold.setBold(True)
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width() - 16, 22)
+        action = trace.steps[step].action(self.lane)
+        backward = trace.pass_name == "backward" or (
+            trace.pass_name == "training" and (action is None or action.phase in BACKWARD_PHASES)
+        )
         order = ""
-        if self.lane == "tiled":
+        if self.lane == "tiled" and not backward:
             order = f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
+        titles, short_titles = (
+            (BACKWARD_TITLES, SHORT_BACKWARD_TITLES) if backward else (TITLES, SHORT_TITLES)
+        )
         p.setFont(self.font())
         total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
         total_w = p.fontMetrics().horizontalAdvance(total) + 24
-        action = trace.steps[step].action(self.lane)
         now = f"now: {action.label}" if action is not None else "done"
         italic = QFont(self.font())
         italic.setItalic(True)
         p.setFont(bold)
-        title = TITLES[self.lane] + order
+        title = titles[self.lane] + order
         room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
         if room < QFontMetrics(italic).horizontalAdvance(now) + 8:
             # The step's sentence matters more than the tagline: keep the lane's name only.
-            title = SHORT_TITLES[self.lane] + order
+            title = short_titles[self.lane] + order
             room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
         p.setPen(text)
         p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
@@ -188,10 +200,25 @@ class LaneView(QWidget):
                 )
         return None
 
+    def key_at(self, pos: QPointF) -> int | None:
+        """The key row under `pos` in K, V, dK or dV of HBM, else None."""
+        trace = self.state.trace
+        if trace is None:
+            return None
+        n_k = trace.schedule.n_k
+        lane_imgs = self.state.images.lanes[self.lane]
+        for name, r in self._layout().items():
+            if name in ("K", "V", "dK", "dV") and name in lane_imgs and r.contains(pos):
+                return min(n_k - 1, int((pos.y() - r.top()) / r.height() * n_k))
+        return None
+
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt override)
-        row = self.row_at(event.position())
-        if row is not None and event.button() == Qt.MouseButton.LeftButton:
-            self.state.set_row(row)
+        if event.button() == Qt.MouseButton.LeftButton:
+            row = self.row_at(event.position())
+            if row is not None:
+                self.state.set_row(row)
+            elif (key := self.key_at(event.position())) is not None:
+                self.state.set_key(key)  # the statistics panel follows dK, dV of this key
         super().mousePressEvent(event)
 
     def event(self, ev: QEvent) -> bool:

@@ -32,6 +32,7 @@ from desktop.state.app_state import AppState
 from desktop.state.config import D_MAX, N_MAX, Config, paper_blocks
 
 INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
+PASS_LABELS = {"forward": "Forward", "backward": "Backward", "training": "Training step"}
 
 
 SLIDER_STEPS = 1000
@@ -134,6 +135,14 @@ class ControlsPanel(QWidget):
         self.order_combo.setToolTip(
             "Q-outer keeps Q_i and its state on chip while K/V tiles stream (K, V read T_r times); KV-outer keeps K_j, V_j and re-reads Q_i, O_i, ℓ_i, m_i per visit"
         )
+        self.pass_combo = QComboBox()
+        for key, text in PASS_LABELS.items():
+            self.pass_combo.addItem(text, key)
+        self.pass_combo.setToolTip(
+            "Which pass the lanes animate: the forward; the backward (dense reads the stored P "
+            "and writes dP, dS; tiled recomputes P̃ = exp(S − L) tile by tile); or a training "
+            "step, the forward then the backward on one timeline"
+        )
         self.causal_check = QCheckBox("Causal mask")
         self.causal_check.setToolTip(
             "Row i sees keys j ≤ i + (N_keys − N); fully masked tiles are skipped"
@@ -181,6 +190,7 @@ class ControlsPanel(QWidget):
             "block_q_spin": self.bq_spin,
             "block_k_spin": self.bk_spin,
             "order_combo": self.order_combo,
+            "pass_combo": self.pass_combo,
             "causal_check": self.causal_check,
             "lse_check": self.lse_check,
             "dtype_combo": self.dtype_combo,
@@ -209,6 +219,7 @@ class ControlsPanel(QWidget):
         tiling = QFormLayout()
         tiling.addRow("B_r (block_q)", self.bq_spin)
         tiling.addRow("B_c (block_k)", self.bk_spin)
+        tiling.addRow("Pass", self.pass_combo)
         tiling.addRow("Loop order", self.order_combo)
         tiling.addRow(self.causal_check)
         tiling.addRow(self.lse_check)
@@ -248,6 +259,9 @@ class ControlsPanel(QWidget):
         self.bk_spin.valueChanged.connect(lambda v: st.update_config(block_k=v))
         self.order_combo.currentIndexChanged.connect(
             lambda _i: st.update_config(order=self.order_combo.currentData())
+        )
+        self.pass_combo.currentIndexChanged.connect(
+            lambda _i: st.update_config(pass_name=self.pass_combo.currentData())
         )
         self.causal_check.toggled.connect(lambda v: st.update_config(causal=v))
         self.lse_check.toggled.connect(lambda v: st.update_config(save_lse=v))
@@ -348,6 +362,7 @@ class ControlsPanel(QWidget):
         for combo, value in (
             (self.input_combo, cfg.input),
             (self.order_combo, cfg.order),
+            (self.pass_combo, cfg.pass_name),
             (self.dtype_combo, cfg.dtype),
         ):
             with QSignalBlocker(combo):

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 import compute
 from compute import Trace, element_bytes
+from desktop.panels.backward_memory import BackwardMemory
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
 from desktop.theme import style_plot
@@ -109,6 +110,8 @@ class LedgerPanel(QWidget):
         self._tensors: list[str] = []
         left = QVBoxLayout()
         left.addLayout(self._build_totals())
+        self.backward_memory = BackwardMemory(state)  # backward and training only
+        left.addWidget(self.backward_memory)
         left.addWidget(self._build_table(), 1)
         left.addWidget(self.totals_table)
         right = QVBoxLayout()
@@ -245,7 +248,7 @@ class LedgerPanel(QWidget):
     def _on_trace(self, trace: Trace) -> None:
         full = trace.counts_at(trace.n_steps - 1)
         self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
-        self._tensors = [t for t in compute.TENSORS if any(full[lane][t][d] for lane, d in COLUMNS)]
+        self._tensors = [t for t in trace.tensors if any(full[lane][t][d] for lane, d in COLUMNS)]
         self.table.setRowCount(len(self._tensors))
         self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors])
         for r, t in enumerate(self._tensors):
@@ -279,7 +282,7 @@ class LedgerPanel(QWidget):
             for c, (lane, d) in enumerate(COLUMNS):
                 self._set(r, c, counts[lane][t][d])
         for c, (lane, d) in enumerate(COLUMNS):
-            total = sum(counts[lane][t][d] for t in compute.TENSORS)
+            total = sum(counts[lane][t][d] for t in trace.tensors)
             self._set(0, c, total, self.totals_table)
         totals = trace.totals_at(step)
         self.dense_total_label.setText(f"{totals['dense']:,}")
@@ -289,7 +292,7 @@ class LedgerPanel(QWidget):
         for lane, label in (("dense", self.dense_bytes_label), ("tiled", self.tiled_bytes_label)):
             nbytes = sum(
                 element_bytes(t, trace.dtype) * counts[lane][t][d]
-                for t in compute.TENSORS
+                for t in trace.tensors
                 for d in ("read", "write")
             )
             label.setText(f"{format_bytes(nbytes)} as {trace.dtype}")

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop.panels.backward_stats import BackwardStats
 from desktop.scene.row_series import (
     FORMULAS,
     MAX_COLOURED,
@@ -85,6 +86,9 @@ class StatsPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(grid)
         layout.addWidget(self.plots, 1)
+        self.backward = BackwardStats(state)  # shown in the backward and a training step
+        self.backward.hide()
+        layout.addWidget(self.backward, 1)
         self.restyle()
         state.sigTraceChanged.connect(self._rebuild)
         state.sigRowChanged.connect(self._rebuild)
@@ -127,9 +131,12 @@ class StatsPanel(QWidget):
         self.names: dict[str, QLabel] = {}
         # The error read-out is a sentence: it wraps rather than lose its end.
         self.labels["error"].setWordWrap(True)
+        self._forward_widgets: list[QLabel] = []  # the online softmax's state (not in a backward)
         for key, (row, col, span) in READOUTS.items():
             self.labels[key].setToolTip(FORMULAS[key])
             name = QLabel(self._readout_name(key))
+            if key in ("m", "l", "alpha", "a", "out"):
+                self._forward_widgets += [name, self.labels[key]]
             name.setToolTip(FORMULAS[key])
             self.names[key] = name
             grid.addWidget(name, row, col)
@@ -185,6 +192,8 @@ class StatsPanel(QWidget):
 
     def restyle(self) -> None:
         style_plot(self.plots, self._items.values(), self.palette())
+        if hasattr(self, "backward"):
+            self.backward.restyle()
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
         if event.type() == QEvent.Type.PaletteChange:
@@ -215,6 +224,9 @@ class StatsPanel(QWidget):
         with QSignalBlocker(self.row_spin):
             self.row_spin.setRange(0, trace.schedule.n_q - 1)
             self.row_spin.setValue(row)
+        forward = trace.pass_name != "backward"  # a backward alone shows no forward state
+        for w in (self.plots, *self._forward_widgets):
+            w.setVisible(forward)
         s = self._series = row_series(trace, row)
         # Step curves: a value holds from its update step to the next; the edges sit at
         # half steps so the marker at step t is inside the value shown after step t.

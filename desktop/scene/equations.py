@@ -10,6 +10,8 @@ import math
 
 from compute import Trace
 
+from .backward import backward_equation, is_backward
+
 PHASE_TEXT = {
     ("dense", "load_q"): "Q_i is read to form S = Q Kᵀ / √d",
     ("dense", "write_s"): "S_ij = Q_i K_jᵀ / √d is written to HBM",
@@ -40,6 +42,8 @@ def step_equation(trace: Trace, lane: str, step: int, row: int) -> str:
     action = trace.steps[step].action(lane)
     if action is None:
         return "done"
+    if is_backward(action):
+        return backward_equation(trace, lane, step, row, action)
     text = PHASE_TEXT.get((lane, action.phase), action.label)
     s = trace.schedule
     if lane != "tiled" or action.phase != "update" or action.block_i != row // s.block_q:

@@ -15,7 +15,7 @@ from PySide6.QtCore import QRectF
 
 from compute import Action, Region, Trace
 
-QUERY_TENSORS = frozenset({"Q", "S", "P", "O", "m", "l", "L"})
+QUERY_TENSORS = frozenset({"Q", "S", "P", "O", "m", "l", "L", "dO", "D", "dP", "dS", "dQ"})
 MAX_CELL_W, MAX_CELL_H = 48.0, 30.0
 MIN_SLOT_W = 16.0
 GAP = 10.0
@@ -39,7 +39,9 @@ def hbm_slots(trace: Trace) -> list[tuple[str, int, int]]:
     slots += [("m", s.n_q, 1), ("l", s.n_q, 1)]
     if s.save_lse:
         slots.append(("L", s.n_q, 1))
-    return slots
+    from .backward import grad_slots  # (deferred: that module uses SramTile from here)
+
+    return slots + grad_slots(trace)
 
 
 def layout_hbm(slots: list[tuple[str, int, int]], area: QRectF) -> dict[str, QRectF]:
@@ -100,6 +102,10 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
     """The tiled lane's SRAM after `step`: Q_i, K_j, V_j, S_ij, m, ℓ, a."""
     s = trace.schedule
     action = trace.action("tiled", step)
+    from .backward import is_backward, tiled_backward_sram  # (deferred, see hbm_slots)
+
+    if is_backward(action):
+        return tiled_backward_sram(trace, step, action)
     held = {r.tensor: r for r in action.resident} if action else {}
     block = action.block_i if action else None
     acc_label = "a = Σ P̃V" if s.order == "q-outer" else "a = ℓ·O_i"
@@ -145,6 +151,10 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
     action = trace.action("dense", step)
     if action is None:
         return []
+    from .backward import dense_backward_sram, is_backward  # (deferred, see hbm_slots)
+
+    if is_backward(action):
+        return dense_backward_sram(trace, step, action)
     sources = {"Q": trace.q, "K": trace.k, "V": trace.v}
     tiles = []
     for r in action.resident:

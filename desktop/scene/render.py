@@ -18,6 +18,8 @@ import numpy as np
 from compute import Trace
 from compute.timeline import PHASE_CODE
 
+from .backward import GRAD_SLOTS, grad_sources
+
 DISPLAY_CAP = 256  # display cells per side before block-averaging
 MASKED_RGBA = (128, 128, 128, 90)  # causally masked score (−∞): a faint grey
 # Diverging blue–white–red (ColorBrewer RdBu) anchors, negative to positive.
@@ -121,9 +123,14 @@ class LaneImages:
     scale: ColorScale
     prob_scale: ColorScale = field(default_factory=lambda: ColorScale(1.0))
     lanes: dict[str, dict[str, TensorImage]] = field(default_factory=dict)
+    grad_scale: ColorScale | None = None  # dO and the gradients (backward only)
 
     def scale_for(self, tensor: str) -> ColorScale:
-        return self.prob_scale if tensor == "P" else self.scale
+        if tensor == "P":
+            return self.prob_scale
+        if tensor in GRAD_SLOTS and self.grad_scale is not None:
+            return self.grad_scale  # gradients have their own magnitude
+        return self.scale
 
 
 NEVER = np.iinfo(np.int32).max
@@ -168,6 +175,8 @@ class RegionSource:
 
     def __getitem__(self, index: tuple[int, int]) -> float:
         i, j = index
+        if self.name in ("dP", "dS"):
+            return float(self.trace.grad_region(self.name, i, i + 1, j, j + 1)[0, 0])
         region = self.trace.scores_region if self.name == "S" else self.trace.probs_region
         return float(region(i, i + 1, j, j + 1)[0, 0])
 
@@ -184,7 +193,7 @@ def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource
             "S": trace.scores if small else RegionSource(trace, "S"),
             "P": trace.probs if small else RegionSource(trace, "P"),
             "O": trace.reference,
-        }
+        } | _grad_sources(trace, "dense")
     s = trace.schedule
     out = {"Q": trace.q, "K": trace.k, "V": trace.v, "O": trace.tiled_output}
     if s.order == "kv-outer":
@@ -193,7 +202,15 @@ def lane_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource
         out["l"] = l[:, None]
     if s.save_lse:
         out["L"] = trace.lse[:, None]
-    return out
+    return out | _grad_sources(trace, "tiled")
+
+
+def _grad_sources(trace: Trace, lane: str) -> dict[str, np.ndarray | RegionSource]:
+    """The backward's tensors (none in the forward); dP, dS as regions when large."""
+    s = trace.schedule
+    small = max(s.n_q, s.n_k) <= NUMBERS_CAP
+    out = grad_sources(trace, lane, small)
+    return {k: (RegionSource(trace, k) if v is None else v) for k, v in out.items()}
 
 
 def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> None:
@@ -210,14 +227,24 @@ def prepare_images(trace: Trace) -> LaneImages:
     images = LaneImages(
         ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [summary.probs_sample]))
     )
-    written = {"O", "S", "P", "m", "l", "L"}
+    if trace.pass_name != "forward":
+        bwd = trace.backward_summary(DISPLAY_CAP)
+        grads = [trace.do, *trace.gradients("dense"), bwd.sample]
+        images.grad_scale = ColorScale(_shared_vmax(trace, grads))
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}
+        tl = trace.lanes[lane]
+        # Veils for what this pass writes (in a backward, O, P, L are there from the start).
+        written = {t for k, t in enumerate(tl.tensors) if tl.totals[k, 1] > 0}
         for name, values in lane_sources(trace, lane).items():
             key = id(values)
-            if isinstance(values, RegionSource):  # block means from the full pass
-                means = summary.scores_small if name == "S" else summary.probs_small
+            if isinstance(values, RegionSource):  # block means from a chunked pass
+                if name in ("dP", "dS"):
+                    bwd = trace.backward_summary(DISPLAY_CAP)
+                    means = bwd.dp_small if name == "dP" else bwd.ds_small
+                else:
+                    means = summary.scores_small if name == "S" else summary.probs_small
                 cache[key] = (means.values, *means.factor)
             elif key not in cache:  # Q, K, V are shared by both lanes
                 cache[key] = downsample(values)
@@ -240,7 +267,9 @@ def live_tensors(trace: Trace, lane: str) -> tuple[str, ...]:
     Only Algorithm 1 (KV-outer) keeps running state in HBM: O, ℓ and m are written at
     the start and rewritten after every visit of a query block.
     """
-    return ("O", "m", "l") if lane == "tiled" and trace.schedule.order == "kv-outer" else ()
+    kv_outer = lane == "tiled" and trace.schedule.order == "kv-outer"
+    # In a training step the backward follows; O, m, ℓ then get write veils instead.
+    return ("O", "m", "l") if kv_outer and trace.pass_name == "forward" else ()
 
 
 def kv_outer_hbm(trace: Trace, step: int) -> dict[str, np.ndarray]:

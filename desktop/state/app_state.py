@@ -23,6 +23,7 @@ class AppState(QObject):
     sigTraceChanged = Signal(object)  # the new Trace
     sigStepChanged = Signal(int)
     sigRowChanged = Signal(int)
+    sigKeyChanged = Signal(int)  # the selected key row (the backward's dK, dV follow it)
     sigProgressChanged = Signal(float)  # how far the step's transfers have travelled
     sigError = Signal(str)  # one user-facing sentence
     sigBusy = Signal(bool)
@@ -36,6 +37,7 @@ class AppState(QObject):
         self.images: LaneImages | None = None
         self.step = 0
         self.row = 0
+        self.key = 0
         self.progress = 1.0  # 0 → 1 within a step while playing; 1 once transfers arrive
         self._row_hint = 0  # the row the user chose; kept when a smaller N clamps it
         self.builder = TraceBuilder(self._built, self._failed)
@@ -75,6 +77,7 @@ class AppState(QObject):
         # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
         self.requested, self.step, self.row = config, step, row
+        self.key = min(self.key, trace.schedule.n_k - 1)
         self.sigConfigChanged.emit(config)
         self.sigTraceChanged.emit(trace)
         self.sigStepChanged.emit(step)
@@ -128,3 +131,11 @@ class AppState(QObject):
         if row != self.row:
             self.row = row
             self.sigRowChanged.emit(row)
+
+    def set_key(self, key: int) -> None:
+        """Select a key row (clamped to the trace's N_keys)."""
+        n_k = self.trace.schedule.n_k if self.trace is not None else 1
+        key = max(0, min(int(key), n_k - 1))
+        if key != self.key:
+            self.key = key
+            self.sigKeyChanged.emit(key)

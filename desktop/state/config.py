@@ -42,6 +42,7 @@ class Config:
     input_scale: float = 1.0
     file: str = ""
     sram: int | None = None
+    pass_name: str = "forward"  # "forward", "backward" or "training" (forward then backward)
 
     @property
     def n_k(self) -> int:
@@ -114,6 +115,8 @@ class Config:
             raise InputError(f"The loop order must be one of {', '.join(compute.ORDERS)}.")
         if self.dtype not in compute.DTYPES:
             raise InputError(f"The dtype must be one of {', '.join(compute.DTYPES)}.")
+        if self.pass_name not in compute.PASSES:
+            raise InputError(f"The pass must be one of {', '.join(compute.PASSES)}.")
         if self.input not in INPUT_MODES:
             raise InputError(f"The input must be one of {', '.join(INPUT_MODES)}.")
         if self.input == "file" and not self.file:
@@ -183,9 +186,12 @@ def _memory_args(config: Config) -> tuple[tuple, dict]:
 
     t_c = math.ceil(config.n_k / config.block_k)
     whole = max(config.n, config.n_k) <= NUMBERS_CAP  # small N: S and P are held whole
+    t_r = math.ceil(config.n / config.block_q)
+    backward = (config.block_k, t_r) if config.pass_name != "forward" else None
     return (config.n, config.n_k, config.d, config.dv, t_c), {
         "block_q": config.block_q,
         "whole": whole,
+        "backward": backward,
     }
 
 
@@ -213,12 +219,14 @@ def make_inputs(config: Config) -> Inputs:
     )
 
 
-def ledger_for(config: Config, pass_name: str = "forward") -> compute.Ledger:
+def ledger_for(config: Config, pass_name: str | None = None) -> compute.Ledger:
     """The exact ledger of a config at the block sizes asked for, from the closed form.
 
     Only shapes matter: a file is read for its shapes, random inputs are not drawn.
-    pass_name "backward" or "training" gives that pass's ledger (from its closed form).
+    pass_name "backward" or "training" gives that pass's ledger (from its closed form);
+    None means the config's own pass.
     """
+    pass_name = config.pass_name if pass_name is None else pass_name
     n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
     if config.input != "random":
         inputs = make_inputs(config)
@@ -265,6 +273,7 @@ def build(config: Config) -> tuple[Config, Trace]:
             sram_capacity=config.sram,
             dtype=config.dtype,
             save_lse=config.save_lse,
+            pass_name=config.pass_name,
         )
     except InputError:
         raise

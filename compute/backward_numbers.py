@@ -1,0 +1,244 @@
+"""The Trace's backward numbers, computed when a view asks and then kept (a Trace mixin).
+
+Everything here is derived from Q, K, V, dO and the forward's O and L, on demand:
+- the gradients of both lanes (`compute.attention_backward`: dense in float64, the
+  reference; tiled in the trace's dtype, FlashAttention-2's Algorithm 2);
+- D = rowsum(dO ∘ O) per row (the tiled lane's preprocessing pass, in its dtype);
+- one query block's recomputed P̃, dP, dS and dQ after each key tile, one key tile's dK,
+  dV after each query block (compute.backward_rows);
+- regions of the dense lane's dP and dS (float64), and both at display resolution
+  (one chunked pass, as compute.full_pass does for S and P).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import causal_mask, output_dtype, round_to
+from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
+from .backward_schedule import backward_sram_elements
+from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+
+DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
+
+
+@dataclass(frozen=True)
+class BackwardRow:
+    """Query row `row`: L, D, the recomputed P̃ row, dQ after each key tile, the reference."""
+
+    row: int
+    L: float
+    D: float
+    p_tilde: np.ndarray  # (N_k,)
+    dq: np.ndarray  # (T_c + 1, d)
+    dq_reference: np.ndarray  # (d,)
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """Key row `col`: dK and dV after each query block (index 0 = before any), references."""
+
+    col: int
+    dk: np.ndarray  # (T_r + 1, d)
+    dv: np.ndarray  # (T_r + 1, d_v)
+    dk_reference: np.ndarray
+    dv_reference: np.ndarray
+
+
+@dataclass(frozen=True)
+class BackwardSummary:
+    """The dense lane's dP and dS at display resolution, and samples for a colour scale."""
+
+    dp_small: BlockMeans
+    ds_small: BlockMeans
+    sample: np.ndarray  # every k-th |dP| and |dS|
+    gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # float64 dense (dQ, dK, dV)
+    tiled_gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # the tiled lane's, its dtype
+
+
+class BackwardNumbers:
+    """Methods of Trace (it provides q, k, v, do, schedule, scale, dtype, _memo, ...)."""
+
+    def _need_do(self) -> np.ndarray:
+        if self.do is None:
+            raise ValueError("This trace has no backward pass (dO was not given).")
+        return self.do
+
+    def _operands(self) -> Operands:
+        """The backward's operands, prepared once (compute.backward_rows.Operands)."""
+
+        def run():
+            f = self.summary()
+            return operands(
+                self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype
+            )
+
+        return self._memo("bwd_operands", 1, None, run)
+
+    def gradients(self, lane: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dQ, dK, dV) of a lane: "dense" the float64 reference, "tiled" FlashAttention-2's
+        backward with the trace's dtype emulation. Both come from the chunked pass of
+        backward_summary (it forms P, dP and dS anyway): the tiled lane's sums are taken
+        over row chunks instead of tile by tile, so they equal compute.attention_backward's
+        up to the order of the additions (a test holds them within rounding), and a large
+        N with tiny blocks costs no Python loop over thousands of tiles."""
+        g = self.backward_summary(DISPLAY_CAP)
+        return g.gradients if lane == "dense" else g.tiled_gradients
+
+    @property
+    def backward_D(self) -> np.ndarray:
+        """D = rowsum(dO ∘ O) per row, as the tiled lane's preprocessing pass forms it."""
+        return self._operands().D
+
+    @property
+    def reference_D(self) -> np.ndarray:
+        """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
+
+        def run():
+            d = np.sum(self._need_do() * self.reference, axis=1)
+            d.setflags(write=False)
+            return d
+
+        return self._memo("D_ref", 1, None, run)
+
+    def backward_block(self, block: int) -> BackwardBlock:
+        """Query block `block`'s backward numbers (a few blocks are kept)."""
+        r0, r1 = self.schedule.rows(block)
+        return self._memo(
+            "bwd_blocks", 16, block,
+            lambda: backward_block(
+                self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
+                p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
+            ),
+        )  # fmt: skip
+
+    def key_tile(self, tile: int) -> KeyTile:
+        """Key tile `tile`'s dK, dV after each query block (a few tiles are kept)."""
+        c0, c1 = self.schedule.cols(tile)
+        return self._memo(
+            "key_tiles", 8, tile,
+            lambda: key_tile(
+                self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
+                p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,
+            ),
+        )  # fmt: skip
+
+    def backward_row(self, row: int) -> BackwardRow:
+        """Query row `row`'s view of its block's backward numbers."""
+        b = self.backward_block(row // self.schedule.block_q)
+        r = row - b.r0
+        return BackwardRow(
+            row, float(b.L[r]), float(b.D[r]), b.p_tilde[r], b.dq[:, r], b.dq_reference[r]
+        )
+
+    def key_row(self, col: int) -> KeyRow:
+        """Key row `col`'s view of its tile's dK, dV accumulation."""
+        t = self.key_tile(col // self.schedule.block_k)
+        c = col - t.c0
+        return KeyRow(col, t.dk[:, c], t.dv[:, c], t.dk_reference[c], t.dv_reference[c])
+
+    def backward_tiles_done(self, row: int, step: int) -> int:
+        """How many key tiles the tiled lane's backward has added into dQ of `row` after
+        step `step`: tiles are visited in order, so the count is the last tile seen + 1."""
+        steps, tiles = self.lanes["tiled"].steps_of("bwd_update", row // self.schedule.block_q)
+        n = int(np.searchsorted(steps, step, side="right"))
+        return int(tiles[n - 1]) + 1 if n else 0
+
+    def backward_blocks_done(self, col: int, step: int) -> int:
+        """How many query blocks (by index) have added into dK, dV of key `col` after step
+        `step`: key tile j's segment visits its blocks in order, three steps each."""
+        s, lane = self.schedule, self.lanes["tiled"]
+        j = col // s.block_k
+        p = len(lane.parts) - 1  # the backward's K/V-outer loop is the lane's last part
+        part = lane.parts[p]
+        seg = int(np.searchsorted(lane.seg_part, p)) + j
+        lo, hi = lane._span_of(part)
+        start = int(lane.seg_start[seg]) + len(part.head)
+        updates = start + np.arange(hi[j] - lo[j]) * len(part.inner) + 1
+        n = int(np.searchsorted(updates, step, side="right"))
+        return int(lo[j]) + n if n else 0
+
+    def sram_need(self, lane: str) -> int:
+        """Peak SRAM working set of `lane` over this trace's pass, in elements."""
+        forward = self.schedule.sram_elements(lane)
+        if self.pass_name == "forward":
+            return forward
+        backward = backward_sram_elements(self.schedule, lane)
+        return backward if self.pass_name == "backward" else max(forward, backward)
+
+    # ---- the dense lane's dP and dS ---------------------------------------------------
+    def grad_region(self, name: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """The dense lane's dP (= dO Vᵀ) or dS (= P ∘ (dP − D)) over a region, float64."""
+
+        def run():
+            do = self._need_do()
+            dp = do[r0:r1] @ self.v[c0:c1].T  # dP = dO Vᵀ
+            out = dp
+            if name == "dS":  # dS = P ∘ (dP − D), D = rowsum(dO ∘ O)
+                out = self._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
+            out.setflags(write=False)
+            return out
+
+        return self._memo("grad_region", 6, (name, r0, r1, c0, c1), run)
+
+    def backward_summary(self, cap: int) -> BackwardSummary:
+        """dP and dS at `cap` cells a side (block means), in one chunked pass over rows."""
+        return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap))
+
+    def _backward_summary(self, cap: int) -> BackwardSummary:
+        s, do = self.schedule, self._need_do()
+        dp_means, ds_means = _Means(s.n_q, s.n_k, cap), _Means(s.n_q, s.n_k, cap)
+        chunk = max(1, CHUNK_ELEMENTS // s.n_k)
+        chunk = max(dp_means.fr, chunk - chunk % dp_means.fr)  # aligned to display cells
+        stride = max(1, (s.n_q * s.n_k) // 16384)
+        samples = []
+        dq = np.empty((s.n_q, s.d))
+        dk, dv = np.zeros((s.n_k, s.d)), np.zeros((s.n_k, s.d_v))
+        # The tiled lane's operands: inputs, O and dO rounded to the dtype, statistics and
+        # accumulators in the statistics dtype, L from its forward (as compute.backward).
+        ops = self._operands()
+        acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
+        lse, d_t, sc_t = ops.lse_a, ops.D, ops.acc(self.scale)  # lse_a: P̃ = 0 on −∞ rows
+        tq = np.empty((s.n_q, s.d), dtype=acc)
+        tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
+        cols, f = np.arange(s.n_k), self.summary()
+        exact = self.dtype == "float64"  # no rounding: S computed once serves both lanes
+        for r0 in range(0, s.n_q, chunk):
+            r1 = min(s.n_q, r0 + chunk)
+            # Dense, float64: P = softmax(S), then the five products of the standard backward.
+            s64 = self._scores(r0, r1, 0, s.n_k)  # S = Q Kᵀ · scale (−∞ where masked)
+            m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
+            p = np.exp(s64 - np.where(np.isfinite(m), m, 0.0))
+            np.divide(p, l, out=p, where=l > 0)  # P = softmax(S); a fully masked row is exp(−∞) = 0
+            dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
+            ds = p * (dp - self.reference_D[r0:r1, None])  # dS = P ∘ (dP − D)
+            dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
+            dq[r0:r1] = (ds @ self.k) * self.scale  # dQ = dS K · scale
+            dk += (ds.T @ self.q[r0:r1]) * self.scale  # dK = dSᵀ Q · scale
+            # Tiled: P̃ = exp(S − L) recomputed from the saved L; P̃ and dS rounded to the
+            # dtype before their matmuls, as a kernel does.
+            if exact:  # float64: the tiled lane's scores are the dense ones
+                st = s64
+            else:
+                st = (qd[r0:r1] @ kd.T) * sc_t
+                if s.causal:
+                    mask = causal_mask(np.arange(r0, r1), cols, s.n_q, s.n_k)
+                    st = np.where(mask, st, -np.inf)
+            pt = np.exp(st - lse[r0:r1, None])
+            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), self.dtype).astype(acc)
+            tv += round_to(pt, self.dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
+            tq[r0:r1] = (dst @ kd) * sc_t  # dQ_i = Σ_j dS_ij K_j · scale
+            tk += (dst.T @ qd[r0:r1]) * sc_t  # dK_j += dS_ijᵀ Q_i · scale
+            dp_means.add(r0, dp, all_finite=True)
+            ds_means.add(r0, ds, all_finite=True)
+            first = (-(r0 * s.n_k)) % stride
+            samples += [np.abs(dp.ravel()[first::stride]), np.abs(ds.ravel()[first::stride])]
+        out = output_dtype(self.dtype)  # gradients leave the kernel in the input dtype
+        tiled = tuple(round_to(g, self.dtype).astype(out) for g in (tq, tk, tv))
+        for x in (dq, dk, dv, *tiled):
+            x.setflags(write=False)
+        return BackwardSummary(
+            dp_means.result(), ds_means.result(), np.concatenate(samples), (dq, dk, dv), tiled
+        )

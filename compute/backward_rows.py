@@ -1,0 +1,159 @@
+"""The backward's numbers for one query block or one key tile, on demand (what views show).
+
+FlashAttention's backward (Algorithm 2 of FlashAttention-2, as `compute.backward._tiled`
+runs it) never stores P: for query block i it recomputes P̃_i = exp(S_i − L_i) from Q, K
+and the saved L, forms dP_i = dO_i Vᵀ and dS_i = P̃_i ∘ (dP_i − D_i) with
+D_i = rowsum(dO_i ∘ O_i), and adds dS_ij K_j · scale into dQ_i once per key tile j. Key
+tile j gathers dV_j = Σ_i P̃_ijᵀ dO_i and dK_j = Σ_i dS_ijᵀ Q_i · scale over the query
+blocks i.
+
+These functions do that for one block's rows (O(B_r · N_k · d)) or one tile's keys
+(O(N_q · B_c · d)) with the dtype emulation of `compute.backward` (inputs, O and dO
+rounded to the dtype; statistics and accumulators in float32; P̃ and dS rounded to the
+dtype before each matmul), keeping the partial sums after each key tile (dQ) or query
+block (dK, dV) so a view can show them accumulating, beside float64 references.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import _safe_max, causal_mask, round_to, stats_dtype
+from .schedule import Schedule
+
+DO_SEED = 20240  # the seed of the displayed dO when no file gives one (standard normal)
+
+
+def default_do(n_q: int, d_v: int) -> np.ndarray:
+    """dO for the display when none is given: standard normal, seeded with DO_SEED."""
+    return np.random.default_rng(DO_SEED).standard_normal((n_q, d_v))
+
+
+@dataclass(frozen=True)
+class BackwardBlock:
+    """Query block i's backward (rows r0..r1−1): L, D, the recomputed P̃, dP and dS rows,
+    and dQ after each key tile (dq[j] = after tiles 0..j−1; dq[T_c] is the result)."""
+
+    r0: int
+    L: np.ndarray  # (R,)
+    D: np.ndarray  # (R,) rowsum(dO ∘ O)
+    p_tilde: np.ndarray  # (R, N_k) exp(S − L), recomputed as the backward does
+    dp: np.ndarray  # (R, N_k) dO Vᵀ
+    ds: np.ndarray  # (R, N_k) P̃ ∘ (dP − D), rounded to the dtype
+    dq: np.ndarray  # (T_c + 1, R, d)
+    dq_reference: np.ndarray  # (R, d) float64 dense reference
+
+
+@dataclass(frozen=True)
+class KeyTile:
+    """Key tile j's dK and dV after each query block (index 0 = before any), keys c0..c1−1."""
+
+    c0: int
+    dk: np.ndarray  # (T_r + 1, C, d)
+    dv: np.ndarray  # (T_r + 1, C, d_v)
+    dk_reference: np.ndarray  # (C, d)
+    dv_reference: np.ndarray  # (C, d_v)
+
+
+@dataclass(frozen=True)
+class Operands:
+    """What every block or tile look-up reads, prepared once per trace: the float64
+    inputs (for references), the tiled lane's rounded copies in its statistics dtype,
+    L with a finite stand-in for rows that see no key, and D = rowsum(dO ∘ O)."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray
+    acc: type
+    qd: np.ndarray
+    kd: np.ndarray
+    vd: np.ndarray
+    dod: np.ndarray
+    lse: np.ndarray  # as saved (−∞ for a row that sees no key)
+    lse_a: np.ndarray  # −∞ replaced: its scores are −∞ too, so P̃ = 0 there, never NaN
+    D: np.ndarray  # rowsum(dO ∘ O), the tiled lane's preprocessing pass
+
+
+def operands(q, k, v, do, o, lse, dtype: str) -> Operands:
+    """The operands of the tiled backward for one trace (see Operands)."""
+    acc = stats_dtype(dtype)
+    raw = [np.asarray(x, dtype=np.float64) for x in (q, k, v, do)]
+    qd, kd, vd, dod, od = (round_to(x, dtype).astype(acc) for x in (*raw, np.asarray(o, float)))
+    d_rows = np.sum(dod * od, axis=1)  # D = rowsum(dO ∘ O)
+    d_rows.setflags(write=False)
+    lse = np.asarray(lse)
+    return Operands(*raw, acc, qd, kd, vd, dod, lse, _safe_max(lse.astype(acc)), d_rows)
+
+
+def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
+    sc = (qd[rows] @ kd[cols].T) * acc(scale)  # S = Q Kᵀ · scale
+    if s.causal:
+        mask = causal_mask(np.arange(s.n_q)[rows], np.arange(s.n_k)[cols], s.n_q, s.n_k)
+        sc = np.where(mask, sc, acc(-np.inf))
+    return sc
+
+
+def _frozen(*arrays):
+    for x in arrays:
+        x.setflags(write=False)
+
+
+def backward_block(
+    ops: Operands, s: Schedule, block: int, *, scale: float, dtype: str, p_reference
+) -> BackwardBlock:
+    """Query block `block`'s backward numbers; p_reference is the float64 forward P rows
+    of the block (for the reference gradient)."""
+    acc, qd, kd, vd, dod, lse_a = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod, ops.lse_a
+    r0, r1 = s.rows(block)
+    rows = slice(r0, r1)
+    sc = _scores(qd, kd, rows, slice(0, s.n_k), s, scale, acc)
+    p = np.exp(sc - lse_a[rows, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
+    d_rows = ops.D[rows]  # D_i = rowsum(dO_i ∘ O_i)
+    dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
+    ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
+    dq = np.zeros((s.t_c + 1, r1 - r0, s.d), dtype=acc)
+    for j in range(s.t_c):  # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile
+        c0, c1 = s.cols(j)
+        dq[j + 1] = dq[j] + (ds[:, c0:c1] @ kd[c0:c1]) * acc(scale)
+    # The float64 reference: the dense formulas on the exact P rows.
+    k64, v64, do64 = ops.k, ops.v, ops.do
+    p64 = np.asarray(p_reference, dtype=np.float64)
+    dp64 = do64[rows] @ v64.T
+    ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
+    ref = (ds64 @ k64) * scale
+    lse_rows = np.asarray(ops.lse[rows], dtype=np.float64)
+    _frozen(p, dp, ds, dq, ref, lse_rows, d_rows)
+    return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, ref)
+
+
+def key_tile(
+    ops: Operands, s: Schedule, tile: int, *, scale: float, dtype: str, p_reference, o_reference
+) -> KeyTile:
+    """Key tile `tile`'s dK and dV accumulating over the query blocks; p_reference is the
+    float64 forward P columns (N_q, C) and o_reference the float64 output."""
+    acc, qd, kd, vd, dod, lse_a = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod, ops.lse_a
+    c0, c1 = s.cols(tile)
+    cols = slice(c0, c1)
+    sc = _scores(qd, kd, slice(0, s.n_q), cols, s, scale, acc)
+    p = np.exp(sc - lse_a[:, None])  # P̃_:j = exp(S_:j − L)
+    d_rows = ops.D  # D = rowsum(dO ∘ O)
+    dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
+    p_lo = round_to(p, dtype).astype(acc)
+    ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
+    dk = np.zeros((s.t_r + 1, c1 - c0, s.d), dtype=acc)
+    dv = np.zeros((s.t_r + 1, c1 - c0, s.d_v), dtype=acc)
+    for i in range(s.t_r):  # per query block i (a block that sees no key here adds 0)
+        r0, r1 = s.rows(i)
+        dv[i + 1] = dv[i] + p_lo[r0:r1].T @ dod[r0:r1]  # dV_j ← dV_j + P̃_ijᵀ dO_i
+        dk[i + 1] = dk[i] + (ds_lo[r0:r1].T @ qd[r0:r1]) * acc(scale)  # dK_j ← dK_j + dS_ijᵀ Q_i
+    q64, v64, do64 = ops.q, ops.v, ops.do
+    p64 = np.asarray(p_reference, dtype=np.float64)
+    dp64 = do64 @ v64[cols].T
+    d64 = np.sum(do64 * np.asarray(o_reference, dtype=np.float64), axis=1)  # D = rowsum(dO ∘ O)
+    dk_ref = (p64 * (dp64 - d64[:, None])).T @ q64 * scale
+    dv_ref = p64.T @ do64
+    _frozen(dk, dv, dk_ref, dv_ref)
+    return KeyTile(c0, dk, dv, dk_ref, dv_ref)

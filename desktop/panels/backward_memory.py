@@ -1,0 +1,116 @@
+"""The ledger panel's backward part: every pass's totals, and what each lane must keep
+from the forward for the backward, drawn as bars.
+
+Dense keeps P (N_q · N_k elements per head) to read it back; the tiled lane keeps only
+L = m + log ℓ (N_q elements) and recomputes P̃ = exp(S − L) tile by tile. The totals
+are the compute core's closed-form pass ledgers (desktop.state.config.ledger_for) at the
+config's own block sizes; hidden in the forward pass.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from compute import Trace, element_bytes
+from desktop.state.app_state import AppState
+from desktop.state.config import ledger_for
+
+DENSE_COLOR, TILED_COLOR = QColor("#c0392b"), QColor("#2471a3")
+
+
+def kept_elements(trace: Trace) -> dict[str, int]:
+    """Elements each lane keeps from the forward for the backward: P, or L."""
+    s = trace.schedule
+    return {"dense": s.n_q * s.n_k, "tiled": s.n_q}
+
+
+class KeepBars(QWidget):
+    """Two horizontal bars, dense's P against tiled's L, on one linear scale."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.kept: dict[str, int] = {}
+        self.n = 0
+        self.setFixedHeight(48)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def set_kept(self, kept: dict[str, int], n: int) -> None:
+        self.kept, self.n = kept, n
+        self.update()
+
+    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
+        if not self.kept:
+            return
+        p = QPainter(self)
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        label_w, h = 150.0, 18.0
+        width = max(10.0, self.width() - label_w - 8)
+        top = max(self.kept.values())
+        names = {"dense": "dense keeps P", "tiled": "tiled keeps L"}
+        for k, lane in enumerate(("dense", "tiled")):
+            y = 2 + k * (h + 4)
+            p.setPen(text)
+            p.drawText(QRectF(0, y, label_w, h), Qt.AlignmentFlag.AlignVCenter, names[lane])
+            w = max(1.5, width * self.kept[lane] / top)  # the tiled bar is N_k times shorter
+            p.fillRect(QRectF(label_w, y, w, h), DENSE_COLOR if lane == "dense" else TILED_COLOR)
+            p.drawText(
+                QRectF(label_w + 4, y, width - 4, h),
+                Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+                f"{self.kept[lane]:,}",
+            )
+        p.end()
+
+
+class BackwardMemory(QWidget):
+    """Totals of the forward, the backward and a training step; the kept-memory bars."""
+
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.totals_label = QLabel()
+        self.totals_label.setObjectName("pass_totals_label")
+        self.totals_label.setWordWrap(True)
+        self.totals_label.setToolTip(
+            "Total HBM transfers of each pass at these block sizes (closed form, elements)"
+        )
+        self.keep_label = QLabel()
+        self.keep_label.setObjectName("keep_label")
+        self.keep_label.setWordWrap(True)
+        self.bars = KeepBars()
+        self.bars.setToolTip(
+            "Memory each lane keeps from the forward for the backward, per head: dense "
+            "stores P (N_q · N_k), FlashAttention only L (N_q) and recomputes P̃ = exp(S − L)"
+        )
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for w in (self.totals_label, self.keep_label, self.bars):
+            layout.addWidget(w)
+        self.hide()
+        state.sigTraceChanged.connect(self._on_trace)
+
+    def _on_trace(self, trace: Trace) -> None:
+        if trace.pass_name == "forward" or self.state.config is None:
+            self.hide()
+            return
+        self.show()
+        config = self.state.config
+        rows = []
+        for pass_name in ("forward", "backward", "training"):
+            led = ledger_for(config, pass_name)
+            dense, tiled = (led.lanes[x].total_elements for x in ("dense", "tiled"))
+            rows.append(f"{pass_name} {dense:,} vs {tiled:,}")
+        self.totals_label.setText("Dense vs tiled, whole pass: " + " · ".join(rows))
+        kept = kept_elements(trace)
+        s = trace.schedule
+        nbytes = {
+            "dense": kept["dense"] * element_bytes("P", trace.dtype),
+            "tiled": kept["tiled"] * element_bytes("L", trace.dtype),
+        }
+        self.keep_label.setText(
+            f"Kept for the backward, per head: dense P = N_q·N_k = {kept['dense']:,} elements "
+            f"({nbytes['dense']:,} B); tiled L = N_q = {kept['tiled']:,} ({nbytes['tiled']:,} B), "
+            f"{s.n_k}× less at N = {s.n_q}"
+        )
+        self.bars.set_kept(kept, s.n_q)

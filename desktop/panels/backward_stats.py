@@ -1,0 +1,152 @@
+"""The statistics panel's backward part: the selected query row's L, D, recomputed P̃ and
+dQ_row accumulating tile by tile; the selected key row's dK, dV across query blocks.
+
+Every number is the compute core's (Trace.backward_row, Trace.key_row, and the step →
+tiles / blocks look-ups); this widget only formats them. Hidden in the forward pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QSignalBlocker, Qt
+from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QSizePolicy, QSpinBox, QVBoxLayout
+
+from desktop.scene.row_series import MAX_COLOURED, fmt, fmt_vec
+from desktop.state.app_state import AppState
+from desktop.theme import style_plot
+
+FORMULAS = {
+    "L": "L = m + log ℓ of the row, saved by the forward: all the backward keeps of softmax",
+    "D": "D = rowsum(dO ∘ O), the tiled lane's preprocessing pass (= rowsum(P ∘ dP))",
+    "p_diff": "max |P̃ − P| over the row: P̃ = exp(S − L) recomputed by the backward, P the forward's",
+    "dq": "dQ_row after the key tiles the tiled lane has visited so far: Σ_j dS_rj K_j · scale",
+    "dq_ref": "dQ_row of the float64 dense backward (the reference)",
+    "dq_err": "max |dQ_row (tiled, at the end) − reference|",
+    "dk": "dK of the selected key after the query blocks so far: Σ_i dS_icᵀ Q_i · scale",
+    "dv": "dV of the selected key after the query blocks so far: Σ_i P̃_icᵀ dO_i",
+}
+NAMES = {
+    "L": "L",
+    "D": "D",
+    "p_diff": "|P̃ − P|",
+    "dq": "dQ_row",
+    "dq_ref": "dense dQ",
+    "dq_err": "error",
+    "dk": "dK_key",
+    "dv": "dV_key",
+}
+
+
+class BackwardStats(QGroupBox):
+    """Labels and a dQ_row plot for the backward pass; follows AppState's row and key."""
+
+    def __init__(self, state: AppState, parent=None) -> None:
+        super().__init__("Backward: the selected row's gradient", parent)
+        self.state = state
+        self.key_spin = QSpinBox()
+        self.key_spin.setObjectName("key_spin")
+        self.key_spin.setToolTip("Key row whose dK, dV are followed (or click a K/V row)")
+        self.key_spin.valueChanged.connect(state.set_key)
+        self.labels = {k: QLabel() for k in FORMULAS}
+        grid = QGridLayout()
+        places = {"L": (0, 0), "D": (0, 2), "p_diff": (1, 0), "dq": (2, 0), "dq_ref": (3, 0)}
+        places |= {"dq_err": (4, 0), "dk": (6, 0), "dv": (7, 0)}
+        for key, (row, col) in places.items():
+            lab = self.labels[key]
+            lab.setToolTip(FORMULAS[key])
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            lab.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            name = QLabel(NAMES[key])
+            name.setToolTip(FORMULAS[key])
+            grid.addWidget(name, row, col)
+            grid.addWidget(lab, row, col + 1, 1, 1 if key in ("L", "D") else 3)
+        grid.addWidget(QLabel("Key row"), 5, 0)
+        grid.addWidget(self.key_spin, 5, 1)
+        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(3, 1)
+        self.plot = pg.PlotWidget()
+        self.plot.setMinimumHeight(110)
+        item = self.plot.getPlotItem()
+        item.setTitle("dQ_row → dense dQ (dashed), tile by tile", size="9pt")
+        item.setMenuEnabled(False)
+        item.hideButtons()
+        self._marker = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen((128, 128, 128), width=1.5, style=Qt.PenStyle.DashLine)
+        )
+        item.addItem(self._marker, ignoreBounds=True)
+        self._curves: list[pg.PlotDataItem] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(grid)
+        layout.addWidget(self.plot, 1)
+        self.restyle()
+        state.sigTraceChanged.connect(self._rebuild)
+        state.sigRowChanged.connect(self._rebuild)
+        state.sigKeyChanged.connect(self._rebuild)
+        state.sigStepChanged.connect(self._on_step)
+
+    def restyle(self) -> None:
+        style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()  # a theme switch reaches pyqtgraph only through here
+        super().changeEvent(event)
+
+    def _rebuild(self, *_args: object) -> None:
+        trace = self.state.trace
+        if trace is None or trace.pass_name == "forward":
+            self.hide()
+            return
+        self.show()
+        with QSignalBlocker(self.key_spin):
+            self.key_spin.setRange(0, trace.schedule.n_k - 1)
+            self.key_spin.setValue(self.state.key)
+        row = self.state.row
+        b = trace.backward_row(row)
+        p_row = trace.probs_region(row, row + 1, 0, trace.schedule.n_k)[0]
+        self.labels["L"].setText(fmt(b.L))
+        self.labels["D"].setText(fmt(b.D))
+        self.labels["p_diff"].setText(
+            f"{fmt(float(np.max(np.abs(b.p_tilde - p_row), initial=0.0)))} (0 to rounding)"
+        )
+        self.labels["dq_ref"].setText(fmt_vec(b.dq_reference))
+        err = float(np.max(np.abs(b.dq[-1] - b.dq_reference), initial=0.0))
+        self.labels["dq_err"].setText(f"{fmt(err)} (vs float64, {trace.dtype})")
+        # dQ_row as a step function: it changes at the tiled lane's update steps of the row.
+        steps, tiles = trace.lanes["tiled"].steps_of("bwd_update", row // trace.schedule.block_q)
+        edges = np.concatenate([[-0.5], steps - 0.5, [trace.n_steps - 0.5]])
+        values = b.dq[np.concatenate([[0], tiles + 1])]
+        comps = min(values.shape[1], MAX_COLOURED)
+        item = self.plot.getPlotItem()
+        while len(self._curves) < 2 * comps:
+            k = len(self._curves) // 2
+            color = pg.intColor(k, hues=MAX_COLOURED)
+            self._curves.append(item.plot(pen=pg.mkPen(color, width=1.5)))
+            self._curves.append(item.plot(pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine)))
+        for k, curve in enumerate(self._curves):
+            c = k // 2
+            if c >= comps:
+                curve.setData([], [])
+            elif k % 2 == 0:
+                curve.setData(edges, values[:, c], stepMode="center")
+            else:
+                curve.setData([-0.5, trace.n_steps - 0.5], [b.dq_reference[c]] * 2)
+        self._on_step(self.state.step)
+
+    def _on_step(self, step: int) -> None:
+        trace = self.state.trace
+        if trace is None or trace.pass_name == "forward" or step >= trace.n_steps:
+            return
+        self._marker.setPos(step)
+        row, key = self.state.row, self.state.key
+        b = trace.backward_row(row)
+        done = trace.backward_tiles_done(row, step)
+        self.labels["dq"].setText(
+            f"{fmt_vec(b.dq[done])} after {done} of {trace.schedule.t_c} tiles"
+        )
+        k = trace.key_row(key)
+        n = trace.backward_blocks_done(key, step)
+        self.labels["dk"].setText(f"{fmt_vec(k.dk[n])} after {n} of {trace.schedule.t_r} blocks")
+        self.labels["dv"].setText(fmt_vec(k.dv[n]))
