@@ -22,12 +22,19 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPalet
 from PySide6.QtWidgets import QStyleFactory
 
 from compute import Trace
+from compute.timeline import BACKWARD_PHASES
 from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
-from desktop.lanes.view import ARROW_GAP, TITLES
+from desktop.lanes.view import (
+    ARROW_GAP,
+    BACKWARD_TITLES,
+    SHORT_BACKWARD_TITLES,
+    SHORT_TITLES,
+    TITLES,
+)
 from desktop.scene import geometry as geo
-from desktop.scene.render import live_tensors
+from desktop.scene.render import NUMBERS_CAP, live_tensors
 from desktop.theme import dark_palette, qimage
 
 LANE_TARGETS: tuple[str, ...] = ("both", "dense", "tiled")
@@ -66,12 +73,30 @@ def natural_heights(trace: Trace) -> tuple[float, float]:
     return hbm, sram
 
 
-def zoom_for(size: tuple[float, float], content_height: float | None = None) -> float:
+CELL_FOR_DIGITS = 30.0  # a cell this wide holds 2 significant digits (painting.format_number)
+
+
+def least_width(trace: Trace) -> float:
+    """The logical width at which every HBM cell can hold its number: many tensors (the
+    backward's gradients) need a wider page than the forward's few. Past NUMBERS_CAP
+    columns numbers are not drawn anyway, so wide matrices do not count."""
+    slots = geo.hbm_slots(trace)
+    cols = sum(c for _, _, c in slots)
+    if cols > NUMBERS_CAP:
+        return NARROWEST
+    need = cols * CELL_FOR_DIGITS + geo.GAP * (len(slots) - 1) + 40
+    return max(NARROWEST, min(need, 2 * REFERENCE[0]))
+
+
+def zoom_for(
+    size: tuple[float, float], content_height: float | None = None, width: float = NARROWEST
+) -> float:
     """Output pixels per logical pixel: 1 at 1280x720, growing with the slide; larger
-    when the content is short (one lane on a wide slide), so it fills the slide."""
+    when the content is short (one lane on a wide slide), so it fills the slide; smaller
+    when the tensors need a logical `width` beyond the output's."""
     base = min(size[0] / REFERENCE[0], size[1] / REFERENCE[1])
     fill = size[1] / content_height if content_height else base
-    return max(ZOOM_MIN, min(size[0] / NARROWEST, max(base, fill)))
+    return max(ZOOM_MIN, min(size[0] / width, max(base, fill)))
 
 
 def export_palette(theme: str) -> QPalette:
@@ -174,16 +199,27 @@ class LanePainter:
         trace, step = self.frame.trace, self.frame.step
         text = self.palette.color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width - 16, 22)
-        title = TITLES[self.lane]
-        if self.lane == "tiled":
-            title += f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
+        action = trace.steps[step].action(self.lane)
+        backward = trace.pass_name == "backward" or (
+            trace.pass_name == "training" and (action is None or action.phase in BACKWARD_PHASES)
+        )  # as LaneView: a training step's lanes are named by the pass they are in
+        titles, short = (
+            (BACKWARD_TITLES, SHORT_BACKWARD_TITLES) if backward else (TITLES, SHORT_TITLES)
+        )
+        order = ""
+        if self.lane == "tiled" and not backward:
+            order = f" ({'Q-outer' if trace.schedule.order == 'q-outer' else 'KV-outer'})"
+        total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
         bold = QFont(self.font)
         bold.setBold(True)
+        room = line.width() - QFontMetricsF(self.font).horizontalAdvance(total) - 24
+        title = titles[self.lane] + order
+        if QFontMetricsF(bold).horizontalAdvance(title) > room:
+            title = short[self.lane] + order  # the name only: the tagline would overrun
         p.setFont(bold)
         p.setPen(text)
         p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
         p.setFont(self.font)
-        total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
         p.drawText(line, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, total)
         italic = QFont(self.font)
         italic.setItalic(True)
@@ -229,7 +265,7 @@ class LaneCanvas:
         # The least height that shows both frames whole (LanePainter.frames' minimums):
         # a short output shrinks below ZOOM_MIN rather than cut the SRAM frame off.
         least = n_lanes * (header + 90 + ARROW_GAP + 60 + 10) + self.footer_height()
-        self.zoom = min(zoom_for(size, content), size[1] / least)
+        self.zoom = min(zoom_for(size, content, least_width(trace)), size[1] / least)
         self.logical = (size[0] / self.zoom, size[1] / self.zoom)
         self._static: dict[tuple, QImage] = {}
 

@@ -290,3 +290,12 @@ def test_fonts_grow_with_the_output(window):
     assert zooms[(1280, 720)] == pytest.approx(1.0)
     assert zooms[(3840, 2160)] == pytest.approx(3.0)
     assert LaneCanvas(trace, "both", (800, 450)).zoom >= 0.6
+
+
+def test_backward_lanes_export_as_vectors_with_their_titles(tmp_path, capsys):
+    path = tmp_path / "bw.svg"
+    run(["--out", str(path), "--pass", "backward", "--steps", "20"], capsys)
+    assert "<image" not in path.read_text()
+    texts = svg_texts(path)
+    assert any(t.startswith("Tiled backward") for t in texts)
+    assert any(t.startswith("Dense backward") for t in texts)
