@@ -20,7 +20,8 @@ def is_dark(palette: QPalette) -> bool:
     return palette.color(QPalette.ColorRole.Window).lightness() < 128
 
 
-def _dark_palette() -> QPalette:
+def dark_palette() -> QPalette:
+    """The dark theme's colours (also what a dark export is painted with)."""
     p = QPalette()
     role, group = QPalette.ColorRole, QPalette.ColorGroup
     colors = {
@@ -53,7 +54,7 @@ def apply_theme(app: QApplication, theme: str) -> None:
     """Fusion style with a light, dark or the platform's palette."""
     app.setStyle("Fusion")
     if theme == "dark":
-        app.setPalette(_dark_palette())
+        app.setPalette(dark_palette())
     elif theme == "light":
         app.setPalette(app.style().standardPalette())
     else:

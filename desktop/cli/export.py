@@ -42,23 +42,38 @@ def export_parser() -> argparse.ArgumentParser:
 
     p = _common_parser(
         "flash-explorer export",
-        "Render the explorer's views headless: a PNG or SVG frame, a GIF or MP4 animation.",
+        "Render the explorer's views headless: a PNG, SVG or PDF frame (a PDF of a step "
+        "range has a page per step), a storyboard, a GIF or MP4 animation.",
     )
     g = p.add_argument_group("output")
-    g.add_argument("--steps", help="1-based step range A:B (default: all); a still shows B")
+    g.add_argument(
+        "--steps",
+        help="1-based step range A:B (default: all); a PNG or SVG shows B, a PDF every step",
+    )
+    g.add_argument(
+        "--storyboard",
+        metavar="STEPS",
+        help="a grid of these steps, each captioned, e.g. 1,5,9,27 (PNG, SVG or PDF)",
+    )
     g.add_argument(
         "--fps", type=ranged_float(*FPS_RANGE), default=6.0, help="frames per second (default 6)"
     )
     g.add_argument("--hold", type=ranged_int(1, HOLD_MAX), default=2, help="frames per step")
-    g.add_argument("--size", help="frame size WxH (default: the view's own size)")
+    g.add_argument(
+        "--size",
+        help="output size WxH; lanes are laid out for it (default 1280x720; a storyboard "
+        "960x540 per panel)",
+    )
     g.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale, e.g. 2 for print")
     g.add_argument(
         "--lane",
         choices=TARGETS,
-        help="what to draw: both lanes, one lane, the window, stats or ledger "
-        "(default: both for animations, window for stills)",
+        default="both",
+        help="what to draw: both lanes (default), one lane, the window, stats or ledger",
     )
-    g.add_argument("--theme", choices=("light", "dark"), default="light", help="colour theme")
+    g.add_argument(
+        "--theme", choices=("light", "dark"), default="light", help="colour theme (default light)"
+    )
     g.add_argument("--quiet", action="store_true", help="print nothing on success")
     return p
 
@@ -92,6 +107,8 @@ def _export(argv: list[str]) -> int:
             check_suffix,
             export_animation,
             export_still,
+            export_storyboard,
+            parse_storyboard,
         )
         from desktop.export.frames import FramePlan, parse_size, parse_steps
 
@@ -108,9 +125,16 @@ def _export(argv: list[str]) -> int:
         if notice:
             print(f"warning: {notice}", file=sys.stderr)
         steps = parse_steps(args.steps, window.state.n_steps)
-        still = path.suffix.lower() in (".png", ".svg")
-        target = args.lane or ("window" if still else "both")
-        if still:
+        target = args.lane
+        if args.storyboard is not None:
+            if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+                raise ExportError(f"A storyboard is a PNG, SVG or PDF, not {path.suffix}.")
+            chosen = parse_storyboard(args.storyboard, window.state.n_steps)
+            export_storyboard(
+                window, path, steps=chosen, target=target, size=size, theme=args.theme
+            )
+            what = "storyboard of steps " + ",".join(str(s + 1) for s in chosen)
+        elif path.suffix.lower() in (".png", ".svg", ".pdf"):
             export_still(
                 window,
                 path,
@@ -118,11 +142,19 @@ def _export(argv: list[str]) -> int:
                 step=steps[-1],
                 scale=args.scale,
                 size=size if target != "window" else None,
+                theme=args.theme,
+                steps=steps,
             )
-            what = f"step {steps[-1] + 1} of {window.state.n_steps}"
+            pdf_pages = path.suffix.lower() == ".pdf" and target in ("both", "dense", "tiled")
+            if pdf_pages and len(steps) > 1:
+                what = f"{len(steps)} pages, steps {steps[0] + 1}-{steps[-1] + 1}"
+            else:
+                what = f"step {steps[-1] + 1} of {window.state.n_steps}"
         else:
             plan = FramePlan(steps, args.hold)
-            export_animation(window, path, plan=plan, fps=args.fps, target=target, size=size)
+            export_animation(
+                window, path, plan=plan, fps=args.fps, target=target, size=size, theme=args.theme
+            )
             what = f"{len(plan)} frames, steps {steps[0] + 1}-{steps[-1] + 1}"
         window.close()
     except (ExportError, InputError) as exc:
@@ -144,7 +176,8 @@ def main_ledger(argv: list[str]) -> int:
 
 def _export_ledger(argv: list[str]) -> int:
     parser = _common_parser(
-        "flash-explorer export-ledger", "Write the ledger of a configuration as PNG, CSV or JSON."
+        "flash-explorer export-ledger",
+        "Write the ledger of a configuration as PNG, SVG, PDF, CSV or JSON.",
     )
     parser.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale (default 1)")
     args = parser.parse_args(argv)
@@ -155,7 +188,7 @@ def _export_ledger(argv: list[str]) -> int:
 
         path = check_suffix(args.out, LEDGER_SUFFIXES)
         result = ledger_for(requested_config(args).validated())
-        if path.suffix.lower() == ".png":
+        if path.suffix.lower() in (".png", ".svg", ".pdf"):
             ensure_app()
         export_ledger(result, path, scale=args.scale)
     except (ExportError, InputError, ValueError) as exc:

@@ -131,8 +131,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
        flash-explorer ledger [flags] [--pass P] [--json]
                                            print both lanes' HBM transfer ledger
-       flash-explorer export --out FILE ...     render frames or an animation headless
-       flash-explorer export-ledger --out FILE  write the ledger as PNG, CSV or JSON
+       flash-explorer export --out FILE ...     frames, PDFs, storyboards, animations headless
+       flash-explorer export-ledger --out FILE  write the ledger as PNG, SVG, PDF, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
        flash-explorer bench-gui [flags]         time the window offscreen: change, frame
 Run any command with --help for its flags."""

@@ -1,17 +1,21 @@
-"""Export views of a MainWindow: still frames (PNG, SVG) and animations (GIF, MP4).
+"""Export views of a MainWindow: stills (PNG, SVG, PDF), storyboards and animations (GIF, MP4).
 
 Shared by the GUI's File menu and the headless `flash-explorer export`; both write
-atomically and restore the window's step when done, whatever happens.
+atomically. The lanes ('both', 'dense', 'tiled') are laid out afresh for the output size
+by desktop.export.canvas, from a frozen Frame of the window's state: same options, same
+pixels, whichever front end asked, and the user's view never moves. The window, stats
+and ledger targets are the window's own widgets, grabbed (and restored to their step).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from PySide6.QtCore import QPoint
-from PySide6.QtGui import QColor, QImage, QPainter
+import numpy as np
+from PySide6.QtCore import QPoint, QRectF
+from PySide6.QtGui import QColor, QImage, QPainter, QPalette
 
 from desktop.export.animation_writer import (
     ANIMATION_SUFFIXES,
@@ -20,19 +24,24 @@ from desktop.export.animation_writer import (
     write_animation,
 )
 from desktop.export.atomic import ExportError, write_bytes_atomic
+from desktop.export.canvas import LANE_TARGETS, Frame, LaneCanvas, grid_shape
+from desktop.export.devices import pdf_bytes, still_bytes, svg_bytes
 from desktop.export.frames import (
     FOOTER_HEIGHT,
     FramePlan,
     grab,
     png_bytes,
     render_frames,
-    render_svg,
     show_frame,
     target_widget,
+    to_rgb_array,
 )
 
-STILL_SUFFIXES = (".png", ".svg")
+STILL_SUFFIXES = (".png", ".svg", ".pdf")
 VIEW_SUFFIXES = STILL_SUFFIXES + ANIMATION_SUFFIXES
+DEFAULT_SIZE = (1280, 720)  # lanes with no --size: a 720p slide
+STORY_PANEL = (960, 540)  # a storyboard panel with no --size: 2x2 panels make 1920x1080
+STORY_MAX = 36
 
 
 def check_suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
@@ -50,8 +59,11 @@ def check_frame_memory(window, target: str, size: tuple[int, int] | None) -> Non
     from compute.inputs import DEFAULT_MEMORY_BUDGET_BYTES
     from desktop.state.config import config_memory
 
-    widget = target_widget(window, target)
-    w, h = size or (widget.width(), widget.height() + FOOTER_HEIGHT)
+    if target in LANE_TARGETS:
+        w, h = size or DEFAULT_SIZE
+    else:
+        widget = target_widget(window, target)
+        w, h = size or (widget.width(), widget.height() + FOOTER_HEIGHT)
     c = window.state.config
     held = config_memory(c) if c else 0
     need = frame_bytes(w, h)
@@ -73,8 +85,19 @@ def kept_step(window):
         show_frame(window, min(step, max(0, window.state.n_steps - 1)))
 
 
+def frame_of(window, step: int, progress: float = 1.0) -> Frame:
+    """The window's trace, images and row at `step`, frozen (the window is not moved)."""
+    s = window.state
+    return Frame(s.trace, s.images, step, s.row, progress)
+
+
+def output_size(size: tuple[int, int] | None, scale: float) -> tuple[int, int]:
+    w, h = size or DEFAULT_SIZE
+    return max(16, round(w * scale)), max(16, round(h * scale))
+
+
 def scaled_image(window, target: str, step: int, scale: float) -> QImage:
-    """A view rendered at `scale` × its size (e.g. 2 for print), not upsampled pixels."""
+    """A widget rendered at `scale` × its size (e.g. 2 for print), not upsampled pixels."""
     widget = target_widget(window, target)
     show_frame(window, step)
     if scale == 1:
@@ -91,6 +114,43 @@ def scaled_image(window, target: str, step: int, scale: float) -> QImage:
     return image
 
 
+def _widget_still(window, suffix: str, target: str, step: int, scale: float, size) -> bytes:
+    """The window, stats or ledger widget at `step`: its own paint code on any device."""
+    widget = target_widget(window, target)
+    show_frame(window, step)
+    if suffix == ".png":
+        image = (
+            grab(widget, size) if size is not None else scaled_image(window, target, step, scale)
+        )
+        return png_bytes(image)
+    wsize = (widget.width(), widget.height())
+
+    def paint(p: QPainter) -> None:
+        widget.render(p, QPoint())
+
+    caption = window.state.trace.steps[step].describe()
+    if suffix == ".svg":
+        return svg_bytes(wsize, paint, description=caption)
+    return pdf_bytes(wsize, [paint], title=caption)
+
+
+def lane_still_bytes(
+    window, suffix: str, target: str, steps: Sequence[int], size: tuple[int, int], theme: str
+) -> bytes:
+    """Lanes at each of `steps` (one page each; PNG and SVG take the last), captioned."""
+    canvas = LaneCanvas(window.state.trace, target, size, theme, lines=2)
+    vector = suffix != ".png"
+
+    def page(step: int) -> Callable[[QPainter], None]:
+        return lambda p: canvas.paint(p, frame_of(window, step), vector=vector)
+
+    if suffix == ".pdf":
+        return pdf_bytes(size, [page(s) for s in steps], title="FlashAttention Explorer")
+    fill = canvas.palette.color(QPalette.ColorRole.Window)
+    caption = window.state.trace.steps[steps[-1]].describe()
+    return still_bytes(suffix, size, page(steps[-1]), fill, description=caption)
+
+
 def export_still(
     window,
     path: str | Path,
@@ -99,20 +159,133 @@ def export_still(
     step: int,
     scale: float = 1.0,
     size: tuple[int, int] | None = None,
+    theme: str = "light",
+    steps: Sequence[int] | None = None,
 ) -> Path:
-    """One view at `step` to PNG (at `scale` or fitted to `size`) or SVG."""
+    """One view at `step` to PNG, SVG or PDF; a PDF of lanes takes every one of `steps`.
+
+    Lanes are laid out for `size` (default 1280x720) times `scale`, in `theme`; the
+    window, stats and ledger are the window's widgets at their size (PNG: fitted to
+    `size` or rendered at `scale`)."""
     path = check_suffix(path, STILL_SUFFIXES)
+    suffix = path.suffix.lower()
     if not 0.25 <= scale <= 8:
         raise ExportError(f"Scale {scale} is outside 0.25 to 8; choose e.g. 1 or 2.")
+    if target in LANE_TARGETS:
+        out = output_size(size, scale)
+        check_frame_memory(window, target, out)
+        pages = list(steps) if steps and suffix == ".pdf" else [step]
+        return write_bytes_atomic(path, lane_still_bytes(window, suffix, target, pages, out, theme))
     with kept_step(window):
-        if path.suffix.lower() == ".svg":
-            return write_bytes_atomic(path, render_svg(window, target, step))
-        if size is not None:
-            show_frame(window, step)
-            image = grab(target_widget(window, target), size)
-        else:
-            image = scaled_image(window, target, step, scale)
-        return write_bytes_atomic(path, png_bytes(image))
+        return write_bytes_atomic(path, _widget_still(window, suffix, target, step, scale, size))
+
+
+def parse_storyboard(text: str, n_steps: int) -> list[int]:
+    """'1,5,9,27' (1-based; ranges A:B allowed) -> 0-based steps, in the order given."""
+    steps: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        first, sep, last = part.partition(":")
+        try:
+            a = int(first) if first else 1
+            b = (int(last) if last else n_steps) if sep else a
+        except ValueError:
+            raise ExportError(
+                f"Storyboard {text!r} is not a list of steps like 1,5,9,{n_steps}."
+            ) from None
+        if not 1 <= a <= b <= n_steps:
+            raise ExportError(
+                f"Storyboard step {part!r} falls outside 1:{n_steps}; choose steps from 1 "
+                f"to {n_steps}."
+            )
+        steps.extend(range(a - 1, b))
+    if not 1 <= len(steps) <= STORY_MAX:
+        raise ExportError(
+            f"A storyboard takes 1 to {STORY_MAX} steps, not {len(steps)}; e.g. 1,5,9,{n_steps}."
+        )
+    return steps
+
+
+def storyboard_size(n: int, size: tuple[int, int] | None) -> tuple[int, int]:
+    """The page: `size` if given, else panels of STORY_PANEL in an as-square grid."""
+    if size is not None:
+        return size
+    cols, rows = grid_shape(n)
+    return cols * STORY_PANEL[0], rows * STORY_PANEL[1]
+
+
+def storyboard_pages(
+    window, steps: Sequence[int], target: str, size: tuple[int, int], theme: str, vector: bool
+) -> Callable[[QPainter], None]:
+    """A painter of the grid: each step a panel of the lanes, captioned with it in words."""
+    cols, rows = grid_shape(len(steps))
+    pw, ph = size[0] // cols, size[1] // rows
+    canvas = LaneCanvas(window.state.trace, target, (pw, ph), theme, lines=2)
+    fill = canvas.palette.color(QPalette.ColorRole.Window)
+    rule = canvas.palette.color(QPalette.ColorRole.Mid)
+
+    def paint(p: QPainter) -> None:
+        p.fillRect(QRectF(0, 0, size[0], size[1]), fill)
+        for k, step in enumerate(steps):
+            row, col = divmod(k, cols)
+            p.save()
+            p.translate(col * pw, row * ph)
+            p.setClipRect(QRectF(0, 0, pw, ph))
+            canvas.paint(p, frame_of(window, step), vector=vector)
+            p.setClipping(False)
+            p.setPen(rule)
+            p.drawRect(QRectF(0.5, 0.5, pw - 1, ph - 1))  # panels read apart when pasted
+            p.restore()
+
+    return paint
+
+
+def export_storyboard(
+    window,
+    path: str | Path,
+    *,
+    steps: Sequence[int],
+    target: str = "both",
+    size: tuple[int, int] | None = None,
+    theme: str = "light",
+) -> Path:
+    """A grid of the lanes at chosen steps, each captioned in words, as PNG, SVG or PDF."""
+    path = check_suffix(path, STILL_SUFFIXES)
+    if target not in LANE_TARGETS:
+        raise ExportError(
+            f"A storyboard draws lanes; choose --lane {', '.join(LANE_TARGETS)}, not {target}."
+        )
+    suffix = path.suffix.lower()
+    page_size = storyboard_size(len(steps), size)
+    check_frame_memory(window, target, page_size)
+    paint = storyboard_pages(window, steps, target, page_size, theme, suffix != ".png")
+    fill = QColor(255, 255, 255)
+    words = "Storyboard of steps " + ", ".join(str(s + 1) for s in steps)
+    return write_bytes_atomic(path, still_bytes(suffix, page_size, paint, fill, description=words))
+
+
+def lane_frames(
+    window,
+    plan: FramePlan,
+    target: str,
+    size: tuple[int, int] | None,
+    theme: str,
+) -> Iterator[np.ndarray]:
+    """RGB arrays of the lanes for every frame of `plan`, laid out for `size`."""
+    from desktop.export.canvas import begin, new_image
+
+    out = size or DEFAULT_SIZE
+    canvas = LaneCanvas(window.state.trace, target, out, theme, lines=1)
+    fill = canvas.palette.color(QPalette.ColorRole.Window)
+    frames = plan.frames()
+    for index, (step, progress) in enumerate(frames):
+        image = new_image(out, fill)
+        p = begin(image)
+        canvas.paint(p, frame_of(window, step, progress), fraction=(index + 1) / len(frames))
+        p.end()
+        yield to_rgb_array(image)
 
 
 def export_animation(
@@ -124,11 +297,15 @@ def export_animation(
     target: str = "both",
     size: tuple[int, int] | None = None,
     progress: Callable[[int, int], bool] | None = None,
+    theme: str = "light",
 ) -> Path:
     """A step range as a looping GIF or an MP4, each step held `plan.hold` frames."""
     path = check_suffix(path, ANIMATION_SUFFIXES)
     check_fps(fps)
     check_frame_memory(window, target, size)
+    if target in LANE_TARGETS:
+        frames = lane_frames(window, plan, target, size, theme)
+        return write_animation(path, frames, total=len(plan), fps=fps, progress=progress)
     with kept_step(window):
         frames = render_frames(window, plan, target, size)
         return write_animation(path, frames, total=len(plan), fps=fps, progress=progress)

@@ -1,7 +1,7 @@
-"""Render exported frames from the window's own views, at any step and transfer progress.
+"""Frame plans, size and step parsing, and frames grabbed from the window's own widgets.
 
-Exports draw exactly what the app draws: the same LaneView, stats and ledger widgets,
-grabbed at each (step, progress) of a FramePlan. A step can be held for several frames,
+The window, stats and ledger targets are the window's widgets, grabbed at each
+(step, progress) of a FramePlan (the lanes are laid out per size by canvas.py). A step can be held for several frames,
 during which its transfer arrows travel from 0 to 1, so moves read clearly. Animation
 frames add a footer with the step in words (the status bar's text) and a clip-position
 bar, so a looping GIF on a slide explains itself.
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QPoint, QRectF, Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -167,31 +167,6 @@ def render_frames(
         caption = window.state.trace.steps[step].describe()
         view = grab(widget)
         yield to_rgb_array(animation_frame(view, caption, (index + 1) / len(frames), size))
-
-
-def render_svg(window, target: str, step: int) -> bytes:
-    """One view at `step` as vector SVG bytes (QPainter output of the same paint code).
-
-    Drawn into memory, so the caller writes the file and checks every write.
-    """
-    from PySide6.QtCore import QBuffer, QIODevice
-    from PySide6.QtSvg import QSvgGenerator
-
-    widget = target_widget(window, target)
-    show_frame(window, step)
-    buffer = QBuffer()
-    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    generator = QSvgGenerator()
-    generator.setOutputDevice(buffer)
-    generator.setSize(widget.size())
-    generator.setViewBox(widget.rect())
-    generator.setTitle("FlashAttention Explorer")
-    generator.setDescription(window.state.trace.steps[step].describe())
-    painter = QPainter(generator)
-    widget.render(painter, QPoint())
-    if not painter.end():
-        raise ExportError("Qt could not finish drawing the SVG; try PNG instead.")
-    return bytes(buffer.data())
 
 
 def png_bytes(image: QImage) -> bytes:

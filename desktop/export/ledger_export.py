@@ -1,7 +1,9 @@
-"""Export a configuration's ledger as JSON, CSV (the core's exact numbers) or a PNG.
+"""Export a configuration's ledger as JSON, CSV (the core's exact numbers), PNG, SVG or PDF.
 
-The PNG is drawn with QPainter onto a QImage (no window needed): a table of elements
-per tensor and direction for both lanes, totals, bytes, and a bar chart of the totals.
+The picture is drawn with QPainter (no window needed): a table of elements per tensor
+and direction for both lanes, totals, bytes, and a bar chart of the totals. One paint
+function serves every device, so the SVG and PDF hold the table as text and the chart
+as rectangles, and the PNG is the same drawing rasterised.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from compute import DIRECTIONS, TENSORS, Ledger, element_bytes
 from desktop.export.atomic import ExportError, write_bytes_atomic, write_text_atomic
 
-LEDGER_SUFFIXES = (".png", ".csv", ".json")
+LEDGER_SUFFIXES = (".png", ".svg", ".pdf", ".csv", ".json")
 LANE_COLOURS = {"dense": "#d6604d", "tiled": "#4393c3"}
 TENSOR_LABELS = {"l": "ℓ"}
 
@@ -52,23 +54,45 @@ def check_scale(scale: float) -> None:
         raise ExportError(f"Scale {scale:g} is outside 0.25 to 8; choose e.g. 1 or 2.")
 
 
-def ledger_image(result: Ledger, scale: float = 1.0):
-    """The ledger drawn as a QImage (needs a QGuiApplication)."""
-    from PySide6.QtCore import QRectF, Qt
-    from PySide6.QtGui import QColor, QFont, QImage, QPainter
+LEDGER_WIDTH, ROW_H, TOP = 760, 26, 86
 
-    rows = [
+
+def _ledger_rows(result: Ledger) -> list[str]:
+    return [
         t
         for t in _tensors(result)
         if any(result.lanes[ln].counts[t][d] for ln in result.lanes for d in DIRECTIONS)
     ]
-    width, row_h, top = 760, 26, 86
-    table_h = row_h * (len(rows) + 3)
-    height = top + table_h + 150
+
+
+def ledger_size(result: Ledger) -> tuple[int, int]:
+    """The drawing's size in logical pixels (96 dpi)."""
+    table_h = ROW_H * (len(_ledger_rows(result)) + 3)
+    return LEDGER_WIDTH, TOP + table_h + 150
+
+
+def ledger_image(result: Ledger, scale: float = 1.0):
+    """The ledger drawn as a QImage (needs a QGuiApplication)."""
+    from PySide6.QtGui import QColor, QImage, QPainter
+
+    width, height = ledger_size(result)
     image = QImage(int(width * scale), int(height * scale), QImage.Format.Format_ARGB32)
     image.setDevicePixelRatio(scale)
     image.fill(QColor("white"))
     p = QPainter(image)
+    paint_ledger(p, result)
+    p.end()
+    return image
+
+
+def paint_ledger(p, result: Ledger) -> None:
+    """Table and bar chart onto any painter: text as text, bars as rectangles."""
+    from PySide6.QtCore import QRectF, Qt
+    from PySide6.QtGui import QColor, QFont, QPainter
+
+    rows = _ledger_rows(result)
+    width, row_h, top = LEDGER_WIDTH, ROW_H, TOP
+    p.fillRect(QRectF(0, 0, *ledger_size(result)), QColor("white"))
     p.setRenderHint(QPainter.RenderHint.Antialiasing)
     p.setRenderHint(QPainter.RenderHint.TextAntialiasing)
     c = result.config()
@@ -142,12 +166,10 @@ def ledger_image(result: Ledger, scale: float = 1.0):
         Qt.AlignmentFlag.AlignVCenter,
         f"dense / tiled = {result.ratio:.2f}x",
     )
-    p.end()
-    return image
 
 
 def export_ledger(result: Ledger, path: str | Path, *, scale: float = 1.0) -> Path:
-    """Write the ledger to `path` by its extension (.json, .csv, .png), atomically."""
+    """Write the ledger to `path` by its extension (.json, .csv, .png, .svg, .pdf), atomically."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".json":
@@ -159,6 +181,16 @@ def export_ledger(result: Ledger, path: str | Path, *, scale: float = 1.0) -> Pa
 
         check_scale(scale)
         return write_bytes_atomic(path, png_bytes(ledger_image(result, scale)))
+    if suffix in (".svg", ".pdf"):
+        from desktop.export.devices import pdf_bytes, svg_bytes
+
+        size = ledger_size(result)
+        title = "HBM transfer ledger"
+        if suffix == ".svg":
+            return write_bytes_atomic(path, svg_bytes(size, lambda p: paint_ledger(p, result)))
+        return write_bytes_atomic(
+            path, pdf_bytes(size, [lambda p: paint_ledger(p, result)], title=title)
+        )
     raise ExportError(
-        f"{path.name} has an unknown extension; use .png, .csv or .json for a ledger."
+        f"{path.name} has an unknown extension; use .png, .svg, .pdf, .csv or .json for a ledger."
     )

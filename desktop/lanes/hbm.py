@@ -64,7 +64,10 @@ def static_layer(
     return pix
 
 
-def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace) -> None:
+def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = None) -> None:
+    """Tensors, numbers and block grid. With `step` (a vector export, painted per step),
+    numbers not yet written at `step` are left out, since a veil over text on a vector
+    page would hide it from the eye but not from the page's text layer."""
     s = trace.schedule
     images = ctx.state.images
     lane_imgs = images.lanes[ctx.lane]
@@ -90,12 +93,21 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace) -> None:
             continue  # drawn per step by paint_live
         draw_image(p, r, ctx.images[name])
         if img.values is not None:
-            draw_numbers(p, r, img.values, images.scale_for(name), ctx.font)
+            hidden = _unwritten(img, step)
+            draw_numbers(p, r, img.values, images.scale_for(name), ctx.font, hidden)
         block = (
             s.block_q if name in geo.QUERY_TENSORS else s.block_k,
             s.block_k if name in NK_TENSORS else 0,
         )
         draw_grid(p, r, img.shape, block, grid)
+
+
+def _unwritten(img, step: int | None):
+    """Cells never written by `step` (None: painted for every step, veils cover them)."""
+    veils = img.veils(step) if step is not None else None
+    if veils is None or veils[0].shape != img.values.shape:
+        return None
+    return veils[0]
 
 
 def paint_live(p: QPainter, ctx: LaneContext, trace: Trace, step: int) -> None:

@@ -10,7 +10,16 @@ import math
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPainterPath, QPen, QPolygonF
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QImage,
+    QPaintEngine,
+    QPainter,
+    QPainterPath,
+    QPen,
+    QPolygonF,
+)
 
 from desktop.scene.render import ColorScale
 from desktop.theme import qimage
@@ -27,10 +36,53 @@ def format_number(x: float, width: float) -> str:
     return text.replace("-", "−")
 
 
+VECTOR_CELLS_MAX = 64 * 64  # on SVG/PDF, heatmaps up to 64x64 cells are drawn as rectangles
+
+
+def is_vector(painter: QPainter) -> bool:
+    """Whether `painter` draws on an SVG or PDF (where cells should be shapes, not pixels)."""
+    engine = painter.paintEngine()
+    kinds = (QPaintEngine.Type.SVG, QPaintEngine.Type.Pdf)
+    return engine is not None and engine.type() in kinds
+
+
 def draw_image(painter: QPainter, rect: QRectF, image: QImage) -> None:
-    """Cells stay crisp: nearest-neighbour scaling (no smoothing between cells)."""
+    """Cells stay crisp: nearest-neighbour scaling (no smoothing between cells).
+
+    On a vector device each cell becomes a rectangle (runs of equal colour along a row
+    merged), so a slide zooms without blur; denser heatmaps stay an embedded image at
+    their full resolution."""
+    if is_vector(painter) and image.width() * image.height() <= VECTOR_CELLS_MAX:
+        draw_cells(painter, rect, image)
+        return
     painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
     painter.drawImage(rect, image)
+
+
+def draw_cells(painter: QPainter, rect: QRectF, image: QImage) -> None:
+    """`image`'s pixels as filled rectangles over `rect` (transparent pixels skipped)."""
+    rows, cols = image.height(), image.width()
+    cw, ch = rect.width() / cols, rect.height() / rows
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)  # no hairline seams
+    for r in range(rows):
+        c = 0
+        while c < cols:
+            rgba = image.pixel(c, r)
+            run = c + 1
+            while run < cols and image.pixel(run, r) == rgba:
+                run += 1
+            color = QColor.fromRgba(rgba)
+            if color.alpha():
+                # Opaque cells overlap their right and lower neighbours by a hair, which
+                # those paint over: viewers' antialiasing then leaves no seam between
+                # them (translucent ones may not overlap: the overlap would show darker).
+                grow = 0.4 if color.alpha() == 255 else 0.0
+                w = (run - c) * cw + (grow if run < cols else 0.0)
+                h = ch + (grow if r + 1 < rows else 0.0)
+                painter.fillRect(QRectF(rect.left() + c * cw, rect.top() + r * ch, w, h), color)
+            c = run
+    painter.restore()
 
 
 def draw_numbers(

@@ -1,9 +1,11 @@
 """The GUI's exports: File menu actions, option dialogs and a cancellable progress dialog.
 
 Each export asks for its options, then a file name, then runs through `exporter` or
-`ledger_export` (atomic writes). Animation frames are drawn by the window's own views
-on the GUI thread between event-loop turns, so the window keeps repainting and Cancel
-answers at once; a cancelled or failed export leaves no file. Last choices persist.
+`ledger_export` (atomic writes) with exactly the arguments the CLI passes for the same
+flags, so the files are the same. Sizes are offered by purpose (slides, a README column,
+a poster); exports are light unless dark is asked for. Animation frames are drawn on the
+GUI thread between event-loop turns, so the window keeps repainting and Cancel answers
+at once; a cancelled or failed export leaves no file. Last choices persist.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QLineEdit,
     QProgressDialog,
     QSpinBox,
     QToolBar,
@@ -28,7 +31,12 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.export.atomic import ExportCancelled, ExportError
-from desktop.export.exporter import export_animation, export_still
+from desktop.export.exporter import (
+    export_animation,
+    export_still,
+    export_storyboard,
+    parse_storyboard,
+)
 from desktop.export.frames import FramePlan
 from desktop.export.ledger_export import export_ledger
 from desktop.window.saved_settings import parse_row, parse_speed, read_value
@@ -41,6 +49,22 @@ VIEW_NAMES = {
     "stats": "Row statistics",
     "ledger": "Ledger panel",
 }
+
+
+LANE_VIEWS = ("both", "dense", "tiled")
+# Sizes by purpose; a lane export is laid out for its size (fonts grow with the slide).
+PRESETS: dict[str, tuple[str, tuple[int, int]]] = {
+    "slide169": ("16:9 slide, 1920×1080", (1920, 1080)),
+    "slide43": ("4:3 slide, 1440×1080", (1440, 1080)),
+    "hd": ("720p video, 1280×720", (1280, 720)),
+    "readme": ("README column, 800×450", (800, 450)),
+    "poster": ("Poster 4K, 3840×2160", (3840, 2160)),
+}
+THEMES = {"light": "Light", "dark": "Dark"}
+
+
+def preset_size(key: str) -> tuple[int, int]:
+    return PRESETS.get(key, PRESETS["slide169"])[1]
 
 
 def _combo(options: dict[str, str], current: str) -> QComboBox:
@@ -72,14 +96,59 @@ class _Options(QDialog):
 class FrameOptions(_Options):
     def __init__(self, parent: QWidget, settings: QSettings) -> None:
         super().__init__(parent, "Export frame")
-        self.view = _combo(VIEW_NAMES, str(settings.value("export/frame_view", "window")))
-        self.scale = _combo(
-            {"1": "1× (screen)", "2": "2× (print)", "3": "3×"},
-            str(settings.value("export/scale", "1")),
-        )
+        self.view = _combo(VIEW_NAMES, str(settings.value("export/frame_view", "both")))
+        self.preset = _preset_combo(settings, "export/frame_preset", "slide169")
+        self.theme = _combo(THEMES, str(settings.value("export/theme", "light")))
+        for box in (self.preset, self.theme):
+            box.setToolTip("For the lanes; the window and panels are exported as they are")
         self.form.addRow("View", self.view)
-        self.form.addRow("PNG scale", self.scale)
+        self.form.addRow("Size", self.preset)
+        self.form.addRow("Theme", self.theme)
         self.finish()
+
+    def remember(self, settings: QSettings) -> None:
+        settings.setValue("export/frame_view", self.view.currentData())
+        settings.setValue("export/frame_preset", self.preset.currentData())
+        settings.setValue("export/theme", self.theme.currentData())
+
+
+def _preset_combo(settings: QSettings, key: str, default: str) -> QComboBox:
+    return _combo(
+        {k: label for k, (label, _) in PRESETS.items()}, str(settings.value(key, default))
+    )
+
+
+class StoryboardOptions(_Options):
+    """Steps to show side by side (1-based, as the playback bar counts), view, size, theme."""
+
+    def __init__(self, parent: QWidget, settings: QSettings, n_steps: int, step: int) -> None:
+        super().__init__(parent, "Export storyboard")
+        self.n_steps = n_steps
+        self.view = _combo(
+            {k: VIEW_NAMES[k] for k in LANE_VIEWS}, str(settings.value("export/story_view", "both"))
+        )
+        picks = sorted({1, max(1, step + 1), max(1, (n_steps + 1) // 2), n_steps})
+        self.steps = QLineEdit(",".join(str(k) for k in picks))
+        self.steps.setToolTip("Steps from the timeline, e.g. 1,5,9,27 or 3:6 (the current is in)")
+        self.preset = _combo(
+            {"auto": "960×540 per step"} | {k: label for k, (label, _) in PRESETS.items()},
+            str(settings.value("export/story_preset", "auto")),
+        )
+        self.theme = _combo(THEMES, str(settings.value("export/theme", "light")))
+        self.form.addRow("View", self.view)
+        self.form.addRow("Steps", self.steps)
+        self.form.addRow("Size", self.preset)
+        self.form.addRow("Theme", self.theme)
+        self.finish()
+
+    def size(self) -> tuple[int, int] | None:  # noqa: D401 (Qt-style accessor)
+        key = self.preset.currentData()
+        return None if key == "auto" else preset_size(key)
+
+    def remember(self, settings: QSettings) -> None:
+        settings.setValue("export/story_view", self.view.currentData())
+        settings.setValue("export/story_preset", self.preset.currentData())
+        settings.setValue("export/theme", self.theme.currentData())
 
 
 class AnimationOptions(_Options):
@@ -105,24 +174,25 @@ class AnimationOptions(_Options):
         self.hold.setRange(1, 30)
         self.hold.setValue(read_value(settings, "export/hold", parse_row, 2))
         self.hold.setToolTip("Frames per step: transfers travel across these frames")
-        self.width, self.height = QSpinBox(), QSpinBox()
-        for box, value in ((self.width, 0), (self.height, 0)):
-            box.setRange(0, 8192)
-            box.setSpecialValueText("view size")
-            box.setValue(value)
-        size = QHBoxLayout()
-        size.addWidget(self.width)
-        size.addWidget(self.height)
+        self.preset = _preset_combo(settings, "export/anim_preset", "hd")
+        self.theme = _combo(THEMES, str(settings.value("export/theme", "light")))
         self.form.addRow("View", self.view)
         self.form.addRow("Steps (from, to)", steps)
         self.form.addRow("Frames per second", self.fps)
         self.form.addRow("Frames per step", self.hold)
-        self.form.addRow("Size (width, height)", size)
+        self.form.addRow("Size", self.preset)
+        self.form.addRow("Theme", self.theme)
         self.finish()
 
-    def size(self) -> tuple[int, int] | None:  # noqa: D401 (Qt-style accessor)
-        w, h = self.width.value(), self.height.value()
-        return (w, h) if w >= 16 and h >= 16 else None
+    def size(self) -> tuple[int, int]:  # noqa: D401 (Qt-style accessor)
+        return preset_size(self.preset.currentData())
+
+    def remember(self, settings: QSettings) -> None:
+        settings.setValue("export/anim_view", self.view.currentData())
+        settings.setValue("export/anim_preset", self.preset.currentData())
+        settings.setValue("export/theme", self.theme.currentData())
+        settings.setValue("export/fps", self.fps.value())
+        settings.setValue("export/hold", self.hold.value())
 
 
 class Exports:
@@ -140,7 +210,8 @@ class Exports:
         specs = (
             ("Export &frame…", self.export_frame, "Ctrl+E", "PNG or SVG of the current step"),
             ("Export &animation…", self.export_animation, "Ctrl+Shift+E", "GIF or MP4 of steps"),
-            ("Export &ledger…", self.export_ledger, "Ctrl+L", "PNG, CSV or JSON of the ledger"),
+            ("Export &storyboard…", self.export_storyboard, "Ctrl+Shift+B", "Steps side by side"),
+            ("Export &ledger…", self.export_ledger, "Ctrl+L", "PNG, SVG, PDF, CSV or JSON"),
         )
         # In the menu bar's free right end, not a row of its own: on a 768-pixel screen
         # that row is worth more to the lanes.
@@ -187,18 +258,63 @@ class Exports:
         dialog = FrameOptions(w, s)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return
-        view, scale = dialog.view.currentData(), dialog.scale.currentData()
-        s.setValue("export/frame_view", view)
-        s.setValue("export/scale", scale)
+        dialog.remember(s)
+        view = dialog.view.currentData()
         path = self._ask_path(
             "Export frame",
             f"frame-step{w.state.step + 1}.png",
-            "PNG image (*.png);;SVG vector image (*.svg)",
+            "PNG image (*.png);;SVG vector image (*.svg);;PDF document (*.pdf)",
         )
         if path is None:
             return
         try:
-            export_still(w, path, target=view, step=w.state.step, scale=float(scale))
+            # The arguments `flash-explorer export --lane V --steps K --size WxH --theme T`
+            # passes, so the two write the same file.
+            size = preset_size(dialog.preset.currentData()) if view in LANE_VIEWS else None
+            step = w.state.step
+            export_still(
+                w,
+                path,
+                target=view,
+                step=step,
+                size=size,
+                theme=dialog.theme.currentData(),
+                steps=range(step, step + 1),
+            )
+            w.statusBar().showMessage(f"Wrote {path}", 5000)
+        except ExportError as exc:
+            self._report(exc)
+
+    def export_storyboard(self) -> None:
+        w = self.window
+        if w.state.trace is None:
+            return
+        s = self.settings()
+        dialog = StoryboardOptions(w, s, w.state.n_steps, w.state.step)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        dialog.remember(s)
+        try:
+            steps = parse_storyboard(dialog.steps.text(), w.state.n_steps)
+        except ExportError as exc:
+            self._report(exc)
+            return
+        path = self._ask_path(
+            "Export storyboard",
+            "storyboard.png",
+            "PNG image (*.png);;SVG vector image (*.svg);;PDF document (*.pdf)",
+        )
+        if path is None:
+            return
+        try:
+            export_storyboard(
+                w,
+                path,
+                steps=steps,
+                target=dialog.view.currentData(),
+                size=dialog.size(),
+                theme=dialog.theme.currentData(),
+            )
             w.statusBar().showMessage(f"Wrote {path}", 5000)
         except ExportError as exc:
             self._report(exc)
@@ -211,20 +327,21 @@ class Exports:
         dialog = AnimationOptions(w, s, w.state.n_steps, w.state.step)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return
+        dialog.remember(s)
         first, last = sorted((dialog.first.value(), dialog.last.value()))
         view, fps, hold = dialog.view.currentData(), dialog.fps.value(), dialog.hold.value()
-        s.setValue("export/anim_view", view)
-        s.setValue("export/fps", fps)
-        s.setValue("export/hold", hold)
         path = self._ask_path(
             "Export animation", "flash-attention.gif", "Animated GIF (*.gif);;MP4 video (*.mp4)"
         )
         if path is None:
             return
         plan = FramePlan(range(first - 1, last), hold)
-        self.run_animation(path, plan, fps, view, dialog.size())
+        size = dialog.size() if view in LANE_VIEWS else None
+        self.run_animation(path, plan, fps, view, size, theme=dialog.theme.currentData())
 
-    def run_animation(self, path: Path, plan: FramePlan, fps: float, view: str, size) -> bool:
+    def run_animation(
+        self, path: Path, plan: FramePlan, fps: float, view: str, size, theme: str = "light"
+    ) -> bool:
         """Write the animation with a progress dialog; True when a file was written."""
         w = self.window
         w.playback.pause()
@@ -238,16 +355,28 @@ class Exports:
             QApplication.processEvents()
             return not progress.wasCanceled()
 
-        twin = w.offscreen_copy()  # the user's window stays on its step throughout
+        # Lanes are painted from a frozen copy of the state, so the user's window never
+        # moves; the window and panels are grabbed, so from a hidden twin of the window.
+        twin = w.offscreen_copy() if view not in LANE_VIEWS else None
         try:
-            export_animation(twin, path, plan=plan, fps=fps, target=view, size=size, progress=tick)
+            export_animation(
+                twin or w,
+                path,
+                plan=plan,
+                fps=fps,
+                target=view,
+                size=size,
+                progress=tick,
+                theme=theme,
+            )
         except ExportError as exc:
             progress.close()
             self._report(exc)
             return False
         finally:
-            twin.close()
-            twin.deleteLater()
+            if twin is not None:
+                twin.close()
+                twin.deleteLater()
         progress.close()
         w.statusBar().showMessage(f"Wrote {path} ({len(plan)} frames)", 5000)
         return True
@@ -257,7 +386,10 @@ class Exports:
         if w.state.trace is None:
             return
         path = self._ask_path(
-            "Export ledger", "ledger.png", "PNG image (*.png);;CSV table (*.csv);;JSON (*.json)"
+            "Export ledger",
+            "ledger.png",
+            "PNG image (*.png);;SVG vector image (*.svg);;PDF document (*.pdf);;"
+            "CSV table (*.csv);;JSON (*.json)",
         )
         if path is None:
             return
