@@ -187,11 +187,9 @@ class LaneView(QWidget):
         trace = self.state.trace
         if trace is None:
             return None
-        n_q = trace.schedule.n_q
-        lane_imgs = self.state.images.lanes[self.lane]
-        for name, r in self._layout().items():
-            if name in geo.QUERY_TENSORS and name in lane_imgs and r.contains(pos):
-                return min(n_q - 1, int((pos.y() - r.top()) / r.height() * n_q))
+        row = self._hbm_row_at(pos, geo.QUERY_TENSORS, trace.schedule.n_q)
+        if row is not None:
+            return row
         for tile, _slot, rect in self._sram:
             if tile.first_row is not None and tile.values is not None and rect.contains(pos):
                 rows = tile.values.shape[0]
@@ -205,11 +203,14 @@ class LaneView(QWidget):
         trace = self.state.trace
         if trace is None:
             return None
-        n_k = trace.schedule.n_k
+        return self._hbm_row_at(pos, ("K", "V", "dK", "dV"), trace.schedule.n_k)
+
+    def _hbm_row_at(self, pos: QPointF, tensors, n_rows: int) -> int | None:
+        """The row under `pos` in one of `tensors` (n_rows rows each) as drawn in HBM."""
         lane_imgs = self.state.images.lanes[self.lane]
         for name, r in self._layout().items():
-            if name in ("K", "V", "dK", "dV") and name in lane_imgs and r.contains(pos):
-                return min(n_k - 1, int((pos.y() - r.top()) / r.height() * n_k))
+            if name in tensors and name in lane_imgs and r.contains(pos):
+                return min(n_rows - 1, int((pos.y() - r.top()) / r.height() * n_rows))
         return None
 
     def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt override)
