@@ -3,7 +3,9 @@ paths, and their benchmark.
 
 Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
 `status()` says whether a device is usable (or why not). `flash_attention` is the
-tensor-core kernel of `compute.gpu.flash`, loaded on first access.
+tensor-core kernel of `compute.gpu.flash`, loaded on first access; `torch_attention` the
+same kernel (with `flash_attention_backward`) as a PyTorch autograd op, which imports torch
+only when called.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from .device import DeviceStatus, status
 
 _LAZY = {
+    "torch_attention": ".torch_op",  # imports torch when called, never on import
     "tiled_attention_gpu": ".tiled",
     "compile_kernels": ".tiled",
     "TileTooLarge": ".tiled",

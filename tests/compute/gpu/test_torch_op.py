@@ -1,0 +1,203 @@
+"""`compute.gpu.torch_attention`, the autograd op: against SDPA and float64, and in training.
+
+The GPU tests need torch, CuPy and a CUDA device (skipped otherwise). Gradients are checked
+against a float64 reference (SDPA's math backend on the upcast inputs) and beside SDPA's own
+half-precision gradients on the same seeded inputs; a tiny model trained with the op and with
+SDPA from one initialisation on one seeded data stream must follow the same loss curve.
+The CPU tests hold torch optional: no import on `import compute.gpu`, one sentence without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from compute.gpu import status
+
+try:
+    import torch
+    import torch.nn.functional as F
+
+    _TORCH = torch.cuda.is_available()
+except ImportError:
+    torch = F = None
+    _TORCH = False
+
+_ST = status()
+needs_gpu = pytest.mark.skipif(
+    not (_ST.usable and _TORCH), reason=_ST.reason or "needs torch with CUDA"
+)
+
+ERR = {"float16": 2e-3, "bfloat16": 1e-2}  # relative to float64, as the kernel's own bar
+
+
+def _inputs(b, h, n_q, n_k, d, dtype, seed):
+    """Seeded q, k, v, dO (torch, on the GPU) in `dtype`."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dt = getattr(torch, dtype)
+    shapes = [(b, h, n_q, d), (b, h, n_k, d), (b, h, n_k, d), (b, h, n_q, d)]
+    return [torch.randn(s, device="cuda", generator=g, dtype=torch.float32).to(dt) for s in shapes]
+
+
+def _grads(attn, q, k, v, do, causal):
+    """(O, dQ, dK, dV) of attn on leaf copies of q, k, v."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = attn(*leaves, is_causal=causal)
+    out.backward(do.to(out.dtype))
+    return [out.detach(), *(t.grad for t in leaves)]
+
+
+def _rel(got, want) -> float:
+    got, want = got.double(), want.double()
+    return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [77, 300])
+@pytest.mark.gpu
+@needs_gpu
+def test_gradients_match_sdpa_and_float64(dtype, d, causal, n):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from compute.gpu import torch_attention
+
+    q, k, v, do = _inputs(2, 3, n, n, d, dtype, seed=n + d)
+    ref = _grads(F.scaled_dot_product_attention, *(t.double() for t in (q, k, v, do)), causal)
+    ours = _grads(torch_attention, q, k, v, do, causal)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        theirs = _grads(F.scaled_dot_product_attention, q, k, v, do, causal)
+    for name, o, t, r in zip(("O", "dQ", "dK", "dV"), ours, theirs, ref, strict=True):
+        assert o.dtype == q.dtype and o.shape == t.shape
+        err, sdpa_err = _rel(o, r), _rel(t, r)
+        assert err < ERR[dtype], f"{name}: ours {err:.2e} vs float64 (SDPA's {sdpa_err:.2e})"
+        assert _rel(o, t) < 2 * ERR[dtype], f"{name}: ours vs SDPA {_rel(o, t):.2e}"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_non_contiguous_inputs_and_unequal_lengths(dtype):
+    """(batch, N, heads, d) tensors transposed to SDPA's layout, N_q != N_k, not causal."""
+    from compute.gpu import torch_attention
+
+    q, k, v, do = _inputs(2, 2, 130, 70, 64, dtype, seed=5)
+    q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, do))
+    assert not q.is_contiguous()
+    ref = _grads(F.scaled_dot_product_attention, *(t.double() for t in (q, k, v, do)), False)
+    ours = _grads(torch_attention, q, k, v, do, False)
+    for o, r in zip(ours, ref, strict=True):
+        assert _rel(o, r) < ERR[dtype]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_refusals_are_one_sentence():
+    from compute.gpu import torch_attention
+
+    q, k, v, _ = _inputs(1, 1, 64, 32, 64, "float16", seed=1)
+    with pytest.raises(ValueError, match="^is_causal with N_q != N_k is refused"):
+        torch_attention(q, k, v, is_causal=True)
+    with pytest.raises(TypeError, match="float16 or all bfloat16"):
+        torch_attention(q.float(), k.float(), v.float())
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        torch_attention(q.cpu(), k.cpu(), v.cpu())
+
+
+def _model(attn, seed: int):
+    """Two pre-norm attention blocks (bfloat16 inside the attention only, the first full,
+    the second causal) and an MLP, seeded."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, dim: int, heads: int, causal: bool) -> None:
+            super().__init__()
+            self.heads, self.causal, self.attn = heads, causal, attn
+            self.norm = torch.nn.LayerNorm(dim)
+            self.qkv = torch.nn.Linear(dim, 3 * dim)
+            self.proj = torch.nn.Linear(dim, dim)
+
+        def forward(self, x):
+            b, n, dim = x.shape
+            qkv = self.qkv(self.norm(x)).view(b, n, 3, self.heads, dim // self.heads)
+            q, k, v = (t.transpose(1, 2).to(torch.bfloat16) for t in qkv.unbind(2))
+            o = self.attn(q, k, v, is_causal=self.causal).float()  # (b, heads, n, d)
+            return x + self.proj(o.transpose(1, 2).reshape(b, n, dim))
+
+    torch.manual_seed(seed)
+    dim = 128
+    return torch.nn.Sequential(
+        Block(dim, 2, False),
+        Block(dim, 2, True),
+        torch.nn.LayerNorm(dim),
+        torch.nn.Linear(dim, 4 * dim),
+        torch.nn.GELU(),
+        torch.nn.Linear(4 * dim, dim),
+    ).cuda()
+
+
+def _train(model, data, steps: int) -> np.ndarray:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(steps):
+        x, y = data[i % len(data)]
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return np.array(losses)
+
+
+def _smooth(a: np.ndarray, w: int = 20) -> np.ndarray:
+    return np.convolve(a, np.ones(w) / w, mode="valid")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_tiny_model_trains_as_with_sdpa():
+    """Two attention layers and an MLP regress a fixed random teacher's output; from one init
+    on one seeded data stream, our op and SDPA give the same smoothed loss curve."""
+    from compute.gpu import torch_attention
+
+    sdpa = F.scaled_dot_product_attention
+    teacher = _model(sdpa, seed=123)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    data = []
+    with torch.no_grad():
+        for _ in range(50):
+            x = torch.randn(8, 100, 128, device="cuda", generator=g)
+            data.append((x, teacher(x)))
+    student = _model(sdpa, seed=0)
+    ours = copy.deepcopy(student)
+    for block in ours[:2]:
+        block.attn = torch_attention
+    curve_sdpa = _smooth(_train(student, data, 300))
+    curve_ours = _smooth(_train(ours, data, 300))
+    assert curve_ours[-1] < 0.5 * curve_ours[0], f"loss did not fall: {curve_ours[[0, -1]]}"
+    diff = np.abs(curve_ours - curve_sdpa) / curve_sdpa
+    assert diff.max() < 0.05, f"curves part: max rel diff {diff.max():.3f} at step {diff.argmax()}"
+
+
+def test_importing_compute_gpu_does_not_import_torch():
+    code = (
+        "import sys, compute.gpu, compute.gpu.torch_op; "
+        "assert compute.gpu.torch_attention is compute.gpu.torch_op.torch_attention; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_without_torch_one_clear_sentence(monkeypatch):
+    from compute.gpu import torch_op
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    with pytest.raises(ImportError) as info:
+        torch_op.torch_attention(None, None, None)
+    assert str(info.value) == torch_op.NO_TORCH
+    assert "install torch" in str(info.value)
