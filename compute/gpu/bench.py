@@ -6,9 +6,10 @@ L2 flushed, rotated inputs), TFLOP/s, the ledger's bytes and the implied bandwid
 device memory, the error against the float64 reference (reference.py) on sampled heads
 and rows, and for the tiled kernel the transfers its instrumented build counted beside
 the modelled ledger. With `sweep_blocks`, also a block_q x block_k grid of tiled-kernel
-times. With `pass_name="backward"` the tiled and dense rows time the backward pass instead
-(bench_backward.py), against the backward ledger. Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked
-for). The CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call
+times. With `pass_name="backward"` every path times its backward pass instead, and with
+"training" forward and backward together (bench_backward.py), against that pass's ledger;
+the sweep then times the teaching kernel's backward (or training step) at each tile size.
+Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked for). The CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call
 this; the GPU tests share its reference, dtypes and dense path.
 """
 
@@ -26,12 +27,14 @@ from .device import status
 from .dtypes import BENCH_DTYPES, KERNEL_DTYPES, device_array, float64_values
 from .peers import PEERS
 from .reference import error_stats, reference_rows, sample_indices
-from .report import BENCH_FORMAT, VERSION
+from .report import BENCH_FORMAT, VERSION, tiled_order
 from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
 from .timing import peak_pool_bytes, rotation_count, time_cuda
 
 KERNELS = ("tiled", "dense", "flash")
-BENCH_PASSES = ("forward", "backward")
+BENCH_PASSES = ("forward", "backward", "training")
+# FLOPs of a pass in forwards: the backward's five matmuls to the forward's two; training both.
+PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "training": 3.5}
 PATHS = (*KERNELS, *PEERS)
 SWEEP_SIZES = (16, 32, 64, 128)
 
@@ -67,7 +70,7 @@ class BenchConfig:
     count_transfers: bool = True
     seed: int = 0
     flash_specs: tuple[str, ...] = ()  # extra tensor-core variants, flash.Config.spec() strings
-    pass_name: str = "forward"  # or "backward": the tiled and dense paths' backward
+    pass_name: str = "forward"  # or "backward", or "training" (forward + backward)
 
     @property
     def n_k(self) -> int:
@@ -79,9 +82,9 @@ class BenchConfig:
 
     def flops(self) -> float:
         """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal;
-        the backward counts 2.5 times that (five matmuls to the forward's two)."""
+        the backward counts 2.5 times that, training 3.5 times (PASS_FLOPS)."""
         f = 2.0 * self.batch_heads * self.n * self.n_k * (self.d + self.dv)
-        f *= 2.5 if self.pass_name == "backward" else 1.0
+        f *= PASS_FLOPS.get(self.pass_name, 1.0)
         return f / 2 if self.causal else f
 
     def __post_init__(self) -> None:
@@ -93,9 +96,10 @@ class BenchConfig:
             raise ValueError(
                 f"pass must be one of {', '.join(BENCH_PASSES)}, not {self.pass_name!r}."
             )
-        if self.pass_name == "backward" and self.sweep_blocks:
+        if self.pass_name != "forward" and self.flash_specs:
             raise ValueError(
-                "The block sweep times the forward only; leave it off for the backward."
+                "The flash variants (flash_specs) are forward kernels; "
+                f"leave them off for the {self.pass_name}."
             )
 
 
@@ -316,26 +320,32 @@ def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> dict:
     return _guarded(name, {}, body)
 
 
-def _time_tiles(cfg: BenchConfig, inputs: _Inputs, bq: int, bk: int) -> dict:
-    def fn(q, k, v):
-        return tiled_attention_gpu(
-            q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.causal
-        ).out
+def _forward_timer(cfg: BenchConfig, inputs: _Inputs) -> Callable[[int, int], dict]:
+    """time_at(block_q, block_k) -> {"ms": ...} for the tiled forward."""
 
-    compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
-    timing = time_cuda(fn, inputs.sets, warmup=2, repeats=cfg.repeats, l2_bytes=status().l2_bytes)
-    return {"ms": timing.median_ms}
+    def time_at(bq: int, bk: int) -> dict:
+        def fn(q, k, v):
+            return tiled_attention_gpu(
+                q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.causal
+            ).out
+
+        compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
+        l2 = status().l2_bytes
+        timing = time_cuda(fn, inputs.sets, warmup=2, repeats=cfg.repeats, l2_bytes=l2)
+        return {"ms": timing.median_ms}
+
+    return time_at
 
 
-def _sweep(cfg: BenchConfig, inputs: _Inputs, ctx: _Context) -> dict:
-    """Median time of the tiled kernel at every (block_q, block_k) of the sweep grid."""
+def _sweep(cfg: BenchConfig, time_at: Callable[[int, int], dict], ctx: _Context) -> dict:
+    """Median time of the tiled kernel (time_at) at every (block_q, block_k) of the grid."""
     grid: list[list[float | None]] = []
     errors: dict[str, str] = {}
     for bq in cfg.sweep_q:
         line: list[float | None] = []
         for bk in cfg.sweep_k:
             ctx.step(f"sweep {bq}x{bk}")
-            row = _guarded("tiled", {}, lambda bq=bq, bk=bk: _time_tiles(cfg, inputs, bq, bk))
+            row = _guarded("tiled", {}, lambda bq=bq, bk=bk: time_at(bq, bk))
             line.append(row.get("ms"))
             if "error" in row:
                 errors[f"{bq}x{bk}"] = row["error"]
@@ -348,7 +358,8 @@ def _sweep(cfg: BenchConfig, inputs: _Inputs, ctx: _Context) -> dict:
     ]
     best = min(timed) if timed else None
     return {
-        "order": cfg.order,
+        "pass": cfg.pass_name,
+        "order": tiled_order(cfg),
         "block_q": list(cfg.sweep_q),
         "block_k": list(cfg.sweep_k),
         "ms": grid,
@@ -372,9 +383,9 @@ def run_bench(
     total = 1 + len(kernels) + len(cfg.flash_specs) + n_sweep
     ctx = _Context(cfg, progress, should_stop, total=total)
     ctx.step("preparing inputs and float64 reference")
-    if cfg.pass_name == "backward":
-        results, n_sets, n_heads = _backward_results(cfg, st, kernels, ctx)
-        report = _report(cfg, st, results, None, progress, ctx)
+    if cfg.pass_name != "forward":
+        results, sweep, n_sets, n_heads = _backward_results(cfg, st, kernels, ctx)
+        report = _report(cfg, st, results, sweep, progress, ctx)
         report["sample"] = {"heads": list(range(n_heads)), "rows": cfg.n}
         report["rotated_input_sets"] = n_sets
         return report
@@ -382,7 +393,7 @@ def run_bench(
     results: list[dict] = []
     sweep = None
     if cfg.sweep_blocks:
-        sweep = _sweep(cfg, inputs, ctx)
+        sweep = _sweep(cfg, _forward_timer(cfg, inputs), ctx)
     for kernel in kernels:
         ctx.step(f"timing {kernel}")
         if kernel == "tiled":
@@ -403,30 +414,34 @@ def run_bench(
 
 
 def _backward_results(cfg: BenchConfig, st, kernels: list[str], ctx: _Context) -> tuple:
-    """The backward rows (tiled and dense measured, other paths one sentence each), how many
+    """The backward or training rows, the teaching kernel's block sweep (or None), how many
     input sets rotated and how many whole heads the errors cover."""
     from . import bench_backward as bb
 
     base, n_heads, ref = bb.backward_inputs(cfg, st.l2_bytes)
+    sweep = _sweep(cfg, bb.tiled_timer(cfg, base), ctx) if cfg.sweep_blocks else None
     results = []
     for kernel in kernels:
-        ctx.step(f"timing {kernel} backward")
+        ctx.step(f"timing {kernel} {cfg.pass_name}")
+        extra: dict = {}
         if kernel == "tiled":
-            extra = {"order": "kv-outer", "block_q": cfg.block_q, "block_k": cfg.block_k}
+            extra = {"order": tiled_order(cfg), "block_q": cfg.block_q, "block_k": cfg.block_k}
             body = lambda: bb.tiled_backward_row(cfg, base, n_heads, ref)  # noqa: E731
-            results.append(_guarded("tiled", extra, body))
         elif kernel == "dense":
             body = lambda: bb.dense_backward_row(cfg, base, n_heads, ref)  # noqa: E731
-            results.append(_guarded("dense", {}, body))
+        elif kernel == "flash":
+            body = lambda: bb.flash_backward_row(cfg, base, n_heads, ref)  # noqa: E731
         else:
-            results.append(_error_row(kernel, {}, ValueError(bb.NO_BACKWARD)))
-    return results, len(base), n_heads
+            body = lambda k=kernel: bb.peer_backward_row(cfg, base, n_heads, ref, k)  # noqa: E731
+        results.append(_guarded(kernel, {**extra, "pass": cfg.pass_name}, body))
+    return results, sweep, len(base), n_heads
 
 
 def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Context) -> dict:
     """The report dict around the results (speed-ups against the dense row filled in)."""
     dense_ms = next((r["ms"] for r in results if r["kernel"] == "dense" and "ms" in r), None)
     for r in results:
+        r.setdefault("pass", cfg.pass_name)
         if dense_ms is not None and "ms" in r:
             r["speedup_vs_dense"] = dense_ms / r["ms"]
     if progress is not None:

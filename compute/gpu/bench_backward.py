@@ -1,11 +1,17 @@
-"""The harness's backward rows: the teaching backward kernel and the dense GPU backward.
+"""The harness's backward and training rows: the teaching kernel, dense, the tensor-core kernel
+and torch SDPA, each timed on the same rotated (q, k, v, dO) sets.
 
-`run_bench` calls `backward_results` when `BenchConfig.pass_name == "backward"`. Each path
-is timed from what its own forward saved: the tiled backward from O and L (the tiled
-forward at the same blocks, `save_lse=True`), the dense one from the stored P. The rows
-have the forward rows' keys (report.py prints both alike): TFLOP/s counts 2.5 × the
-forward's FLOPs (BenchConfig.flops), the ledger is `pass_ledger("backward", ...)`, and
-the tiled row carries its instrumented build's per-tensor transfers beside that ledger.
+`run_bench` calls `backward_results` when `BenchConfig.pass_name` is "backward" or
+"training". "backward" times each path's backward from what its own forward saved (outside
+the timed region): the tiled backward from O and L (the tiled forward at the same blocks,
+`save_lse=True`), the dense one from the stored P, the tensor-core backward
+(`flash_backward.flash_attention_backward`) from the tensor-core forward's O and L, and
+SDPA through `peers.sdpa_backward`. "training" times forward and backward together, as one
+training step runs them. The rows have the forward rows' keys (report.py prints all alike):
+TFLOP/s counts 2.5 × the forward's FLOPs for the backward, 3.5 × for training
+(BenchConfig.flops); the ledger is `pass_ledger(pass, ...)` at the path's tiles (none for
+the tensor-core kernel, whose backward tiles are its own, and for SDPA); in the backward the
+tiled row carries its instrumented build's per-tensor transfers beside that ledger.
 Errors are over dQ, dK and dV of the sampled heads against the float64 dense backward
 (`compute.attention_backward`), which needs whole heads: above MAX_REFERENCE_SCORES
 scores per head the rows carry no error (None) rather than a long float64 run.
@@ -21,30 +27,30 @@ from .. import attention_backward, pass_ledger
 from .backward import tiled_attention_backward_gpu
 from .dense_backward import dense_attention_backward_gpu, dense_probabilities_gpu
 from .device import status
-from .dtypes import KERNEL_DTYPES
+from .dtypes import BENCH_DTYPES, FLASH_DTYPES, KERNEL_DTYPES, device_array, float64_values
 from .reference import error_stats
+from .report import tiled_order
 from .tiled import tiled_attention_gpu
 from .timing import peak_pool_bytes, rotation_count, time_cuda
 
 MAX_REFERENCE_SCORES = 4096 * 4096  # N_q·N_k per head for the float64 reference
-NO_BACKWARD = "this path has no backward yet (the tiled and dense paths do)"
 
 
 def _ledger(cfg, block_q: int, block_k: int):
     return pass_ledger(
-        "backward", cfg.n, cfg.n_k, cfg.d, cfg.dv, block_q=block_q, block_k=block_k,
-        causal=cfg.causal, dtype=cfg.dtype,
+        cfg.pass_name, cfg.n, cfg.n_k, cfg.d, cfg.dv, block_q=block_q, block_k=block_k,
+        order=cfg.order, causal=cfg.causal, dtype=cfg.dtype,
     )  # fmt: skip
 
 
 def _draw(cfg, rng, count: int) -> list[tuple]:
-    """`count` rotated (q, k, v, dO) sets in the config's dtype."""
+    """`count` rotated (q, k, v, dO) sets in the config's dtype (bfloat16 as uint16 bits)."""
     import cupy
 
     shapes = [(cfg.n, cfg.d), (cfg.n_k, cfg.d), (cfg.n_k, cfg.dv), (cfg.n, cfg.dv)]
     return [
         tuple(
-            rng.standard_normal((cfg.batch_heads, *s), dtype=cupy.float32).astype(cfg.dtype)
+            device_array(rng.standard_normal((cfg.batch_heads, *s), dtype=cupy.float32), cfg.dtype)
             for s in shapes
         )
         for _ in range(count)
@@ -55,62 +61,80 @@ def _reference(cfg, n_heads: int, qkvdo: tuple) -> list | None:
     """float64 (dQ, dK, dV) of the first n_heads heads, or None when a head is too large."""
     if cfg.n * cfg.n_k > MAX_REFERENCE_SCORES:
         return None
-    host = [x[:n_heads].get().astype(np.float64) for x in qkvdo]
+    host = [float64_values(x[:n_heads].get(), cfg.dtype) for x in qkvdo]
     return [
         attention_backward(*(x[h] for x in host), causal=cfg.causal, method="dense")
         for h in range(n_heads)
     ]
 
 
-def _errors(grads: tuple, n_heads: int, ref: list | None) -> dict:
+def _errors(cfg, grads: tuple, n_heads: int, ref: list | None) -> dict:
     """max |error| and relative Frobenius error over dQ, dK, dV of the sampled heads."""
     if ref is None:
         return {"max_abs": None, "rel": None}
     # The same order on both sides: per head, then dQ, dK, dV.
-    host = [g[:n_heads].get().astype(np.float64) for g in grads]
+    host = [float64_values(g[:n_heads].get(), cfg.dtype) for g in grads]
     got = np.concatenate([host[i][h].ravel() for h in range(n_heads) for i in range(3)])
     want = np.concatenate([r[i].ravel() for r in ref for i in range(3)])
     return error_stats(got, want)
 
 
-def _row(cfg, kernel: str, fn: Callable, sets: list, lane, extra: dict, errs: dict) -> dict:
-    """Peak memory and timing of fn(*set) -> (dQ, dK, dV), in the forward rows' keys."""
+def _row(
+    cfg, kernel: str, fn: Callable, sets: list, lane, extra: dict, errs: dict,
+    measure_peak: Callable = peak_pool_bytes,
+) -> dict:  # fmt: skip
+    """Peak memory and timing of fn(*set) -> (dQ, dK, dV), in the forward rows' keys
+    (lane None: no ledger)."""
     import cupy
 
-    peak, out_bytes = peak_pool_bytes(lambda: fn(*sets[0]))
+    peak, out_bytes = measure_peak(lambda: fn(*sets[0]))
     timing = time_cuda(fn, sets, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=status().l2_bytes)
     cupy.get_default_memory_pool().free_all_blocks()
     ms = timing.median_ms
-    ledger_bytes = lane.total_bytes * cfg.batch_heads
+    ledger_bytes = None if lane is None else lane.total_bytes * cfg.batch_heads
     return {
-        "kernel": kernel, **extra, "pass": "backward", "ms": ms, "ms_min": timing.min_ms,
+        "kernel": kernel, **extra, "pass": cfg.pass_name, "ms": ms, "ms_min": timing.min_ms,
         "ms_max": timing.max_ms, "runs": len(timing.times_ms),
         "tflops": cfg.flops() / (ms * 1e-3) / 1e12,
-        "ledger_elements": lane.total_elements * cfg.batch_heads, "ledger_bytes": ledger_bytes,
-        "ledger_gbs": ledger_bytes / (ms * 1e-3) / 1e9, "peak_bytes": peak,
-        "output_bytes": out_bytes, "extra_bytes": max(peak - out_bytes, 0),
+        "ledger_elements": None if lane is None else lane.total_elements * cfg.batch_heads,
+        "ledger_bytes": ledger_bytes,
+        "ledger_gbs": None if ledger_bytes is None else ledger_bytes / (ms * 1e-3) / 1e9,
+        "peak_bytes": peak, "output_bytes": out_bytes, "extra_bytes": max(peak - out_bytes, 0),
         "max_abs_err": errs["max_abs"], "rel_err": errs["rel"],
     }  # fmt: skip
 
 
-def tiled_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
-    """The teaching backward at the config's blocks, with its counted transfers."""
-    bq, bk = cfg.block_q, cfg.block_k
-    sets = []
-    for q, k, v, do in base:  # the forward saves O and L for the backward
-        fwd = tiled_attention_gpu(q, k, v, block_q=bq, block_k=bk, causal=cfg.causal, save_lse=True)
-        sets.append((q, k, v, do, fwd.out, fwd.lse))
+def _tiled_fn(cfg, base: list, bq: int, bk: int) -> tuple[Callable, list]:
+    """The teaching kernel's fn and argument sets at bq x bk for the config's pass."""
+    if cfg.dtype not in KERNEL_DTYPES:
+        raise ValueError(f"the tiled kernel takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
 
-    def fn(q, k, v, do, o, lse):
+    def forward(q, k, v):
+        fwd = tiled_attention_gpu(
+            q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.causal, save_lse=True
+        )  # fmt: skip
+        return fwd.out, fwd.lse
+
+    def backward(q, k, v, do, o, lse):
         r = tiled_attention_backward_gpu(
             q, k, v, o, do, lse, block_q=bq, block_k=bk, causal=cfg.causal
         )  # fmt: skip
         return r.dq, r.dk, r.dv
 
+    if cfg.pass_name == "training":
+        return (lambda q, k, v, do: backward(q, k, v, do, *forward(q, k, v))), base
+    # The forward saves O and L for the backward, outside the timed region.
+    return backward, [(q, k, v, do, *forward(q, k, v)) for q, k, v, do in base]
+
+
+def tiled_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
+    """The teaching kernel at the config's blocks (backward: with its counted transfers)."""
+    bq, bk = cfg.block_q, cfg.block_k
+    fn, sets = _tiled_fn(cfg, base, bq, bk)
     lane = _ledger(cfg, bq, bk).lanes["tiled"]
-    extra = {"order": "kv-outer", "block_q": bq, "block_k": bk}
-    row = _row(cfg, "tiled", fn, sets, lane, extra, _errors(fn(*sets[0]), n_heads, ref))
-    if cfg.count_transfers:
+    extra = {"order": tiled_order(cfg), "block_q": bq, "block_k": bk}
+    row = _row(cfg, "tiled", fn, sets, lane, extra, _errors(cfg, fn(*sets[0]), n_heads, ref))
+    if cfg.count_transfers and cfg.pass_name == "backward":
         q, k, v, do, o, lse = sets[0]
         res = tiled_attention_backward_gpu(
             q, k, v, o, do, lse, block_q=bq, block_k=bk, causal=cfg.causal, count_transfers=True
@@ -123,26 +147,131 @@ def tiled_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
     return row
 
 
+def tiled_timer(cfg, base: list) -> Callable[[int, int], dict]:
+    """time_at(block_q, block_k) -> {"ms": ...}: the block sweep of the config's pass."""
+
+    def time_at(bq: int, bk: int) -> dict:
+        fn, sets = _tiled_fn(cfg, base, bq, bk)
+        timing = time_cuda(fn, sets, warmup=2, repeats=cfg.repeats, l2_bytes=status().l2_bytes)
+        return {"ms": timing.median_ms}
+
+    return time_at
+
+
 def dense_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
-    """The dense backward from a stored P (one set when P alone overflows the L2 many times)."""
+    """The dense backward from a stored P (one set when P alone overflows the L2 many
+    times); in training, P and O = P V first."""
+    import cupy
+
+    if cfg.dtype not in KERNEL_DTYPES:
+        raise ValueError(f"the dense path takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
     p_bytes = cfg.batch_heads * cfg.n * cfg.n_k * np.dtype(cfg.dtype).itemsize
     count = min(len(base), rotation_count(p_bytes, status().l2_bytes))
-    sets = [(*s, dense_probabilities_gpu(s[0], s[1], causal=cfg.causal)) for s in base[:count]]
 
-    def fn(q, k, v, do, p):
+    def backward(q, k, v, do, p):
         return dense_attention_backward_gpu(q, k, v, do, p=p, causal=cfg.causal)
 
+    if cfg.pass_name == "training":
+        sets = base[:count]
+
+        def fn(q, k, v, do):
+            p = dense_probabilities_gpu(q, k, causal=cfg.causal)
+            cupy.matmul(p, v)  # O, which the training step's next layer would read
+            return backward(q, k, v, do, p)
+    else:
+        sets = [(*s, dense_probabilities_gpu(s[0], s[1], causal=cfg.causal)) for s in base[:count]]
+        fn = backward
+
     lane = _ledger(cfg, cfg.block_q, cfg.block_k).lanes["dense"]
-    return _row(cfg, "dense", fn, sets, lane, {}, _errors(fn(*sets[0]), n_heads, ref))
+    return _row(cfg, "dense", fn, sets, lane, {}, _errors(cfg, fn(*sets[0]), n_heads, ref))
+
+
+def flash_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
+    """The tensor-core backward (training: with the tensor-core forward before it)."""
+    from . import flash
+    from .flash_backward import flash_attention_backward
+
+    if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"the flash kernel takes d = d_v in {flash.SUPPORTED_HEAD_DIMS}")
+    if cfg.dtype not in FLASH_DTYPES:
+        raise ValueError(f"the flash kernel takes {' or '.join(FLASH_DTYPES)}, not {cfg.dtype}")
+
+    # flash takes (batch, heads, N, d): batch*heads as one batch of heads.
+    def forward(q, k, v):
+        return flash.flash_attention(q[None], k[None], v[None], causal=cfg.causal, return_lse=True)
+
+    def backward(q, k, v, do, o, lse):
+        grads = flash_attention_backward(
+            q[None], k[None], v[None], o, do[None], lse, causal=cfg.causal
+        )  # fmt: skip
+        return tuple(g[0] for g in grads)
+
+    if cfg.pass_name == "training":
+        fn, sets = (lambda q, k, v, do: backward(q, k, v, do, *forward(q, k, v))), base
+    else:
+        fn, sets = backward, [(q, k, v, do, *forward(q, k, v)) for q, k, v, do in base]
+    extra = {"variant": flash.default_config(cfg.d, cfg.n).spec()}  # the forward's
+    return _row(cfg, "flash", fn, sets, None, extra, _errors(cfg, fn(*sets[0]), n_heads, ref))
+
+
+class _Grads(tuple):
+    """(dQ, dK, dV) with the total nbytes peers.peak_torch_bytes reads off a result."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(g.nbytes) for g in self)
+
+
+def sdpa_training(name: str) -> Callable:
+    """SDPA backend `name` as step(q, k, v, dO, causal) -> (dQ, dK, dV) on (BH, N, d) arrays:
+    its forward and autograd backward together, as a training step runs them (the
+    companion of peers.sdpa_backward, which times the backward alone)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from . import peers
+
+    backend = getattr(SDPBackend, peers.PEERS[name])
+
+    def step(q, k, v, do, causal: bool = False) -> tuple:
+        if causal and q.shape[1] != k.shape[1]:
+            raise ValueError(
+                "SDPA aligns its causal mask top-left, this project bottom-right: "
+                "peers are compared at N_q = N_k only."
+            )
+        leaves = [peers._to_torch(torch, x)[None].detach().requires_grad_() for x in (q, k, v)]
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        grads = torch.autograd.grad(out, leaves, peers._to_torch(torch, do)[None])
+        return tuple(peers._to_cupy(torch, g[0].contiguous()) for g in grads)
+
+    return step
+
+
+def peer_backward_row(cfg, base: list, n_heads: int, ref, name: str) -> dict:
+    """torch SDPA pinned to one backend: `peers.sdpa_backward` (backward), or its forward
+    and autograd backward together (training)."""
+    from . import peers
+
+    if cfg.dtype not in FLASH_DTYPES:
+        raise ValueError(f"SDPA is compared in {' or '.join(FLASH_DTYPES)}, not {cfg.dtype}")
+    step = (sdpa_training if cfg.pass_name == "training" else peers.sdpa_backward)(name)
+
+    def fn(q, k, v, do):
+        return _Grads(step(q, k, v, do, cfg.causal))
+
+    errs = _errors(cfg, fn(*base[0]), n_heads, ref)
+    return _row(cfg, name, fn, base, None, {}, errs, measure_peak=peers.peak_torch_bytes)
 
 
 def backward_inputs(cfg, l2_bytes: int) -> tuple[list, int, list | None]:
     """Rotated (q, k, v, dO) sets, how many heads are checked, and their float64 gradients."""
     import cupy
 
-    if cfg.dtype not in KERNEL_DTYPES:
-        raise ValueError(f"the backward takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}.")
-    itemsize = np.dtype(cfg.dtype).itemsize
+    if cfg.dtype not in BENCH_DTYPES:
+        raise ValueError(f"the backward takes {' or '.join(BENCH_DTYPES)}, not {cfg.dtype}.")
+    itemsize = 4 if cfg.dtype == "float32" else 2
     set_bytes = cfg.batch_heads * (2 * cfg.n * cfg.d + cfg.n_k * (cfg.d + 2 * cfg.dv)) * itemsize
     rng = cupy.random.default_rng(cfg.seed)
     base = _draw(cfg, rng, rotation_count(set_bytes, l2_bytes))

@@ -1,4 +1,5 @@
-"""`flash-explorer bench`: measure the tiled kernel against the dense path, print, write JSON.
+"""`flash-explorer bench`: measure the tiled kernel, the dense path and the tensor-core kernel
+(and with --peers torch SDPA) in the forward, the backward or a training step; print, write JSON.
 
 Also runnable as `python -m compute.gpu.bench_cli ...` (the GPU server has no Qt).
 With no usable GPU it prints status()'s reason on one stderr line and exits 1.
@@ -15,7 +16,8 @@ from .. import ORDERS
 from ..cli_fields import problem_fields
 from .device import status
 from .dtypes import KERNEL_DTYPES
-from .report import format_report
+from .peers import PEERS
+from .report import PASSES, format_report
 
 KERNEL_CHOICES = ("tiled", "dense", "flash", "all")
 
@@ -30,7 +32,8 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flash-explorer bench",
-        description="Time the tiled CUDA kernel against the dense S/P path on this GPU.",
+        description="Time the tiled CUDA kernel, the dense S/P path and the tensor-core kernel "
+        "on this GPU, in the forward, the backward or both (a training step).",
     )
     p.add_argument("--n", type=_positive, default=4096, help="queries N (default 4096)")
     p.add_argument("--n-keys", type=_positive, default=None, help="keys N_k (default N)")
@@ -43,11 +46,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=KERNEL_DTYPES, default="float32")
     p.add_argument("--batch-heads", type=_positive, default=32, help="batch*heads (default 32)")
     p.add_argument("--kernel", choices=KERNEL_CHOICES, default="all")
-    p.add_argument("--sweep-blocks", action="store_true", help="time a block_q x block_k grid")
+    p.add_argument(
+        "--sweep-blocks", action="store_true",
+        help="time the tiled kernel over a block_q x block_k grid (in the chosen pass)",
+    )  # fmt: skip
+    p.add_argument(
+        "--peers", action="store_true",
+        help="also time torch SDPA pinned to its FLASH and CUDNN backends (needs torch)",
+    )  # fmt: skip
     p.add_argument("--repeats", type=_positive, default=20, help="timed runs (default 20)")
     p.add_argument(
-        "--pass", dest="pass_name", choices=("forward", "backward"), default="forward",
-        help="time the forward (default) or the backward of the tiled and dense paths",
+        "--pass", dest="pass_name", choices=PASSES, default="forward",
+        help="time the forward (default), the backward alone (from what the path's forward "
+        "saved), or a training step (forward + backward)",
     )  # fmt: skip
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the report")
     # One line on a bad flag, not the whole usage (8 lines for `--n 0`).
@@ -65,9 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     from .bench import BenchCancelled, GpuUnavailable, run_bench
 
     kernels = KERNEL_CHOICES[:-1] if args.kernel == "all" else (args.kernel,)
+    kernels += tuple(PEERS) if args.peers else ()
     try:
         cfg = _config(args, kernels)
-    except ValueError as exc:  # e.g. a block sweep asked for with the backward
+    except ValueError as exc:  # e.g. a dtype a path does not take
         print(f"flash-explorer bench: {exc}", file=sys.stderr)
         return 2
 
@@ -108,8 +120,10 @@ def _finish(report: dict, json_path: Path | None) -> int:
         except OSError as exc:
             print(f"flash-explorer bench: could not write {json_path}: {exc}", file=sys.stderr)
             return 1
-    # The flash kernel takes fewer shapes and dtypes than the others: its refusal is a row.
-    failed = any("error" in r for r in report["results"] if r["kernel"] != "flash")
+    # The flash kernel and the peers take fewer shapes and dtypes than the others (and the
+    # peers need torch): their refusals are rows, not failures.
+    optional = ("flash", *PEERS)
+    failed = any("error" in r for r in report["results"] if r["kernel"] not in optional)
     return 1 if failed else 0
 
 

@@ -2,8 +2,10 @@
 
 One report (format BENCH_FORMAT) is what `compute.gpu.bench.run_bench` returns and
 `flash-explorer bench --json` writes; a figures file (FIGURES_FORMAT) holds several, as
-the tools write them. Both carry `version`: 2 names the tensor-core kernel's rows "flash",
-version 1 said "fast", and `split_reports` reads both. `bundled_report()` reads the
+the tools write them. Both carry `version`: 3 adds the passes (config `pass_name` "forward",
+"backward" or "training"; every row and a sweep carry their `pass`), 2 named the
+tensor-core kernel's rows "flash", version 1 said "fast"; `split_reports` reads all three
+(an older report is a forward one). `bundled_report()` reads the
 H200 recording shipped inside the package (the desktop panel opens on it).
 Also the plain-text tables `flash-explorer bench` prints.
 """
@@ -15,9 +17,23 @@ from importlib import resources
 
 BENCH_FORMAT = "flash-explorer-gpu-bench"
 FIGURES_FORMAT = "flash-explorer-gpu-figures"
-VERSION = 2
+VERSION = 3
+PASSES = ("forward", "backward", "training")
 BUNDLED_DEFAULT = "tiled_vs_dense_h200"  # compute/gpu/reports/<name>.json
 MIB = 2**20
+
+
+def tiled_order(cfg) -> str:
+    """The loop order the teaching kernel runs in cfg's pass: the forward's `order`, the
+    backward always K/V outer, a training step the forward's order and then K/V outer."""
+    if cfg.pass_name == "forward":
+        return cfg.order
+    return "kv-outer" if cfg.pass_name == "backward" else f"{cfg.order}+kv-outer"
+
+
+def pass_of(report: dict) -> str:
+    """The pass a report measured ("forward" for reports older than version 3)."""
+    return report["config"].get("pass_name", "forward")
 
 
 def _fmt(value, spec: str) -> str:
@@ -118,7 +134,8 @@ def format_report(report: dict) -> str:
             [str(bq), *(_fmt(ms, ".3f") for ms in line)]
             for bq, line in zip(sweep["block_q"], sweep["ms"], strict=True)
         ]
-        out += ["", f"sweep ({sweep['order']}), ms:", _table(header, rows)]
+        what = f"{sweep.get('pass', 'forward')}, {sweep['order']}"
+        out += ["", f"sweep of the tiled kernel ({what}), ms:", _table(header, rows)]
         if sweep["best"]:
             b = sweep["best"]
             out.append(f"best: {b['block_q']}x{b['block_k']} at {b['ms']:.3f} ms")
@@ -140,8 +157,9 @@ def report_label(report: dict) -> str:
     if report.get("sweep"):
         held = (held + ", " if held else "") + "block sweep"
     mask = " causal" if c["causal"] else ""
-    backward = " backward" if c.get("pass_name") == "backward" else ""
-    return f"{c['dtype']} N={c['n']}{mask}{backward}: {held or 'empty'}"
+    pass_name = pass_of(report)
+    shown = "" if pass_name == "forward" else f" {pass_name}"
+    return f"{c['dtype']} N={c['n']} d={c['d']}{mask}{shown}: {held or 'empty'}"
 
 
 def split_reports(data: object) -> list[dict]:
@@ -163,18 +181,26 @@ def split_reports(data: object) -> list[dict]:
 
 
 def _upgrade(report: dict) -> dict:
-    """A version-1 report in version 2's names: the tensor-core kernel "fast" is "flash"."""
-    if report.get("version", 1) >= VERSION:
+    """An older report in version 3's names: version 1's tensor-core kernel "fast" is
+    "flash"; before version 3 a report without `pass_name` measured the forward, and its
+    rows and sweep get their `pass`."""
+    version = report.get("version", 1)
+    if version >= VERSION:
         return report
 
     def renamed(name: str) -> str:
-        return "flash" + name[4:] if name.startswith("fast") else name
+        return "flash" + name[4:] if version < 2 and name.startswith("fast") else name
 
-    results = [{**r, "kernel": renamed(r["kernel"])} for r in report["results"]]
-    config = dict(report["config"])
+    config = {"pass_name": "forward", **report["config"]}
     if "kernels" in config:
         config["kernels"] = [renamed(k) for k in config["kernels"]]
-    return {**report, "version": VERSION, "config": config, "results": results}
+    pass_name = config["pass_name"]
+    results = [{"pass": pass_name, **r, "kernel": renamed(r["kernel"])} for r in report["results"]]
+    sweep = report.get("sweep")
+    if sweep:
+        sweep = {"pass": pass_name, **sweep}
+    upgraded = {**report, "version": VERSION, "config": config, "results": results}
+    return {**upgraded, "sweep": sweep} if "sweep" in report else upgraded
 
 
 def bundled_report(name: str | None = None) -> dict:
@@ -184,12 +210,13 @@ def bundled_report(name: str | None = None) -> dict:
 
 
 def sweep_for(report: dict, reports: list[dict]) -> dict | None:
-    """The report's own block sweep, else one recorded for the same dtype and d."""
+    """The report's own block sweep, else one recorded for the same dtype, d and pass."""
     if report.get("sweep"):
         return report["sweep"]
     c = report["config"]
+    key = (c["dtype"], c["d"], pass_of(report))
     for other in reports:
         oc = other["config"]
-        if other.get("sweep") and (oc["dtype"], oc["d"]) == (c["dtype"], c["d"]):
+        if other.get("sweep") and (oc["dtype"], oc["d"], pass_of(other)) == key:
             return other["sweep"]
     return None

@@ -4,12 +4,15 @@ Run on the GPU machine after changing `kernels/flash_fwd_*.cu` or `flash.py`'s d
 re-measure the README's "Tensor-core kernel" table (needs torch beside CuPy):
 
     python -m compute.gpu.tools.flash_vs_sdpa [--quick] [--json FILE] [--tune SPEC ...]
+        [--pass forward backward training]
 
 Setup as the FlashAttention papers: batch*N = 16384 tokens, heads*d = 2048; every case is
 one `compute.gpu.bench.run_bench` call (same inputs, timer, float64 reference and dense path
 as the CLI and the panel), with paths `flash` (its default variant per d, plus each --tune
 spec), `sdpa-flash`, `sdpa-cudnn`, and `dense` in float16 up to --dense-max-n. Writes one
 figures-format JSON holding every report and prints one line per case, then a summary.
+With --pass backward (or training) the same paths time their backward alone (from what
+their forward saved) or forward + backward together; TFLOP/s then count 2.5 (3.5) forwards.
 """
 
 from __future__ import annotations
@@ -31,8 +34,18 @@ ERR_BAR = {"float16": 2e-3, "bfloat16": 1e-2}  # rel err vs float64 (FA2 / cuDNN
 PEERS = ("sdpa-flash", "sdpa-cudnn")
 
 
-def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, tune):
-    """One BenchConfig per (dtype, d, N, causal), batch*heads = (16384 / N) * (2048 / d)."""
+def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, tune,
+          passes=("forward",)):  # fmt: skip
+    """One BenchConfig per (pass, dtype, d, N, causal), batch*heads = (16384 / N) * (2048 / d)."""
+    for pass_name in passes:
+        for cfg in _forward_cases(ns, ds, dtypes, causals, dense_max_n, warmup, repeats, tune):
+            if pass_name == "forward":
+                yield cfg
+            else:  # the flash variants are forward kernels
+                yield replace(cfg, pass_name=pass_name, flash_specs=())
+
+
+def _forward_cases(ns, ds, dtypes, causals, dense_max_n, warmup, repeats, tune):
     for dtype in dtypes:
         for d in ds:
             for n in ns:
@@ -50,40 +63,47 @@ def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, 
 def _line(report: dict) -> str:
     c = report["config"]
     by = {r["kernel"]: r for r in report["results"]}
-    head = f"{c['dtype']:8s} d={c['d']:3d} N={c['n']:5d} {'causal' if c['causal'] else 'full  '}"
+    head = f"{c.get('pass_name', 'forward'):8s} {c['dtype']:8s} d={c['d']:3d} N={c['n']:5d} "
+    head += "causal" if c["causal"] else "full  "
     parts = []
     for name, r in by.items():
         if "error" in r:
             parts.append(f"{name}=fail [{r['error'][:100]}]")
         else:
             parts.append(f"{name}={r['tflops']:6.1f} ({r['rel_err']:.1e})")
-    flash, fa2 = by.get("flash", {}), by.get("sdpa-flash", {})
-    if "tflops" in flash and "tflops" in fa2:
-        parts.append(f"x{flash['tflops'] / fa2['tflops']:.2f} FA2")
+    flash = by.get("flash", {})
+    for peer, short in (("sdpa-flash", "FA2"), ("sdpa-cudnn", "cuDNN")):
+        if "tflops" in flash and "tflops" in by.get(peer, {}):
+            parts.append(f"x{flash['tflops'] / by[peer]['tflops']:.2f} {short}")
     return head + "  " + "  ".join(parts)
 
 
 def summary(reports: list[dict]) -> list[str]:
-    """The bar (fp16, N >= 4096: flash >= 1.0x SDPA FA2) per case, and the worst error per path."""
+    """The bar (N >= 4096: flash >= 1.0x SDPA FA2; the forward's in fp16, the backward's and
+    training's in fp16 and bf16) per case, and the worst error per path and pass."""
     lines, worst = [], {}
     for rep in reports:
         c = rep["config"]
+        pass_name = c.get("pass_name", "forward")
         by = {r["kernel"]: r for r in rep["results"]}
         for name, r in by.items():
-            if "rel_err" in r:
-                key = (name, c["dtype"])
+            if r.get("rel_err") is not None:
+                key = (pass_name, name, c["dtype"])
                 worst[key] = max(worst.get(key, 0.0), r["rel_err"])
         flash, fa2 = by.get("flash", {}), by.get("sdpa-flash", {})
-        if c["dtype"] == "float16" and c["n"] >= 4096 and "tflops" in flash and "tflops" in fa2:
+        barred = c["dtype"] == "float16" or pass_name != "forward"
+        if barred and c["n"] >= 4096 and "tflops" in flash and "tflops" in fa2:
             ratio = flash["tflops"] / fa2["tflops"]
             lines.append(
-                f"  {'MET ' if ratio >= 1.0 else 'MISS'} d={c['d']} N={c['n']} causal={c['causal']}: "
-                f"flash {flash['tflops']:.1f} vs FA2 {fa2['tflops']:.1f} TFLOP/s (x{ratio:.3f})"
+                f"  {'MET ' if ratio >= 1.0 else 'MISS'} {pass_name} {c['dtype']} d={c['d']} "
+                f"N={c['n']} causal={c['causal']}: flash {flash['tflops']:.1f} vs FA2 "
+                f"{fa2['tflops']:.1f} TFLOP/s (x{ratio:.3f})"
             )
-    for (name, dtype), err in sorted(worst.items()):
+    for (pass_name, name, dtype), err in sorted(worst.items()):
         bar = ERR_BAR.get(dtype, 1e-4)
         lines.append(
-            f"  worst rel err {name:24s} {dtype:8s} {err:.2e} {'ok' if err <= bar else 'OVER BAR'}"
+            f"  worst rel err {pass_name:8s} {name:24s} {dtype:8s} {err:.2e} "
+            f"{'ok' if err <= bar else 'OVER BAR'}"
         )
     return lines
 
@@ -100,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--dense-max-n", type=int, default=8192)
+    ap.add_argument(
+        "--pass", dest="passes", nargs="*", choices=("forward", "backward", "training"),
+        default=["forward"], help="passes to time (default: the forward)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     ns = args.n or ([1024, 4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384])
     causals = [False, True] if args.causal is None else [args.causal == "1"]
@@ -107,13 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         "format": FIGURES_FORMAT,
         "version": VERSION,
         "command": "python -m compute.gpu.tools.flash_vs_sdpa " + " ".join(sys.argv[1:]),
-        "flops_formula": "4*B*H*N^2*d (x0.5 causal)",
+        "flops_formula": "4*B*H*N^2*d (x0.5 causal; x2.5 backward, x3.5 training)",
         "reports": [],
     }
     t0 = time.time()
     try:
         for cfg in cases(ns, args.d or [64, 128], args.dtype or list(FLASH_DTYPES), causals,
-                         args.dense_max_n, args.warmup, args.reps, args.tune):  # fmt: skip
+                         args.dense_max_n, args.warmup, args.reps, args.tune,
+                         args.passes):  # fmt: skip
             report = run_bench(cfg)
             data["reports"].append(report)
             print(_line(report), flush=True)
@@ -123,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except GpuUnavailable as exc:
         print(f"flash_vs_sdpa: {exc}", file=sys.stderr)
         return 1
-    print("\nsummary (fp16 bar: flash >= 1.0x SDPA FA2 for N >= 4096; errors vs float64)")
+    print("\nsummary (bar: flash >= 1.0x SDPA FA2 for N >= 4096; errors vs float64)")
     print("\n".join(summary(data["reports"])))
     return 0
 

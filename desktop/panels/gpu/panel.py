@@ -1,6 +1,8 @@
-"""The GPU side panel: measured tiled kernel against dense, counted transfers, block sweep.
+"""The GPU side panel: the tiled kernel, dense and the tensor-core kernel measured in the
+forward, the backward or a training step; counted transfers; the block sweep.
 
-Shows one GPU bench report: recorded here through a worker thread when this machine
+A pass selector picks forward, backward or training: the report list shows that pass's
+reports, and "Run on this GPU" measures that pass. Shows one GPU bench report: recorded here through a worker thread when this machine
 has a usable CUDA device, or opened from a JSON file recorded on one that does (so a
 desktop with no NVIDIA GPU still sees real figures). For the sliders' block sizes it
 marks the current choice on the block_q x block_k sweep heatmap and, when asked to,
@@ -36,8 +38,10 @@ from compute.gpu import DeviceStatus, status
 from compute.gpu.bench import BenchConfig, run_bench
 from compute.gpu.report import (
     HEADER,
+    PASSES,
     ReportError,
     bundled_report,
+    pass_of,
     report_label,
     result_rows,
     split_reports,
@@ -67,6 +71,7 @@ class GpuPanel(QWidget):
         self._runner = runner
         self._thread: BenchThread | None = None
         self.reports: list[dict] = []
+        self._shown: list[int] = []  # indices into reports of the selector's entries
         self.blocks = (64, 64)
         self.order = "q-outer"
         self._debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
@@ -88,6 +93,13 @@ class GpuPanel(QWidget):
         )
         self.selector.setMinimumContentsLength(16)
         self.selector.currentIndexChanged.connect(self._show_selected)
+        self.pass_combo = QComboBox()
+        self.pass_combo.addItems(PASSES)
+        self.pass_combo.setToolTip(
+            "forward; backward alone (from what each path's forward saved); "
+            "training = forward + backward"
+        )
+        self.pass_combo.currentTextChanged.connect(self._fill_selector)
         self.n_spin = QSpinBox(minimum=16, maximum=16384, value=4096, singleStep=1024)
         self.bh_spin = QSpinBox(minimum=1, maximum=256, value=32)
         self.dtype_combo = QComboBox()
@@ -106,6 +118,7 @@ class GpuPanel(QWidget):
 
         files = QHBoxLayout()
         files.addWidget(self.open_button)
+        files.addWidget(self.pass_combo)
         files.addWidget(self.selector, 1)
         shape = QHBoxLayout()  # two rows, so the panel fits a side dock's width
         for text, w in (("N", self.n_spin), ("batch·heads", self.bh_spin), ("", self.dtype_combo)):
@@ -194,26 +207,55 @@ class GpuPanel(QWidget):
         return True
 
     def set_reports(self, reports: list[dict]) -> None:
+        """Show these reports; the pass stays where it is if they hold it, else forward
+        (or the first report's pass)."""
         self.reports = reports
+        passes = [pass_of(r) for r in reports]
+        chosen = self.pass_combo.currentText()
+        if passes and chosen not in passes:
+            chosen = "forward" if "forward" in passes else passes[0]
+        self.pass_combo.blockSignals(True)  # programmatic change: fill once, below
+        self.pass_combo.setCurrentText(chosen)
+        self.pass_combo.blockSignals(False)
+        self._fill_selector()
+
+    def _fill_selector(self, _pass: str = "") -> None:
+        """List the chosen pass's reports; open on the most complete one."""
+        chosen = self.pass_combo.currentText()
+        self._shown = [i for i, r in enumerate(self.reports) if pass_of(r) == chosen]
         self.selector.blockSignals(True)  # programmatic change: show once, below
         self.selector.clear()
-        self.selector.addItems([report_label(r) for r in reports])
+        self.selector.addItems([report_label(self.reports[i]) for i in self._shown])
+        self.show_message("")
+        if not self._shown:
+            self.selector.blockSignals(False)
+            self._clear_results()
+            self.show_message(
+                f"No {chosen} report here: run one on a GPU, or open a recording that holds one."
+            )
+            return
 
-        # Open on the most complete report (most kernels measured, then the panel's N).
+        # Open on the most complete report (most paths measured, then the panel's N).
         def completeness(i: int) -> tuple[int, bool]:
-            r = reports[i]
+            r = self.reports[self._shown[i]]
             ok = sum("error" not in x for x in r["results"])
             return ok, r["config"].get("n") == self.n_spin.value()
 
-        first = max(range(len(reports)), key=completeness)
+        first = max(range(len(self._shown)), key=completeness)
         self.selector.setCurrentIndex(first)
         self.selector.blockSignals(False)
-        self.show_message("")
         self._show_selected(first)
+
+    def _clear_results(self) -> None:
+        self.recorded_label.setText("")
+        for table in (self.table, self.counts):
+            table.setRowCount(0)
+        self.counts.setVisible(False)
+        self.sweep_view.show_sweep(None, 0, self.blocks)
 
     def current_report(self) -> dict | None:
         i = self.selector.currentIndex()
-        return self.reports[i] if 0 <= i < len(self.reports) else None
+        return self.reports[self._shown[i]] if 0 <= i < len(self._shown) else None
 
     def _show_selected(self, _index: int = 0) -> None:
         report = self.current_report()
@@ -223,7 +265,8 @@ class GpuPanel(QWidget):
         self.recorded_label.setText(
             f"Recorded on {dev.get('name') or 'an unknown device'} at "
             f"{report.get('created_utc', '?')}: N_q={c['n']}, N_k={c['n_keys']}, d={c['d']}, "
-            f"{c['dtype']}, batch·heads={c['batch_heads']}, median of {c['repeats']} runs."
+            f"{c['dtype']}, batch·heads={c['batch_heads']}, {pass_of(report)} pass, "
+            f"median of {c['repeats']} runs."
         )
         self._fill_results(report)
         self._fill_counts(report)
@@ -275,6 +318,7 @@ class GpuPanel(QWidget):
             n=self.n_spin.value(), block_q=bq, block_k=bk, order=self.order,
             dtype=self.dtype_combo.currentText(), batch_heads=self.bh_spin.value(),
             kernels=("tiled", "dense", "flash"), sweep_blocks=self.sweep_check.isChecked(),
+            pass_name=self.pass_combo.currentText(),
         )  # fmt: skip
 
     def run_current(self) -> bool:

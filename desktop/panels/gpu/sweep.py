@@ -93,7 +93,8 @@ class SweepView(QWidget):
             return
         bq, bk = blocks
         best = sweep.get("best") or {}
-        note = f"Tiled kernel, ms per run at N={self._n} ({sweep['order']}); ☆ fastest"
+        what = sweep.get("pass", "forward")
+        note = f"Tiled kernel ({what}), ms per run at N={self._n} ({sweep['order']}); ☆ fastest"
         if best:
             note += f": {best['block_q']}×{best['block_k']} at {best['ms']:.3f} ms"
         if bq in sweep["block_q"] and bk in sweep["block_k"]:

@@ -45,7 +45,7 @@ def _cells(table, row):
 def _pick(panel, dtype, n, contains):
     for i in range(panel.selector.count()):
         text = panel.selector.itemText(i)
-        if text.startswith(f"{dtype} N={n}:") and contains in text:
+        if text.startswith(f"{dtype} N={n} d=64:") and contains in text:
             panel.selector.setCurrentIndex(i)
             return
     raise AssertionError(f"no report {dtype} N={n} with {contains}")
@@ -64,7 +64,9 @@ def test_bundled_report_is_a_real_h200_recording():
 def test_shows_tiled_against_dense_with_counts(panel_factory):
     panel = panel_factory()
     panel.set_reports(_bundled_reports())
-    assert panel.selector.count() == len(bundled_report()["reports"])
+    forward = [r for r in bundled_report()["reports"] if r["config"]["pass_name"] == "forward"]
+    assert panel.pass_combo.currentText() == "forward"
+    assert panel.selector.count() == len(forward)  # the other passes: behind the pass selector
     _pick(panel, "float16", 4096, "tiled q-outer, dense")
     assert "NVIDIA H200" in panel.recorded_label.text()
     tiled, dense = _cells(panel.table, 0), _cells(panel.table, 1)
@@ -195,8 +197,10 @@ def test_single_cli_report_with_its_own_sweep(panel_factory):
 
 def test_version_2_report_names_the_flash_kernel(panel_factory):
     panel = panel_factory()
-    assert panel.load_report(BENCHMARKS / "bench_cli_float16_n2048_h200.json")
-    assert panel.current_report()["version"] == 2
+    path = BENCHMARKS / "bench_cli_float16_n2048_h200.json"
+    assert json.loads(path.read_text())["version"] == 2
+    assert panel.load_report(path)
+    assert panel.current_report()["config"]["pass_name"] == "forward"  # read as version 3
     kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
     assert kernels == ["tiled", "dense", "flash"]
 
@@ -258,3 +262,38 @@ def test_gpu_tab_sits_beside_the_statistics_with_table_and_heatmap_together(wind
     assert panel.table.isVisibleTo(panel) and top + 150 < 900  # the heatmap shows too
     label = panel.sweep_view.plot.getPlotItem().getAxis("left").labelText
     assert label == "B_r"  # short: a rotated long label is cut on a short plot
+
+
+def test_pass_selector_shows_backward_reports_and_runs_that_pass(panel_factory, qtbot):
+    seen = []
+    recorded = split_reports(
+        json.loads((BENCHMARKS / "gpu_bench_cli_backward_h200.json").read_text())
+    )
+
+    def runner(config, *, progress, should_stop):
+        seen.append(config)
+        return recorded[0]
+
+    panel = panel_factory(device=GPU, runner=runner)
+    panel.set_reports(_bundled_reports() + recorded)
+    assert panel.pass_combo.currentText() == "forward"  # opens on the forward
+    panel.pass_combo.setCurrentText("backward")
+    labels = [panel.selector.itemText(i) for i in range(panel.selector.count())]
+    assert labels and all("backward" in label for label in labels)
+    assert panel.current_report()["config"]["pass_name"] == "backward"
+    assert "backward pass" in panel.recorded_label.text()
+    counts = [_cells(panel.counts, r) for r in range(panel.counts.rowCount())]
+    assert any(row[0] == "dQ" for row in counts) and all(row[-1] == "yes" for row in counts)
+    with qtbot.waitSignal(panel.sigReportShown, timeout=5000):
+        assert panel.run_current()
+    qtbot.waitUntil(lambda: panel._thread is None, timeout=5000)
+    assert seen[0].pass_name == "backward"
+
+
+def test_a_pass_with_no_report_says_so(panel_factory):
+    panel = panel_factory()
+    panel.set_reports([r for r in _bundled_reports() if r["config"]["pass_name"] == "forward"])
+    panel.pass_combo.setCurrentText("training")
+    assert panel.selector.count() == 0 and panel.table.rowCount() == 0
+    assert panel.message.text().startswith("No training report here")
+    assert panel.current_report() is None
