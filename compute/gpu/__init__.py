@@ -3,7 +3,8 @@ paths, and their benchmark.
 
 Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
 `status()` says whether a device is usable (or why not). `flash_attention` is the
-tensor-core kernel of `compute.gpu.flash`, loaded on first access.
+tensor-core kernel of `compute.gpu.flash` and `flash_attention_backward` its backward
+(`compute.gpu.flash_backward`), loaded on first access.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ _LAZY = {
     "GpuUnavailable": ".bench",
     "BenchCancelled": ".bench",
     "flash_attention": ".flash",
+    "flash_attention_backward": ".flash_backward",
 }
 
 __all__ = ["DeviceStatus", "status", *_LAZY]
