@@ -3,9 +3,9 @@ paths, and their benchmark.
 
 Importable with no CuPy, no GPU and no Qt: CuPy is imported only when a kernel runs.
 `status()` says whether a device is usable (or why not). `flash_attention` is the
-tensor-core kernel of `compute.gpu.flash`, loaded on first access; `torch_attention` the
-same kernel (with `flash_attention_backward`) as a PyTorch autograd op, which imports torch
-only when called.
+tensor-core kernel of `compute.gpu.flash` and `flash_attention_backward` its backward
+(`compute.gpu.flash_backward`), loaded on first access; `torch_attention` the two as a
+PyTorch autograd op (`compute.gpu.torch_op`), which imports torch only when called.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _LAZY = {
     "GpuUnavailable": ".bench",
     "BenchCancelled": ".bench",
     "flash_attention": ".flash",
+    "flash_attention_backward": ".flash_backward",
 }
 
 __all__ = ["DeviceStatus", "status", *_LAZY]

@@ -4,6 +4,7 @@
 shaped (batch*heads, N, d), handed to torch through DLPack without a copy (bfloat16 as
 its uint16 bits, viewed as torch.bfloat16) and the output handed back the same way. torch
 is imported on first use only: the GPU machine has it, a desktop install need not.
+``sdpa_backward(backend)`` is the same for the backward pass (torch autograd through SDPA).
 """
 
 from __future__ import annotations
@@ -49,6 +50,42 @@ def sdpa(name: str) -> Callable[..., Any]:
             out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
         return _to_cupy(torch, out[0].contiguous())
 
+    return fn
+
+
+def sdpa_backward(name: str) -> Callable[..., Any]:
+    """The SDPA backend `name`'s backward as fn(q, k, v, do, causal) -> (dq, dk, dv) on
+    (BH, N, d) arrays. ``fn.prepare(q, k, v, do, causal)`` runs the forward once and returns
+    a zero-argument callable that runs only the backward (``torch.autograd.grad`` with
+    retain_graph, the graph built once) and returns torch's gradients: what a timer wraps."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, PEERS[name])
+
+    def prepare(q: Any, k: Any, v: Any, do: Any, causal: bool = False) -> Callable[[], Any]:
+        if causal and q.shape[1] != k.shape[1]:
+            raise ValueError(
+                "SDPA aligns its causal mask top-left, this project bottom-right: "
+                "peers are compared at N_q = N_k only."
+            )
+        tq, tk, tv = (_to_torch(torch, x)[None].detach().requires_grad_() for x in (q, k, v))
+        tdo = _to_torch(torch, do)[None]
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+
+        def run() -> Any:
+            with sdpa_kernel([backend]):
+                return torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+
+        return run
+
+    def fn(q: Any, k: Any, v: Any, do: Any, causal: bool = False) -> tuple[Any, Any, Any]:
+        grads = prepare(q, k, v, do, causal)()
+        return tuple(_to_cupy(torch, g[0].contiguous()) for g in grads)
+
+    fn.prepare = prepare  # type: ignore[attr-defined]
     return fn
 
 

@@ -9,6 +9,9 @@
 #   bash compute/gpu/tools/devrun.sh ws       # the TMA + warp-specialised kernel: a smoke test
 #       first (stops there if it fails or hangs), then the flash tests with WS_VARIANTS, memcheck,
 #       and flash vs SDPA at WS_N with every WS_VARIANTS spec timed beside the default
+#   bash compute/gpu/tools/devrun.sh bwd      # the tensor-core backward: its tests (stops there
+#       if they fail), memcheck on sanitize_cases' backward launches, racecheck on two shapes,
+#       then flash_bwd_vs_sdpa at BWD_N (default 4096 16384) into $OUT/flash_bwd_vs_sdpa_h200.json
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -93,6 +96,25 @@ if [ "$what" = ws ]; then
             --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} \
             --tune $variants ${WS_EXTRA_TUNE:-} --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
         grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = bwd ]; then
+    cases="import numpy as np; from compute.gpu.tools import sanitize_cases as s"
+    step pytest_bwd 240 python3 -m pytest tests/compute/gpu/test_flash_backward.py \
+        tests/compute/gpu/test_cuda_sources_compile.py -q -p no:cacheprovider -n 8
+    if [ $rc -eq 0 ]; then
+        step memcheck_bwd 150 compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c \
+            "$cases; import cupy; cupy.cuda.set_allocator(None); s.backward_cases(np.random.default_rng(0))"
+        grep -E "ERROR SUMMARY" "$OUT/memcheck_bwd.log"
+        step racecheck_bwd 150 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -c \
+            "$cases; s.backward_cases(np.random.default_rng(0), s.CASES[:2])"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/racecheck_bwd.log"
+    fi
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_bwd_vs_sdpa "${BWD_TIMEOUT:-240}" python3 -m compute.gpu.tools.flash_bwd_vs_sdpa \
+            --n ${BWD_N:-4096 16384} --json "$OUT/flash_bwd_vs_sdpa_h200.json"
+        grep -E "^(float16|bfloat16)|MET|MISS" "$OUT/flash_bwd_vs_sdpa.log"
     fi
 fi
 exit $rc

@@ -10,6 +10,7 @@ switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
 than N. Prints one line per launch; the outputs are checked against float64 elsewhere.
+Then the tensor-core backward (flash_backward.py) on the same shapes (sm_90 only).
 """
 
 from __future__ import annotations
@@ -57,7 +58,34 @@ def main() -> int:
                 )
                 cupy.cuda.Device().synchronize()
                 print(f"tiled {order} {bq}x{bk} h={h} {n_q}x{n_k}")
+    backward_cases(rng)
     return 0
+
+
+def backward_cases(rng, cases=CASES) -> None:
+    """flash_attention_backward (sm_90 only) on the odd shapes, both dtypes, d, masks
+    (devrun.sh bwd runs it alone under memcheck, and under racecheck on the first two)."""
+    import cupy
+
+    from ..dtypes import device_array
+    from ..flash import _is_hopper, flash_attention
+    from ..flash_backward import flash_attention_backward
+
+    if not _is_hopper():
+        print("flash backward: skipped (needs sm_90)")
+        return
+    for h, n_q, n_k in cases:
+        for d in (64, 128):
+            for dtype in ("float16", "bfloat16"):
+                q, k, v, do = (
+                    cupy.asarray(device_array(rng.standard_normal((1, h, n, d), np.float32), dtype))
+                    for n in (n_q, n_k, n_k, n_q)
+                )
+                for causal in (False, True):
+                    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+                    flash_attention_backward(q, k, v, o, do, lse, causal=causal)
+                    cupy.cuda.Device().synchronize()
+                    print(f"flash backward {dtype} d={d} h={h} {n_q}x{n_k} causal={causal}")
 
 
 if __name__ == "__main__":

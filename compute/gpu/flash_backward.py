@@ -1,0 +1,134 @@
+"""Tensor-core FlashAttention backward for CuPy arrays (Hopper wgmma, `kernels/flash_bwd_wgmma.cu`).
+
+``flash_attention_backward(q, k, v, o, do, lse, causal=..., scale=...) -> (dq, dk, dv)`` takes
+what ``flash.flash_attention(q, k, v, ..., return_lse=True)`` took and returned (``o``, ``lse``)
+plus the output gradient ``do``: CuPy arrays shaped (batch, heads, N, d) in float16, or bfloat16
+as ``uint16`` bits, d in {64, 128}, any N, N_q != N_k (causal masking bottom-right aligned),
+and ``lse`` float32 (batch, heads, N_q). Accumulation is float32; the gradients come back in
+the input dtype. Query rows that see no key (LSE = -inf) get dQ = 0 and add nothing to dK, dV.
+
+Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
+padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head,
+dK and dV in registers, query blocks streamed past, dQ added into a float32 accumulator with
+atomics) and a conversion of dQ to the input dtype, times the scale. BACKWARD_NOTES.md
+("Tensor-core backward") records the design and its measurements.
+
+Hopper (sm_90) only: on another GPU the call raises ValueError saying so (the portable
+backward is ``compute.gpu.tiled_attention_backward_gpu``). Imports without CuPy.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from .flash import _LOG2E, _check, _cupy, _dtype_code, _is_hopper
+from .sources import KERNEL_DIR, kernel_source
+
+BLOCK_KEYS = 128  # keys per CTA (flash_bwd_wgmma.cu's FB_BN)
+BLOCK_QUERIES = 64  # rows per streamed query block (FB_BM)
+THREADS = 256  # two warpgroups
+
+
+def smem_bytes(d: int) -> int:
+    """Shared memory of one main-kernel CTA: K, V, two stages of Q and dO, dS^T, L and D."""
+    return (
+        (2 * BLOCK_KEYS * d + 4 * BLOCK_QUERIES * d + BLOCK_KEYS * BLOCK_QUERIES) * 2 + 1024 + 1024
+    )
+
+
+@functools.cache
+def _functions(dt: int, d: int) -> tuple[Any, Any, Any]:
+    cp = _cupy()
+    names = [f"flash_bwd_pre<{dt},{d}>", f"flash_bwd_main<{dt},{d}>", f"flash_bwd_post<{dt},{d}>"]
+    mod = cp.RawModule(
+        code=kernel_source(KERNEL_DIR / "flash_bwd_wgmma.cu"),
+        options=("-std=c++17", "-I" + str(KERNEL_DIR), "-arch=sm_90a", "-DFA_FORCE_WGMMA"),
+        name_expressions=names,
+    )
+    pre, main, post = (mod.get_function(n) for n in names)
+    main.max_dynamic_shared_size_bytes = smem_bytes(d)
+    return pre, main, post
+
+
+def _check_backward(q, k, v, o, do, lse) -> None:
+    """flash.py's checks on q, k, v, then o, do and lse against them; one sentence each."""
+    _check(q, k, v)
+    for name, x in (("o", o), ("do", do)):
+        if x.shape != q.shape:
+            raise ValueError(f"{name} must have q's shape {q.shape}, not {x.shape}")
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, not {x.dtype}")
+    if lse.shape != q.shape[:3]:
+        raise ValueError(f"lse must be shaped (batch, heads, N_q) = {q.shape[:3]}, not {lse.shape}")
+    if lse.dtype != _cupy().float32:
+        raise TypeError(f"lse must be float32 (flash_attention's return_lse), not {lse.dtype}")
+
+
+def flash_attention_backward(q, k, v, o, do, lse, *, causal: bool = False, scale=None):
+    """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask]) V given dO; see the module docstring."""
+    cp = _cupy()
+    _check_backward(q, k, v, o, do, lse)
+    dt = _dtype_code(q)
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if not scale > 0:
+        raise ValueError("scale must be positive")
+    if not _is_hopper():
+        raise ValueError(
+            "flash_attention_backward needs an sm_90 (Hopper) GPU; "
+            "use tiled_attention_backward_gpu elsewhere"
+        )
+    q, k, v, o, do = (cp.ascontiguousarray(x) for x in (q, k, v, o, do))
+    lse = cp.ascontiguousarray(lse)
+    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    bh = b * h
+    if bh == 0 or (n_q == 0 and n_k == 0):
+        return dq, dk, dv
+    if n_q == 0:  # no query: nothing flows back to the keys
+        dk.fill(0)
+        dv.fill(0)
+        return dq, dk, dv
+    pre, main, post = _functions(dt, d)
+    n_pad = -(-n_q // BLOCK_QUERIES) * BLOCK_QUERIES
+    l2 = cp.empty((bh, n_pad), dtype=cp.float32)
+    dsum = cp.empty((bh, n_pad), dtype=cp.float32)
+    dq_acc = cp.zeros((bh, n_pad, d), dtype=cp.float32)
+    rows = bh * n_pad
+    pre(
+        (-(-rows // 8),),
+        (256,),
+        (o, do, lse, l2, dsum, cp.int32(n_q), cp.int32(n_pad), cp.int32(rows)),
+    )
+    if n_k:
+        main(
+            (-(-n_k // BLOCK_KEYS), bh, 1),
+            (THREADS, 1, 1),
+            (
+                q,
+                k,
+                v,
+                do,
+                l2,
+                dsum,
+                dq_acc,
+                dk,
+                dv,
+                cp.int32(n_q),
+                cp.int32(n_k),
+                cp.int32(n_pad),
+                cp.float32(scale),
+                cp.float32(scale * _LOG2E),
+                cp.int32(1 if causal else 0),
+            ),  # fmt: skip
+            shared_mem=smem_bytes(d),
+        )
+    pairs = bh * n_q * d // 2
+    post(
+        (-(-pairs // 256),),
+        (256,),
+        (dq_acc, dq, cp.int32(n_q), cp.int32(n_pad), cp.int64(pairs), cp.float32(scale)),
+    )
+    return dq, dk, dv

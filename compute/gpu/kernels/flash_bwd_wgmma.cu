@@ -1,0 +1,346 @@
+// FlashAttention backward on Hopper tensor cores with wgmma (sm_90a only).
+//
+// Contract (compute/gpu/flash_backward.py launches the three kernels in order):
+//   Q, dQ (B, H, Nq, D); K, V, dK, dV (B, H, Nk, D); O, dO like Q; contiguous, fp16 (DT = 0)
+//   or bf16 bits (DT = 1); LSE (B, H, Nq) fp32 natural log of the scaled scores, -inf for rows
+//   that see no key (flash_attention(..., return_lse=True)); bottom-right causal alignment
+//   (query r sees key c iff c <= r + Nk - Nq); rows that see no key get zero gradients.
+//
+//   1. flash_bwd_pre: D = rowsum(dO o O) and L2 = LSE * log2 e into per-head buffers padded to
+//      a whole number of 64-row query blocks (padding and -inf rows: L2 = +inf, D = 0, so the
+//      main kernel's P = exp2(S * scale log2 e - L2) is exactly 0 there with no bounds checks).
+//   2. flash_bwd_main: one CTA per (128-key block, batch*head), two warpgroups of 64 keys each
+//      keeping K_j, V_j in shared memory and dK_j, dV_j in registers, while 64-row query blocks
+//      of Q, dO, L2, D stream past through a two-stage cp.async ring. Per query block, each
+//      warpgroup:
+//        S^T  = K Q^T         wgmma.ss, A = K (K-major), B = Q (K-major)
+//        dP^T = V dO^T        wgmma.ss, A = V (K-major), B = dO (K-major)
+//        P^T  = exp2(S^T scale log2e - L2),  dS^T = P^T o (dP^T - D)
+//        dV  += P^T dO        wgmma.rs, A = P^T from registers, B = dO MN-major
+//        dK  += dS^T Q        wgmma.rs, A = dS^T from registers, B = Q MN-major
+//      and writes dS^T to shared memory (key-major rows of 64 queries, the 128B-swizzled
+//      layout), then, after a CTA barrier,
+//        dQ_i += dS K         wgmma.tt, A = dS (MN-major: dS^T's rows), B = K (MN-major)
+//      d = 128: warpgroup w takes d columns [64w, 64w + 64); d = 64: warpgroup (i & 1) takes
+//      query block i whole. Its fp32 accumulator goes to the global dQ accumulator with
+//      red.global.add.v2.f32 (FA2's atomics). Causal: query blocks wholly above the key block
+//      are skipped; only blocks crossing the diagonal, and key tails, are masked.
+//   3. flash_bwd_post: dQ = dQaccum * scale in the input dtype. dK is scaled in the epilogue.
+//
+// The shared-memory layouts and descriptors are the forward's (flash_fwd_wgmma.cu, common.cuh):
+// fa_issue_s<.., 128, 64> is S^T with the 128-row K tile as A, fa_issue_pv<.., 64> is the
+// P V form with a 64-row B tile.
+// compile-check-arch: sm_90a
+
+#include "common.cuh"
+
+#define FB_BN 128  // keys per CTA (two warpgroups of 64)
+#define FB_BM 64   // queries per streamed block
+#define FB_NT 256
+
+__device__ __forceinline__ float fb_pos_inf() { return __int_as_float(0x7f800000); }
+
+// The low / high 16-bit element of a pair as float (DT = 0 fp16, 1 bf16).
+template <int DT>
+__device__ __forceinline__ float fb_lo(u32 pair) {
+    if constexpr (DT == 1) return __uint_as_float(pair << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(static_cast<unsigned short>(pair & 0xffffu)));
+    return f;
+}
+template <int DT>
+__device__ __forceinline__ float fb_hi(u32 pair) {
+    if constexpr (DT == 1) return __uint_as_float(pair & 0xffff0000u);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(static_cast<unsigned short>(pair >> 16)));
+    return f;
+}
+
+// 1. D and L2 for every padded row: one warp per row (lanes over d), rows past Nq padded.
+template <int DT, int D>
+__global__ void flash_bwd_pre(const u16* __restrict__ O, const u16* __restrict__ dO,
+                              const float* __restrict__ LSE, float* __restrict__ L2,
+                              float* __restrict__ Dsum, int Nq, int Npad, int rows_total) {
+    const int warp_global = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp_global >= rows_total) return;
+    const long long bh = warp_global / Npad;
+    const int r = warp_global % Npad;
+    float acc = 0.f;
+    float l2 = fb_pos_inf();
+    if (r < Nq) {
+        const long long base = (bh * Nq + r) * D;
+#pragma unroll
+        for (int c = lane * 2; c < D; c += 64) {
+            const u32 po = *reinterpret_cast<const u32*>(O + base + c);
+            const u32 pd = *reinterpret_cast<const u32*>(dO + base + c);
+            acc = fmaf(fb_lo<DT>(po), fb_lo<DT>(pd), fmaf(fb_hi<DT>(po), fb_hi<DT>(pd), acc));
+        }
+        const float lse = LSE[bh * Nq + r];
+        if (lse != FA_NEG_INF) l2 = lse * 1.4426950408889634f;
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, s);
+    if (lane == 0) {
+        L2[bh * Npad + r] = l2;
+        Dsum[bh * Npad + r] = l2 == fb_pos_inf() ? 0.f : acc;
+    }
+}
+
+// 3. dQ = dQaccum * scale (fp32, rows padded to Npad) -> the input dtype, two elements a thread.
+template <int DT, int D>
+__global__ void flash_bwd_post(const float* __restrict__ dQacc, u16* __restrict__ dQ, int Nq,
+                               int Npad, long long pairs, float scale) {
+    const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= pairs) return;
+    const long long e = 2 * i;
+    const long long row = e / D;  // bh * Nq + r
+    const int c = static_cast<int>(e % D);
+    const long long bh = row / Nq;
+    const int r = static_cast<int>(row % Nq);
+    const float2 v = *reinterpret_cast<const float2*>(dQacc + (bh * Npad + r) * D + c);
+    *reinterpret_cast<u32*>(dQ + e) = fa_pack<DT>(v.x * scale, v.y * scale);
+}
+
+#if FA_HAVE_WGMMA
+__device__ __forceinline__ void fb_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void fb_red_v2(float* p, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+#endif
+
+// Rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout (the forward's
+// fa_load_panels: 64-column panels of 128-byte rows, chunk c of row r at c ^ (r & 7)).
+template <int D, int ROWS>
+__device__ __forceinline__ void fb_load_panels(u32 dst, const u16* __restrict__ src, int row0,
+                                               int nrows, int tid) {
+    constexpr int CPR = D / 8;
+    constexpr int TOTAL = ROWS * CPR;
+    static_assert(TOTAL % FB_NT == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+    for (int i = 0; i < TOTAL / FB_NT; ++i) {
+        const int idx = tid + i * FB_NT;
+        const int r = idx / CPR;
+        const int cg = idx % CPR;
+        const int grow = row0 + r;
+        const bool ok = grow < nrows;
+        const u16* g = src + (ok ? (static_cast<long long>(grow) * D + cg * 8) : 0);
+        const u32 off = (cg >> 3) * (ROWS * 128) + r * 128 + (((cg & 7) ^ (r & 7)) << 4);
+        fa_cp_async16(dst + off, g, ok ? 16 : 0);
+    }
+}
+
+// Store one warpgroup's 64 x D accumulator rows (keys) as 16-bit pairs, times `mul`.
+template <int DT, int D>
+__device__ __forceinline__ void fb_store_rows(const float* acc, u16* __restrict__ dst, int row_a,
+                                              int nrows, int t, float mul) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = row_a + 8 * h;
+        if (row < nrows) {
+            u16* p = dst + static_cast<long long>(row) * D;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; ++dn) {
+                *reinterpret_cast<u32*>(p + 8 * dn + 2 * t) =
+                    fa_pack<DT>(acc[4 * dn + 2 * h] * mul, acc[4 * dn + 2 * h + 1] * mul);
+            }
+        }
+    }
+}
+
+// 2. The main kernel (see the file comment). Shared memory, 1024-byte aligned:
+//    K, V (128 x D each) | Q, dO (2 stages x 64 x D each) | dS^T (128 x 64) | L2, D (2 x 64 each)
+template <int DT, int D>
+__global__ void __launch_bounds__(FB_NT, 1)
+    flash_bwd_main(const u16* __restrict__ Q, const u16* __restrict__ K,
+                   const u16* __restrict__ V, const u16* __restrict__ dO,
+                   const float* __restrict__ L2, const float* __restrict__ Dsum,
+                   float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV,
+                   int Nq, int Nk, int Npad, float scale, float scale_log2, int causal) {
+#if FA_HAVE_WGMMA
+    constexpr int NS = FB_BM / 2;  // S^T / dP^T accumulator registers (64 x 64 per warpgroup)
+    constexpr int NA = D / 2;      // dK / dV accumulator registers (64 x D per warpgroup)
+    constexpr u32 KV_BYTES = FB_BN * D * 2;
+    constexpr u32 QT_BYTES = FB_BM * D * 2;
+    constexpr u32 DS_BYTES = FB_BN * FB_BM * 2;
+    extern __shared__ __align__(128) unsigned char fb_smem[];
+    const u32 base = (fa_smem_addr(fb_smem) + 1023u) & ~1023u;
+    const u32 sK = base;
+    const u32 sV = sK + KV_BYTES;
+    const u32 sQ = sV + KV_BYTES;
+    const u32 sdO = sQ + 2 * QT_BYTES;
+    const u32 sdS = sdO + 2 * QT_BYTES;
+    const u32 sLD = sdS + DS_BYTES;  // stage s: L2 at sLD + 512 s, D at sLD + 512 s + 256
+    const float* fLD = reinterpret_cast<const float*>(fb_smem + (sLD - fa_smem_addr(fb_smem)));
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int warp = (tid >> 5) & 3;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int k0 = blockIdx.x * FB_BN;
+    const int kw0 = k0 + wg * 64;  // this warpgroup's first key
+    const long long bh = blockIdx.y;
+    const u16* Qb = Q + bh * Nq * D;
+    const u16* dOb = dO + bh * Nq * D;
+    const float* L2b = L2 + bh * Npad;
+    const float* Db = Dsum + bh * Npad;
+    float* dQb = dQacc + bh * Npad * D;
+    const int offset = Nk - Nq;
+    // Causal: query block i is needed iff its last row sees key k0: 64 i + 63 + offset >= k0.
+    int i0 = 0;
+    if (causal) {
+        const int x = k0 - offset - (FB_BM - 1);
+        i0 = x > 0 ? (x + FB_BM - 1) / FB_BM : 0;
+    }
+    const int nblk = Npad / FB_BM;
+    const int row_k = kw0 + warp * 16 + g;  // key row of accumulator elements with h = 0
+
+    float dv[NA], dk[NA];
+#pragma unroll
+    for (int i = 0; i < NA; ++i) dv[i] = dk[i] = 0.f;
+
+    auto load_stage = [&](int i, int stage) {
+        fb_load_panels<D, FB_BM>(sQ + stage * QT_BYTES, Qb, i * FB_BM, Nq, tid);
+        fb_load_panels<D, FB_BM>(sdO + stage * QT_BYTES, dOb, i * FB_BM, Nq, tid);
+        if (tid < 32) {  // 16 chunks of L2, 16 of D (padded buffers: always in bounds)
+            const float* src = (tid < 16 ? L2b : Db) + i * FB_BM + (tid & 15) * 4;
+            fa_cp_async16(sLD + stage * 512 + (tid >> 4) * 256 + (tid & 15) * 16, src, 16);
+        }
+    };
+
+    fb_load_panels<D, FB_BN>(sK, K + bh * Nk * D, k0, Nk, tid);
+    fb_load_panels<D, FB_BN>(sV, V + bh * Nk * D, k0, Nk, tid);
+    if (i0 < nblk) load_stage(i0, 0);
+    fa_cp_async_commit();
+
+    for (int i = i0; i < nblk; ++i) {
+        const int stage = (i - i0) & 1;
+        if (i + 1 < nblk) {
+            load_stage(i + 1, stage ^ 1);
+            fa_cp_async_commit();
+            fa_cp_async_wait<1>();
+        } else {
+            fa_cp_async_wait<0>();
+        }
+        fb_fence_proxy_async();
+        __syncthreads();
+        const u32 qbase = sQ + stage * QT_BYTES;
+        const u32 dobase = sdO + stage * QT_BYTES;
+        const int q0 = i * FB_BM;
+
+        float s[NS], dp[NS];
+        fa_issue_s<DT, D, FB_BN, FB_BM>(s, sK + wg * 64 * 128, qbase);
+        fa_issue_s<DT, D, FB_BN, FB_BM>(dp, sV + wg * 64 * 128, dobase);
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int e = 0; e < NS; ++e) {
+            fa_reg_fence(s[e]);
+            fa_reg_fence(dp[e]);
+        }
+        // Element e: key row row_k + 8 ((e >> 1) & 1), query column 8 (e >> 2) + 2 t + (e & 1).
+        const bool mask = (kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset);
+        const float* lrow = fLD + stage * 128;
+#pragma unroll
+        for (int e = 0; e < NS; e += 2) {
+            const int col = 8 * (e >> 2) + 2 * t;
+            const float2 l2 = *reinterpret_cast<const float2*>(lrow + col);
+            const float2 dd = *reinterpret_cast<const float2*>(lrow + 64 + col);
+            float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
+            float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
+            if (mask) {
+                const int row = row_k + 8 * ((e >> 1) & 1);
+                const int r = q0 + col;
+                if (row >= Nk || (causal && row > r + offset)) p0 = 0.f;
+                if (row >= Nk || (causal && row > r + 1 + offset)) p1 = 0.f;
+            }
+            s[e] = p0;
+            s[e + 1] = p1;
+            dp[e] = p0 * (dp[e] - dd.x);
+            dp[e + 1] = p1 * (dp[e + 1] - dd.y);
+        }
+        u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
+        fa_to_a<DT, NS>(s, ap);
+        fa_to_a<DT, NS>(dp, ads);
+        // dS^T rows (keys) of 64 queries into the swizzled tile; a[kk][q] holds columns
+        // 16 kk + 8 (q >> 1) + 2 t of row row_k + 8 (q & 1).
+#pragma unroll
+        for (int kk = 0; kk < FB_BM / 16; ++kk) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int r = row_k - k0 + 8 * (q & 1);
+                const int chunk = 2 * kk + (q >> 1);
+                const u32 addr = sdS + r * 128 + ((chunk ^ (r & 7)) << 4) + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ads[kk][q]));
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < NA; ++e) {
+            fa_reg_fence(dv[e]);
+            fa_reg_fence(dk[e]);
+        }
+        fa_issue_pv<DT, D, FB_BM>(dv, ap, dobase);
+        fa_issue_pv<DT, D, FB_BM>(dk, ads, qbase);
+        fb_fence_proxy_async();
+        __syncthreads();  // both warpgroups' dS^T are in shared memory
+
+        const bool dq_here = (D == 128) || (wg == ((i - i0) & 1));
+        float dq[32];
+        if (dq_here) {
+            const u32 kpanel = sK + (D == 128 ? wg : 0) * (FB_BN * 128);
+            fa_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < FB_BN / 16; ++kk) {
+                const u64 da = fa_desc(sdS + kk * 2048, FB_BN * 128, 1024);
+                const u64 db = fa_desc(kpanel + kk * 2048, FB_BN * 128, 1024);
+                fa_wgmma_tt<DT, 64>(dq, da, db, kk > 0);
+            }
+            fa_wgmma_commit();
+        }
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int e = 0; e < NA; ++e) {
+            fa_reg_fence(dv[e]);
+            fa_reg_fence(dk[e]);
+        }
+        if (dq_here) {
+#pragma unroll
+            for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
+            const int col0 = (D == 128 ? wg : 0) * 64;
+            // dq element e: query row 16 warp + g + 8 ((e >> 1) & 1), column 8 (e >> 2) + 2 t.
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int r = q0 + warp * 16 + g + 8 * ((e >> 1) & 1);
+                const int c = col0 + 8 * (e >> 2) + 2 * t;
+                fb_red_v2(dQb + static_cast<long long>(r) * D + c, dq[e], dq[e + 1]);
+            }
+        }
+        __syncthreads();  // this stage and dS^T are overwritten next iteration
+    }
+    if (i0 >= nblk) fa_cp_async_wait<0>();
+    fb_store_rows<DT, D>(dv, dV + bh * Nk * D, row_k, Nk, t, 1.f);
+    fb_store_rows<DT, D>(dk, dK + bh * Nk * D, row_k, Nk, t, scale);
+#else
+    __trap();
+#endif
+}
+
+#ifdef COMPILE_CHECK
+// nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
+#define FB_INST(DT, D)                                                                       \
+    template __global__ void flash_bwd_pre<DT, D>(const u16*, const u16*, const float*,     \
+                                                  float*, float*, int, int, int);            \
+    template __global__ void flash_bwd_post<DT, D>(const float*, u16*, int, int, long long, \
+                                                   float);                                   \
+    template __global__ void flash_bwd_main<DT, D>(const u16*, const u16*, const u16*,      \
+                                                   const u16*, const float*, const float*,   \
+                                                   float*, u16*, u16*, int, int, int, float, \
+                                                   float, int);
+FB_INST(0, 64)
+FB_INST(1, 64)
+FB_INST(0, 128)
+FB_INST(1, 128)
+#endif
