@@ -9,9 +9,10 @@ the timed region): the tiled backward from O and L (the tiled forward at the sam
 SDPA through `peers.sdpa_backward`. "training" times forward and backward together, as one
 training step runs them. The rows have the forward rows' keys (report.py prints all alike):
 TFLOP/s counts 2.5 × the forward's FLOPs for the backward, 3.5 × for training
-(BenchConfig.flops); the ledger is `pass_ledger(pass, ...)` at the path's tiles (none for
-the tensor-core kernel, whose backward tiles are its own, and for SDPA); in the backward the
-tiled row carries its instrumented build's per-tensor transfers beside that ledger.
+(BenchConfig.flops); the ledger is `pass_ledger(pass, ...)` at the path's tiles (the
+tensor-core backward's own 64 x 128; none for its training step, whose forward tiles
+differently, nor for SDPA); in the backward the tiled row carries its instrumented build's
+per-tensor transfers beside that ledger.
 Errors are over dQ, dK and dV of the sampled heads against the float64 dense backward
 (`compute.attention_backward`), which needs whole heads: above MAX_REFERENCE_SCORES
 scores per head the rows carry no error (None) rather than a long float64 run.
@@ -188,7 +189,7 @@ def dense_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
 
 def flash_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
     """The tensor-core backward (training: with the tensor-core forward before it)."""
-    from . import flash
+    from . import flash, flash_backward
     from .flash_backward import flash_attention_backward
 
     if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
@@ -206,12 +207,17 @@ def flash_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
         )  # fmt: skip
         return tuple(g[0] for g in grads)
 
+    fcfg = flash.default_config(cfg.d, cfg.n)
     if cfg.pass_name == "training":
         fn, sets = (lambda q, k, v, do: backward(q, k, v, do, *forward(q, k, v))), base
+        # Its forward and backward tile differently; one ledger takes one tiling: none.
+        lane, extra = None, {"variant": fcfg.spec()}
     else:
         fn, sets = backward, [(q, k, v, do, *forward(q, k, v)) for q, k, v, do in base]
-    extra = {"variant": flash.default_config(cfg.d, cfg.n).spec()}  # the forward's
-    return _row(cfg, "flash", fn, sets, None, extra, _errors(cfg, fn(*sets[0]), n_heads, ref))
+        bq, bk = flash_backward.BLOCK_QUERIES, flash_backward.BLOCK_KEYS  # its own tiles
+        lane = _ledger(cfg, bq, bk).lanes["tiled"]
+        extra = {"order": "kv-outer", "block_q": bq, "block_k": bk}
+    return _row(cfg, "flash", fn, sets, lane, extra, _errors(cfg, fn(*sets[0]), n_heads, ref))
 
 
 class _Grads(tuple):
@@ -222,47 +228,21 @@ class _Grads(tuple):
         return sum(int(g.nbytes) for g in self)
 
 
-def sdpa_training(name: str) -> Callable:
-    """SDPA backend `name` as step(q, k, v, dO, causal) -> (dQ, dK, dV) on (BH, N, d) arrays:
-    its forward and autograd backward together, as a training step runs them (the
-    companion of peers.sdpa_backward, which times the backward alone)."""
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from . import peers
-
-    backend = getattr(SDPBackend, peers.PEERS[name])
-
-    def step(q, k, v, do, causal: bool = False) -> tuple:
-        if causal and q.shape[1] != k.shape[1]:
-            raise ValueError(
-                "SDPA aligns its causal mask top-left, this project bottom-right: "
-                "peers are compared at N_q = N_k only."
-            )
-        leaves = [peers._to_torch(torch, x)[None].detach().requires_grad_() for x in (q, k, v)]
-        with sdpa_kernel([backend]):
-            out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
-        grads = torch.autograd.grad(out, leaves, peers._to_torch(torch, do)[None])
-        return tuple(peers._to_cupy(torch, g[0].contiguous()) for g in grads)
-
-    return step
-
-
 def peer_backward_row(cfg, base: list, n_heads: int, ref, name: str) -> dict:
-    """torch SDPA pinned to one backend: `peers.sdpa_backward` (backward), or its forward
-    and autograd backward together (training)."""
+    """torch SDPA pinned to one backend (`peers.sdpa_backward`): in training its forward and
+    autograd backward together; in the backward the backward alone, through the graph its
+    `prepare` builds once per input set (outside the timed region)."""
     from . import peers
 
     if cfg.dtype not in FLASH_DTYPES:
         raise ValueError(f"SDPA is compared in {' or '.join(FLASH_DTYPES)}, not {cfg.dtype}")
-    step = (sdpa_training if cfg.pass_name == "training" else peers.sdpa_backward)(name)
-
-    def fn(q, k, v, do):
-        return _Grads(step(q, k, v, do, cfg.causal))
-
-    errs = _errors(cfg, fn(*base[0]), n_heads, ref)
-    return _row(cfg, name, fn, base, None, {}, errs, measure_peak=peers.peak_torch_bytes)
+    step = peers.sdpa_backward(name)
+    errs = _errors(cfg, step(*base[0], cfg.causal), n_heads, ref)
+    if cfg.pass_name == "training":
+        fn, sets = (lambda q, k, v, do: _Grads(step(q, k, v, do, cfg.causal))), base
+    else:
+        fn, sets = (lambda run: _Grads(run())), [(step.prepare(*s, cfg.causal),) for s in base]
+    return _row(cfg, name, fn, sets, None, {}, errs, measure_peak=peers.peak_torch_bytes)
 
 
 def backward_inputs(cfg, l2_bytes: int) -> tuple[list, int, list | None]:
