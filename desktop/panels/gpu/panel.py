@@ -151,7 +151,8 @@ class GpuPanel(QWidget):
         tables.addWidget(self.counts)
         tables.addStretch(1)
         self._results = QBoxLayout(QBoxLayout.Direction.LeftToRight)
-        self._results.addLayout(tables)
+        # Wide: the results table (up to five paths, eleven columns) gets two thirds.
+        self._results.addLayout(tables, 2)
         self._results.addWidget(self.sweep_view, 1)
         layout.addLayout(self._results, 1)
         self._set_running(False)
