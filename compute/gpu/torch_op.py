@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import Any
 
 NO_TORCH = "torch_attention needs PyTorch: install torch (pip install torch) to use it."
@@ -44,6 +45,7 @@ def _to_cupy(t: Any) -> Any:
     import cupy
     import torch
 
+    t = t.detach()  # DLPack refuses a tensor that requires grad; detach shares its memory
     if t.dtype == torch.bfloat16:
         return cupy.from_dlpack(t.view(torch.int16)).view(cupy.uint16)
     return cupy.from_dlpack(t)
@@ -91,8 +93,12 @@ def _function() -> Any:
 
     def stream() -> Any:
         # The kernels join torch's current stream, so they order after the ops that made
-        # their inputs and before those that read their outputs.
-        return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        # their inputs and before those that read their outputs. CuPy 14 deprecates
+        # ExternalStream for Stream.from_external, which wants the CUDA stream protocol that
+        # not every torch version's stream has; the pointer works with both.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
