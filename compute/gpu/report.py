@@ -210,13 +210,17 @@ def bundled_report(name: str | None = None) -> dict:
 
 
 def sweep_for(report: dict, reports: list[dict]) -> dict | None:
-    """The report's own block sweep, else one recorded for the same dtype, d and pass."""
+    """The report's own block sweep, else one recorded for the same dtype, d and pass (for a
+    training step, else the backward's: the recorded training steps run its best blocks)."""
     if report.get("sweep"):
         return report["sweep"]
     c = report["config"]
-    key = (c["dtype"], c["d"], pass_of(report))
-    for other in reports:
-        oc = other["config"]
-        if other.get("sweep") and (oc["dtype"], oc["d"], pass_of(other)) == key:
-            return other["sweep"]
+    wanted = [pass_of(report)] + (["backward"] if pass_of(report) == "training" else [])
+    for pass_name in wanted:
+        for other in reports:
+            oc = other["config"]
+            if other.get("sweep") and (oc["dtype"], oc["d"], pass_of(other)) == (
+                c["dtype"], c["d"], pass_name,
+            ):  # fmt: skip
+                return other["sweep"]
     return None

@@ -104,7 +104,13 @@ def figures(
     JSON is rewritten after every report, so a run cut short keeps its data.
     """
     reports = [r for r in keep or [] if pass_of(r) not in passes]
-    data = {"format": FIGURES_FORMAT, "version": VERSION, "reports": reports, "summary": []}
+    data = {
+        "format": FIGURES_FORMAT,
+        "version": VERSION,
+        "command": "python -m compute.gpu.tools.figures " + " ".join(sys.argv[1:]),
+        "reports": reports,
+        "summary": [],
+    }
 
     def run(cfg: BenchConfig) -> dict:
         rep = run_bench(cfg)

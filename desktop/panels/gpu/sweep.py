@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent
@@ -24,8 +26,10 @@ class SweepView(QWidget):
         item.setMenuEnabled(False)
         item.setMouseEnabled(False, False)
         self.image = pg.ImageItem()
-        cmap = pg.colormap.get("viridis")
-        cmap.reverse()  # in place: the fastest cell is the brightest
+        # A copy: colormap.get hands out one cached object, and reverse() works in place, so
+        # reversing the shared one flipped the colours of every other panel made after it.
+        cmap = copy.deepcopy(pg.colormap.get("viridis"))
+        cmap.reverse()  # the fastest cell is the brightest
         self.image.setColorMap(cmap)
         item.addItem(self.image)
         self.current_rect = QGraphicsRectItem(0, 0, 1, 1)  # the sliders' cell, outlined

@@ -45,7 +45,8 @@ def _cells(table, row):
 def _pick(panel, dtype, n, contains):
     for i in range(panel.selector.count()):
         text = panel.selector.itemText(i)
-        if text.startswith(f"{dtype} N={n} d=64:") and contains in text:
+        full = text.startswith(f"{dtype} N={n} d=64") and "causal" not in text
+        if full and contains in text:
             panel.selector.setCurrentIndex(i)
             return
     raise AssertionError(f"no report {dtype} N={n} with {contains}")
@@ -297,3 +298,30 @@ def test_a_pass_with_no_report_says_so(panel_factory):
     assert panel.selector.count() == 0 and panel.table.rowCount() == 0
     assert panel.message.text().startswith("No training report here")
     assert panel.current_report() is None
+
+
+@pytest.mark.parametrize("pass_name", ["backward", "training"])
+def test_bundled_report_holds_backward_and_training_rows(panel_factory, pass_name):
+    panel = panel_factory()
+    panel.set_reports(_bundled_reports())
+    panel.pass_combo.setCurrentText(pass_name)
+    _pick(panel, "float16", 4096, "sdpa-cudnn")
+    kernels = [_cells(panel.table, r)[0] for r in range(panel.table.rowCount())]
+    assert kernels == ["tiled", "dense", "flash", "sdpa-flash", "sdpa-cudnn"]
+    assert all("error" not in " ".join(_cells(panel.table, r)) for r in range(len(kernels)))
+    # The teaching kernel's backward sweep (training shows it too: its blocks came from it).
+    assert panel.sweep_view.sweep["pass"] == "backward"
+    assert "Tiled kernel (backward)" in panel.sweep_view.sweep_note.text()
+    assert (not panel.counts.isHidden()) == (pass_name == "backward")
+
+
+def test_every_panel_colours_the_fastest_cell_brightest(panel_factory):
+    # pyqtgraph hands out one cached colormap; reversing it in place flipped every other panel.
+    import numpy as np
+
+    first, second = panel_factory(), panel_factory()
+    for panel in (first, second):
+        panel.set_reports(_bundled_reports())
+    luts = [np.asarray(p.sweep_view.image.lut) for p in (first, second)]
+    np.testing.assert_array_equal(luts[0], luts[1])
+    assert luts[0][0].sum() > luts[0][-1].sum()  # low ms (fast) maps to the bright end
