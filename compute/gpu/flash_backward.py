@@ -38,10 +38,19 @@ def smem_bytes(d: int) -> int:
     )
 
 
+# flash_bwd_main's MODE (the kernel's comment): 0 is the one flash_attention_backward uses;
+# 1 (dQ atomics dropped: wrong dQ) and 2 (d=64 k-split dQ) exist to be timed against it.
+MODES = (0, 1, 2)
+
+
 @functools.cache
-def _functions(dt: int, d: int) -> tuple[Any, Any, Any]:
+def _functions(dt: int, d: int, mode: int = 0) -> tuple[Any, Any, Any]:
     cp = _cupy()
-    names = [f"flash_bwd_pre<{dt},{d}>", f"flash_bwd_main<{dt},{d}>", f"flash_bwd_post<{dt},{d}>"]
+    names = [
+        f"flash_bwd_pre<{dt},{d}>",
+        f"flash_bwd_main<{dt},{d},{mode}>",
+        f"flash_bwd_post<{dt},{d}>",
+    ]
     mod = cp.RawModule(
         code=kernel_source(KERNEL_DIR / "flash_bwd_wgmma.cu"),
         options=("-std=c++17", "-I" + str(KERNEL_DIR), "-arch=sm_90a", "-DFA_FORCE_WGMMA"),
@@ -68,6 +77,13 @@ def _check_backward(q, k, v, o, do, lse) -> None:
 
 def flash_attention_backward(q, k, v, o, do, lse, *, causal: bool = False, scale=None):
     """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask]) V given dO; see the module docstring."""
+    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=0)
+
+
+def backward_mode(q, k, v, o, do, lse, *, causal: bool = False, scale=None, mode: int = 0):
+    """flash_attention_backward with the main kernel's MODE chosen (for the timing tool)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     cp = _cupy()
     _check_backward(q, k, v, o, do, lse)
     dt = _dtype_code(q)
@@ -91,7 +107,7 @@ def flash_attention_backward(q, k, v, o, do, lse, *, causal: bool = False, scale
         dk.fill(0)
         dv.fill(0)
         return dq, dk, dv
-    pre, main, post = _functions(dt, d)
+    pre, main, post = _functions(dt, d, mode)
     n_pad = -(-n_q // BLOCK_QUERIES) * BLOCK_QUERIES
     l2 = cp.empty((bh, n_pad), dtype=cp.float32)
     dsum = cp.empty((bh, n_pad), dtype=cp.float32)

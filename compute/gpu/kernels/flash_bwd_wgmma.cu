@@ -152,7 +152,11 @@ __device__ __forceinline__ void fb_store_rows(const float* acc, u16* __restrict_
 
 // 2. The main kernel (see the file comment). Shared memory, 1024-byte aligned:
 //    K, V (128 x D each) | Q, dO (2 stages x 64 x D each) | dS^T (128 x 64) | L2, D (2 x 64 each)
-template <int DT, int D>
+// MODE (a measurement knob; flash_backward.py's default is 0):
+//   0  the dQ split above (d=128: by columns; d=64: alternate warpgroups), atomics;
+//   1  as 0 without the atomics: a WRONG dQ, timed only to bound what atomics cost;
+//   2  d=64: each warpgroup its own 64 keys' share of dQ (k-split), both adding atomically.
+template <int DT, int D, int MODE>
 __global__ void __launch_bounds__(FB_NT, 1)
     flash_bwd_main(const u16* __restrict__ Q, const u16* __restrict__ K,
                    const u16* __restrict__ V, const u16* __restrict__ dO,
@@ -287,14 +291,16 @@ __global__ void __launch_bounds__(FB_NT, 1)
         fb_fence_proxy_async();
         __syncthreads();  // both warpgroups' dS^T are in shared memory
 
-        const bool dq_here = (D == 128) || (wg == ((i - i0) & 1));
+        constexpr bool KSPLIT = MODE == 2 && D == 64;
+        const bool dq_here = KSPLIT || (D == 128) || (wg == ((i - i0) & 1));
         float dq[32];
         if (dq_here) {
-            const u32 kpanel = sK + (D == 128 ? wg : 0) * (FB_BN * 128);
+            const u32 mine = KSPLIT ? wg * 64 * 128 : 0;  // k-split: this warpgroup's key rows
+            const u32 kpanel = sK + (D == 128 ? wg : 0) * (FB_BN * 128) + mine;
             fa_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < FB_BN / 16; ++kk) {
-                const u64 da = fa_desc(sdS + kk * 2048, FB_BN * 128, 1024);
+            for (int kk = 0; kk < (KSPLIT ? 64 : FB_BN) / 16; ++kk) {
+                const u64 da = fa_desc(sdS + mine + kk * 2048, FB_BN * 128, 1024);
                 const u64 db = fa_desc(kpanel + kk * 2048, FB_BN * 128, 1024);
                 fa_wgmma_tt<DT, 64>(dq, da, db, kk > 0);
             }
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
             fa_reg_fence(dv[e]);
             fa_reg_fence(dk[e]);
         }
-        if (dq_here) {
+        if (dq_here && MODE != 1) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
             const int col0 = (D == 128 ? wg : 0) * 64;
@@ -335,7 +341,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
                                                   float*, float*, int, int, int);            \
     template __global__ void flash_bwd_post<DT, D>(const float*, u16*, int, int, long long, \
                                                    float);                                   \
-    template __global__ void flash_bwd_main<DT, D>(const u16*, const u16*, const u16*,      \
+    template __global__ void flash_bwd_main<DT, D, 0>(const u16*, const u16*, const u16*,      \
                                                    const u16*, const float*, const float*,   \
                                                    float*, u16*, u16*, int, int, int, float, \
                                                    float, int);
@@ -343,4 +349,7 @@ FB_INST(0, 64)
 FB_INST(1, 64)
 FB_INST(0, 128)
 FB_INST(1, 128)
+template __global__ void flash_bwd_main<0, 64, 2>(const u16*, const u16*, const u16*, const u16*,
+                                                  const float*, const float*, float*, u16*, u16*,
+                                                  int, int, int, float, float, int);
 #endif

@@ -56,18 +56,21 @@ def _errors(cp, grads, ref, dtype: str) -> dict[str, float]:
         got = float64_values(g.reshape(r.shape), dtype)
         top = float(cp.abs(r).max())
         errs[name] = float(cp.abs(got - r).max()) / top if top > 0 else float("nan")
-    errs["max"] = max(errs.values())
+        # Frobenius too: the max-abs measure is set by the last rounding, which all share.
+        errs[name + "_fro"] = float(cp.linalg.norm(got - r) / cp.linalg.norm(r))
+    errs["max"] = max(errs[n] for n in ("dq", "dk", "dv"))
     return errs
 
 
-def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int) -> dict:
-    """One (N, d, dtype, causal) report: per path median ms, TFLOP/s and errors."""
+def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int, modes=()) -> dict:
+    """One (N, d, dtype, causal) report: per path median ms, TFLOP/s and errors; `modes` adds
+    rows `flash-bwd:mMODE` for flash_bwd_main's measurement variants (flash_backward.MODES)."""
     import cupy as cp
 
     from ..dense_backward import dense_attention_backward_gpu
     from ..device import status
     from ..dtypes import float64_values
-    from ..flash_backward import flash_attention_backward
+    from ..flash_backward import backward_mode
     from ..peers import sdpa_backward
     from ..timing import rotation_count, time_cuda
 
@@ -77,10 +80,17 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
     sets = _inputs(cp, bh, n, d, dtype, causal, rotation_count(set_bytes, l2), seed=n + d)
     flops = 2.5 * 4 * bh * n * n * d * (0.5 if causal else 1.0)
 
-    def ours(q, k, v, o, do, lse):
-        return flash_attention_backward(q, k, v, o, do, lse, causal=causal)
+    def variant(mode: int):
+        def fn(q, k, v, o, do, lse):
+            return backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
 
+        return fn
+
+    ours = variant(0)
     paths = {"flash-bwd": (ours, sets)}
+    for m in modes:
+        if m != 2 or d == 64:  # MODE 2 differs from 0 at d=64 only
+            paths[f"flash-bwd:m{m}"] = (variant(m), sets)
     for name in PEERS:
         peer = sdpa_backward(name)
         flat = [tuple(x.reshape(bh, n, d) for x in (s[0], s[1], s[2], s[4])) for s in sets]
@@ -96,7 +106,11 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
     q, k, v, _, do, _ = sets[0]
     head = [float64_values(x[0, :1], dtype) for x in (q, k, v, do)]
     ref = dense_attention_backward_gpu(*head, causal=causal)
-    grads = {"flash-bwd": tuple(g[:, :1] for g in ours(*sets[0]))}
+    grads = {
+        name: tuple(g[:, :1] for g in fn(*sets[0]))
+        for name, (fn, _) in paths.items()
+        if name.startswith("flash-bwd")
+    }
     for name in PEERS:
         got = sdpa_backward(name)(*(x[0, :1] for x in (q, k, v, do)), causal)
         grads[name] = got
@@ -151,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--json", type=Path, help="write the reports here")
+    ap.add_argument("--modes", type=int, nargs="*", default=[], help="also time MODE 1 / 2")
     args = ap.parse_args(argv)
     causals = [False, True] if args.causal is None else [args.causal == "1"]
     data = {
@@ -166,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             for d in args.d:
                 for n in args.n:
                     for causal in causals:
-                        rep = run_case(n, d, dtype, causal, args.warmup, args.reps)
+                        rep = run_case(n, d, dtype, causal, args.warmup, args.reps, args.modes)
                         data["reports"].append(rep)
                         print(line(rep), flush=True)
                         if args.json:  # rewritten after every case: a cut-short run keeps its data

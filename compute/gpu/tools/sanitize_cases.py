@@ -62,21 +62,23 @@ def main() -> int:
     return 0
 
 
-def backward_cases(rng, cases=CASES, dtypes=("float16", "bfloat16")) -> None:
+def backward_cases(
+    rng, cases=CASES, dtypes=("float16", "bfloat16"), mode=0, dims=(64, 128)
+) -> None:
     """flash_attention_backward (sm_90 only) on the odd shapes, both d, masks (devrun.sh bwd
     runs it alone under memcheck, and under racecheck on the first shape in float16, since
-    racecheck took over 150 s for the first two shapes)."""
+    racecheck took over 150 s for the first two shapes); `mode` picks flash_bwd_main's MODE."""
     import cupy
 
     from ..dtypes import device_array
     from ..flash import _is_hopper, flash_attention
-    from ..flash_backward import flash_attention_backward
+    from ..flash_backward import backward_mode
 
     if not _is_hopper():
         print("flash backward: skipped (needs sm_90)")
         return
     for h, n_q, n_k in cases:
-        for d in (64, 128):
+        for d in dims:
             for dtype in dtypes:
                 q, k, v, do = (
                     cupy.asarray(device_array(rng.standard_normal((1, h, n, d), np.float32), dtype))
@@ -84,9 +86,9 @@ def backward_cases(rng, cases=CASES, dtypes=("float16", "bfloat16")) -> None:
                 )
                 for causal in (False, True):
                     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
-                    flash_attention_backward(q, k, v, o, do, lse, causal=causal)
+                    backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
                     cupy.cuda.Device().synchronize()
-                    print(f"flash backward {dtype} d={d} h={h} {n_q}x{n_k} causal={causal}")
+                    print(f"flash backward m{mode} {dtype} d={d} h={h} {n_q}x{n_k} causal={causal}")
 
 
 if __name__ == "__main__":

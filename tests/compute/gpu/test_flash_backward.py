@@ -68,14 +68,14 @@ def _rel(got, ref) -> float:
     return diff / top if top > 0 else diff
 
 
-def _run(b, h, n_q, n_k, d, dtype, causal, seed, scale=None):
+def _run(b, h, n_q, n_k, d, dtype, causal, seed, scale=None, mode=0):
     """Our gradients' errors (dq, dk, dv) vs float64, after the finiteness and zero checks."""
     from compute.gpu.flash import flash_attention
-    from compute.gpu.flash_backward import flash_attention_backward
+    from compute.gpu.flash_backward import backward_mode
 
     (q, k, v, do), host = _inputs(b, h, n_q, n_k, d, dtype, seed)
     o, lse = flash_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
-    grads = flash_attention_backward(q, k, v, o, do, lse, causal=causal, scale=scale)
+    grads = backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode)
     cp.cuda.Device().synchronize()
     refs = _reference(host, causal, scale)
     errs = []
@@ -125,6 +125,14 @@ def test_many_blocks_and_heads(d):
     _run(2, 5, 1700, 1500, d, "bfloat16", True, seed=[42, d])
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_ksplit_dq_mode_matches_float64(dtype):
+    # MODE 2 (d=64: each warpgroup adds its own keys' dQ share) is timed against the default.
+    _run(2, 3, 77, 300, 64, dtype, True, seed=[61, CODE[dtype]], mode=2)
+    _run(2, 3, 1000, 900, 64, dtype, True, seed=[62, CODE[dtype]], mode=2)
+    _run(1, 2, 1500, 1700, 64, dtype, False, seed=[63, CODE[dtype]], mode=2)
+
+
 def test_error_is_of_sdpas_order():
     # SDPA (FLASH backend) on the same rounded inputs: our error may not be far above its own.
     torch = pytest.importorskip("torch")
@@ -161,3 +169,7 @@ def test_rejects_bad_inputs():
     q96 = cp.zeros((1, 1, 16, 96), dtype=cp.float16)
     with pytest.raises(ValueError, match="head dim"):
         flash_attention_backward(q96, q96, q96, q96, q96, lse)
+    from compute.gpu.flash_backward import backward_mode
+
+    with pytest.raises(ValueError, match="mode"):
+        backward_mode(q, q, q, q, q, lse, mode=7)
