@@ -184,6 +184,8 @@ def test_flash_config_spec_round_trips():
         Config("wgmma", 128, 2, 64, 1, True),
         Config("ws", 64, 3, 128, 1, False, 3, False),
         Config("ws", 128, 2, 128, 1, True, 2, True, True),
+        Config("ws", 64, 3, 128, 1, True, 2, True, True, True, True),
+        Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
@@ -193,6 +195,12 @@ def test_flash_config_spec_round_trips():
     assert (
         Config.parse("ws:128:2:128:2:pingpong:persist").name(1) == "flash_fwd_ws<1,128,2,128,2,7>"
     )
+    assert (
+        Config.parse("ws:64:3:128:2:pingpong:persist:lpt:tmastore").name(0)
+        == "flash_fwd_ws<0,64,3,128,2,31>"
+    )
+    with pytest.raises(ValueError, match="is not a kernel spec"):
+        Config.parse("wgmma:128:2:64:2:lpt")  # scheduling flags belong to the ws kernel
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:serial")  # only the ws kernel has the serial flag
     with pytest.raises(ValueError, match="is not a kernel spec"):
