@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .sources import KERNEL_DIR, kernel_source
 
@@ -147,6 +147,12 @@ WS_CONFIGS: dict[int, Config] = {
 # d=64: 1.0-1.3x from N = 2048 on, but at N = 1024 its 192-row query blocks leave too few
 # blocks (0.97x full, 0.83x causal), so shorter sequences keep the wgmma kernel there.
 WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
+# Query lengths where the ws default walks causal work items longest first (`lpt`; the flag
+# changes nothing without a causal mask). FLASH_NOTES.md v6: at N = 4096 and 8192 it gains
+# over the head-major order (fewer, more unequal blocks: the schedule's tail counts); at
+# N = 16384 it loses 2-11% (heads interleaved share L2 worse and the tail is short anyway);
+# below 4096 it was not measured.
+WS_LPT_N = (4096, 8192)
 
 
 @functools.cache
@@ -165,7 +171,10 @@ def default_config(d: int, n_q: int = 1 << 30) -> Config:
     """The kernel variant flash_attention uses for head dim d and n_q query rows here."""
     if not _is_hopper():
         return MMA_CONFIGS[d]
-    return WS_CONFIGS[d] if n_q >= WS_MIN_N[d] else WGMMA_CONFIGS[d]
+    if n_q < WS_MIN_N[d]:
+        return WGMMA_CONFIGS[d]
+    lo, hi = WS_LPT_N
+    return replace(WS_CONFIGS[d], lpt=True) if lo <= n_q <= hi else WS_CONFIGS[d]
 
 
 def _cupy():

@@ -72,12 +72,16 @@ if [ "$what" = ws ]; then
     # WS_VARIANTS: specs tested and timed beside the default (set but empty: none);
     # WS_TESTS: the GPU test paths (default: all of tests/compute/gpu).
     variants=${WS_VARIANTS-"ws:128:2:128:2:pingpong:persist ws:64:3:128:2:pingpong:persist:lpt"}
-    step smoke 90 python3 -m pytest tests/compute/gpu/test_flash.py -q -x -p no:cacheprovider \
-        -n 4 -k "ws_kernel"
+    # WS_SMOKE=0 skips the smoke step (variants that already passed it in an earlier call);
+    # WS_SANITIZE: the specs memcheck runs beside the defaults (default: WS_VARIANTS).
+    if [ "${WS_SMOKE:-1}" != 0 ]; then
+        step smoke 90 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
+            -p no:cacheprovider -n 4 -k "ws_kernel"
+    fi
     if [ $rc -eq 0 ]; then
         # Correctness in parallel (timings come after, on a quiet GPU): the tests with every
         # variant, and memcheck over the odd shapes with every variant.
-        FLASH_SANITIZE_CONFIGS="$variants" timeout 200 compute-sanitizer --tool memcheck \
+        FLASH_SANITIZE_CONFIGS="${WS_SANITIZE-$variants}" timeout 200 compute-sanitizer --tool memcheck \
             --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases \
             >"$OUT/memcheck.log" 2>&1 &
         mc=$!

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +213,10 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
 
     monkeypatch.setattr(flash, "_is_hopper", lambda: True)
     assert flash.default_config(128, 1024) == flash.WS_CONFIGS[128]
-    assert flash.default_config(64, 4096) == flash.WS_CONFIGS[64]
+    assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
+    for d in (64, 128):  # longest-first causal order where it measured faster (v6)
+        assert flash.default_config(d, 4096) == replace(flash.WS_CONFIGS[d], lpt=True)
+        assert flash.default_config(d, 8192).lpt and not flash.default_config(d, 8193).lpt
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
     assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
