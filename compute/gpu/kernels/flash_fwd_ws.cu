@@ -26,14 +26,19 @@
 //   * Scheduler barrier (MODE bit 1, FA3's inter-warpgroup ping-pong): named barriers make
 //     the consumer warpgroups take turns issuing their GEMMs, so one warpgroup's softmax
 //     runs while another's GEMMs do.
+//   * Work order and epilogue switches (FLASH_NOTES.md v6): longest-processing-time-first
+//     order of causal work items (MODE bit 3), a persistent grid drawing items from a global
+//     ticket counter (bit 2), and O written by TMA store (bit 4).
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
-// consumer warpgroup's own (dead) rows of the Q tile and plain 16-byte stores.
+// consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
+// and plain 16-byte stores, or a TMA store.
 //
-// Measured on the H200 (FLASH_NOTES.md v5; N >= 4096, batch*N = 16384, heads*d = 2048):
-// d=128 <128,2,128,2,3> 557-670 TFLOP/s, d=64 <64,3,128,2,3> 414-538: 1.07-1.61x the wgmma
-// kernel, 1.48-2.11x SDPA FA2, 0.96-1.21x SDPA cuDNN. Overlap +5-14%, three consumer
-// warpgroups at d=64 +10-16%, scheduler barrier +0-7%; 176-key tiles, three stages and the
-// persistent grid (MODE bit 2, static round-robin: -7 to -40% causal) bought nothing.
+// Measured on the H200 (FLASH_NOTES.md v6; N >= 4096, batch*N = 16384, heads*d = 2048):
+// d=128 (NC 2, MODE 3 or 11) 569-693 TFLOP/s, d=64 (NC 3, MODE 3 or 11) 431-560: 1.54-2.19x
+// SDPA FA2, 0.97-1.19x SDPA cuDNN (>= 1.0x in 18 of 24 cases). Overlap +5-14%, three
+// consumer warpgroups at d=64 +10-16%, scheduler barrier +0-7%, the LPT order for causal
+// N = 4096-8192 about +2-5% (a loss at 16384); 176-key tiles, three stages, the persistent
+// grid (static in v5, dynamic in v6) and the TMA store bought nothing.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
