@@ -142,6 +142,12 @@ class LedgerPanel(QWidget):
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
 
+    def refresh(self) -> None:
+        """Show the state's current trace and step (a panel made after they were set)."""
+        if self.state.trace is not None:
+            self._on_trace(self.state.trace)
+            self.backward_memory.refresh()
+
     # ---- construction ----------------------------------------------------------------
     def _build_totals(self) -> QGridLayout:
         """Big running totals per lane, each with its bytes and the whole run's count."""
