@@ -233,6 +233,9 @@ class LedgerPanel(QWidget):
         item.setLogMode(x=True, y=True)
         item.setLabel("bottom", "N (query and key positions)")
         item.setLabel("left", "HBM transfers")  # elements: the totals and the note say so
+        # Log axes already read 10³…10⁹; an SI factor on top ("×1e+09", ticks 10⁻⁹…0.1) is
+        # what pyqtgraph adds once a curve passes 10⁹ (a training step at large N).
+        item.getAxis("left").enableAutoSIPrefix(False)
         item.setMenuEnabled(False)
         self._lines = {
             k: item.plot([], [], pen=pg.mkPen(colour, width=w, style=style))

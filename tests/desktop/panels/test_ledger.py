@@ -68,3 +68,15 @@ def test_sweep_plots_the_chosen_pass_totals(window, qtbot, pass_name):
         pass_name == "backward"
     )
     assert f"{pass_name} pass" in panel.plot_note.text()
+
+
+def test_sweep_axis_reads_plain_powers_of_ten_past_a_billion(window, qtbot):
+    from PySide6.QtWidgets import QComboBox
+
+    combo = window.findChild(QComboBox, "pass_combo")
+    combo.setCurrentIndex(combo.findData("training"))  # its curves reach 2.9e8 at N = 4096
+    qtbot.waitUntil(lambda: window.state.trace.pass_name == "training", timeout=5000)
+    window.ledger_panel.plot.grab()  # the axis picks its ticks (and any SI factor) on paint
+    axis = window.ledger_panel.plot.getPlotItem().getAxis("left")
+    assert axis.autoSIPrefixScale == 1.0
+    assert "1e+" not in axis.labelString()
