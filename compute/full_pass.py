@@ -74,11 +74,19 @@ class _Means:
         n = chunk.shape[0]
         h = math.ceil(n / self.fr)
         c0 = r0 // self.fr
-        if all_finite and n == h * self.fr and self.cols == self.hc * self.fc:
-            # The common case (no mask, cells that divide the matrix): plain block sums.
-            sums = chunk.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+        if all_finite:
+            # No −∞ anywhere (no mask, or P): block sums, zero-padded where the cells
+            # overhang the matrix; each cell counts the entries it really covers.
+            if n == h * self.fr and self.cols == self.hc * self.fc:
+                blocks = chunk  # cells divide the chunk: a view, no copy
+            else:
+                blocks = np.zeros((h * self.fr, self.hc * self.fc))
+                blocks[:n, : self.cols] = chunk
+            sums = blocks.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+            in_rows = np.minimum(self.fr, n - np.arange(h) * self.fr)
+            in_cols = np.minimum(self.fc, self.cols - np.arange(self.hc) * self.fc)
             self.total[c0 : c0 + h] += sums
-            self.count[c0 : c0 + h] += self.fr * self.fc
+            self.count[c0 : c0 + h] += np.outer(in_rows, in_cols)
             return
         pad = np.full((h * self.fr, self.hc * self.fc), np.nan)
         pad[:n, : self.cols] = chunk

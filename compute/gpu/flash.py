@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .sources import KERNEL_DIR, kernel_source
 
@@ -47,7 +47,9 @@ class Config:
     ping_pong: bool = False
     stages: int = 2  # ws: depth of the K and V rings in shared memory
     overlap: bool = True  # ws: issue S_{j+1} before the softmax of tile j (intra-warpgroup)
-    persistent: bool = False  # ws: one CTA per SM walking the work items
+    persistent: bool = False  # ws: one CTA per SM drawing work items from a ticket counter
+    lpt: bool = False  # ws, causal: heaviest query blocks of a few heads first (FLASH_NOTES v6)
+    tma_store: bool = False  # ws: O leaves through a TMA store of the staged tile
 
     @property
     def block_m(self) -> int:
@@ -63,10 +65,10 @@ class Config:
         if self.kernel == "mma":
             return (self.block_m + 4 * self.block_n) * self.d * 2
         if self.kernel == "ws":
-            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers,
-            # plus 1 KB for the 1024-byte alignment.
+            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers
+            # and the ticket slot, plus 1 KB for the 1024-byte alignment.
             rows = self.block_m * (2 if self.persistent else 1) + 2 * self.stages * self.block_n
-            return rows * self.d * 2 + 8 * (2 + 4 * self.stages) + 1024
+            return rows * self.d * 2 + 8 * (3 + 4 * self.stages) + 1024
         # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
@@ -76,6 +78,7 @@ class Config:
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
         if self.kernel == "ws":
             mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
+            mode |= (8 * int(self.lpt)) | (16 * int(self.tma_store))
             return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
@@ -84,38 +87,43 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist]' (parse() reads it back)."""
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore]' (parse() reads it
+        back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
         text += ":pingpong" if self.ping_pong else ""
         text += ":serial" if self.kernel == "ws" and not self.overlap else ""
-        return text + (":persist" if self.persistent else "")
+        text += ":persist" if self.persistent else ""
+        text += ":lpt" if self.lpt else ""
+        return text + (":tmastore" if self.tma_store else "")
 
     @classmethod
     def parse(cls, spec: str) -> Config:
         """The variant a spec() string names; ValueError with one sentence if it names none."""
         parts = spec.split(":")
         flags = set()
-        while parts and parts[-1] in ("pingpong", "serial", "persist"):
+        while parts and parts[-1] in ("pingpong",) + _WS_FLAGS:
             flags.add(parts.pop())
         if (
             parts[0] not in ("mma", "wgmma", "ws")
             or len(parts) != 5
             or not all(p.isdigit() for p in parts[1:])
-            or (bool(flags & {"serial", "persist"}) and parts[0] != "ws")
+            or (bool(flags & set(_WS_FLAGS)) and parts[0] != "ws")
         ):
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial][:persist]'"
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore]'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
-                "persist" in flags,
+                "persist" in flags, "lpt" in flags, "tmastore" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
+
+_WS_FLAGS = ("serial", "persist", "lpt", "tmastore")  # spec flags of the ws kernel only
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
 # wgmma kernel; any other GPU the mma.sync kernel.
@@ -139,6 +147,12 @@ WS_CONFIGS: dict[int, Config] = {
 # d=64: 1.0-1.3x from N = 2048 on, but at N = 1024 its 192-row query blocks leave too few
 # blocks (0.97x full, 0.83x causal), so shorter sequences keep the wgmma kernel there.
 WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
+# Query lengths where the ws default walks causal work items longest first (`lpt`; the flag
+# changes nothing without a causal mask). FLASH_NOTES.md v6: at N = 4096 and 8192 it gains
+# over the head-major order (fewer, more unequal blocks: the schedule's tail counts); at
+# N = 16384 it loses 2-11% (heads interleaved share L2 worse and the tail is short anyway);
+# below 4096 it was not measured.
+WS_LPT_N = (4096, 8192)
 
 
 @functools.cache
@@ -157,7 +171,10 @@ def default_config(d: int, n_q: int = 1 << 30) -> Config:
     """The kernel variant flash_attention uses for head dim d and n_q query rows here."""
     if not _is_hopper():
         return MMA_CONFIGS[d]
-    return WS_CONFIGS[d] if n_q >= WS_MIN_N[d] else WGMMA_CONFIGS[d]
+    if n_q < WS_MIN_N[d]:
+        return WGMMA_CONFIGS[d]
+    lo, hi = WS_LPT_N
+    return replace(WS_CONFIGS[d], lpt=True) if lo <= n_q <= hi else WS_CONFIGS[d]
 
 
 def _cupy():
@@ -242,7 +259,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         inputs, extra, maps = (q, k, v), (), ()
         if cfg.kernel == "ws":
             # `inputs` are then pointers into `maps`, which this frame keeps alive past the launch.
-            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v)
+            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out)
         _function(cfg, dt)(
             grid,
             (cfg.threads, 1, 1),
@@ -261,20 +278,37 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     return (out, lse) if return_lse else out
 
 
-def _ws_launch(cfg: Config, grid, q, k, v) -> tuple[tuple, tuple, tuple, tuple]:
+def _ws_launch(cfg: Config, grid, q, k, v, out) -> tuple[tuple, tuple, tuple, tuple]:
     """flash_fwd_ws's grid, inputs and trailing arguments, and the TMA tensor maps (tma.py)
-    its inputs point into: Q, K, V go in as those maps, passed by value (copied at launch),
-    and the kernel also takes the query-block and head counts."""
+    its inputs point into: Q, K, V (and O, for the TMA store) go in as those maps, passed by
+    value (copied at launch); the kernel also takes the query-block and head counts, the
+    ticket counter of the persistent schedule and the heads per LPT section."""
     cp = _cupy()
     from . import tma
 
     num_qb, heads = grid[0], grid[1]
-    if cfg.persistent:  # one CTA per SM, each walking items blockIdx.x, + gridDim.x, ...
+    tickets = cp.uint64(0)
+    if cfg.persistent:  # one CTA per SM, each drawing its next item from a zeroed counter
         grid = (min(num_qb * heads, _sm_count()), 1, 1)
+        tickets = cp.zeros(1, dtype=cp.int32)
     maps = (
         tma.tiled_map(q, cfg.block_m),
         tma.tiled_map(k, cfg.block_n),
         tma.tiled_map(v, cfg.block_n),
+        tma.tiled_map(out, 64),  # one box per consumer warpgroup's 64 rows and panel
     )
     inputs = tuple(tma.kernel_arg(m) for m in maps)
-    return grid, inputs, (cp.int32(num_qb), cp.int32(heads)), maps
+    extra = (cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(lpt_section(k.shape[2], cfg.d)))
+    return grid, inputs, extra, (*maps, tickets)
+
+
+def lpt_section(n_k: int, d: int) -> int:
+    """Heads per section of the LPT order: as many as have their K and V (16-bit) in half of
+    L2 together, so the blocks running at once re-read K and V from L2, not from HBM."""
+    return max(1, (_l2_bytes() // 2) // max(1, 2 * n_k * d * 2))
+
+
+@functools.cache
+def _l2_bytes() -> int:
+    cp = _cupy()
+    return int(cp.cuda.Device().attributes["L2CacheSize"])

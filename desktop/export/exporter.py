@@ -3,8 +3,10 @@
 Shared by the GUI's File menu and the headless `flash-explorer export`; both write
 atomically. The lanes ('both', 'dense', 'tiled') are laid out afresh for the output size
 by desktop.export.canvas, from a frozen Frame of the window's state: same options, same
-pixels, whichever front end asked, and the user's view never moves. The window, stats
-and ledger targets are the window's own widgets, grabbed (and restored to their step).
+pixels, whichever front end asked, and the user's view never moves. The stats and the
+ledger at a given size are fresh panels of the window's kind, laid out for that size
+(frames.view_widget); the window, and those two without a size, are the window's own
+widgets, grabbed (and restored to their step).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from desktop.export.frames import (
     grab,
     png_bytes,
     render_frames,
+    render_scaled,
     show_frame,
     target_widget,
     to_rgb_array,
+    view_widget,
 )
 
 STILL_SUFFIXES = (".png", ".svg", ".pdf")
@@ -100,38 +104,26 @@ def scaled_image(window, target: str, step: int, scale: float) -> QImage:
     """A widget rendered at `scale` × its size (e.g. 2 for print), not upsampled pixels."""
     widget = target_widget(window, target)
     show_frame(window, step)
-    if scale == 1:
-        return grab(widget)
-    size = widget.size()
-    image = QImage(
-        round(size.width() * scale), round(size.height() * scale), QImage.Format.Format_RGB888
-    )
-    image.setDevicePixelRatio(scale)
-    image.fill(QColor(widget.palette().window().color()))
-    painter = QPainter(image)
-    widget.render(painter, QPoint())
-    painter.end()
-    return image
+    return render_scaled(widget, scale)
 
 
 def _widget_still(window, suffix: str, target: str, step: int, scale: float, size) -> bytes:
-    """The window, stats or ledger widget at `step`: its own paint code on any device."""
-    widget = target_widget(window, target)
-    show_frame(window, step)
-    if suffix == ".png":
-        image = (
-            grab(widget, size) if size is not None else scaled_image(window, target, step, scale)
-        )
-        return png_bytes(image)
-    wsize = (widget.width(), widget.height())
+    """The window, stats or ledger at `step`: its own paint code on any device (the stats
+    and the ledger laid out afresh for `size` when one is given)."""
+    with view_widget(window, target, size) as widget:
+        show_frame(window, step)
+        if suffix == ".png":
+            image = grab(widget, size) if size is not None else render_scaled(widget, scale)
+            return png_bytes(image)
+        wsize = (widget.width(), widget.height())
 
-    def paint(p: QPainter) -> None:
-        widget.render(p, QPoint())
+        def paint(p: QPainter) -> None:
+            widget.render(p, QPoint())
 
-    caption = window.state.trace.steps[step].describe()
-    if suffix == ".svg":
-        return svg_bytes(wsize, paint, description=caption)
-    return pdf_bytes(wsize, [paint], title=caption)
+        caption = window.state.trace.steps[step].describe()
+        if suffix == ".svg":
+            return svg_bytes(wsize, paint, description=caption)
+        return pdf_bytes(wsize, [paint], title=caption)
 
 
 def lane_still_bytes(
@@ -165,8 +157,9 @@ def export_still(
     """One view at `step` to PNG, SVG or PDF; a PDF of lanes takes every one of `steps`.
 
     Lanes are laid out for `size` (default 1280x720) times `scale`, in `theme`; the
-    window, stats and ledger are the window's widgets at their size (PNG: fitted to
-    `size` or rendered at `scale`)."""
+    stats and the ledger are laid out for `size` when one is given; the window (and those
+    two without a size) is the window's widget at its size, rendered at `scale` or at the
+    scale that fits `size`."""
     path = check_suffix(path, STILL_SUFFIXES)
     suffix = path.suffix.lower()
     if not 0.25 <= scale <= 8:

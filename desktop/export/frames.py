@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QPoint, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -80,6 +81,38 @@ def target_widget(window, target: str) -> QWidget:
     return window.lanes[target]
 
 
+# Panels an export lays out afresh for the output size: a 16:9 slide of the statistics
+# or the ledger, not the narrow dock the user happens to have.
+PANEL_TARGETS = ("stats", "ledger")
+PANEL_REFERENCE = (1280.0, 720.0)  # logical size of a panel on a 720p slide (zoom 1)
+PANEL_ZOOM_MIN = 0.75  # smaller outputs keep readable text and lay out on more room
+
+
+@contextmanager
+def view_widget(window, target: str, size: tuple[int, int] | None) -> Iterator[QWidget]:
+    """The widget an export of `target` draws. For the stats and the ledger at a given
+    `size`, a fresh panel of the window's own kind on the same state, laid out at the
+    output's aspect ratio (never shown, and the window's own docks are not touched);
+    otherwise the window's widget itself."""
+    widget = target_widget(window, target)
+    if size is None or target not in PANEL_TARGETS:
+        yield widget
+        return
+    zoom = max(PANEL_ZOOM_MIN, min(size[0] / PANEL_REFERENCE[0], size[1] / PANEL_REFERENCE[1]))
+    panel = type(widget)(window.state)
+    panel.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+    panel.setPalette(widget.palette())
+    panel.resize(max(1, round(size[0] / zoom)), max(1, round(size[1] / zoom)))
+    panel.show()
+    panel.refresh()
+    QApplication.processEvents()
+    try:
+        yield panel
+    finally:
+        panel.close()
+        panel.deleteLater()
+
+
 def show_frame(window, step: int, progress: float = 1.0) -> None:
     """Put the window at `step` with transfers `progress` of the way along, painted."""
     window.state.set_step(step)
@@ -88,17 +121,45 @@ def show_frame(window, step: int, progress: float = 1.0) -> None:
 
 
 def grab(widget: QWidget, size: tuple[int, int] | None = None) -> QImage:
-    """The widget as an RGB image; with `size`, scaled to fit and centred on its background."""
-    image = widget.grab().toImage().convertToFormat(QImage.Format.Format_RGB888)
-    image.setDevicePixelRatio(1.0)
-    if size is None or (image.width(), image.height()) == size:
+    """The widget as an RGB image; with `size`, drawn by its own paint code at the scale
+    that fits `size` (crisp text at any output size, never upsampled pixels) and centred
+    on its background."""
+    if size is None:
+        image = widget.grab().toImage().convertToFormat(QImage.Format.Format_RGB888)
+        image.setDevicePixelRatio(1.0)
         return image
+    image = render_scaled(widget, fit_scale(widget, size))
     canvas = QImage(size[0], size[1], QImage.Format.Format_RGB888)
-    canvas.fill(QColor(image.pixel(0, 0)))
+    canvas.fill(widget.palette().window().color())
     painter = QPainter(canvas)
     _draw_fitted(painter, image, QRectF(0, 0, size[0], size[1]))
     painter.end()
     return canvas
+
+
+def fit_scale(widget: QWidget, size: tuple[int, int]) -> float:
+    """The scale at which `widget` fills `size` without cropping."""
+    return min(size[0] / max(1, widget.width()), size[1] / max(1, widget.height()))
+
+
+def render_scaled(widget: QWidget, scale: float) -> QImage:
+    """The widget painted at `scale` × its size (its fonts and lines drawn at that size,
+    not its pixels stretched); device pixel ratio 1, so it draws 1:1 on a canvas."""
+    if scale == 1:
+        return grab(widget)
+    size = widget.size()
+    image = QImage(
+        max(1, round(size.width() * scale)),
+        max(1, round(size.height() * scale)),
+        QImage.Format.Format_RGB888,
+    )
+    image.setDevicePixelRatio(scale)
+    image.fill(widget.palette().window().color())
+    painter = QPainter(image)
+    widget.render(painter, QPoint())
+    painter.end()
+    image.setDevicePixelRatio(1.0)
+    return image
 
 
 def _draw_fitted(painter: QPainter, image: QImage, rect: QRectF) -> None:
@@ -160,13 +221,17 @@ def render_frames(
     window, plan: FramePlan, target: str, size: tuple[int, int] | None = None
 ) -> Iterator[np.ndarray]:
     """Yield RGB arrays for every frame of `plan`, drawn by the window's own views."""
-    widget = target_widget(window, target)
     frames = plan.frames()
-    for index, (step, progress) in enumerate(frames):
-        show_frame(window, step, progress)
-        caption = window.state.trace.steps[step].describe()
-        view = grab(widget)
-        yield to_rgb_array(animation_frame(view, caption, (index + 1) / len(frames), size))
+    with view_widget(window, target, size) as widget:
+        for index, (step, progress) in enumerate(frames):
+            show_frame(window, step, progress)
+            caption = window.state.trace.steps[step].describe()
+            if size is None:
+                view = grab(widget)
+            else:  # drawn at the scale of the frame's view area, above the footer
+                area = (size[0], max(1, size[1] - FOOTER_HEIGHT))
+                view = render_scaled(widget, fit_scale(widget, area))
+            yield to_rgb_array(animation_frame(view, caption, (index + 1) / len(frames), size))
 
 
 def png_bytes(image: QImage) -> bytes:

@@ -7,12 +7,14 @@ paintEvent reads as a list of what is on screen.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import (
     QColor,
     QFont,
+    QFontMetricsF,
     QImage,
     QPaintEngine,
     QPainter,
@@ -28,12 +30,35 @@ NUMBER_MIN_W, NUMBER_MIN_H = 24.0, 12.0
 NEUTRAL = QColor(225, 225, 215)  # matches the ℓ and L columns in HBM
 
 
-def format_number(x: float, width: float) -> str:
-    """Compact cell text: 3 significant digits when the cell is wide, 2 otherwise."""
+def _short_exponent(text: str) -> str:
+    """'7.4e-04' -> '7.4e-4', '1e+04' -> '1e4': the exponent without padding or plus sign."""
+    mantissa, _, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else text
+
+
+def number_forms(x: float, width: float, short: bool = False) -> list[str]:
+    """The ways a cell may write x, most precise first (`short`: the exponent forms too)."""
     if math.isinf(x):
-        return "−∞" if x < 0 else "∞"
-    text = f"{x:.3g}" if width >= 36 else f"{x:.2g}"
-    return text.replace("-", "−")
+        return ["−∞" if x < 0 else "∞"]
+    forms = [f"{x:.3g}", f"{x:.2g}"] if width >= 36 else [f"{x:.2g}"]
+    if short:
+        forms += [_short_exponent(f"{x:{spec}}") for spec in (".2g", ".1e", ".1g", ".0e")]
+    return [f.replace("-", "−") for f in forms]
+
+
+def format_number(x: float, width: float, advance: Callable[[str], float] | None = None) -> str:
+    """Compact cell text: 3 significant digits when the cell is wide, 2 otherwise.
+
+    With `advance` (text -> its drawn width), digits are dropped until the text fits
+    `width`, so a small value such as 0.00074 reads 7.4e−4 or 7e−4 instead of spilling
+    into its neighbours; when nothing fits, the shortest form.
+    """
+    forms = number_forms(x, width, short=advance is not None)
+    if advance is None:
+        return forms[0]
+    # a pixel of margin each side, so neighbouring numbers never touch
+    fits = [f for f in forms if advance(f) <= width - 2]
+    return fits[0] if fits else min(forms, key=len)
 
 
 VECTOR_CELLS_MAX = 64 * 64  # on SVG/PDF, heatmaps up to 64x64 cells are drawn as rectangles
@@ -104,6 +129,7 @@ def draw_numbers(
     f = QFont(font)
     f.setPixelSize(max(8, min(12, int(ch * 0.5), int(cw / 3.2))))
     painter.setFont(f)
+    metrics = QFontMetricsF(f)
     for r in range(rows):
         for c in range(cols):
             if hidden is not None and hidden[r, c]:
@@ -112,7 +138,9 @@ def draw_numbers(
             dark_cell = math.isfinite(x) and abs(x) / scale.vmax > 0.55
             painter.setPen(QColor("white") if dark_cell else QColor(20, 20, 20))
             cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
-            painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, format_number(x, cw))
+            painter.drawText(
+                cell, Qt.AlignmentFlag.AlignCenter, format_number(x, cw, metrics.horizontalAdvance)
+            )
 
 
 def draw_matrix(

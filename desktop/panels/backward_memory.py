@@ -32,12 +32,14 @@ class KeepBars(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.kept: dict[str, int] = {}
+        self.notes: dict[str, str] = {}
         self.n = 0
-        self.setFixedHeight(48)
+        self.setFixedHeight(40)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
-    def set_kept(self, kept: dict[str, int], n: int) -> None:
-        self.kept, self.n = kept, n
+    def set_kept(self, kept: dict[str, int], n: int, notes: dict[str, str] | None = None) -> None:
+        """`notes` (per lane) is written at the right end of its bar instead of the count."""
+        self.kept, self.n, self.notes = kept, n, notes or {}
         self.update()
 
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
@@ -45,12 +47,12 @@ class KeepBars(QWidget):
             return
         p = QPainter(self)
         text = self.palette().color(QPalette.ColorRole.WindowText)
-        label_w, h = 150.0, 18.0
+        label_w, h = 110.0, 16.0
         width = max(10.0, self.width() - label_w - 8)
         top = max(self.kept.values())
         names = {"dense": "dense keeps P", "tiled": "tiled keeps L"}
         for k, lane in enumerate(("dense", "tiled")):
-            y = 2 + k * (h + 4)
+            y = 2 + k * (h + 4)  # two bars of 16 px in the 40 px the widget keeps
             p.setPen(text)
             p.drawText(QRectF(0, y, label_w, h), Qt.AlignmentFlag.AlignVCenter, names[lane])
             w = max(1.5, width * self.kept[lane] / top)  # the tiled bar is N_k times shorter
@@ -58,7 +60,7 @@ class KeepBars(QWidget):
             p.drawText(
                 QRectF(label_w + 4, y, width - 4, h),
                 Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
-                f"{self.kept[lane]:,}",
+                self.notes.get(lane, f"{self.kept[lane]:,}"),
             )
         p.end()
 
@@ -75,20 +77,23 @@ class BackwardMemory(QWidget):
         self.totals_label.setToolTip(
             "Total HBM transfers of each pass at these block sizes (closed form, elements)"
         )
-        self.keep_label = QLabel()
-        self.keep_label.setObjectName("keep_label")
-        self.keep_label.setWordWrap(True)
         self.bars = KeepBars()
+        self.bars.setObjectName("keep_bars")
         self.bars.setToolTip(
             "Memory each lane keeps from the forward for the backward, per head: dense "
             "stores P (N_q · N_k), FlashAttention only L (N_q) and recomputes P̃ = exp(S − L)"
         )
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for w in (self.totals_label, self.keep_label, self.bars):
+        for w in (self.totals_label, self.bars):
             layout.addWidget(w)
         self.hide()
         state.sigTraceChanged.connect(self._on_trace)
+
+    def refresh(self) -> None:
+        """Show the state's current trace (a panel made after it was set)."""
+        if self.state.trace is not None:
+            self._on_trace(self.state.trace)
 
     def _on_trace(self, trace: Trace) -> None:
         if trace.pass_name == "forward" or self.state.config is None:
@@ -108,9 +113,10 @@ class BackwardMemory(QWidget):
             "dense": kept["dense"] * element_bytes("P", trace.dtype),
             "tiled": kept["tiled"] * element_bytes("L", trace.dtype),
         }
-        self.keep_label.setText(
-            f"Kept for the backward, per head: dense P = N_q·N_k = {kept['dense']:,} elements "
-            f"({nbytes['dense']:,} B); tiled L = N_q = {kept['tiled']:,} ({nbytes['tiled']:,} B), "
-            f"{s.n_k}× less at N = {s.n_q}"
-        )
-        self.bars.set_kept(kept, s.n_q)
+        # What each lane keeps for the backward, per head, written on its bar (the panel is
+        # short: a separate sentence above the bars pushed them under the table).
+        notes = {
+            "dense": f"N_q·N_k = {kept['dense']:,} ({nbytes['dense']:,} B) per head",
+            "tiled": f"N_q = {kept['tiled']:,} ({nbytes['tiled']:,} B), {s.n_k}× less",
+        }
+        self.bars.set_kept(kept, s.n_q, notes)

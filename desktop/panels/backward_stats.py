@@ -12,7 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QSignalBlocker, Qt
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QSizePolicy, QSpinBox, QVBoxLayout
 
-from desktop.scene.row_series import MAX_COLOURED, fmt, fmt_vec
+from desktop.scene.row_series import MAX_COLOURED, STEP_X, fmt, fmt_vec
 from desktop.state.app_state import AppState
 from desktop.theme import style_plot
 
@@ -69,6 +69,7 @@ class BackwardStats(QGroupBox):
         self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
         item.setTitle("dQ_row → dense dQ (dashed), tile by tile", size="9pt")
+        item.setLabel("bottom", "step (1-based, as the playback bar)")
         item.setMenuEnabled(False)
         item.hideButtons()
         self._marker = pg.InfiniteLine(
@@ -94,6 +95,11 @@ class BackwardStats(QGroupBox):
             self.restyle()  # a theme switch reaches pyqtgraph only through here
         super().changeEvent(event)
 
+    def refresh(self) -> None:
+        """Show the state's current trace, row, key and step (a panel made after them)."""
+        self._rebuild()
+        self._on_step(self.state.step)
+
     def _rebuild(self, *_args: object) -> None:
         trace = self.state.trace
         if trace is None or trace.pass_name == "forward":
@@ -116,7 +122,7 @@ class BackwardStats(QGroupBox):
         self.labels["dq_err"].setText(f"{fmt(err)} (vs float64, {trace.dtype})")
         # dQ_row as a step function: it changes at the tiled lane's update steps of the row.
         steps, tiles = trace.lanes["tiled"].steps_of("bwd_update", row // trace.schedule.block_q)
-        edges = np.concatenate([[-0.5], steps - 0.5, [trace.n_steps - 0.5]])
+        edges = np.concatenate([[-0.5], steps - 0.5, [trace.n_steps - 0.5]]) + STEP_X
         values = b.dq[np.concatenate([[0], tiles + 1])]
         comps = min(values.shape[1], MAX_COLOURED)
         item = self.plot.getPlotItem()
@@ -132,14 +138,15 @@ class BackwardStats(QGroupBox):
             elif k % 2 == 0:
                 curve.setData(edges, values[:, c], stepMode="center")
             else:
-                curve.setData([-0.5, trace.n_steps - 0.5], [b.dq_reference[c]] * 2)
+                span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
+                curve.setData(span, [b.dq_reference[c]] * 2)
         self._on_step(self.state.step)
 
     def _on_step(self, step: int) -> None:
         trace = self.state.trace
         if trace is None or trace.pass_name == "forward" or step >= trace.n_steps:
             return
-        self._marker.setPos(step)
+        self._marker.setPos(step + STEP_X)
         row, key = self.state.row, self.state.key
         b = trace.backward_row(row)
         done = trace.backward_tiles_done(row, step)

@@ -53,21 +53,24 @@ SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
 
 
 def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
-    """Total transfers against N for dense, q-outer and kv-outer at the config's shapes."""
+    """Total transfers of the config's pass (forward, backward or training) against N, for
+    dense, q-outer and kv-outer at the config's shapes."""
     key = (config.n_k / config.n, config.d, config.dv, config.block_q, config.block_k)
-    return _sweep(*key, config.causal, config.save_lse, sram)
+    return _sweep(*key, config.causal, config.save_lse, sram, config.pass_name)
 
 
 @functools.lru_cache(maxsize=64)  # dragging N leaves every other argument unchanged
 def _sweep(
-    ratio: float, d: int, dv: int, block_q: int, block_k: int, causal: bool, lse: bool, sram: int
-) -> dict[str, np.ndarray]:
+    ratio: float, d: int, dv: int, block_q: int, block_k: int, causal: bool, lse: bool, sram: int,
+    pass_name: str = "forward",
+) -> dict[str, np.ndarray]:  # fmt: skip
     out = {"n": SWEEP_N, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}
     kw = dict(block_q=block_q, block_k=block_k, causal=causal, save_lse=lse)
     for n in SWEEP_N.tolist():
         n_k = max(1, round(n * ratio))
         for order in ("q-outer", "kv-outer"):
-            led = compute.closed_form_ledger(n, n_k, d, dv, order=order, **kw)
+            # `order` is the forward's loop order; the backward alone always runs K/V outer
+            led = compute.pass_ledger(pass_name, n, n_k, d, dv, order=order, **kw)
             out[order].append(led.lanes["tiled"].total_elements)
         out["dense"].append(led.lanes["dense"].total_elements)
         out["bound"].append(compute.theorem2_bound(n, d, sram))
@@ -86,6 +89,17 @@ LEGEND_MARKS = {Qt.PenStyle.SolidLine: "━━", Qt.PenStyle.DashLine: "╍╍",
 def unbreakable(text: str) -> str:
     """Rich text that Qt never breaks: non-breaking spaces, a word joiner after '/'."""
     return text.replace(" ", "&nbsp;").replace("/", "/\u2060")
+
+
+def pens_for(pass_name: str) -> dict:
+    """The sweep's curves for a pass: the backward alone has one tiled order (K/V outer),
+    so its q-outer curve is named for that and the kv-outer one (the same numbers) is dropped."""
+    if pass_name != "backward":
+        return PENS
+    colour, width, style, _name = PENS["q-outer"]
+    pens = {k: v for k, v in PENS.items() if k != "kv-outer"}
+    pens["q-outer"] = (colour, width, style, "tiled (K/V outer)")
+    return pens
 
 
 def legend_html(pens: dict = PENS) -> str:
@@ -127,6 +141,12 @@ class LedgerPanel(QWidget):
         self.restyle()
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
+
+    def refresh(self) -> None:
+        """Show the state's current trace and step (a panel made after they were set)."""
+        if self.state.trace is not None:
+            self._on_trace(self.state.trace)
+            self.backward_memory.refresh()
 
     # ---- construction ----------------------------------------------------------------
     def _build_totals(self) -> QGridLayout:
@@ -213,6 +233,9 @@ class LedgerPanel(QWidget):
         item.setLogMode(x=True, y=True)
         item.setLabel("bottom", "N (query and key positions)")
         item.setLabel("left", "HBM transfers")  # elements: the totals and the note say so
+        # Log axes already read 10³…10⁹; an SI factor on top ("×1e+09", ticks 10⁻⁹…0.1) is
+        # what pyqtgraph adds once a curve passes 10⁹ (a training step at large N).
+        item.getAxis("left").enableAutoSIPrefix(False)
         item.setMenuEnabled(False)
         self._lines = {
             k: item.plot([], [], pen=pg.mkPen(colour, width=w, style=style))
@@ -260,8 +283,11 @@ class LedgerPanel(QWidget):
         config = self.state.config
         sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
         data = sweep(config, sram)
+        pens = pens_for(config.pass_name)
         for key, line in self._lines.items():
             line.setData(data["n"], data[key])
+            line.setVisible(key in pens)
+        self.legend_label.setText(legend_html(pens))
         totals = trace.totals_at(trace.n_steps - 1)  # the whole run's totals
         n = trace.schedule.n_q
         self._marks.setData(
@@ -270,7 +296,9 @@ class LedgerPanel(QWidget):
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(
             f"● N = {n}; blocks {trace.schedule.block_q}×"
-            f"{trace.schedule.block_k}, {m_note}; the bound is drawn with constant 1"
+            f"{trace.schedule.block_k}, {m_note}; "
+            + ("" if config.pass_name == "forward" else f"{config.pass_name} pass; ")
+            + "the bound is drawn with constant 1"
         )
 
     def _on_step(self, step: int) -> None:

@@ -28,6 +28,7 @@ from desktop.scene.row_series import (
     FORMULAS,
     MAX_COLOURED,
     SCALAR_COLORS,
+    STEP_X,
     active_steps,
     dense_output_row,
     finite_range,
@@ -68,7 +69,6 @@ READOUT_NAMES = {
     "ref": "O_ref (float64)",
     "error": "max |O − O_ref|",
 }
-STEP_X = 1  # plots count steps from 1, as the playback bar and the status bar do
 
 
 class StatsPanel(QWidget):
@@ -93,6 +93,13 @@ class StatsPanel(QWidget):
         state.sigTraceChanged.connect(self._rebuild)
         state.sigRowChanged.connect(self._rebuild)
         state.sigStepChanged.connect(self._on_step)
+
+    def refresh(self) -> None:
+        """Show the state's current trace, row and step (a panel made after they were set)."""
+        if self.state.trace is not None:
+            self._rebuild()
+            self.backward.refresh()
+            self._on_step(self.state.step)
 
     # ---- construction ----------------------------------------------------------------
     def _build_readouts(self) -> QGridLayout:

@@ -34,9 +34,11 @@ def hbm_slots(trace: Trace) -> list[tuple[str, int, int]]:
         ("P", s.n_q, s.n_k),
         ("O", s.n_q, s.d_v),
     ]
-    # m and ℓ always get a column: in HBM for KV-outer, a ghost ("on chip only") for
-    # Q-outer; either way the SRAM tiles of m and ℓ sit under them.
-    slots += [("m", s.n_q, 1), ("l", s.n_q, 1)]
+    # Wherever a forward runs (forward, training), m and ℓ always get a column: in HBM for
+    # KV-outer, a ghost ("on chip only") for Q-outer; either way the SRAM tiles of m and ℓ
+    # sit under them. The backward alone reads L and keeps no running statistics.
+    if trace.pass_name != "backward":
+        slots += [("m", s.n_q, 1), ("l", s.n_q, 1)]
     if s.save_lse:
         slots.append(("L", s.n_q, 1))
     from .backward import grad_slots  # (deferred: that module uses SramTile from here)

@@ -22,6 +22,7 @@ FORMULAS = {
     "ref": "The float64 reference row, softmax(S) V: what every error is measured against",
     "error": "max |O − O_ref|: the tiled output against the float64 reference, this row and all rows",
 }
+STEP_X = 1  # plots count steps from 1, as the playback bar and the status bar do
 SCALAR_COLORS = {"m": "#2471a3", "l": "#1a9850", "alpha": "#8e44ad"}
 MAX_COLOURED = 8  # above this many components of a, draw them as one bundle
 

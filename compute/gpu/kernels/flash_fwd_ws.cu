@@ -26,14 +26,19 @@
 //   * Scheduler barrier (MODE bit 1, FA3's inter-warpgroup ping-pong): named barriers make
 //     the consumer warpgroups take turns issuing their GEMMs, so one warpgroup's softmax
 //     runs while another's GEMMs do.
+//   * Work order and epilogue switches (FLASH_NOTES.md v6): longest-processing-time-first
+//     order of causal work items (MODE bit 3), a persistent grid drawing items from a global
+//     ticket counter (bit 2), and O written by TMA store (bit 4).
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
-// consumer warpgroup's own (dead) rows of the Q tile and plain 16-byte stores.
+// consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
+// and plain 16-byte stores, or a TMA store.
 //
-// Measured on the H200 (FLASH_NOTES.md v5; N >= 4096, batch*N = 16384, heads*d = 2048):
-// d=128 <128,2,128,2,3> 557-670 TFLOP/s, d=64 <64,3,128,2,3> 414-538: 1.07-1.61x the wgmma
-// kernel, 1.48-2.11x SDPA FA2, 0.96-1.21x SDPA cuDNN. Overlap +5-14%, three consumer
-// warpgroups at d=64 +10-16%, scheduler barrier +0-7%; 176-key tiles, three stages and the
-// persistent grid (MODE bit 2, static round-robin: -7 to -40% causal) bought nothing.
+// Measured on the H200 (FLASH_NOTES.md v6; N >= 4096, batch*N = 16384, heads*d = 2048):
+// d=128 (NC 2, MODE 3 or 11) 569-693 TFLOP/s, d=64 (NC 3, MODE 3 or 11) 431-560: 1.54-2.19x
+// SDPA FA2, 0.97-1.19x SDPA cuDNN (>= 1.0x in 18 of 24 cases). Overlap +5-14%, three
+// consumer warpgroups at d=64 +10-16%, scheduler barrier +0-7%, the LPT order for causal
+// N = 4096-8192 about +2-5% (a loss at 16384); 176-key tiles, three stages, the persistent
+// grid (static in v5, dynamic in v6) and the TMA store bought nothing.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -82,6 +87,22 @@ __device__ __forceinline__ void fa_tma_load(u32 dst, const FaTmap* map, int c0, 
         "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
 }
+// One box from shared memory at src to a 3-D tensor map's coordinates (rows past the
+// tensor's extent are not written), tracked by the issuing thread's bulk group.
+__device__ __forceinline__ void fa_tma_store(const FaTmap* map, u32 src, int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+            reinterpret_cast<u64>(map)),
+        "r"(src), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+__device__ __forceinline__ void fa_bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Wait until this thread's committed bulk stores have read their shared-memory source.
+__device__ __forceinline__ void fa_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
 __device__ __forceinline__ void fa_tma_prefetch(const FaTmap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
@@ -122,15 +143,30 @@ struct FaSmem {
     static constexpr u32 V_OFF = K_OFF + ST * KV_BYTES;
     static constexpr u32 O_OFF = PERSIST ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
     static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + (PERSIST ? Q_BYTES : 0);
-    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST]
-    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST);
+    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST], then the ticket slot
+    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8;
 };
 
-// Work item t of num_qb * BH: consecutive items are query blocks of one head (its K and V
-// stay in L2 while they run), heaviest causal block first.
-__device__ __forceinline__ void fa_tile(int t, int num_qb, int& qb, int& bh) {
-    bh = t / num_qb;
-    qb = num_qb - 1 - (t - bh * num_qb);
+// Work item t of num_qb * BH. Default order: consecutive items are query blocks of one head
+// (its K and V stay in L2 while they run), heaviest causal block first. LPT order (MODE bit 3,
+// causal only; full attention keeps the default, its items are equal): longest processing
+// time first over heads in sections of `section` heads (as many as share L2, chosen on the
+// host): within a section every head's heaviest query block, then every head's next, ...,
+// so the lightest blocks of the section come last and fill the tail of the schedule.
+template <bool LPT>
+__device__ __forceinline__ void fa_tile(int t, int num_qb, int BH, int causal, int section,
+                                        int& qb, int& bh) {
+    if (LPT && causal) {
+        const int per = section * num_qb;  // items in a full section
+        const int h0 = (t / per) * section;
+        const int hs = min(section, BH - h0);  // the last section may hold fewer heads
+        const int r = t - (h0 / section) * per;
+        qb = num_qb - 1 - r / hs;
+        bh = h0 + r % hs;
+    } else {
+        bh = t / num_qb;
+        qb = num_qb - 1 - (t - bh * num_qb);
+    }
 }
 
 // Key tiles a query block needs: all of them, or with causal masking up to its last row's
@@ -142,14 +178,18 @@ __device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
 }
 
 // MODE bit 0: intra-warpgroup overlap; bit 1: scheduler barrier; bit 2: persistent (gridDim.x
-// CTAs, one per SM, each walking work items blockIdx.x, + gridDim.x, ...; K/V rings and
-// mbarrier phases run on across items, so the next item's loads overlap this one's tail).
+// CTAs, one per SM; the producer draws each next work item from a global ticket counter
+// with atomicAdd, so an SM that finishes early takes the next item at once, and hands it to
+// the consumers through shared memory; K/V rings and mbarrier phases run on across items,
+// so the next item's loads overlap this one's tail); bit 3: LPT item order (fa_tile);
+// bit 4: O leaves through a TMA store of the staged tile instead of per-thread stores.
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __global__ void __launch_bounds__((NC + 1) * 128, 1)
     flash_fwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
-                 const __grid_constant__ FaTmap tmV, u16* __restrict__ O,
-                 float* __restrict__ LSE, int Nq, int Nk, float scale_log2, int causal,
-                 int num_qb, int BH) {
+                 const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,
+                 u16* __restrict__ O, float* __restrict__ LSE, int Nq, int Nk,
+                 float scale_log2, int causal, int num_qb, int BH, int* __restrict__ tickets,
+                 int section) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
@@ -157,6 +197,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     constexpr bool OVERLAP = (MODE & 1) != 0;
     constexpr bool SCHED = (MODE & 2) != 0;
     constexpr bool PERSIST = (MODE & 4) != 0;
+    constexpr bool LPT = (MODE & 8) != 0;
+    constexpr bool TMA_STORE = (MODE & 16) != 0;
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
     constexpr int NS = BN / 2;  // S accumulator registers per thread
@@ -176,12 +218,13 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     const u32 fullV = fullK + 8 * ST;
     const u32 emptyK = fullV + 8 * ST;
     const u32 emptyV = emptyK + 8 * ST;
+    const u32 slot = emptyV + 8 * ST;  // persistent: the current item's ticket
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
     const int total = num_qb * BH;
-    const int first = PERSIST ? blockIdx.x : blockIdx.y * num_qb + blockIdx.x;
-    const int stride = PERSIST ? gridDim.x : total;
+    // The grid's item (ignored when persistent): blocks are dispatched in linear order.
+    const int first = blockIdx.y * num_qb + blockIdx.x;
 
     if (tid == 0) {
         fa_mbar_init(barQ, 1);
@@ -204,16 +247,25 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             fa_tma_prefetch(&tmK);
             fa_tma_prefetch(&tmV);
             int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
-            int k = 0;   // work items so far (emptyQ completes once per item)
-            for (int tt = first; tt < total; tt += stride, ++k) {
+            // Item k: Q lands on barQ phase k; persistent, the consumers learn the item from
+            // `slot`, written before that phase's arrive (release; their wait acquires), and
+            // a ticket past the end still completes the phase, with no bytes, to stop them.
+            for (int k = 0; PERSIST || k == 0; ++k) {
+                const int tt = PERSIST ? atomicAdd(tickets, 1) : first;
+                // Q's buffer (and `slot`) are free once every consumer is done with item k-1.
+                fa_mbar_wait(emptyQ, (k & 1) ^ 1);
+                if constexpr (PERSIST) {
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot), "r"(tt) : "memory");
+                    if (tt >= total) {
+                        fa_mbar_arrive(barQ);
+                        break;
+                    }
+                }
                 int qb, bh;
-                fa_tile(tt, num_qb, qb, bh);
+                fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
                 const int q0 = qb * BM;
                 const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
-                // Q's buffer is free once every consumer has finished with the last item's Q.
-                fa_mbar_wait(emptyQ, (k & 1) ^ 1);
-                if (ntiles == 0) continue;
-                fa_mbar_expect_tx(barQ, L::Q_BYTES);
+                fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
 #pragma unroll
                 for (int p = 0; p < NP; ++p)
                     fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, bh, barQ);
@@ -258,35 +310,30 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     u32 a[BN / 16][4];
 
     // Scheduler barrier: consumer c waits on barrier 1 + c, then lets 1 + (c + 1) % NC go.
-    // Every consumer passes the same points (per item ntiles + 1 with overlap, 2 ntiles
-    // without) in one stream over all its items: the first consumer's first wait is met by
-    // its own arrive below, and the last consumer skips its very last arrive, so the turns
-    // stay strictly round-robin and every barrier ends with its counts matched.
-    int sched_left = 0;
+    // All consumers of a CTA work on the same items, so they pass the same points in one
+    // stream: consumer 0's first wait is met by its own arrive here, and after the last item
+    // it takes up the last consumer's final arrive, so every barrier ends with its counts
+    // matched (no walk over the items beforehand, which a dynamic schedule cannot do).
     if constexpr (SCHED) {
-        for (int tt = first; tt < total; tt += stride) {
-            int qb, bh;
-            fa_tile(tt, num_qb, qb, bh);
-            const int n = fa_kv_tiles<BM, BN>(qb * BM, Nq, Nk, causal);
-            sched_left += n > 0 ? (OVERLAP ? n + 1 : 2 * n) : 0;
-        }
-        if (c == 0 && sched_left > 0) fa_bar_arrive(1, 256);
+        if (c == 0) fa_bar_arrive(1, 256);
     }
     auto sched_wait = [&]() {
         if constexpr (SCHED) fa_bar_sync(1 + c, 256);
     };
     auto sched_signal = [&]() {
-        if constexpr (SCHED) {
-            --sched_left;
-            if (!(c == NC - 1 && sched_left == 0)) fa_bar_arrive(1 + (c + 1) % NC, 256);
-        }
+        if constexpr (SCHED) fa_bar_arrive(1 + (c + 1) % NC, 256);
     };
 
     int it = 0;  // K/V tiles consumed so far, across items (ring slot it % ST)
-    int qk = 0;  // Q tiles consumed so far (barQ parity)
-    for (int tt = first; tt < total; tt += stride) {
+    for (int k = 0; PERSIST || k == 0; ++k) {
+        fa_mbar_wait(barQ, k & 1);
+        int tt = first;
+        if constexpr (PERSIST) {
+            asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tt) : "r"(slot) : "memory");
+            if (tt >= total) break;
+        }
         int qb, bh;
-        fa_tile(tt, num_qb, qb, bh);
+        fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
         const int q0 = qb * BM;
         const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
@@ -314,8 +361,6 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         };
 
         if (ntiles > 0) {
-            fa_mbar_wait(barQ, qk & 1);
-            ++qk;
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
                 {
@@ -393,9 +438,14 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             it += ntiles;
         }
         if constexpr (PERSIST) {
-            // Every S GEMM of this item is complete: the producer may load the next Q now.
+            // Every S GEMM of this item is complete (and `slot` read): the producer may load
+            // the next Q now.
             fa_mbar_arrive(emptyQ);
-            // The previous item's O reads from the staging tile are done in every thread.
+            // The previous item's O in the staging tile has been read, by the threads' loads
+            // or by the TMA store (its issuing thread waits for that before this barrier).
+            if constexpr (TMA_STORE) {
+                if (ctid == 0) fa_bulk_wait_read();
+            }
             fa_bar_sync(1 + NC + c, 128);
         }
 
@@ -403,7 +453,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's rows
         // of the staging tile (persistent) or of the Q panels (dead since its last S GEMM
         // completed), in the same swizzled layout, then written with coalesced 16-byte
-        // stores; rows past Nq are not written.
+        // stores or one TMA store per panel; rows past Nq are not written.
         u16* Ob = O + static_cast<long long>(bh) * Nq * D;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -428,25 +478,46 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                 }
             }
         }
-        fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
-        constexpr int CPR = D / 8;     // 16-byte chunks per row
+        if constexpr (TMA_STORE) {
+            // The copy engine reads what these threads wrote: fence the generic-proxy stores
+            // before the barrier; one thread then stores the warpgroup's 64 rows, one box
+            // per 64-column panel (the copy engine clips rows past Nq).
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            fa_bar_sync(1 + NC + c, 128);
+            if (ctid == 0) {
 #pragma unroll
-        for (int i = 0; i < 64 * CPR / 128; ++i) {
-            const int idx = ctid + i * 128;
-            const int r = idx / CPR;
-            const int ch = idx % CPR;
-            const int row = q0 + c * 64 + r;
-            if (row < Nq) {
-                uint4 val;
-                const u32 addr =
-                    owg + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
-                             : "r"(addr)
-                             : "memory");
-                *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D + ch * 8) = val;
+                for (int p = 0; p < NP; ++p)
+                    fa_tma_store(&tmO, owg + p * (BM * 128), 64 * p, q0 + c * 64, bh);
+                fa_bulk_commit();
+            }
+        } else {
+            fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
+            constexpr int CPR = D / 8;     // 16-byte chunks per row
+#pragma unroll
+            for (int i = 0; i < 64 * CPR / 128; ++i) {
+                const int idx = ctid + i * 128;
+                const int r = idx / CPR;
+                const int ch = idx % CPR;
+                const int row = q0 + c * 64 + r;
+                if (row < Nq) {
+                    uint4 val;
+                    const u32 addr =
+                        owg + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                                 : "r"(addr)
+                                 : "memory");
+                    *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D + ch * 8) =
+                        val;
+                }
             }
         }
+    }
+    if constexpr (SCHED) {
+        if (c == 0) fa_bar_sync(1, 256);  // the last consumer's final arrive (see above)
+    }
+    if constexpr (TMA_STORE) {
+        if (ctid == 0) fa_bulk_wait_read();  // shared memory must outlive the store's reads
     }
 #else
     __trap();
@@ -458,7 +529,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
-        const __grid_constant__ FaTmap, u16*, float*, int, int, float, int, int, int);
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
+        int, float, int, int, int, int*, int);
 FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)
@@ -466,5 +538,8 @@ FA_WS_INST(1, 64, 2, 128, 2, 0)
 FA_WS_INST(0, 128, 2, 176, 2, 3)
 FA_WS_INST(0, 128, 2, 128, 3, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 7)
-FA_WS_INST(0, 64, 3, 128, 2, 7)
+FA_WS_INST(0, 64, 3, 128, 2, 15)
+FA_WS_INST(0, 64, 3, 128, 2, 11)
+FA_WS_INST(1, 128, 2, 128, 2, 19)
+FA_WS_INST(0, 64, 3, 128, 2, 31)
 #endif

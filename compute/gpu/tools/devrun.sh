@@ -7,8 +7,9 @@
 #   bash compute/gpu/tools/devrun.sh cli      # the bench CLI twice (float16 sweep; float32 causal)
 #   bash compute/gpu/tools/devrun.sh tune     # the CLI with a sweep, tiled source variants, one ncu pass
 #   bash compute/gpu/tools/devrun.sh ws       # the TMA + warp-specialised kernel: a smoke test
-#       first (stops there if it fails or hangs), then the flash tests with WS_VARIANTS, memcheck,
-#       and flash vs SDPA at WS_N with every WS_VARIANTS spec timed beside the default
+#       of its switches first (stops there if it fails or hangs), then the GPU tests with
+#       WS_VARIANTS and memcheck side by side, then flash vs SDPA at WS_N with every
+#       WS_VARIANTS spec timed beside the default
 #   bash compute/gpu/tools/devrun.sh bwd      # the tensor-core backward: its tests (stops there
 #       if they fail), memcheck on sanitize_cases' backward launches, racecheck on one shape,
 #       then flash_bwd_vs_sdpa at BWD_N (default 4096 16384) into $OUT/flash_bwd_vs_sdpa_h200.json
@@ -71,24 +72,30 @@ if [ "$what" = tune ]; then
         "$OUT/ncu.log" | head -40
 fi
 if [ "$what" = ws ]; then
-    variants=${WS_VARIANTS:-"ws:128:2:128:2:pingpong:persist ws:64:3:128:2:pingpong:persist"}
-    step smoke 120 python3 -m pytest tests/compute/gpu/test_flash.py -q -x -p no:cacheprovider \
-        -k "ws_kernel and grid"
+    # WS_VARIANTS: specs tested and timed beside the default (set but empty: none);
+    # WS_TESTS: the GPU test paths (default: all of tests/compute/gpu).
+    variants=${WS_VARIANTS-"ws:128:2:128:2:pingpong:persist ws:64:3:128:2:pingpong:persist:lpt"}
+    # WS_SMOKE=0 skips the smoke step (variants that already passed it in an earlier call);
+    # WS_SANITIZE: the specs memcheck runs beside the defaults (default: WS_VARIANTS).
+    if [ "${WS_SMOKE:-1}" != 0 ]; then
+        step smoke 90 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
+            -p no:cacheprovider -n 4 -k "ws_kernel"
+    fi
     if [ $rc -eq 0 ]; then
-        skip=()
-        step smoke_persistent 60 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
-            -p no:cacheprovider -k "ws_kernel and persistent"
-        if [ $rc -ne 0 ]; then  # keep going without the persistent variants; say so
-            echo "persistent variants dropped"
-            variants=$(echo "$variants" | tr ' ' '\n' | grep -v persist | tr '\n' ' ')
-            skip=(-k "not persistent")
-            rc=0
-        fi
-        FLASH_TEST_CONFIGS="$variants" step pytest 240 python3 -m pytest tests/compute/gpu -q \
-            -p no:cacheprovider -n 8 "${skip[@]}"
-        FLASH_SANITIZE_CONFIGS="$variants" step memcheck 150 compute-sanitizer --tool memcheck \
-            --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
+        # Correctness in parallel (timings come after, on a quiet GPU): the tests with every
+        # variant, and memcheck over the odd shapes with every variant.
+        FLASH_SANITIZE_CONFIGS="${WS_SANITIZE-$variants}" timeout 200 compute-sanitizer --tool memcheck \
+            --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases \
+            >"$OUT/memcheck.log" 2>&1 &
+        mc=$!
+        # shellcheck disable=SC2086
+        FLASH_TEST_CONFIGS="$variants" step pytest 200 python3 -m pytest \
+            ${WS_TESTS:-tests/compute/gpu} -q -p no:cacheprovider -n 8
+        wait $mc
+        r=$?
+        echo "== memcheck rc=$r"
         grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+        [ $r -eq 0 ] || rc=$r
     fi
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
@@ -96,6 +103,7 @@ if [ "$what" = ws ]; then
             --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} \
             --tune $variants ${WS_EXTRA_TUNE:-} --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
         grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
     fi
 fi
 if [ "$what" = bwd ]; then

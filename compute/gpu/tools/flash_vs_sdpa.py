@@ -57,14 +57,16 @@ def _line(report: dict) -> str:
             parts.append(f"{name}=fail [{r['error'][:100]}]")
         else:
             parts.append(f"{name}={r['tflops']:6.1f} ({r['rel_err']:.1e})")
-    flash, fa2 = by.get("flash", {}), by.get("sdpa-flash", {})
-    if "tflops" in flash and "tflops" in fa2:
-        parts.append(f"x{flash['tflops'] / fa2['tflops']:.2f} FA2")
+    flash = by.get("flash", {})
+    for peer, label in zip(PEERS, ("FA2", "cuDNN"), strict=True):
+        if "tflops" in flash and "tflops" in by.get(peer, {}):
+            parts.append(f"x{flash['tflops'] / by[peer]['tflops']:.2f} {label}")
     return head + "  " + "  ".join(parts)
 
 
 def summary(reports: list[dict]) -> list[str]:
-    """The bar (fp16, N >= 4096: flash >= 1.0x SDPA FA2) per case, and the worst error per path."""
+    """The bar per case (N >= 4096, fp16 and bf16: flash >= 1.0x SDPA cuDNN, and FA2 beside
+    it) and the worst error per path."""
     lines, worst = [], {}
     for rep in reports:
         c = rep["config"]
@@ -73,12 +75,14 @@ def summary(reports: list[dict]) -> list[str]:
             if "rel_err" in r:
                 key = (name, c["dtype"])
                 worst[key] = max(worst.get(key, 0.0), r["rel_err"])
-        flash, fa2 = by.get("flash", {}), by.get("sdpa-flash", {})
-        if c["dtype"] == "float16" and c["n"] >= 4096 and "tflops" in flash and "tflops" in fa2:
-            ratio = flash["tflops"] / fa2["tflops"]
+        flash, fa2, cudnn = (by.get(k, {}) for k in ("flash", *PEERS))
+        if c["n"] >= 4096 and all("tflops" in r for r in (flash, fa2, cudnn)):
+            ratio = flash["tflops"] / cudnn["tflops"]
             lines.append(
-                f"  {'MET ' if ratio >= 1.0 else 'MISS'} d={c['d']} N={c['n']} causal={c['causal']}: "
-                f"flash {flash['tflops']:.1f} vs FA2 {fa2['tflops']:.1f} TFLOP/s (x{ratio:.3f})"
+                f"  {'MET ' if ratio >= 1.0 else 'MISS'} {c['dtype']:8s} d={c['d']} N={c['n']} "
+                f"causal={c['causal']}: flash {flash['tflops']:.1f}, cuDNN "
+                f"{cudnn['tflops']:.1f} (x{ratio:.3f}), FA2 {fa2['tflops']:.1f} "
+                f"(x{flash['tflops'] / fa2['tflops']:.2f})"
             )
     for (name, dtype), err in sorted(worst.items()):
         bar = ERR_BAR.get(dtype, 1e-4)
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     except GpuUnavailable as exc:
         print(f"flash_vs_sdpa: {exc}", file=sys.stderr)
         return 1
-    print("\nsummary (fp16 bar: flash >= 1.0x SDPA FA2 for N >= 4096; errors vs float64)")
+    print("\nsummary (bar: flash >= 1.0x SDPA cuDNN for N >= 4096; errors vs float64)")
     print("\n".join(summary(data["reports"])))
     return 0
 

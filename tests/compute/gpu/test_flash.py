@@ -143,19 +143,32 @@ def test_fully_masked_rows_are_zero_not_nan():
     _run_case(1, 2, 190, 60, 128, "bfloat16", True, seed=12)
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+# Scheduling and epilogue switches of the ws kernel (FLASH_NOTES v5, v6), on top of the default.
+WS_SWITCHES = {
+    "grid": {},
+    "persistent": {"persistent": True},
+    "lpt": {"lpt": True},
+    "tmastore": {"tma_store": True},
+    "persistent-lpt-tmastore": {"persistent": True, "lpt": True, "tma_store": True},
+}
+
+
+@pytest.mark.parametrize("switches", list(WS_SWITCHES))
 @pytest.mark.parametrize("d", [64, 128])
-def test_ws_kernel_on_many_tiles_and_masked_blocks(d, persistent):
+def test_ws_kernel_on_many_tiles_and_masked_blocks(d, switches, monkeypatch):
     # Long enough that the K/V rings wrap several times (mbarrier phases flip), with a tail,
     # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys; the last
-    # case has more work items than SMs, so a persistent CTA walks several (some see no key).
+    # case has more work items than SMs, so a persistent CTA draws several (some see no
+    # key), and LPT sections of 3 heads leave a last section of 2 (80 heads).
     from dataclasses import replace
 
+    from compute.gpu import flash
     from compute.gpu.flash import WS_CONFIGS
 
-    cfg = replace(WS_CONFIGS[d], persistent=persistent)
+    cfg = replace(WS_CONFIGS[d], **WS_SWITCHES[switches])
     if _needs_hopper(cfg):
         pytest.skip("this kernel needs an sm_90 GPU")
+    monkeypatch.setattr(flash, "lpt_section", lambda n_k, d: 3)
     _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
     _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
     _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key

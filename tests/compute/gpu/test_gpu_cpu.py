@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,8 @@ def test_flash_config_spec_round_trips():
         Config("wgmma", 128, 2, 64, 1, True),
         Config("ws", 64, 3, 128, 1, False, 3, False),
         Config("ws", 128, 2, 128, 1, True, 2, True, True),
+        Config("ws", 64, 3, 128, 1, True, 2, True, True, True, True),
+        Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
@@ -193,6 +196,12 @@ def test_flash_config_spec_round_trips():
     assert (
         Config.parse("ws:128:2:128:2:pingpong:persist").name(1) == "flash_fwd_ws<1,128,2,128,2,7>"
     )
+    assert (
+        Config.parse("ws:64:3:128:2:pingpong:persist:lpt:tmastore").name(0)
+        == "flash_fwd_ws<0,64,3,128,2,31>"
+    )
+    with pytest.raises(ValueError, match="is not a kernel spec"):
+        Config.parse("wgmma:128:2:64:2:lpt")  # scheduling flags belong to the ws kernel
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:serial")  # only the ws kernel has the serial flag
     with pytest.raises(ValueError, match="is not a kernel spec"):
@@ -204,7 +213,10 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
 
     monkeypatch.setattr(flash, "_is_hopper", lambda: True)
     assert flash.default_config(128, 1024) == flash.WS_CONFIGS[128]
-    assert flash.default_config(64, 4096) == flash.WS_CONFIGS[64]
+    assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
+    for d in (64, 128):  # longest-first causal order where it measured faster (v6)
+        assert flash.default_config(d, 4096) == replace(flash.WS_CONFIGS[d], lpt=True)
+        assert flash.default_config(d, 8192).lpt and not flash.default_config(d, 8193).lpt
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
     assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]

@@ -21,7 +21,7 @@ from desktop.cli.export import main as export_main
 from desktop.export.canvas import Frame, LaneCanvas, LanePainter, lane_rects
 from desktop.export.exporter import export_still
 from desktop.export.frames import FramePlan
-from desktop.lanes.painting import format_number
+from desktop.lanes.painting import number_forms
 from desktop.state.config import make_inputs
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -49,8 +49,9 @@ def svg_texts(path) -> list[str]:
 
 
 def as_cell(x: float) -> set[str]:
-    """How a cell may write x: 3 significant digits in a wide cell, 2 in a narrow one."""
-    return {format_number(x, 40), format_number(x, 30)}
+    """How a cell may write x: 3 significant digits in a wide cell, 2 in a narrow one, or
+    a short exponent form where those do not fit."""
+    return set(number_forms(x, 40, short=True)) | set(number_forms(x, 30, short=True))
 
 
 def pdf_text(path) -> str:

@@ -304,3 +304,24 @@ def test_export_actions_are_in_the_file_menu_and_toolbar(window):
     assert "Export &animation…" in texts
     assert texts.index("Export &ledger…") < texts.index("&Quit")
     assert window.exports.actions[0].shortcut().toString() == "Ctrl+E"
+
+
+@pytest.mark.parametrize("target", ["stats", "ledger"])
+def test_panel_at_a_slide_size_is_laid_out_for_it_and_the_window_keeps_its_own(
+    window, tmp_path, target
+):
+    """At --size, the stats and the ledger fill the slide (a fresh panel at its aspect,
+    text drawn at the slide's scale), and the window's own panel neither moves nor resizes."""
+    own = window.stats_panel if target == "stats" else window.ledger_panel
+    before = (own.size(), window.state.step)
+    path = tmp_path / f"{target}.png"
+    export_still(window, path, target=target, step=8, size=(1920, 1080))
+    got = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    assert got.shape == (1080, 1920, 3)
+    background = got[0, -1]
+    content = np.any(np.abs(got - background).sum(axis=2) > 30, axis=0)
+    columns = np.flatnonzero(content)
+    assert columns[-1] - columns[0] > 0.9 * 1920  # spans the slide, not a centred strip
+    rows = np.flatnonzero(np.any(np.abs(got - background).sum(axis=2) > 30, axis=1))
+    assert rows[-1] - rows[0] > 0.9 * 1080
+    assert (own.size(), window.state.step) == before

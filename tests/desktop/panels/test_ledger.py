@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 import compute
 from desktop.panels.ledger import COLUMNS, PENS, unbreakable
 from desktop.state.config import Config
@@ -38,3 +41,42 @@ def test_sweep_legend_sits_outside_the_plot_and_names_every_curve(window):
     for _colour, _w, _style, name in PENS.values():
         assert unbreakable(name) in text
     assert "#7f8c8d" not in text  # the old low-contrast grey is gone
+
+
+@pytest.mark.parametrize("pass_name", ["backward", "training"])
+def test_sweep_plots_the_chosen_pass_totals(window, qtbot, pass_name):
+    from PySide6.QtWidgets import QComboBox
+
+    import compute
+    from desktop.panels.ledger import SWEEP_N, sweep
+
+    combo = window.findChild(QComboBox, "pass_combo")
+    combo.setCurrentIndex(combo.findData(pass_name))
+    qtbot.waitUntil(lambda: window.state.trace.pass_name == pass_name, timeout=5000)
+    panel, cfg = window.ledger_panel, window.state.config
+    data = sweep(cfg, 1000)
+    i = int(np.flatnonzero(SWEEP_N == 18)[0])
+    led = compute.pass_ledger(
+        pass_name, 18, 18, cfg.d, cfg.dv, block_q=cfg.block_q, block_k=cfg.block_k,
+        order="kv-outer", causal=cfg.causal, save_lse=cfg.save_lse,
+    )  # fmt: skip
+    assert data["dense"][i] == led.lanes["dense"].total_elements
+    assert data["kv-outer"][i] == led.lanes["tiled"].total_elements
+    kv_line = panel._lines["kv-outer"]
+    assert kv_line.isVisible() == (pass_name == "training")  # the backward has one order
+    assert (unbreakable("tiled (K/V outer)") in panel.legend_label.text()) == (
+        pass_name == "backward"
+    )
+    assert f"{pass_name} pass" in panel.plot_note.text()
+
+
+def test_sweep_axis_reads_plain_powers_of_ten_past_a_billion(window, qtbot):
+    from PySide6.QtWidgets import QComboBox
+
+    combo = window.findChild(QComboBox, "pass_combo")
+    combo.setCurrentIndex(combo.findData("training"))  # its curves reach 2.9e8 at N = 4096
+    qtbot.waitUntil(lambda: window.state.trace.pass_name == "training", timeout=5000)
+    window.ledger_panel.plot.grab()  # the axis picks its ticks (and any SI factor) on paint
+    axis = window.ledger_panel.plot.getPlotItem().getAxis("left")
+    assert axis.autoSIPrefixScale == 1.0
+    assert "1e+" not in axis.labelString()

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from compute.attention import round_to
-from desktop.panels.stats import STEP_X
-from desktop.scene.row_series import fmt_vec, zoom_window
+from desktop.scene.row_series import STEP_X, fmt_vec, zoom_window
 from desktop.state.config import Config
 
 
@@ -22,6 +21,20 @@ def test_marker_and_axis_count_from_one_as_the_slider(window):
             assert marker.value() == step + 1
     lo, hi = panel._items["m"].viewRange()[0]
     assert 0 < lo < 1 and st.n_steps < hi < st.n_steps + 1
+
+
+def test_backward_marker_counts_from_one_too(window, qtbot):
+    from PySide6.QtWidgets import QComboBox
+
+    st, backward = window.state, window.stats_panel.backward
+    combo = window.findChild(QComboBox, "pass_combo")
+    combo.setCurrentIndex(combo.findData("backward"))
+    qtbot.waitUntil(lambda: st.trace.pass_name == "backward", timeout=5000)
+    for step in (0, 11, st.n_steps - 1):
+        st.set_step(step)
+        assert backward._marker.value() == step + 1
+    first_edge = backward._curves[0].xData[0]
+    assert first_edge == 0.5  # step 1's cell spans 0.5 to 1.5, as in the forward plots
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -109,7 +109,8 @@ def test_ledger_panel_shows_every_pass_and_the_kept_memory(window, qtbot):
     assert "forward 240 vs 96" in text and "backward 444 vs 270" in text
     assert "training 684 vs 372" in text
     assert memory.bars.kept == {"dense": 36, "tiled": 6}
-    assert "N_q·N_k = 36" in memory.keep_label.text()
+    assert memory.bars.notes["dense"].startswith("N_q·N_k = 36 (")
+    assert memory.bars.notes["tiled"].endswith("6× less")
     memory.bars.grab()
     _choose_pass(window, qtbot, "forward")
     assert not memory.isVisible()
@@ -151,3 +152,16 @@ def test_causal_kv_outer_training_with_more_keys_draws_every_step(window):
     text = window.ledger_panel.tiled_total_label.text()
     assert text == f"{led.lanes['tiled'].total_elements:,}"
     assert window.ledger_panel.dense_total_label.text() == f"{led.lanes['dense'].total_elements:,}"
+
+
+def test_only_the_forward_draws_the_running_statistics_columns(window, qtbot):
+    from desktop.scene.geometry import hbm_slots
+
+    names = [name for name, _, _ in hbm_slots(window.state.trace)]
+    assert {"m", "l"} <= set(names)
+    _choose_pass(window, qtbot, "backward")
+    names = [name for name, _, _ in hbm_slots(window.state.trace)]
+    assert "m" not in names and "l" not in names
+    assert {"L", "D", "dQ", "dK", "dV"} <= set(names)  # the backward's own columns stay
+    _choose_pass(window, qtbot, "training")  # its forward half keeps them
+    assert {"m", "l"} <= {name for name, _, _ in hbm_slots(window.state.trace)}
