@@ -68,14 +68,19 @@ def _rel(got, ref) -> float:
     return diff / top if top > 0 else diff
 
 
-def _run(b, h, n_q, n_k, d, dtype, causal, seed, scale=None, mode=0):
+def _run(b, h, n_q, n_k, d, dtype, causal, seed, scale=None, mode=None):
     """Our gradients' errors (dq, dk, dv) vs float64, after the finiteness and zero checks."""
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode
 
     (q, k, v, do), host = _inputs(b, h, n_q, n_k, d, dtype, seed)
     o, lse = flash_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
-    grads = backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode)
+    if mode is None:  # the public entry point, at its default mode
+        from compute.gpu.flash_backward import flash_attention_backward
+
+        grads = flash_attention_backward(q, k, v, o, do, lse, causal=causal, scale=scale)
+    else:
+        grads = backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode)
     cp.cuda.Device().synchronize()
     refs = _reference(host, causal, scale)
     errs = []
@@ -125,12 +130,13 @@ def test_many_blocks_and_heads(d):
     _run(2, 5, 1700, 1500, d, "bfloat16", True, seed=[42, d])
 
 
+@pytest.mark.parametrize("mode,d", [(3, 64), (3, 128), (2, 64)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_ksplit_dq_mode_matches_float64(dtype):
-    # MODE 2 (d=64: each warpgroup adds its own keys' dQ share) is timed against the default.
-    _run(2, 3, 77, 300, 64, dtype, True, seed=[61, CODE[dtype]], mode=2)
-    _run(2, 3, 1000, 900, 64, dtype, True, seed=[62, CODE[dtype]], mode=2)
-    _run(1, 2, 1500, 1700, 64, dtype, False, seed=[63, CODE[dtype]], mode=2)
+def test_other_dq_modes_match_float64(dtype, mode, d):
+    # The modes timed against the default (0): 3 (bulk-reduced dQ tile), 2 (d=64 k-split dQ).
+    _run(2, 3, 77, 300, d, dtype, True, seed=[61, CODE[dtype], mode], mode=mode)
+    _run(2, 3, 1000, 900, d, dtype, True, seed=[62, CODE[dtype], mode], mode=mode)
+    _run(1, 2, 1500, 1700, d, dtype, False, seed=[63, CODE[dtype], mode], mode=mode)
 
 
 def test_error_is_of_sdpas_order():
