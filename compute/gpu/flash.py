@@ -50,6 +50,9 @@ class Config:
     persistent: bool = False  # ws: one CTA per SM drawing work items from a ticket counter
     lpt: bool = False  # ws, causal: heaviest query blocks of a few heads first (FLASH_NOTES v6)
     tma_store: bool = False  # ws: O leaves through a TMA store of the staged tile
+    # ws, non-causal: the last wave's items cut along the keys into pieces that are combined
+    # by the piece finishing last (tail_split; FLASH_NOTES v7)
+    tail_split: bool = False
 
     @property
     def block_m(self) -> int:
@@ -65,10 +68,11 @@ class Config:
         if self.kernel == "mma":
             return (self.block_m + 4 * self.block_n) * self.d * 2
         if self.kernel == "ws":
-            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers
-            # and the ticket slot, plus 1 KB for the 1024-byte alignment.
+            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers,
+            # the ticket slot and the tail split's combine flags, plus 1 KB for the 1024-byte
+            # alignment.
             rows = self.block_m * (2 if self.persistent else 1) + 2 * self.stages * self.block_n
-            return rows * self.d * 2 + 8 * (3 + 4 * self.stages) + 1024
+            return rows * self.d * 2 + 8 * (3 + 4 * self.stages) + 16 + 1024
         # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
@@ -78,7 +82,7 @@ class Config:
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
         if self.kernel == "ws":
             mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
-            mode |= (8 * int(self.lpt)) | (16 * int(self.tma_store))
+            mode |= (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split))
             return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
@@ -87,15 +91,16 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore]' (parse() reads it
-        back)."""
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit]'
+        (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
         text += ":pingpong" if self.ping_pong else ""
         text += ":serial" if self.kernel == "ws" and not self.overlap else ""
         text += ":persist" if self.persistent else ""
         text += ":lpt" if self.lpt else ""
-        return text + (":tmastore" if self.tma_store else "")
+        text += ":tmastore" if self.tma_store else ""
+        return text + (":tailsplit" if self.tail_split else "")
 
     @classmethod
     def parse(cls, spec: str) -> Config:
@@ -112,18 +117,24 @@ class Config:
         ):
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore]'"
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit]'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
-                "persist" in flags, "lpt" in flags, "tmastore" in flags,
+                "persist" in flags, "lpt" in flags, "tmastore" in flags, "tailsplit" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-_WS_FLAGS = ("serial", "persist", "lpt", "tmastore")  # spec flags of the ws kernel only
+_WS_FLAGS = (
+    "serial",
+    "persist",
+    "lpt",
+    "tmastore",
+    "tailsplit",
+)  # spec flags of the ws kernel only
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
 # wgmma kernel; any other GPU the mma.sync kernel.
@@ -259,7 +270,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         inputs, extra, maps = (q, k, v), (), ()
         if cfg.kernel == "ws":
             # `inputs` are then pointers into `maps`, which this frame keeps alive past the launch.
-            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out)
+            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out, causal)
         _function(cfg, dt)(
             grid,
             (cfg.threads, 1, 1),
@@ -278,19 +289,29 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     return (out, lse) if return_lse else out
 
 
-def _ws_launch(cfg: Config, grid, q, k, v, out) -> tuple[tuple, tuple, tuple, tuple]:
+def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tuple, tuple, tuple]:
     """flash_fwd_ws's grid, inputs and trailing arguments, and the TMA tensor maps (tma.py)
     its inputs point into: Q, K, V (and O, for the TMA store) go in as those maps, passed by
     value (copied at launch); the kernel also takes the query-block and head counts, the
-    ticket counter of the persistent schedule and the heads per LPT section."""
+    ticket counter of the persistent schedule (and the tail split's combine counters behind
+    it), the heads per LPT section, and the tail split's workspace and plan."""
     cp = _cupy()
     from . import tma
 
     num_qb, heads = grid[0], grid[1]
-    tickets = cp.uint64(0)
-    if cfg.persistent:  # one CTA per SM, each drawing its next item from a zeroed counter
-        grid = (min(num_qb * heads, _sm_count()), 1, 1)
-        tickets = cp.zeros(1, dtype=cp.int32)
+    items = num_qb * heads
+    split_from, nsplit = items, 1
+    if cfg.tail_split and not causal:  # causal items are unequal; LPT orders them instead
+        split_from, nsplit = tail_plan(items, -(-k.shape[2] // cfg.block_n), _sm_count())
+    tickets, ws = cp.uint64(0), cp.uint64(0)
+    if cfg.persistent or split_from < items:  # zeroed: the ticket, then one counter per
+        tickets = cp.zeros(1 + (items - split_from) * cfg.warps, dtype=cp.int32)  # piece's wg
+    if split_from < items:  # per piece and consumer thread: O's registers, m and l (fp32)
+        per_piece = cfg.warps * 128 * (cfg.d // 2 + 4)
+        ws = cp.empty((items - split_from) * nsplit * per_piece, dtype=cp.float32)
+        grid = (split_from + (items - split_from) * nsplit, 1, 1)  # one block per ticket
+    if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
+        grid = (min(grid[0] * grid[1], _sm_count()), 1, 1)
     maps = (
         tma.tiled_map(q, cfg.block_m),
         tma.tiled_map(k, cfg.block_n),
@@ -298,8 +319,53 @@ def _ws_launch(cfg: Config, grid, q, k, v, out) -> tuple[tuple, tuple, tuple, tu
         tma.tiled_map(out, 64),  # one box per consumer warpgroup's 64 rows and panel
     )
     inputs = tuple(tma.kernel_arg(m) for m in maps)
-    extra = (cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(lpt_section(k.shape[2], cfg.d)))
-    return grid, inputs, extra, (*maps, tickets)
+    extra = (
+        cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(lpt_section(k.shape[2], cfg.d)),
+        ws, cp.int32(split_from), cp.int32(nsplit),
+    )  # fmt: skip
+    return grid, inputs, extra, (*maps, tickets, ws)
+
+
+# The tail split's cost model (tail_plan), in key tiles: a piece also pays about one tile for
+# its Q load, pipeline fill and epilogue, and the combining piece reads every piece's fp32
+# partial (about a quarter of a tile each). Rough, so a split must win by more than a tile.
+_PIECE_OVERHEAD = 1.0
+_COMBINE_PER_PIECE = 0.25
+_MAX_PIECES = 5
+
+
+@functools.cache
+def tail_plan(items: int, tiles: int, sms: int) -> tuple[int, int]:
+    """(split_from, pieces): cut the last items % sms items (the last, partial wave; all of
+    them when fewer than sms) into `pieces` along the T = `tiles` key tiles, the count that a
+    greedy-schedule model of equal items on `sms` SMs finishes first; (items, 1) when the
+    last wave is full or no split wins by more than a tile."""
+    tail = items % sms
+    if tail == 0 or tiles < 2:
+        return items, 1
+    best, plan = _tail_makespan(tail, tiles, sms, 1) - 1.0, (items, 1)
+    for pieces in range(2, _MAX_PIECES + 1):
+        span = _tail_makespan(tail, tiles, sms, pieces)
+        if span < best:
+            best, plan = span, (items - tail, pieces)
+    return plan
+
+
+def _tail_makespan(tail: int, tiles: int, sms: int, pieces: int) -> float:
+    """Modelled time (key tiles) for `tail` equal items, each cut into `pieces`, drawn in
+    ticket order by `sms` SMs that all start at once (list scheduling)."""
+    import heapq
+
+    cost = [
+        (p + 1) * tiles // pieces - p * tiles // pieces + _PIECE_OVERHEAD
+        + (_COMBINE_PER_PIECE * pieces if pieces > 1 and p == pieces - 1 else 0.0)
+        for p in range(pieces)
+    ]  # fmt: skip
+    free = [0.0] * min(sms, tail * pieces)
+    for _ in range(tail):
+        for c in cost:
+            heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)
 
 
 def lpt_section(n_k: int, d: int) -> int:

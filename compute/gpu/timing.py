@@ -6,6 +6,10 @@ H200), and before each timed run a scratch buffer twice the L2's size is overwri
 module loading, run-time compilation and cuBLAS / cuDNN handle creation stay out of the
 numbers. Events are recorded on the legacy default stream, which torch's default stream
 also is, so the peers (torch SDPA) are timed by the same code.
+Several contenders are compared with `time_interleaved`: each one's repeats split into
+rounds, the paths alternating round by round with the order rotated each round, so no path
+always runs first or last in a case (measured: position alone moved a path by ~2.5%, up to
+7%, while the GPU warmed over a case; FLASH_NOTES.md v6-v7).
 Also: the peak device memory of one call.
 """
 
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +73,41 @@ def time_cuda(
     ends[-1].synchronize()
     times = tuple(cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True))
     return Timing(times)
+
+
+ROUNDS = 3  # interleaved rounds per path in time_interleaved (repeats split between them)
+
+
+def interleaved_order(names: Sequence[str], rounds: int) -> list[list[str]]:
+    """The path order of each round: round r starts r places further along the list."""
+    n = len(names)
+    return [[names[(r + i) % n] for i in range(n)] for r in range(rounds)] if n else []
+
+
+def time_interleaved(
+    paths: Mapping[str, tuple[Callable[..., Any], Sequence[Sequence[Any]]]],
+    *,
+    warmup: int = 3,
+    repeats: int = 20,
+    rounds: int = ROUNDS,
+    l2_bytes: int = 0,
+    timer: Callable[..., Timing] | None = None,
+) -> dict[str, Timing]:
+    """time_cuda of every path {name: (fn, arg_sets)}, in `rounds` rounds of about
+    repeats / rounds runs each (the full warm-up in a path's first round, one run later),
+    paths alternating round by round in interleaved_order; one Timing per path over all
+    its rounds. `timer` stands in for time_cuda (CPU tests)."""
+    timer = timer or time_cuda
+    rounds = max(1, min(rounds, repeats))
+    per_round = [repeats // rounds + (1 if r < repeats % rounds else 0) for r in range(rounds)]
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for r, order in enumerate(interleaved_order(list(paths), rounds)):
+        for name in order:
+            fn, arg_sets = paths[name]
+            t = timer(fn, arg_sets, warmup=warmup if r == 0 else 1, repeats=per_round[r],
+                      l2_bytes=l2_bytes)  # fmt: skip
+            times[name].extend(t.times_ms)
+    return {name: Timing(tuple(ts)) for name, ts in times.items()}
 
 
 def peak_pool_bytes(fn: Callable[[], Any]) -> tuple[int, int]:

@@ -143,8 +143,9 @@ struct FaSmem {
     static constexpr u32 V_OFF = K_OFF + ST * KV_BYTES;
     static constexpr u32 O_OFF = PERSIST ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
     static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + (PERSIST ? Q_BYTES : 0);
-    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST], then the ticket slot
-    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8;
+    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST], the ticket slot, then
+    // (tail split) one word per consumer warpgroup for its combine flag
+    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8 + 16;
 };
 
 // Work item t of num_qb * BH. Default order: consecutive items are query blocks of one head
@@ -177,19 +178,46 @@ __device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
     return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
 }
 
+// Tail split (MODE bit 5, FLASH_NOTES.md v7): tickets [0, split_from) are whole items; the
+// last total - split_from items are each cut into nsplit pieces along the keys (piece p of
+// T key tiles: tiles [p T / nsplit, (p + 1) T / nsplit), possibly none), tickets split_from +
+// nsplit * i + p, so the pieces of one item are drawn one after another by different SMs.
+// Without the split (or for an unsplit ticket) si = -1 and the range is [0, T).
+template <bool LPT, bool SPLIT, int BM, int BN>
+__device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, int section,
+                                        int split_from, int nsplit, int Nq, int Nk, int& qb,
+                                        int& bh, int& j0, int& j1, int& si, int& piece) {
+    int item = tt;
+    si = -1;
+    piece = 0;
+    if (SPLIT && tt >= split_from) {
+        si = (tt - split_from) / nsplit;
+        piece = tt - split_from - si * nsplit;
+        item = split_from + si;
+    }
+    fa_tile<LPT>(item, num_qb, BH, causal, section, qb, bh);
+    const int nt = fa_kv_tiles<BM, BN>(qb * BM, Nq, Nk, causal);
+    j0 = si < 0 ? 0 : piece * nt / nsplit;
+    j1 = si < 0 ? nt : (piece + 1) * nt / nsplit;
+}
+
 // MODE bit 0: intra-warpgroup overlap; bit 1: scheduler barrier; bit 2: persistent (gridDim.x
 // CTAs, one per SM; the producer draws each next work item from a global ticket counter
 // with atomicAdd, so an SM that finishes early takes the next item at once, and hands it to
 // the consumers through shared memory; K/V rings and mbarrier phases run on across items,
 // so the next item's loads overlap this one's tail); bit 3: LPT item order (fa_tile);
-// bit 4: O leaves through a TMA store of the staged tile instead of per-thread stores.
+// bit 4: O leaves through a TMA store of the staged tile instead of per-thread stores;
+// bit 5: tail split (fa_work): a piece of a split item writes its unnormalised fp32 O and
+// its (m, l) per consumer thread into `ws`, and the warpgroup that finishes last (a counter
+// per item and warpgroup, `tickets[1 + NC si + c]`, zeroed by the host) combines them and
+// writes O and LSE as usual.
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __global__ void __launch_bounds__((NC + 1) * 128, 1)
     flash_fwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,
                  u16* __restrict__ O, float* __restrict__ LSE, int Nq, int Nk,
                  float scale_log2, int causal, int num_qb, int BH, int* __restrict__ tickets,
-                 int section) {
+                 int section, float* __restrict__ ws, int split_from, int nsplit) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
@@ -199,6 +227,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     constexpr bool PERSIST = (MODE & 4) != 0;
     constexpr bool LPT = (MODE & 8) != 0;
     constexpr bool TMA_STORE = (MODE & 16) != 0;
+    constexpr bool SPLIT = (MODE & 32) != 0;
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
     constexpr int NS = BN / 2;  // S accumulator registers per thread
@@ -219,11 +248,14 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     const u32 emptyK = fullV + 8 * ST;
     const u32 emptyV = emptyK + 8 * ST;
     const u32 slot = emptyV + 8 * ST;  // persistent: the current item's ticket
+    const u32 flags = slot + 8;        // tail split: each warpgroup's combine flag
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
-    const int total = num_qb * BH;
-    // The grid's item (ignored when persistent): blocks are dispatched in linear order.
+    // Tickets: whole items, plus nsplit - 1 more per split item.
+    const int total = SPLIT ? split_from + (num_qb * BH - split_from) * nsplit : num_qb * BH;
+    // The grid's item (ignored when persistent): blocks are dispatched in linear order (a
+    // 1-D grid of `total` tickets with the tail split).
     const int first = blockIdx.y * num_qb + blockIdx.x;
 
     if (tid == 0) {
@@ -261,10 +293,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                         break;
                     }
                 }
-                int qb, bh;
-                fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
+                int qb, bh, j0, j1, si, piece;
+                fa_work<LPT, SPLIT, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
+                                            Nq, Nk, qb, bh, j0, j1, si, piece);
                 const int q0 = qb * BM;
-                const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+                const int ntiles = j1 - j0;
                 fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
 #pragma unroll
                 for (int p = 0; p < NP; ++p)
@@ -276,14 +309,14 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
 #pragma unroll
                     for (int p = 0; p < NP; ++p)
-                        fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p, j * BN,
-                                    bh, fullK + 8 * s);
+                        fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p,
+                                    (j0 + j) * BN, bh, fullK + 8 * s);
                     fa_mbar_wait(emptyV + 8 * s, round_parity);
                     fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
 #pragma unroll
                     for (int p = 0; p < NP; ++p)
-                        fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p, j * BN,
-                                    bh, fullV + 8 * s);
+                        fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p,
+                                    (j0 + j) * BN, bh, fullV + 8 * s);
                 }
             }
         }
@@ -332,10 +365,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tt) : "r"(slot) : "memory");
             if (tt >= total) break;
         }
-        int qb, bh;
-        fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
+        int qb, bh, j0, j1, si, piece;
+        fa_work<LPT, SPLIT, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit, Nq, Nk,
+                                    qb, bh, j0, j1, si, piece);
         const int q0 = qb * BM;
-        const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+        const int ntiles = j1 - j0;
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
 
 #pragma unroll
@@ -352,7 +386,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             fa_issue_pv<DT, D, BN>(o, a, vbase);
         };
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
-            const int n0 = j * BN;
+            const int n0 = (j0 + j) * BN;  // j counts this piece's tiles
             // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
             // warpgroup's first row (q0 + 64 c); other tiles need no mask.
             if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
@@ -449,6 +483,63 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             fa_bar_sync(1 + NC + c, 128);
         }
 
+        if constexpr (SPLIT) {
+            if (si >= 0) {
+                // A piece of a split item: publish this thread's partial O, m and l (l not yet
+                // quad-reduced; every piece's layout is the same thread for thread), then the
+                // warpgroup that arrives last combines all pieces; the others are done.
+                constexpr int WS = (NO + 4) * 128;  // floats per piece and warpgroup
+                float* mine = ws + (static_cast<long long>(si * nsplit + piece) * NC + c) * WS;
+#pragma unroll
+                for (int i = 0; i < NO; ++i) mine[i * 128 + ctid] = o[i];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    mine[(NO + h) * 128 + ctid] = m[h];
+                    mine[(NO + 2 + h) * 128 + ctid] = l[h];
+                }
+                __threadfence();  // the partials are visible before the counter moves
+                fa_bar_sync(1 + NC + c, 128);
+                if (ctid == 0) {
+                    const int before = atomicAdd(tickets + 1 + si * NC + c, 1);
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(flags + 4 * c), "r"(before)
+                                 : "memory");
+                }
+                fa_bar_sync(1 + NC + c, 128);
+                int before;
+                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(before) : "r"(flags + 4 * c)
+                             : "memory");
+                if (before != nsplit - 1) continue;  // another piece's warpgroup combines
+                __threadfence();
+                // O = sum_p 2^(m_p - M) O_p, l = sum_p 2^(m_p - M) l_p, M = max_p m_p (the
+                // exp2 domain of fa_softmax); a piece that saw no key (m_p = -inf) weighs 0.
+                const float* all = ws + static_cast<long long>(si * nsplit) * NC * WS + c * WS;
+                float mx[2] = {FA_NEG_INF, FA_NEG_INF};
+                for (int p = 0; p < nsplit; ++p) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        mx[h] = fmaxf(mx[h], __ldcg(all + p * NC * WS + (NO + h) * 128 + ctid));
+                }
+#pragma unroll
+                for (int i = 0; i < NO; ++i) o[i] = 0.f;
+                l[0] = l[1] = 0.f;
+                for (int p = 0; p < nsplit; ++p) {
+                    const float* part = all + p * NC * WS;
+                    float w[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float mp = __ldcg(part + (NO + h) * 128 + ctid);
+                        w[h] = mp == FA_NEG_INF ? 0.f : fa_exp2(mp - mx[h]);
+                        l[h] += w[h] * __ldcg(part + (NO + 2 + h) * 128 + ctid);
+                    }
+#pragma unroll
+                    for (int i = 0; i < NO; ++i)
+                        o[i] += w[(i >> 1) & 1] * __ldcg(part + i * 128 + ctid);
+                }
+                m[0] = mx[0];
+                m[1] = mx[1];
+            }
+        }
+
         // ---------------- epilogue ----------------
         // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's rows
         // of the staging tile (persistent) or of the Q panels (dead since its last S GEMM
@@ -530,7 +621,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
-        int, float, int, int, int, int*, int);
+        int, float, int, int, int, int*, int, float*, int, int);
 FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)
@@ -542,4 +633,9 @@ FA_WS_INST(0, 64, 3, 128, 2, 15)
 FA_WS_INST(0, 64, 3, 128, 2, 11)
 FA_WS_INST(1, 128, 2, 128, 2, 19)
 FA_WS_INST(0, 64, 3, 128, 2, 31)
+FA_WS_INST(0, 128, 2, 128, 2, 35)
+FA_WS_INST(1, 128, 2, 128, 2, 39)
+FA_WS_INST(0, 64, 3, 128, 2, 35)
+FA_WS_INST(1, 64, 3, 128, 2, 39)
+FA_WS_INST(0, 128, 2, 128, 2, 33)
 #endif

@@ -13,6 +13,10 @@
 #   bash compute/gpu/tools/devrun.sh bwd      # the tensor-core backward: its tests (stops there
 #       if they fail), memcheck on sanitize_cases' backward launches, racecheck on one shape,
 #       then flash_bwd_vs_sdpa at BWD_N (default 4096 16384) into $OUT/flash_bwd_vs_sdpa_h200.json
+#   bash compute/gpu/tools/devrun.sh tail     # the forward's tail split (FLASH_NOTES v7): test_flash.py
+#       with the `:tailsplit` variants beside memcheck on odd shapes of those variants only
+#       (stops there if either fails), then flash vs SDPA (interleaved timing) at N 4096-16384
+#       with them timed beside the default into $OUT/flash_vs_sdpa_ws_h200.json
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -29,6 +33,19 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a fail
     local r=$?
     echo "== $name rc=$r"
     tail -4 "$OUT/$name.log"
+    [ $r -eq 0 ] || rc=$r
+}
+tests_beside_memcheck() {  # PATHS TEST_LIMIT MC_LIMIT: pytest -n 8 on PATHS beside memcheck
+    # over sanitize_cases (FLASH_TEST_CONFIGS / FLASH_SANITIZE_* come in from the caller)
+    timeout "$3" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -m compute.gpu.tools.sanitize_cases >"$OUT/memcheck.log" 2>&1 &
+    local mc=$!
+    # shellcheck disable=SC2086
+    step pytest "$2" python3 -m pytest $1 -q -p no:cacheprovider -n 8
+    wait $mc
+    local r=$?
+    echo "== memcheck rc=$r"
+    grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
     [ $r -eq 0 ] || rc=$r
 }
 if [ "$what" = check ] || [ "$what" = tests ]; then
@@ -84,18 +101,8 @@ if [ "$what" = ws ]; then
     if [ $rc -eq 0 ]; then
         # Correctness in parallel (timings come after, on a quiet GPU): the tests with every
         # variant, and memcheck over the odd shapes with every variant.
-        FLASH_SANITIZE_CONFIGS="${WS_SANITIZE-$variants}" timeout 200 compute-sanitizer --tool memcheck \
-            --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases \
-            >"$OUT/memcheck.log" 2>&1 &
-        mc=$!
-        # shellcheck disable=SC2086
-        FLASH_TEST_CONFIGS="$variants" step pytest 200 python3 -m pytest \
-            ${WS_TESTS:-tests/compute/gpu} -q -p no:cacheprovider -n 8
-        wait $mc
-        r=$?
-        echo "== memcheck rc=$r"
-        grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
-        [ $r -eq 0 ] || rc=$r
+        FLASH_SANITIZE_CONFIGS="${WS_SANITIZE-$variants}" FLASH_TEST_CONFIGS="$variants" \
+            tests_beside_memcheck "${WS_TESTS:-tests/compute/gpu}" 200 200
     fi
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
@@ -123,6 +130,24 @@ if [ "$what" = bwd ]; then
         step flash_bwd_vs_sdpa "${BWD_TIMEOUT:-240}" python3 -m compute.gpu.tools.flash_bwd_vs_sdpa \
             --n ${BWD_N:-4096 16384} --json "$OUT/flash_bwd_vs_sdpa_h200.json"
         grep -E "^(float16|bfloat16)|MET|MISS" "$OUT/flash_bwd_vs_sdpa.log"
+    fi
+fi
+if [ "$what" = tail ]; then
+    tune="ws:128:2:128:2:pingpong:tailsplit ws:64:3:128:2:pingpong:tailsplit"
+    tune="$tune ws:128:2:128:2:pingpong:persist:tailsplit"
+    tests="$tune ws:64:3:128:2:pingpong:persist:tailsplit"
+    # memcheck on the odd shapes with two of the new variants only (and every item in five)
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$tests" \
+        FLASH_SANITIZE_CONFIGS="ws:128:2:128:2:pingpong:tailsplit ws:64:3:128:2:pingpong:persist:tailsplit" \
+        tests_beside_memcheck tests/compute/gpu/test_flash.py "${TAIL_TEST_TIMEOUT:-100}" \
+        "${TAIL_MC_TIMEOUT:-100}"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${TAIL_TIMEOUT:-105}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --tune $tune \
+            --json "$OUT/flash_vs_sdpa_ws_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
     fi
 fi
 exit $rc

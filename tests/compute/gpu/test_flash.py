@@ -150,6 +150,8 @@ WS_SWITCHES = {
     "lpt": {"lpt": True},
     "tmastore": {"tma_store": True},
     "persistent-lpt-tmastore": {"persistent": True, "lpt": True, "tma_store": True},
+    "tailsplit": {"tail_split": True},
+    "persistent-tailsplit": {"persistent": True, "tail_split": True},
 }
 
 
@@ -173,6 +175,58 @@ def test_ws_kernel_on_many_tiles_and_masked_blocks(d, switches, monkeypatch):
     _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
     _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key
     _run_case(2, 40, 1000, 900, d, "bfloat16", True, seed=24, config=cfg)
+
+
+# The tail split (FLASH_NOTES v7) with forced plans: (b, h, n_q, n_k, dtype, plan), plan
+# None for tail_plan's own choice, else (whole items kept, pieces per split item). The
+# forced plans reach the cases the model rarely picks: every item split, pieces with no key
+# tile (T = 1 or 2 key tiles cut in 2-5), tails in N_q and N_k, N_q != N_k.
+TAIL_CASES = {
+    "one-tile-halves": (1, 3, 300, 100, "float16", lambda items: (0, 2)),
+    "two-tiles-in-five": (2, 2, 200, 200, "bfloat16", lambda items: (items // 2, 5)),
+    "tails-nq-ne-nk": (1, 2, 333, 517, "bfloat16", lambda items: (1, 3)),
+    "many-tiles-in-four": (1, 2, 250, 1700, "float16", lambda items: (0, 4)),
+    "more-items-than-sms": (1, 150, 130, 1100, "bfloat16", None),
+}
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize("case", list(TAIL_CASES))
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], tail_split=True, persistent=persistent)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    b, h, n_q, n_k, dtype, plan = TAIL_CASES[case]
+    items = -(-n_q // cfg.block_m) * b * h
+    if plan is not None:
+        monkeypatch.setattr(flash, "tail_plan", lambda it, tiles, sms: plan(it))
+    else:  # the model's own plan must split here, or this case tests nothing new
+        tiles = -(-n_k // cfg.block_n)
+        assert flash.tail_plan(items, tiles, flash._sm_count())[1] > 1
+    seed = [d, n_q, n_k, int(persistent), len(case)]
+    _run_case(b, h, n_q, n_k, d, dtype, False, seed=seed, config=cfg)
+    # causal with the switch on: no split (the host keeps causal items whole)
+    _run_case(b, h, n_q, n_k, d, dtype, True, seed=seed + [1], config=cfg)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_tail_split_full_last_wave_is_not_split(d):
+    # items = the SM count exactly (R = 0): tail_plan keeps every item whole.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], tail_split=True)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    sms = flash._sm_count()
+    assert flash.tail_plan(sms, 3, sms) == (sms, 1)
+    _run_case(1, sms, cfg.block_m, 300, d, "float16", False, seed=[31, d], config=cfg)
 
 
 def test_return_shapes_and_dtype():

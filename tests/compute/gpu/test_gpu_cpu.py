@@ -188,6 +188,7 @@ def test_flash_config_spec_round_trips():
         Config("ws", 128, 2, 128, 1, True, 2, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, True, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
+        Config("ws", 128, 2, 128, 1, True, 2, True, True, False, False, True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
@@ -201,6 +202,12 @@ def test_flash_config_spec_round_trips():
         Config.parse("ws:64:3:128:2:pingpong:persist:lpt:tmastore").name(0)
         == "flash_fwd_ws<0,64,3,128,2,31>"
     )
+    assert (
+        Config.parse("ws:128:2:128:2:pingpong:tailsplit").name(0)
+        == "flash_fwd_ws<0,128,2,128,2,35>"
+    )
+    with pytest.raises(ValueError, match="is not a kernel spec"):
+        Config.parse("wgmma:128:2:64:2:tailsplit")
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:lpt")  # scheduling flags belong to the ws kernel
     with pytest.raises(ValueError, match="is not a kernel spec"):
@@ -221,6 +228,102 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
     assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
+
+
+def test_tail_plan_splits_only_a_partial_last_wave():
+    from compute.gpu.flash import _tail_makespan, tail_plan
+
+    # d=128 at batch*N = 16k, heads*d = 2048: 2048 equal items on 132 SMs, 68 in the last wave
+    split_from, pieces = tail_plan(2048, 32, 132)
+    assert split_from == 2048 - 68 and pieces > 2  # halves (136 > 132 pieces) gain nothing
+    assert _tail_makespan(68, 32, 132, pieces) < _tail_makespan(68, 32, 132, 1) - 1.0
+    assert _tail_makespan(68, 32, 132, 2) == 2 * (16 + 1.0) + 0.5  # four halves go round twice
+    assert tail_plan(264, 32, 132) == (264, 1)  # the last wave is full
+    assert tail_plan(200, 1, 132) == (200, 1)  # one key tile cannot be cut
+    assert tail_plan(10, 20, 132) == (0, 5)  # a single, small wave: every item, most pieces
+    assert tail_plan(10, 12, 132) == (0, 4)  # (five pieces of 2-3 tiles pay more overhead)
+    for items, tiles in ((1000, 8), (2816, 32), (2752, 64), (7, 2)):
+        split_from, pieces = tail_plan(items, tiles, 132)
+        assert 1 <= pieces <= 5 and (pieces == 1) == (split_from == items)
+        assert pieces == 1 or items - split_from == items % 132
+
+
+def test_time_interleaved_rotates_paths_and_splits_repeats():
+    from compute.gpu.timing import Timing, interleaved_order, time_interleaved
+
+    calls = []
+
+    def timer(fn, arg_sets, *, warmup, repeats, l2_bytes):
+        calls.append((fn(), warmup, repeats, l2_bytes))
+        return Timing((float(len(calls)),) * repeats)
+
+    paths = {name: ((lambda n=name: n), [()]) for name in ("a", "b", "c")}
+    got = time_interleaved(paths, warmup=4, repeats=10, rounds=3, l2_bytes=7, timer=timer)
+    assert [c[0] for c in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [c[1] for c in calls] == [4, 4, 4, 1, 1, 1, 1, 1, 1]  # full warm-up once per path
+    assert [c[2] for c in calls[::3]] == [4, 3, 3] and {c[3] for c in calls} == {7}
+    assert {n: len(t.times_ms) for n, t in got.items()} == {"a": 10, "b": 10, "c": 10}
+    assert got["a"].times_ms == (1.0,) * 4 + (6.0,) * 3 + (8.0,) * 3
+    assert interleaved_order([], 3) == [] and interleaved_order(["x"], 2) == [["x"], ["x"]]
+    time_interleaved(paths, repeats=2, rounds=3, timer=timer)  # never more rounds than runs
+    assert [c[2] for c in calls[9:]] == [1, 1, 1, 1, 1, 1]
+
+
+def test_bench_forward_rows_timed_together_keep_their_order_and_schema(monkeypatch):
+    # No CuPy here: a stand-in for what bench's guard and release touch.
+    from compute.gpu import bench
+    from compute.gpu.timing import Timing
+
+    class Oom(Exception):
+        pass
+
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            memory=types.SimpleNamespace(OutOfMemoryError=Oom),
+            compiler=types.SimpleNamespace(CompileException=Oom),
+        ),
+        get_default_memory_pool=lambda: pool,
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(bench, "status", lambda: types.SimpleNamespace(l2_bytes=1))
+    cfg = bench.BenchConfig(n=1024, d=64, dtype="float16", batch_heads=2, repeats=6)
+    inputs = types.SimpleNamespace(sets=[(1, 2, 3)])
+    errs = {"max_abs": 1e-3, "rel": 1e-4}
+
+    def pending(name, fn):
+        return bench._Pending(name, fn, None, {"variant": name}, errs, 10, 4, {"after": 1})
+
+    rows = [pending("flash", lambda *a: "f"), {"kernel": "dense", "error": "no"}]
+    rows.append(pending("sdpa-cudnn", lambda *a: "c"))
+    seen = []
+
+    def together(paths, **kw):
+        seen.append((list(paths), kw["repeats"]))
+        return {key: Timing((1.0, 2.0, 3.0)) for key in paths}
+
+    monkeypatch.setattr(bench, "time_interleaved", together)
+    got = bench._time_rows(cfg, inputs, rows)
+    assert seen == [(["0", "2"], 6)]
+    assert [r["kernel"] for r in got] == ["flash", "dense", "sdpa-cudnn"]
+    assert got[0]["ms"] == 2.0 and got[0]["runs"] == 3 and got[0]["after"] == 1
+    assert got[0]["extra_bytes"] == 6 and got[1] == rows[1]
+    assert got[2]["tflops"] == pytest.approx(cfg.flops() / 2e-3 / 1e12)
+
+    # One path failing in the interleaved rounds: each path alone, only that one an error row.
+    def fails(paths, **kw):
+        raise Oom("boom")
+
+    def alone(fn, arg_sets, **kw):
+        if fn() == "c":
+            raise ValueError("no cuDNN here")
+        return Timing((5.0,))
+
+    monkeypatch.setattr(bench, "time_interleaved", fails)
+    monkeypatch.setattr(bench, "time_cuda", alone)
+    got = bench._time_rows(cfg, inputs, rows)
+    assert got[0]["ms"] == 5.0 and got[2]["error"] == "no cuDNN here"
+    assert got[2]["variant"] == "sdpa-cudnn"
 
 
 def test_tensor_map_is_the_drivers_size():
