@@ -51,8 +51,9 @@ class Config:
     lpt: bool = False  # ws, causal: heaviest query blocks of a few heads first (FLASH_NOTES v6)
     tma_store: bool = False  # ws: O leaves through a TMA store of the staged tile
     # ws, non-causal: the last wave's items cut along the keys into pieces that are combined
-    # by the piece finishing last (tail_split; FLASH_NOTES v7)
-    tail_split: bool = False
+    # by the piece finishing last (FLASH_NOTES v7): 0 off, 1 as many pieces as tail_plan's
+    # model picks, k >= 2 always k pieces (spec ':tailsplit', ':tailsplitK')
+    tail_split: int = 0
 
     @property
     def block_m(self) -> int:
@@ -82,7 +83,9 @@ class Config:
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
         if self.kernel == "ws":
             mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
-            mode |= (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split))
+            mode |= (
+                (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split > 0))
+            )
             return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
@@ -91,7 +94,7 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit]'
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]'
         (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
@@ -100,41 +103,47 @@ class Config:
         text += ":persist" if self.persistent else ""
         text += ":lpt" if self.lpt else ""
         text += ":tmastore" if self.tma_store else ""
-        return text + (":tailsplit" if self.tail_split else "")
+        if self.tail_split:
+            text += ":tailsplit" + (str(self.tail_split) if self.tail_split > 1 else "")
+        return text
 
     @classmethod
     def parse(cls, spec: str) -> Config:
         """The variant a spec() string names; ValueError with one sentence if it names none."""
         parts = spec.split(":")
-        flags = set()
-        while parts and parts[-1] in ("pingpong",) + _WS_FLAGS:
-            flags.add(parts.pop())
+        flags, split = set(), 0
+        while parts and (parts[-1] in ("pingpong",) + _WS_FLAGS or _is_split_flag(parts[-1])):
+            flag = parts.pop()
+            if flag.startswith("tailsplit"):
+                split = int(flag[len("tailsplit") :] or 1)
+            flags.add(flag)
         if (
             parts[0] not in ("mma", "wgmma", "ws")
             or len(parts) != 5
             or not all(p.isdigit() for p in parts[1:])
-            or (bool(flags & set(_WS_FLAGS)) and parts[0] != "ws")
+            or (bool(split or flags & set(_WS_FLAGS)) and parts[0] != "ws")
         ):
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit]'"
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
-                "persist" in flags, "lpt" in flags, "tmastore" in flags, "tailsplit" in flags,
+                "persist" in flags, "lpt" in flags, "tmastore" in flags, split,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-_WS_FLAGS = (
-    "serial",
-    "persist",
-    "lpt",
-    "tmastore",
-    "tailsplit",
-)  # spec flags of the ws kernel only
+_WS_FLAGS = ("serial", "persist", "lpt", "tmastore")  # spec flags of the ws kernel only
+
+
+def _is_split_flag(flag: str) -> bool:
+    """'tailsplit' (the model's piece count) or 'tailsplitK' with K >= 2 pieces."""
+    rest = flag.removeprefix("tailsplit")
+    return flag.startswith("tailsplit") and (rest == "" or (rest.isdigit() and int(rest) >= 2))
+
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
 # wgmma kernel; any other GPU the mma.sync kernel.
@@ -303,6 +312,9 @@ def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tu
     split_from, nsplit = items, 1
     if cfg.tail_split and not causal:  # causal items are unequal; LPT orders them instead
         split_from, nsplit = tail_plan(items, -(-k.shape[2] // cfg.block_n), _sm_count())
+        tail = items % _sm_count()
+        if cfg.tail_split > 1 and tail:  # a fixed piece count for the same tail (measurements)
+            split_from, nsplit = items - tail, cfg.tail_split
     tickets, ws = cp.uint64(0), cp.uint64(0)
     if cfg.persistent or split_from < items:  # zeroed: the ticket, then one counter per
         tickets = cp.zeros(1 + (items - split_from) * cfg.warps, dtype=cp.int32)  # piece's wg
@@ -326,11 +338,12 @@ def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tu
     return grid, inputs, extra, (*maps, tickets, ws)
 
 
-# The tail split's cost model (tail_plan), in key tiles: a piece also pays about one tile for
-# its Q load, pipeline fill and epilogue, and the combining piece reads every piece's fp32
-# partial (about a quarter of a tile each). Rough, so a split must win by more than a tile.
-_PIECE_OVERHEAD = 1.0
-_COMBINE_PER_PIECE = 0.25
+# The tail split's cost model (tail_plan), in key tiles (~1.7 us each at d = 128): a piece
+# also pays about 1.5 tiles for its Q load, pipeline fill, epilogue and fp32 partial, and
+# the combining piece reads every piece's 64 KB partial through L2 (about half a tile
+# each). Rough, so a split must win by more than a tile.
+_PIECE_OVERHEAD = 1.5
+_COMBINE_PER_PIECE = 0.5
 _MAX_PIECES = 5
 
 

@@ -14,9 +14,9 @@
 #       if they fail), memcheck on sanitize_cases' backward launches, racecheck on one shape,
 #       then flash_bwd_vs_sdpa at BWD_N (default 4096 16384) into $OUT/flash_bwd_vs_sdpa_h200.json
 #   bash compute/gpu/tools/devrun.sh tail     # the forward's tail split (FLASH_NOTES v7): test_flash.py
-#       with the `:tailsplit` variants beside memcheck on odd shapes of those variants only
+#       with the `:tailsplit` variants beside memcheck on odd shapes of two of them only
 #       (stops there if either fails), then flash vs SDPA (interleaved timing) at N 4096-16384
-#       with them timed beside the default into $OUT/flash_vs_sdpa_ws_h200.json
+#       with three of them timed beside the default into $OUT/flash_vs_sdpa_ws_h200.json
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -133,9 +133,13 @@ if [ "$what" = bwd ]; then
     fi
 fi
 if [ "$what" = tail ]; then
-    tune="ws:128:2:128:2:pingpong:tailsplit ws:64:3:128:2:pingpong:tailsplit"
-    tune="$tune ws:128:2:128:2:pingpong:persist:tailsplit"
-    tests="$tune ws:64:3:128:2:pingpong:persist:tailsplit"
+    # timed: d=128 with 3 and with 5 pieces, d=64 with the model's plan (no split at N >= 8192:
+    # there it runs the default's code, a check on the timing's spread)
+    tune="ws:128:2:128:2:pingpong:tailsplit3 ws:128:2:128:2:pingpong:tailsplit5"
+    tune="$tune ws:64:3:128:2:pingpong:tailsplit"
+    tests="ws:128:2:128:2:pingpong:tailsplit ws:64:3:128:2:pingpong:tailsplit"
+    tests="$tests ws:128:2:128:2:pingpong:persist:tailsplit ws:64:3:128:2:pingpong:persist:tailsplit"
+    tests="$tests ws:128:2:128:2:pingpong:tailsplit5"
     # memcheck on the odd shapes with two of the new variants only (and every item in five)
     FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$tests" \
         FLASH_SANITIZE_CONFIGS="ws:128:2:128:2:pingpong:tailsplit ws:64:3:128:2:pingpong:persist:tailsplit" \

@@ -150,8 +150,8 @@ WS_SWITCHES = {
     "lpt": {"lpt": True},
     "tmastore": {"tma_store": True},
     "persistent-lpt-tmastore": {"persistent": True, "lpt": True, "tma_store": True},
-    "tailsplit": {"tail_split": True},
-    "persistent-tailsplit": {"persistent": True, "tail_split": True},
+    "tailsplit": {"tail_split": 1},
+    "persistent-tailsplit": {"persistent": True, "tail_split": 1},
 }
 
 
@@ -198,7 +198,7 @@ def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
 
     from compute.gpu import flash
 
-    cfg = replace(flash.WS_CONFIGS[d], tail_split=True, persistent=persistent)
+    cfg = replace(flash.WS_CONFIGS[d], tail_split=1, persistent=persistent)
     if _needs_hopper(cfg):
         pytest.skip("this kernel needs an sm_90 GPU")
     b, h, n_q, n_k, dtype, plan = TAIL_CASES[case]
@@ -221,7 +221,7 @@ def test_ws_tail_split_full_last_wave_is_not_split(d):
 
     from compute.gpu import flash
 
-    cfg = replace(flash.WS_CONFIGS[d], tail_split=True)
+    cfg = replace(flash.WS_CONFIGS[d], tail_split=1)
     if _needs_hopper(cfg):
         pytest.skip("this kernel needs an sm_90 GPU")
     sms = flash._sm_count()

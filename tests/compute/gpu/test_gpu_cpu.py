@@ -188,7 +188,8 @@ def test_flash_config_spec_round_trips():
         Config("ws", 128, 2, 128, 1, True, 2, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, True, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
-        Config("ws", 128, 2, 128, 1, True, 2, True, True, False, False, True),
+        Config("ws", 128, 2, 128, 1, True, 2, True, True, False, False, 1),
+        Config("ws", 64, 3, 128, 1, True, 2, True, False, True, False, 3),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
@@ -206,8 +207,14 @@ def test_flash_config_spec_round_trips():
         Config.parse("ws:128:2:128:2:pingpong:tailsplit").name(0)
         == "flash_fwd_ws<0,128,2,128,2,35>"
     )
-    with pytest.raises(ValueError, match="is not a kernel spec"):
-        Config.parse("wgmma:128:2:64:2:tailsplit")
+    assert Config.parse("ws:64:3:128:2:pingpong:tailsplit5").tail_split == 5
+    for bad in (
+        "wgmma:128:2:64:2:tailsplit",
+        "ws:128:2:128:2:tailsplit1",
+        "ws:64:3:128:2:tailsplitx",
+    ):
+        with pytest.raises(ValueError, match="is not a kernel spec"):
+            Config.parse(bad)
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:lpt")  # scheduling flags belong to the ws kernel
     with pytest.raises(ValueError, match="is not a kernel spec"):
@@ -231,13 +238,18 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
 
 
 def test_tail_plan_splits_only_a_partial_last_wave():
+    from compute.gpu import flash
     from compute.gpu.flash import _tail_makespan, tail_plan
 
     # d=128 at batch*N = 16k, heads*d = 2048: 2048 equal items on 132 SMs, 68 in the last wave
     split_from, pieces = tail_plan(2048, 32, 132)
     assert split_from == 2048 - 68 and pieces > 2  # halves (136 > 132 pieces) gain nothing
     assert _tail_makespan(68, 32, 132, pieces) < _tail_makespan(68, 32, 132, 1) - 1.0
-    assert _tail_makespan(68, 32, 132, 2) == 2 * (16 + 1.0) + 0.5  # four halves go round twice
+    # halves: 136 > 132 pieces, so four go round twice (16 tiles + overhead, twice, plus
+    # one combine): longer than one whole item (32 + overhead)
+    half = 16 + flash._PIECE_OVERHEAD
+    assert _tail_makespan(68, 32, 132, 2) == 2 * half + 2 * flash._COMBINE_PER_PIECE
+    assert _tail_makespan(68, 32, 132, 2) > _tail_makespan(68, 32, 132, 1)
     assert tail_plan(264, 32, 132) == (264, 1)  # the last wave is full
     assert tail_plan(200, 1, 132) == (200, 1)  # one key tile cannot be cut
     assert tail_plan(10, 20, 132) == (0, 5)  # a single, small wave: every item, most pieces
