@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.panels.backward_stats import BackwardStats
+from desktop.panels.sparse_axis import SparseAxis
 from desktop.scene.row_series import (
     FORMULAS,
     MAX_COLOURED,
@@ -48,6 +49,9 @@ PLOTS = (
     ("a", "a: unnormalised numerator"),
     ("out", "a/ℓ → O (dashed: float64 reference)"),
 )
+# Each stacked plot keeps about 40 px of axis under its title; below that the panel
+# scrolls (the window puts it in a scroll area) rather than squeezing the plots flat.
+PLOTS_MIN_HEIGHT = 5 * 72
 # Read-outs: (grid row, column, span). Scalars two to a line; vectors get a whole line.
 READOUTS = {
     "m": (1, 0, 1),
@@ -159,13 +163,13 @@ class StatsPanel(QWidget):
     def _build_plots(self) -> None:
         """Five stacked plots sharing one 1-based step axis, each with a step marker."""
         self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setMinimumHeight(260)
+        self.plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
         self._items: dict[str, pg.PlotItem] = {}
         self._markers: list[pg.InfiniteLine] = []
         self._curves: dict[str, list[pg.PlotDataItem]] = {k: [] for k, _ in PLOTS}
         self._refs: list[pg.PlotDataItem] = []
         for k, (key, title) in enumerate(PLOTS):
-            item = self.plots.addPlot(row=k, col=0)
+            item = self.plots.addPlot(row=k, col=0, axisItems={"left": SparseAxis("left")})
             item.setTitle(title, size="9pt")
             # No grid: pyqtgraph's grid lines cost ~10 ms a plot per repaint, too much
             # for 60 fps playback (measured offscreen, desktop.cli.bench_gui).

@@ -16,6 +16,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QFont, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
+    QFrame,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -50,6 +51,7 @@ from desktop.window.saved_settings import (
 )
 
 LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
+STATS_BAR_W = 16  # the statistics dock's scroll bar beside its rows
 DESIGN_SIZE = (1600, 1000)  # the window's size where the screen allows it
 COMPACT_HEIGHT = 900  # below this available height the bottom dock joins the right one
 SCREEN_MARGIN = (16, 48)  # room for the window manager's frame and title bar
@@ -167,10 +169,20 @@ class MainWindow(QMainWindow):
         scroll.setMinimumWidth(self.controls.sizeHint().width() + 24)
         self.docks: dict[str, QDockWidget] = {}
         self._dock("controls", "Configuration", scroll, Qt.DockWidgetArea.LeftDockWidgetArea)
+        # The statistics scroll when the dock is shorter than their plots need (a training
+        # step shows the forward's plots and the backward's); never squeezed flat.
+        stats_scroll = QScrollArea()
+        stats_scroll.setWidget(self.stats_panel)
+        stats_scroll.setWidgetResizable(True)
+        stats_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        stats_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Always on: a bar that comes and goes re-lays the rows out at two widths, and the
+        # first layout (without it) left the row's last control under it.
+        stats_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         self._dock(
             "stats",
             "Selected row: online softmax",
-            self.stats_panel,
+            stats_scroll,
             Qt.DockWidgetArea.RightDockWidgetArea,
         )
         self._dock(
@@ -240,12 +252,12 @@ class MainWindow(QMainWindow):
                 self.addDockWidget(right, ledger)
                 self.tabifyDockWidget(self.docks["stats"], ledger)
             self.docks["stats"].raise_()
-            widths = [250, 420]
+            widths = [250, 420 + STATS_BAR_W]
         else:
             if self.dockWidgetArea(ledger) != Qt.DockWidgetArea.BottomDockWidgetArea:
                 self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, ledger)
             self.resizeDocks([ledger], [LEDGER_HEIGHT], Qt.Orientation.Vertical)
-            widths = [270, 440]
+            widths = [270, 440 + STATS_BAR_W]
         self.resizeDocks(
             [self.docks["controls"], self.docks["stats"]], widths, Qt.Orientation.Horizontal
         )
