@@ -245,6 +245,14 @@ def _check(q, k, v):
         raise ValueError("batch * heads must be at most 65535 (one grid row per head)")
 
 
+def resolve_scale(scale: float | None, d: int) -> float:
+    """The softmax scale: 1/sqrt(d) by default; anything but a positive number is refused."""
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if not scale > 0:
+        raise ValueError("scale must be positive")
+    return scale
+
+
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, config=None, out=None):
     """softmax(Q Kᵀ · scale [causal mask]) V on the GPU; see the module docstring.
 
@@ -256,9 +264,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     dt = _dtype_code(q)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if not scale > 0:
-        raise ValueError("scale must be positive")
+    scale = resolve_scale(scale, d)
     cfg = config or default_config(d, n_q)
     if cfg.d != d:
         raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")

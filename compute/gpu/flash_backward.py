@@ -20,10 +20,9 @@ backward is ``compute.gpu.tiled_attention_backward_gpu``). Imports without CuPy.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
-from .flash import _LOG2E, _check, _cupy, _dtype_code, _is_hopper
+from .flash import _LOG2E, _check, _cupy, _dtype_code, _is_hopper, resolve_scale
 from .sources import KERNEL_DIR, kernel_source
 
 BLOCK_KEYS = 128  # keys per CTA (flash_bwd_wgmma.cu's FB_BN)
@@ -95,9 +94,7 @@ def backward_mode(
     dt = _dtype_code(q)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if not scale > 0:
-        raise ValueError("scale must be positive")
+    scale = resolve_scale(scale, d)
     if not _is_hopper():
         raise ValueError(
             "flash_attention_backward needs an sm_90 (Hopper) GPU; "

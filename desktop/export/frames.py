@@ -91,26 +91,33 @@ PANEL_ZOOM_MIN = 0.75  # smaller outputs keep readable text and lay out on more 
 @contextmanager
 def view_widget(window, target: str, size: tuple[int, int] | None) -> Iterator[QWidget]:
     """The widget an export of `target` draws. For the stats and the ledger at a given
-    `size`, a fresh panel of the window's own kind on the same state, laid out at the
-    output's aspect ratio (never shown, and the window's own docks are not touched);
-    otherwise the window's widget itself."""
+    `size`, a fresh panel of the window's own kind, laid out at the output's aspect ratio
+    and never shown, on a copy of the window's state (AppState.adopt, as the offscreen
+    twin window does) that follows its step and arrows; otherwise the window's widget."""
     widget = target_widget(window, target)
     if size is None or target not in PANEL_TARGETS:
         yield widget
         return
     zoom = max(PANEL_ZOOM_MIN, min(size[0] / PANEL_REFERENCE[0], size[1] / PANEL_REFERENCE[1]))
-    panel = type(widget)(window.state)
+    state = type(window.state)()
+    panel = type(widget)(state)
     panel.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
     panel.setPalette(widget.palette())
     panel.resize(max(1, round(size[0] / zoom)), max(1, round(size[1] / zoom)))
     panel.show()
-    panel.refresh()
+    state.adopt(window.state)  # its signals fill the panel
+    source = window.state
+    source.sigStepChanged.connect(state.set_step)
+    source.sigProgressChanged.connect(state.set_progress)
     QApplication.processEvents()
     try:
         yield panel
     finally:
+        source.sigStepChanged.disconnect(state.set_step)
+        source.sigProgressChanged.disconnect(state.set_progress)
         panel.close()
         panel.deleteLater()
+        state.deleteLater()
 
 
 def show_frame(window, step: int, progress: float = 1.0) -> None:

@@ -42,8 +42,12 @@ def number_forms(x: float, width: float, short: bool = False) -> list[str]:
         return ["−∞" if x < 0 else "∞"]
     forms = [f"{x:.3g}", f"{x:.2g}"] if width >= 36 else [f"{x:.2g}"]
     if short:
-        forms += [_short_exponent(f"{x:{spec}}") for spec in (".2g", ".1e", ".1g", ".0e")]
+        forms += _exponent_forms(x)
     return [f.replace("-", "−") for f in forms]
+
+
+def _exponent_forms(x: float) -> list[str]:
+    return [_short_exponent(f"{x:{spec}}") for spec in (".2g", ".1e", ".1g", ".0e")]
 
 
 def format_number(x: float, width: float, advance: Callable[[str], float] | None = None) -> str:
@@ -53,12 +57,20 @@ def format_number(x: float, width: float, advance: Callable[[str], float] | None
     `width`, so a small value such as 0.00074 reads 7.4e−4 or 7e−4 instead of spilling
     into its neighbours; when nothing fits, the shortest form.
     """
-    forms = number_forms(x, width, short=advance is not None)
+    forms = number_forms(x, width)
     if advance is None:
         return forms[0]
-    # a pixel of margin each side, so neighbouring numbers never touch
-    fits = [f for f in forms if advance(f) <= width - 2]
-    return fits[0] if fits else min(forms, key=len)
+    # A pixel of margin each side, so neighbouring numbers never touch. A paint writes up
+    # to 4096 cells and the plain forms nearly always fit: the exponent forms are made and
+    # measured only when they do not.
+    for form in forms:
+        if advance(form) <= width - 2:
+            return form
+    if math.isinf(x):
+        return forms[0]
+    short = [f.replace("-", "−") for f in _exponent_forms(x)]
+    fit = next((f for f in short if advance(f) <= width - 2), None)
+    return fit if fit is not None else min(forms + short, key=len)
 
 
 VECTOR_CELLS_MAX = 64 * 64  # on SVG/PDF, heatmaps up to 64x64 cells are drawn as rectangles
@@ -129,7 +141,7 @@ def draw_numbers(
     f = QFont(font)
     f.setPixelSize(max(8, min(12, int(ch * 0.5), int(cw / 3.2))))
     painter.setFont(f)
-    metrics = QFontMetricsF(f)
+    advance = QFontMetricsF(f).horizontalAdvance
     for r in range(rows):
         for c in range(cols):
             if hidden is not None and hidden[r, c]:
@@ -138,9 +150,7 @@ def draw_numbers(
             dark_cell = math.isfinite(x) and abs(x) / scale.vmax > 0.55
             painter.setPen(QColor("white") if dark_cell else QColor(20, 20, 20))
             cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
-            painter.drawText(
-                cell, Qt.AlignmentFlag.AlignCenter, format_number(x, cw, metrics.horizontalAdvance)
-            )
+            painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, format_number(x, cw, advance))
 
 
 def draw_matrix(

@@ -90,11 +90,6 @@ class BackwardMemory(QWidget):
         self.hide()
         state.sigTraceChanged.connect(self._on_trace)
 
-    def refresh(self) -> None:
-        """Show the state's current trace (a panel made after it was set)."""
-        if self.state.trace is not None:
-            self._on_trace(self.state.trace)
-
     def _on_trace(self, trace: Trace) -> None:
         if trace.pass_name == "forward" or self.state.config is None:
             self.hide()

@@ -95,11 +95,6 @@ class BackwardStats(QGroupBox):
             self.restyle()  # a theme switch reaches pyqtgraph only through here
         super().changeEvent(event)
 
-    def refresh(self) -> None:
-        """Show the state's current trace, row, key and step (a panel made after them)."""
-        self._rebuild()
-        self._on_step(self.state.step)
-
     def _rebuild(self, *_args: object) -> None:
         trace = self.state.trace
         if trace is None or trace.pass_name == "forward":

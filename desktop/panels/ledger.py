@@ -62,7 +62,7 @@ def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
 @functools.lru_cache(maxsize=64)  # dragging N leaves every other argument unchanged
 def _sweep(
     ratio: float, d: int, dv: int, block_q: int, block_k: int, causal: bool, lse: bool, sram: int,
-    pass_name: str = "forward",
+    pass_name: str,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     out = {"n": SWEEP_N, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}
     kw = dict(block_q=block_q, block_k=block_k, causal=causal, save_lse=lse)
@@ -141,12 +141,6 @@ class LedgerPanel(QWidget):
         self.restyle()
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
-
-    def refresh(self) -> None:
-        """Show the state's current trace and step (a panel made after they were set)."""
-        if self.state.trace is not None:
-            self._on_trace(self.state.trace)
-            self.backward_memory.refresh()
 
     # ---- construction ----------------------------------------------------------------
     def _build_totals(self) -> QGridLayout:

@@ -98,13 +98,6 @@ class StatsPanel(QWidget):
         state.sigRowChanged.connect(self._rebuild)
         state.sigStepChanged.connect(self._on_step)
 
-    def refresh(self) -> None:
-        """Show the state's current trace, row and step (a panel made after they were set)."""
-        if self.state.trace is not None:
-            self._rebuild()
-            self.backward.refresh()
-            self._on_step(self.state.step)
-
     # ---- construction ----------------------------------------------------------------
     def _build_readouts(self) -> QGridLayout:
         """The row chooser, tile jumps, the whole-run toggle and one read-out per quantity."""

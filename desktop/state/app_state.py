@@ -85,11 +85,11 @@ class AppState(QObject):
             self.sigRowChanged.emit(row)
 
     def adopt(self, other: AppState) -> None:
-        """Show what `other` shows (its config, trace, step and row) without a rebuild:
-        an offscreen copy of the window renders exports from it."""
+        """Show what `other` shows (its config, trace, step, row and key row) without a
+        rebuild: an offscreen copy of the window, or of a panel, renders exports from it."""
         if other.trace is None or other.config is None:
             return
-        self._row_hint = other.row
+        self._row_hint, self.key = other.row, other.key
         self._built(other.config, other.trace, other.images)
         self.set_step(other.step)
         self.set_progress(other.progress)

@@ -372,3 +372,15 @@ def test_kernel_source_changes_when_a_header_does(tmp_path, monkeypatch):
     after = sources.kernel_source(tmp_path / "k.cu")
     sources._headers_digest.cache_clear()
     assert before.startswith('#include "h.cuh"\n') and before != after
+
+
+def test_one_scale_rule_for_the_forward_and_the_backward():
+    import math
+
+    from compute.gpu.flash import resolve_scale
+
+    assert resolve_scale(None, 64) == 1 / math.sqrt(64)
+    assert resolve_scale(0.25, 128) == 0.25
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="scale must be positive"):
+            resolve_scale(bad, 64)
