@@ -18,6 +18,10 @@
 #       (stops there if either fails), then flash vs SDPA (interleaved timing) at N 4096-16384
 #       with three of them timed beside the default into $OUT/flash_vs_sdpa_ws_h200.json;
 #       plan about 330 s of command time (tests up to 200 s, timing up to 105 s) plus the start
+#   bash compute/gpu/tools/devrun.sh steady   # FLASH_NOTES v8: test_flash.py with STEADY_TESTS
+#       beside memcheck on them, then flash vs SDPA at N 4096-16384 with a 1 s untimed
+#       preheat per case (timed at the power-capped clock) and STEADY_TUNE timed beside the
+#       default into $OUT/flash_vs_sdpa_ws_h200.json; about 300 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -152,6 +156,22 @@ if [ "$what" = tail ]; then
         step flash_vs_sdpa "${TAIL_TIMEOUT:-105}" python3 -m compute.gpu.tools.flash_vs_sdpa \
             --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --tune $tune \
             --json "$OUT/flash_vs_sdpa_ws_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
+    fi
+fi
+if [ "$what" = steady ]; then
+    tests=${STEADY_TESTS-"ws:128:2:176:2:pingpong:tailsplit"}
+    tune=${STEADY_TUNE-"ws:128:2:128:2:pingpong:tailsplit ws:128:2:176:2:pingpong ws:128:2:176:2:pingpong:tailsplit"}
+    if [ -n "$tests" ]; then
+        FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$tests" FLASH_SANITIZE_CONFIGS="$tests" \
+            tests_beside_memcheck "${STEADY_TEST_PATHS:-tests/compute/gpu/test_flash.py}" 200 200
+    fi
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${STEADY_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
+            --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
         grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
     fi

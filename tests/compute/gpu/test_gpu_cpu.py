@@ -281,6 +281,40 @@ def test_time_interleaved_rotates_paths_and_splits_repeats():
     assert [c[2] for c in calls[9:]] == [1, 1, 1, 1, 1, 1]
 
 
+def test_preheat_runs_every_path_untimed_until_its_time_is_up():
+    from compute.gpu.timing import Timing, preheat, time_interleaved
+
+    ran, syncs, now = [], [], [0.0]
+
+    def clock():
+        return now[0]
+
+    def sync():
+        syncs.append(len(ran))
+        now[0] += 0.3  # each pass of both paths takes 0.3 s
+
+    paths = {name: ((lambda *a, n=name: ran.append((n, a))), [(1,), (2,)]) for name in "ab"}
+    assert preheat(paths, 1.0, sync=sync, clock=clock) == 4  # 0.3, 0.6, 0.9, then 1.2 >= 1
+    assert [n for n, _ in ran] == ["a", "b"] * 4 and syncs == [2, 4, 6, 8]
+    assert [a for _, a in ran[::2]] == [(1,), (2,), (1,), (2,)]  # rotating the input sets
+    assert preheat(paths, 0.0, sync=sync, clock=clock) == 1  # at least one pass
+    assert preheat({}, 5.0, sync=sync, clock=clock) == 0
+
+    heated = []
+
+    def timer(fn, arg_sets, *, warmup, repeats, l2_bytes):
+        return Timing((1.0,) * repeats)
+
+    def heater(p, seconds):
+        heated.append((sorted(p), seconds))
+        return 1
+
+    time_interleaved(paths, repeats=3, timer=timer, heater=heater)
+    assert heated == []  # off by default
+    time_interleaved(paths, repeats=3, timer=timer, heater=heater, preheat_s=1.5)
+    assert heated == [(["a", "b"], 1.5)]
+
+
 def test_bench_forward_rows_timed_together_keep_their_order_and_schema(monkeypatch):
     # No CuPy here: a stand-in for what bench's guard and release touch.
     from compute.gpu import bench
@@ -384,3 +418,16 @@ def test_one_scale_rule_for_the_forward_and_the_backward():
     for bad in (0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="scale must be positive"):
             resolve_scale(bad, 64)
+
+
+def test_flash_vs_sdpa_preheats_forward_cases_only():
+    from compute.gpu.tools.flash_vs_sdpa import cases
+
+    got = list(cases([4096], [128], ["float16"], [False, True], 0, 5, 20,
+                     ["ws:128:2:176:2:pingpong", "ws:64:3:128:2"], ("forward", "backward"), 1.5))  # fmt: skip
+    assert [(c.pass_name, c.causal, c.preheat_s) for c in got] == [
+        ("forward", False, 1.5), ("forward", True, 1.5),
+        ("backward", False, 0.0), ("backward", True, 0.0),
+    ]  # fmt: skip
+    assert got[0].flash_specs == ("ws:128:2:176:2:pingpong",) and got[2].flash_specs == ()
+    assert got[0].batch_heads == 4 * 16
