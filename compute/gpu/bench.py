@@ -507,7 +507,11 @@ def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Co
         "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
         "timing": f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed"
         + (f", paths interleaved in {ROUNDS} rounds" if cfg.pass_name == "forward" else "")
-        + (f" after {cfg.preheat_s:g} s untimed" if cfg.pass_name == "forward" and cfg.preheat_s else ""),
+        + (
+            f" after {cfg.preheat_s:g} s untimed"
+            if cfg.pass_name == "forward" and cfg.preheat_s
+            else ""
+        ),
         "sample": None,
         "rotated_input_sets": None,
         "results": results,

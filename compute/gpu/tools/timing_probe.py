@@ -45,8 +45,8 @@ def _paths(n: int, d: int, dtype: str, specs: list[str]):
     fns = {}
     for spec in ["default", *specs]:
         cfg = flash.default_config(d, n) if spec == "default" else flash.Config.parse(spec)
-        fns[f"flash[{cfg.spec()}]"] = (
-            lambda q, k, v, cfg=cfg: flash.flash_attention(q[None], k[None], v[None], config=cfg)
+        fns[f"flash[{cfg.spec()}]"] = lambda q, k, v, cfg=cfg: flash.flash_attention(
+            q[None], k[None], v[None], config=cfg
         )
     cudnn = peers.sdpa("sdpa-cudnn")
     fns["sdpa-cudnn"] = lambda q, k, v: cudnn(q, k, v, causal=False)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                   " ".join(f"{t:.3f}" for t in ts))  # fmt: skip
         out["phases"].append({"phase": phase, "t0": t0, "times_ms": times})
 
-    for name, (fn, sets) in paths.items():  # compile, plan, handles: outside every phase
+    for fn, sets in paths.values():  # compile, plan, handles: outside every phase
         time_cuda(fn, sets, warmup=3, repeats=3, l2_bytes=l2)
     t0 = time.time()
     blocks: dict[str, list[float]] = {}
@@ -94,12 +94,17 @@ def main(argv: list[str] | None = None) -> int:
             t = time_cuda(fn, sets, warmup=5, repeats=60, l2_bytes=l2)
             blocks[f"{name} block{rep}"] = list(t.times_ms)
     report("A: blocks of 60", t0, blocks)
-    for label, rounds, repeats in (("B: interleaved 3x20", 3, 20), ("C: interleaved 12x60", 12, 60)):
+    for label, rounds, repeats in (
+        ("B: interleaved 3x20", 3, 20),
+        ("C: interleaved 12x60", 12, 60),
+    ):
         t0 = time.time()
         got = time_interleaved(paths, warmup=5, repeats=repeats, rounds=rounds, l2_bytes=l2)
         report(label, t0, {k: list(v.times_ms) for k, v in got.items()})
     host = {name: _host_us(fn, sets) for name, (fn, sets) in paths.items()}
-    print("\n== D: host microseconds per call: " + ", ".join(f"{k} {v:.0f}" for k, v in host.items()))
+    print(
+        "\n== D: host microseconds per call: " + ", ".join(f"{k} {v:.0f}" for k, v in host.items())
+    )
     out["host_us"] = host
     if args.json:
         args.json.write_text(json.dumps(out))
