@@ -54,6 +54,10 @@ class Config:
     # by the piece finishing last (FLASH_NOTES v7): 0 off, 1 as many pieces as tail_plan's
     # model picks, k >= 2 always k pieces (spec ':tailsplit', ':tailsplitK')
     tail_split: int = 0
+    # ws, non-causal, an even number of query blocks: clusters of two CTAs (query blocks 2i,
+    # 2i + 1 of one head) that multicast K and V, each CTA loading half of every tile
+    # (FLASH_NOTES v8; spec ':mcast'); elsewhere the launch runs the same variant without it
+    multicast: bool = False
 
     @property
     def block_m(self) -> int:
@@ -86,7 +90,9 @@ class Config:
             mode |= (
                 (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split > 0))
             )
-            return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
+            mode |= 64 * int(self.multicast)
+            kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
+            return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
             f"{int(self.ping_pong)}>"
@@ -94,7 +100,7 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]'
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast]'
         (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
@@ -105,6 +111,7 @@ class Config:
         text += ":tmastore" if self.tma_store else ""
         if self.tail_split:
             text += ":tailsplit" + (str(self.tail_split) if self.tail_split > 1 else "")
+        text += ":mcast" if self.multicast else ""
         return text
 
     @classmethod
@@ -125,18 +132,23 @@ class Config:
         ):
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]'"
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
+                "[:mcast]'"
+            )
+        if "mcast" in flags and (split or "persist" in flags):
+            raise ValueError(
+                f"{spec!r}: ':mcast' pairs grid CTAs, so it takes no ':persist' or ':tailsplit'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
-                "persist" in flags, "lpt" in flags, "tmastore" in flags, split,
+                "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-_WS_FLAGS = ("serial", "persist", "lpt", "tmastore")  # spec flags of the ws kernel only
+_WS_FLAGS = ("serial", "persist", "lpt", "tmastore", "mcast")  # spec flags of the ws kernel only
 
 
 def _is_split_flag(flag: str) -> bool:
@@ -272,6 +284,8 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         raise ValueError(f"the {cfg.kernel} kernel needs an sm_90 (Hopper) GPU")
     if cfg.kernel == "ws" and n_k == 0:
         cfg = WGMMA_CONFIGS[d]  # a tensor map cannot describe an empty K; nothing to load
+    if cfg.multicast and (causal or -(-n_q // cfg.block_m) % 2):
+        cfg = replace(cfg, multicast=False)  # the pair's blocks would read different tiles
     q = cp.ascontiguousarray(q)
     k = cp.ascontiguousarray(k)
     v = cp.ascontiguousarray(v)
@@ -332,8 +346,9 @@ def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tu
         grid = (min(grid[0] * grid[1], _sm_count()), 1, 1)
     maps = (
         tma.tiled_map(q, cfg.block_m),
-        tma.tiled_map(k, cfg.block_n),
-        tma.tiled_map(v, cfg.block_n),
+        # multicast: each CTA of a pair loads half of every K and V tile's rows
+        tma.tiled_map(k, cfg.block_n // (2 if cfg.multicast else 1)),
+        tma.tiled_map(v, cfg.block_n // (2 if cfg.multicast else 1)),
         tma.tiled_map(out, 64),  # one box per consumer warpgroup's 64 rows and panel
     )
     inputs = tuple(tma.kernel_arg(m) for m in maps)

@@ -103,6 +103,37 @@ __device__ __forceinline__ void fa_bulk_commit() {
 __device__ __forceinline__ void fa_bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
+// The same box, multicast: it lands at offset dst of the shared memory of every CTA of the
+// cluster named in cta_mask, and completes its bytes on the mbarrier at offset bar of each.
+__device__ __forceinline__ void fa_tma_load_mc(u32 dst, const FaTmap* map, int c0, int c1, int c2,
+                                               u32 bar, unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+// Arrive on the mbarrier at offset bar of cluster CTA `cta` (release at cluster scope).
+__device__ __forceinline__ void fa_mbar_arrive_cta(u32 bar, u32 cta) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
+// Every thread of every CTA of the cluster (mbarrier initialisation visible cluster-wide).
+__device__ __forceinline__ void fa_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ u32 fa_cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
 __device__ __forceinline__ void fa_tma_prefetch(const FaTmap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
@@ -123,6 +154,26 @@ __device__ __forceinline__ void fa_setmaxnreg_inc() {
 }
 
 #endif  // FA_HAVE_WGMMA
+
+#if FA_HAVE_WGMMA
+// One K or V tile (BN rows, NP panels of 64 columns) into the ring stage at dst; with MCAST
+// this CTA loads its half of the rows (rank 0 the first BN / 2) into both CTAs of the
+// cluster (the tensor map's box is then BN / 2 rows).
+template <bool MCAST, int NP, int BN>
+__device__ __forceinline__ void fa_load_kv(u32 dst, const FaTmap* map, int row0, int bh, u32 bar,
+                                           u32 rank) {
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+        if constexpr (MCAST) {
+            const u32 half = rank * (BN / 2);
+            fa_tma_load_mc(dst + p * BN * 128 + half * 128, map, 64 * p, row0 + half, bh, bar,
+                           0x3);
+        } else {
+            fa_tma_load(dst + p * BN * 128, map, 64 * p, row0, bh, bar);
+        }
+    }
+}
+#endif
 
 // Register split between the roles (65536 registers per SM, one CTA per SM): FA3's values.
 template <int NC>
@@ -212,12 +263,12 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // per item and warpgroup, `tickets[1 + NC si + c]`, zeroed by the host) combines them and
 // writes O and LSE as usual.
 template <int DT, int D, int NC, int BN, int ST, int MODE>
-__global__ void __launch_bounds__((NC + 1) * 128, 1)
-    flash_fwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
-                 const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,
-                 u16* __restrict__ O, float* __restrict__ LSE, int Nq, int Nk,
-                 float scale_log2, int causal, int num_qb, int BH, int* __restrict__ tickets,
-                 int section, float* __restrict__ ws, int split_from, int nsplit) {
+__device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
+                                           const FaTmap& tmV, const FaTmap& tmO,
+                                           u16* __restrict__ O, float* __restrict__ LSE, int Nq,
+                                           int Nk, float scale_log2, int causal, int num_qb,
+                                           int BH, int* __restrict__ tickets, int section,
+                                           float* __restrict__ ws, int split_from, int nsplit) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
@@ -228,6 +279,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     constexpr bool LPT = (MODE & 8) != 0;
     constexpr bool TMA_STORE = (MODE & 16) != 0;
     constexpr bool SPLIT = (MODE & 32) != 0;
+    constexpr bool MCAST = (MODE & 64) != 0;
+    static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
     constexpr int NS = BN / 2;  // S accumulator registers per thread
@@ -257,6 +310,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     // The grid's item (ignored when persistent): blocks are dispatched in linear order (a
     // 1-D grid of `total` tickets with the tail split).
     const int first = blockIdx.y * num_qb + blockIdx.x;
+    // Multicast (MODE bit 6): the cluster's two CTAs are query blocks 2i and 2i + 1 of one
+    // head, which read the same K and V tiles; each producer loads half of every tile's
+    // rows into both CTAs, and a stage is free once both CTAs' consumers are done with it.
+    const u32 rank = MCAST ? fa_cluster_rank() : 0;
+    constexpr u32 EMPTY_COUNT = MCAST ? 2 * NC : NCT;  // MCAST: one arrival per warpgroup and CTA
 
     if (tid == 0) {
         fa_mbar_init(barQ, 1);
@@ -264,12 +322,16 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         for (int s = 0; s < ST; ++s) {
             fa_mbar_init(fullK + 8 * s, 1);
             fa_mbar_init(fullV + 8 * s, 1);
-            fa_mbar_init(emptyK + 8 * s, NCT);
-            fa_mbar_init(emptyV + 8 * s, NCT);
+            fa_mbar_init(emptyK + 8 * s, EMPTY_COUNT);
+            fa_mbar_init(emptyV + 8 * s, EMPTY_COUNT);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();  // the last block-wide barrier: roles split below
+    if constexpr (MCAST) {
+        fa_cluster_sync();  // both CTAs' barriers exist before either loads into or arrives on them
+    } else {
+        __syncthreads();  // the last block-wide barrier: roles split below
+    }
 
     if (wg == 0) {
         // ---------------- producer ----------------
@@ -306,17 +368,22 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     const int s = it % ST;
                     const u32 round_parity = ((it / ST) & 1) ^ 1;
                     fa_mbar_wait(emptyK + 8 * s, round_parity);
-                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
-#pragma unroll
-                    for (int p = 0; p < NP; ++p)
-                        fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p,
-                                    (j0 + j) * BN, bh, fullK + 8 * s);
+                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);  // MCAST: both halves
+                    fa_load_kv<MCAST, NP, BN>(sK + s * L::KV_BYTES, &tmK, (j0 + j) * BN, bh,
+                                              fullK + 8 * s, rank);
                     fa_mbar_wait(emptyV + 8 * s, round_parity);
                     fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
-#pragma unroll
-                    for (int p = 0; p < NP; ++p)
-                        fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p,
-                                    (j0 + j) * BN, bh, fullV + 8 * s);
+                    fa_load_kv<MCAST, NP, BN>(sV + s * L::KV_BYTES, &tmV, (j0 + j) * BN, bh,
+                                              fullV + 8 * s, rank);
+                }
+            }
+            if constexpr (MCAST) {
+                // Stay until both CTAs' consumers have released the last ST stages: the
+                // other CTA's arrivals land on this CTA's barriers, which must outlive them.
+                for (int i = 0; i < ST; ++i, ++it) {
+                    const u32 round_parity = ((it / ST) & 1) ^ 1;
+                    fa_mbar_wait(emptyK + 8 * (it % ST), round_parity);
+                    fa_mbar_wait(emptyV + 8 * (it % ST), round_parity);
                 }
             }
         }
@@ -355,6 +422,18 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     };
     auto sched_signal = [&]() {
         if constexpr (SCHED) fa_bar_arrive(1 + (c + 1) % NC, 256);
+    };
+
+    // A K or V stage is done with: every consumer thread arrives, or (MCAST) one thread per
+    // warpgroup on this CTA's barrier and one on the other CTA's (a warpgroup's wgmma
+    // completes as a whole, so one thread past its wait speaks for all 128).
+    auto release = [&](u32 bar) {
+        if constexpr (MCAST) {
+            if (ctid == 0) fa_mbar_arrive(bar);
+            if (ctid == 32) fa_mbar_arrive_cta(bar, rank ^ 1);
+        } else {
+            fa_mbar_arrive(bar);
+        }
     };
 
     int it = 0;  // K/V tiles consumed so far, across items (ring slot it % ST)
@@ -406,7 +485,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    fa_mbar_arrive(emptyK + 8 * s0);
+                    release(emptyK + 8 * s0);
                     softmax_tile(0);
                     fa_to_a<DT, NS>(s, a);
                 }
@@ -422,12 +501,12 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    fa_mbar_arrive(emptyK + 8 * sj);
+                    release(emptyK + 8 * sj);
                     softmax_tile(j);  // under the P V GEMM
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                    fa_mbar_arrive(emptyV + 8 * sp);
+                    release(emptyV + 8 * sp);
                     fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
                 }
@@ -440,7 +519,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                 fa_wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                fa_mbar_arrive(emptyV + 8 * sl);
+                release(emptyV + 8 * sl);
             } else {
                 for (int j = 0; j < ntiles; ++j) {
                     const int ic = it + j;
@@ -453,7 +532,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    fa_mbar_arrive(emptyK + 8 * sj);
+                    release(emptyK + 8 * sj);
                     softmax_tile(j);
                     fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
@@ -466,7 +545,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                    fa_mbar_arrive(emptyV + 8 * sj);
+                    release(emptyV + 8 * sj);
                 }
             }
             it += ntiles;
@@ -615,6 +694,30 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 #endif
 }
 
+#define FA_WS_PARAMS                                                                          \
+    const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,                  \
+        const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,              \
+        u16 *__restrict__ O, float *__restrict__ LSE, int Nq, int Nk, float scale_log2,      \
+        int causal, int num_qb, int BH, int *__restrict__ tickets, int section,              \
+        float *__restrict__ ws, int split_from, int nsplit
+#define FA_WS_ARGS                                                                            \
+    tmQ, tmK, tmV, tmO, O, LSE, Nq, Nk, scale_log2, causal, num_qb, BH, tickets, section, ws, \
+        split_from, nsplit
+
+template <int DT, int D, int NC, int BN, int ST, int MODE>
+__global__ void __launch_bounds__((NC + 1) * 128, 1) flash_fwd_ws(FA_WS_PARAMS) {
+    static_assert((MODE & 64) == 0, "multicast variants are flash_fwd_ws_mc");
+    fa_ws_body<DT, D, NC, BN, ST, MODE>(FA_WS_ARGS);
+}
+
+// The multicast variant (MODE bit 6 set): clusters of two CTAs along the query blocks.
+template <int DT, int D, int NC, int BN, int ST, int MODE>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__((NC + 1) * 128, 1)
+    flash_fwd_ws_mc(FA_WS_PARAMS) {
+    static_assert((MODE & 64) != 0, "flash_fwd_ws_mc runs the multicast mode");
+    fa_ws_body<DT, D, NC, BN, ST, MODE>(FA_WS_ARGS);
+}
+
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash.py uses, so CI type-checks them.
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
@@ -622,6 +725,14 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
         int, float, int, int, int, int*, int, float*, int, int);
+#define FA_WS_MC_INST(DT, D, NC, BN, ST, MODE)                                               \
+    template __global__ void flash_fwd_ws_mc<DT, D, NC, BN, ST, MODE>(                       \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
+        int, float, int, int, int, int*, int, float*, int, int);
+FA_WS_MC_INST(0, 128, 2, 176, 2, 67)
+FA_WS_MC_INST(1, 128, 2, 128, 2, 67)
+FA_WS_MC_INST(0, 64, 3, 128, 2, 67)
 FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)

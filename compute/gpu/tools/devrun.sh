@@ -22,6 +22,9 @@
 #       beside memcheck on them, then flash vs SDPA at N 4096-16384 with a 1 s untimed
 #       preheat per case (timed at the power-capped clock) and STEADY_TUNE timed beside the
 #       default into $OUT/flash_vs_sdpa_ws_h200.json; about 300 s plus the start
+#   bash compute/gpu/tools/devrun.sh mcast    # K/V multicast (FLASH_NOTES v8): its tests (stops
+#       there if they fail or hang), memcheck on the :mcast variants, then flash vs SDPA,
+#       non-causal, preheated, with MCAST_TUNE beside the default; about 200 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -174,6 +177,25 @@ if [ "$what" = steady ]; then
             --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
         grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
+    fi
+fi
+if [ "$what" = mcast ]; then
+    specs="ws:128:2:176:2:pingpong:mcast ws:128:2:128:2:pingpong:mcast ws:64:3:128:2:pingpong:mcast"
+    step pytest_mcast 150 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
+        -p no:cacheprovider -n 8 -k "multicast"
+    if [ $rc -eq 0 ]; then
+        FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_SANITIZE_CONFIGS="$specs" step memcheck 150 \
+            compute-sanitizer --tool memcheck --error-exitcode 1 \
+            python3 -m compute.gpu.tools.sanitize_cases
+        grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+    fi
+    if [ $rc -eq 0 ]; then
+        tune=${MCAST_TUNE-"ws:128:2:176:2:pingpong $specs"}
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${MCAST_TIMEOUT:-150}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --causal 0 --dense-max-n 0 \
+            --preheat 1 --tune $tune --json "$OUT/flash_vs_sdpa_mcast_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 exit $rc

@@ -152,6 +152,7 @@ WS_SWITCHES = {
     "persistent-lpt-tmastore": {"persistent": True, "lpt": True, "tma_store": True},
     "tailsplit": {"tail_split": 1},
     "persistent-tailsplit": {"persistent": True, "tail_split": 1},
+    "multicast": {"multicast": True},
 }
 
 
@@ -212,6 +213,33 @@ def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
     _run_case(b, h, n_q, n_k, d, dtype, False, seed=seed, config=cfg)
     # causal with the switch on: no split (the host keeps causal items whole)
     _run_case(b, h, n_q, n_k, d, dtype, True, seed=seed + [1], config=cfg)
+
+
+# K/V multicast in clusters of two (FLASH_NOTES v8): (b, h, n_q, n_k, dtype); every case
+# non-causal with an even number of 128-row query blocks unless noted.
+MULTICAST_CASES = {
+    "key-tail-in-second-half": (1, 3, 512, 1000, "float16"),
+    "second-half-all-past-nk": (2, 2, 256, 64, "bfloat16"),  # rank 1 loads only zeros
+    "query-tail": (1, 2, 1000, 700, "bfloat16"),  # 8 blocks, the last one partly past N_q
+    "odd-blocks-fall-back": (1, 2, 300, 500, "float16"),  # 3 blocks: launched without it
+    "many-pairs": (1, 70, 256, 352, "float16"),  # more clusters than SMs hold at once
+}
+
+
+@pytest.mark.parametrize("block_n", [128, 176])
+@pytest.mark.parametrize("case", list(MULTICAST_CASES))
+def test_ws_multicast_pairs_share_key_tiles_exactly(case, block_n):
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[128], block_n=block_n, multicast=True)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    b, h, n_q, n_k, dtype = MULTICAST_CASES[case]
+    seed = [41, block_n, n_q, n_k]
+    _run_case(b, h, n_q, n_k, 128, dtype, False, seed=seed, config=cfg)
+    _run_case(b, h, n_q, n_k, 128, dtype, True, seed=seed + [1], config=cfg)  # no multicast
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -190,6 +190,7 @@ def test_flash_config_spec_round_trips():
         Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
         Config("ws", 128, 2, 128, 1, True, 2, True, True, False, False, 1),
         Config("ws", 64, 3, 128, 1, True, 2, True, False, True, False, 3),
+        Config("ws", 128, 2, 176, 1, True, 2, True, multicast=True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
@@ -208,6 +209,12 @@ def test_flash_config_spec_round_trips():
         == "flash_fwd_ws<0,128,2,128,2,35>"
     )
     assert Config.parse("ws:64:3:128:2:pingpong:tailsplit5").tail_split == 5
+    mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
+    assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
+    assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
+    for bad in ("ws:128:2:128:2:persist:mcast", "ws:128:2:128:2:tailsplit:mcast"):
+        with pytest.raises(ValueError, match="takes no"):
+            Config.parse(bad)
     for bad in (
         "wgmma:128:2:64:2:tailsplit",
         "ws:128:2:128:2:tailsplit1",
