@@ -58,6 +58,9 @@ class Config:
     # 2i + 1 of one head) that multicast K and V, each CTA loading half of every tile
     # (FLASH_NOTES v8; spec ':mcast'); elsewhere the launch runs the same variant without it
     multicast: bool = False
+    # ws: the running max m moves only when a score exceeds it by 2^8 (FLASH_NOTES v8; spec
+    # ':lazy'), so most tiles skip O's rescale; exact, P stays <= 256
+    lazy_rescale: bool = False
 
     @property
     def block_m(self) -> int:
@@ -90,7 +93,7 @@ class Config:
             mode |= (
                 (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split > 0))
             )
-            mode |= 64 * int(self.multicast)
+            mode |= (64 * int(self.multicast)) | (128 * int(self.lazy_rescale))
             kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
             return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
@@ -100,7 +103,7 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast]'
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]'
         (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
@@ -112,6 +115,7 @@ class Config:
         if self.tail_split:
             text += ":tailsplit" + (str(self.tail_split) if self.tail_split > 1 else "")
         text += ":mcast" if self.multicast else ""
+        text += ":lazy" if self.lazy_rescale else ""
         return text
 
     @classmethod
@@ -133,7 +137,7 @@ class Config:
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
                 "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
-                "[:mcast]'"
+                "[:mcast][:lazy]'"
             )
         if "mcast" in flags and (split or "persist" in flags):
             raise ValueError(
@@ -144,11 +148,19 @@ class Config:
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
                 "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
+                "lazy" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-_WS_FLAGS = ("serial", "persist", "lpt", "tmastore", "mcast")  # spec flags of the ws kernel only
+_WS_FLAGS = (
+    "serial",
+    "persist",
+    "lpt",
+    "tmastore",
+    "mcast",
+    "lazy",
+)  # spec flags of the ws kernel only
 
 
 def _is_split_flag(flag: str) -> bool:

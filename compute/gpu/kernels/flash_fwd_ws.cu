@@ -280,6 +280,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     constexpr bool TMA_STORE = (MODE & 16) != 0;
     constexpr bool SPLIT = (MODE & 32) != 0;
     constexpr bool MCAST = (MODE & 64) != 0;
+    constexpr bool LAZY = (MODE & 128) != 0;  // fa_softmax_lazy: O rescaled only when m moves
     static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
@@ -464,13 +465,18 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             const u32 vbase = sV + slot * L::KV_BYTES;
             fa_issue_pv<DT, D, BN>(o, a, vbase);
         };
+        bool moved = true;  // whether the last softmax moved m (always, unless LAZY)
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
             const int n0 = (j0 + j) * BN;  // j counts this piece's tiles
             // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
             // warpgroup's first row (q0 + 64 c); other tiles need no mask.
             if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
                 fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
-            fa_softmax<NS>(s, m, l, alpha, scale_log2);
+            if constexpr (LAZY) {
+                moved = fa_softmax_lazy<NS>(s, m, l, alpha, scale_log2);
+            } else {
+                fa_softmax<NS>(s, m, l, alpha, scale_log2);
+            }
         };
 
         if (ntiles > 0) {
@@ -507,7 +513,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
                     release(emptyV + 8 * sp);
-                    fa_rescale<NO>(o, alpha);
+                    if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
                 }
                 const int il = it + ntiles - 1;
@@ -534,7 +540,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
                     release(emptyK + 8 * sj);
                     softmax_tile(j);
-                    fa_rescale<NO>(o, alpha);
+                    if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
@@ -733,6 +739,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__((NC + 1) * 128, 1)
 FA_WS_MC_INST(0, 128, 2, 176, 2, 67)
 FA_WS_MC_INST(1, 128, 2, 128, 2, 67)
 FA_WS_MC_INST(0, 64, 3, 128, 2, 67)
+FA_WS_INST(0, 128, 2, 176, 2, 131)
+FA_WS_INST(1, 64, 3, 128, 2, 139)
 FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)

@@ -153,6 +153,7 @@ WS_SWITCHES = {
     "tailsplit": {"tail_split": 1},
     "persistent-tailsplit": {"persistent": True, "tail_split": 1},
     "multicast": {"multicast": True},
+    "lazy": {"lazy_rescale": True},
 }
 
 
@@ -240,6 +241,39 @@ def test_ws_multicast_pairs_share_key_tiles_exactly(case, block_n):
     seed = [41, block_n, n_q, n_k]
     _run_case(b, h, n_q, n_k, 128, dtype, False, seed=seed, config=cfg)
     _run_case(b, h, n_q, n_k, 128, dtype, True, seed=seed + [1], config=cfg)  # no multicast
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_lazy_rescale_exact_when_scores_climb(d, dtype):
+    # Scores that rise along the keys (0.05 log2 units per key after the scale, 6.4 per
+    # 128-key tile, 35 over the row): the running max moves every other tile and between
+    # moves P climbs towards its 2^8 ceiling; against float64 at the usual bars.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], lazy_rescale=True)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    rng = np.random.default_rng([51, d])
+    n_q, n_k = 300, 700
+    q = 1.0 + 0.05 * rng.standard_normal((1, 2, n_q, d))
+    ramp = 0.05 / np.log2(np.e) * np.arange(n_k)[:, None] / np.sqrt(d)  # q.k / sqrt(d) climbs
+    k = ramp + 0.02 * rng.standard_normal((1, 2, n_k, d))
+    v = rng.standard_normal((1, 2, n_k, d))
+    arrays = [device_array(x.astype(np.float32), dtype) for x in (q, k, v)]
+    q64, k64, v64 = (float64_values(a, dtype) for a in arrays)
+    for causal in (False, True):
+        o, lse = flash.flash_attention(
+            *(cp.asarray(a) for a in arrays), causal=causal, return_lse=True, config=cfg
+        )
+        ref, ref_lse, visible = _reference(q64, k64, v64, causal, None)
+        got = float64_values(o.get(), dtype)
+        err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        assert err <= ERR[dtype], f"rel err {err:.2e}"
+        lse = lse.get()
+        assert float(np.abs(lse[visible] - ref_lse[visible]).max()) <= 2e-3
 
 
 @pytest.mark.parametrize("d", [64, 128])

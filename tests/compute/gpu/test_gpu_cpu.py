@@ -212,6 +212,9 @@ def test_flash_config_spec_round_trips():
     mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
     assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
     assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
+    lazy = Config.parse("ws:128:2:176:2:pingpong:lazy")
+    assert lazy.lazy_rescale and lazy.name(0) == "flash_fwd_ws<0,128,2,176,2,131>"
+    assert Config.parse(lazy.spec()) == lazy
     for bad in ("ws:128:2:128:2:persist:mcast", "ws:128:2:128:2:tailsplit:mcast"):
         with pytest.raises(ValueError, match="takes no"):
             Config.parse(bad)
