@@ -345,7 +345,11 @@ def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> _P
 
         if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
             raise ValueError(f"the flash kernel takes d = d_v in {flash.SUPPORTED_HEAD_DIMS}")
-        fcfg = flash.default_config(cfg.d, cfg.n) if spec is None else flash.Config.parse(spec)
+        fcfg = (
+            flash.default_config(cfg.d, cfg.n, cfg.causal)
+            if spec is None
+            else flash.Config.parse(spec)
+        )
         bq, bk = fcfg.block_m, fcfg.block_n  # its own tiles, for its modelled ledger
         lane = _ledger(cfg, bq, bk, "q-outer").lanes["tiled"]
 

@@ -197,6 +197,13 @@ WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
 # N = 16384 it loses 2-11% (heads interleaved share L2 worse and the tail is short anyway);
 # below 4096 it was not measured.
 WS_LPT_N = (4096, 8192)
+# d = 128 from this many query rows on: 176-key tiles (FA3's non-causal shape), fewer
+# per-tile costs (barriers, max shuffles, O rescales) for the same work. FLASH_NOTES.md v8,
+# timed at the power-capped clock: +3-8% without a mask at N = 4096-16384, +10% causal at
+# N = 16384 (causal 4096-8192 keep 128-key tiles with the LPT order, equal within spread);
+# below 4096 not measured.
+WS_WIDE_N = 4096
+WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
 
 
 @functools.cache
@@ -211,14 +218,18 @@ def _is_hopper() -> bool:
     return cp.cuda.Device().compute_capability == "90"
 
 
-def default_config(d: int, n_q: int = 1 << 30) -> Config:
-    """The kernel variant flash_attention uses for head dim d and n_q query rows here."""
+def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
+    """The kernel variant flash_attention uses for head dim d, n_q query rows and the mask."""
     if not _is_hopper():
         return MMA_CONFIGS[d]
     if n_q < WS_MIN_N[d]:
         return WGMMA_CONFIGS[d]
     lo, hi = WS_LPT_N
-    return replace(WS_CONFIGS[d], lpt=True) if lo <= n_q <= hi else WS_CONFIGS[d]
+    if causal and lo <= n_q <= hi:
+        return replace(WS_CONFIGS[d], lpt=True)
+    if d == 128 and n_q >= WS_WIDE_N:
+        return WS_WIDE_D128
+    return WS_CONFIGS[d]
 
 
 def _cupy():
@@ -289,7 +300,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     scale = resolve_scale(scale, d)
-    cfg = config or default_config(d, n_q)
+    cfg = config or default_config(d, n_q, causal)
     if cfg.d != d:
         raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
     if cfg.kernel in ("wgmma", "ws") and not _is_hopper():

@@ -25,6 +25,11 @@
 #   bash compute/gpu/tools/devrun.sh mcast    # K/V multicast (FLASH_NOTES v8): its tests (stops
 #       there if they fail or hang), memcheck on the :mcast variants, then flash vs SDPA,
 #       non-causal, preheated, with MCAST_TUNE beside the default; about 200 s plus the start
+#   bash compute/gpu/tools/devrun.sh record   # the recorded forward comparison after a default
+#       changed: all GPU tests beside memcheck on sanitize_cases (stops there if either fails),
+#       flash vs SDPA at N 4096-16384 preheated with RECORD_TUNE beside the default (into
+#       $OUT/flash_vs_sdpa_ws_h200.json), then the bundled report's forward rows (figures
+#       --keep, into $OUT/tiled_vs_dense_h200.json); about 450 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -196,6 +201,21 @@ if [ "$what" = mcast ]; then
             --n 4096 8192 16384 --dtype float16 bfloat16 --causal 0 --dense-max-n 0 \
             --preheat 1 --tune $tune --json "$OUT/flash_vs_sdpa_mcast_h200.json"
         grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = record ]; then
+    FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS= tests_beside_memcheck tests/compute/gpu \
+        "${RECORD_TEST_TIMEOUT:-240}" "${RECORD_TEST_TIMEOUT:-240}"
+    if [ $rc -eq 0 ]; then
+        tune=${RECORD_TUNE-"ws:128:2:128:2:pingpong ws:128:2:176:2:pingpong:lpt"}
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
+            --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log" | grep -v "rel err.* ok"
+        step figures 150 python3 -m compute.gpu.tools.figures \
+            --keep compute/gpu/reports/tiled_vs_dense_h200.json --out "$OUT/tiled_vs_dense_h200.json"
+        sed -n '/^dtype  N/,$p' "$OUT/figures.log" | head -30
     fi
 fi
 exit $rc
