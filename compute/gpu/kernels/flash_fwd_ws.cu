@@ -28,7 +28,9 @@
 //     runs while another's GEMMs do.
 //   * Work order and epilogue switches (FLASH_NOTES.md v6): longest-processing-time-first
 //     order of causal work items (MODE bit 3), a persistent grid drawing items from a global
-//     ticket counter (bit 2), and O written by TMA store (bit 4).
+//     ticket counter (bit 2), and O written by TMA store (bit 4); the tail split of the last
+//     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
+//     running max (bit 7), v8: all measured, all off by default.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -37,8 +39,10 @@
 // d=128 (NC 2, MODE 3 or 11) 569-693 TFLOP/s, d=64 (NC 3, MODE 3 or 11) 431-560: 1.54-2.19x
 // SDPA FA2, 0.97-1.19x SDPA cuDNN (>= 1.0x in 18 of 24 cases). Overlap +5-14%, three
 // consumer warpgroups at d=64 +10-16%, scheduler barrier +0-7%, the LPT order for causal
-// N = 4096-8192 about +2-5% (a loss at 16384); 176-key tiles, three stages, the persistent
-// grid (static in v5, dynamic in v6) and the TMA store bought nothing.
+// N = 4096-8192 about +2-5% (a loss at 16384); three stages, the persistent grid (static
+// in v5, dynamic in v6) and the TMA store bought nothing. v8 (timed at the power-capped
+// clock): 176-key tiles at d=128 +3% (the default from N = 4096 on), multicast -9%, lazy
+// max -4%; 16 of 24 cases >= 1.0x cuDNN, the d=128 non-causal ones at 0.93-0.97x.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -261,7 +265,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // bit 5: tail split (fa_work): a piece of a split item writes its unnormalised fp32 O and
 // its (m, l) per consumer thread into `ws`, and the warpgroup that finishes last (a counter
 // per item and warpgroup, `tickets[1 + NC si + c]`, zeroed by the host) combines them and
-// writes O and LSE as usual.
+// writes O and LSE as usual. Bit 6: K/V multicast across a cluster of two CTAs (see `rank`);
+// bit 7: lazy running max (fa_softmax_lazy).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
