@@ -2,7 +2,8 @@
 
 `run_bench(config)` returns a JSON-ready report (report.py: BENCH_FORMAT, version
 VERSION): for each path the median CUDA-event time (timing.time_cuda: warm-up,
-L2 flushed, rotated inputs), TFLOP/s, the ledger's bytes and the implied bandwidth, peak
+L2 flushed, rotated inputs; in the forward all paths of a case in interleaved rounds,
+timing.time_interleaved), TFLOP/s, the ledger's bytes and the implied bandwidth, peak
 device memory, the error against the float64 reference (reference.py) on sampled heads
 and rows, and for the tiled kernel the transfers its instrumented build counted beside
 the modelled ledger. With `sweep_blocks`, also a block_q x block_k grid of tiled-kernel
@@ -19,6 +20,7 @@ import datetime as _dt
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from .peers import PEERS
 from .reference import error_stats, reference_rows, sample_indices
 from .report import BENCH_FORMAT, VERSION, tiled_order
 from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
-from .timing import peak_pool_bytes, rotation_count, time_cuda
+from .timing import ROUNDS, Timing, peak_pool_bytes, rotation_count, time_cuda, time_interleaved
 
 KERNELS = ("tiled", "dense", "flash")
 BENCH_PASSES = ("forward", "backward", "training")
@@ -71,6 +73,9 @@ class BenchConfig:
     seed: int = 0
     flash_specs: tuple[str, ...] = ()  # extra tensor-core variants, flash.Config.spec() strings
     pass_name: str = "forward"  # or "backward", or "training" (forward + backward)
+    # Seconds the forward's paths run untimed before their timing (timing.preheat): the
+    # clock they are then timed at is the one the GPU holds under sustained load.
+    preheat_s: float = 0.0
 
     @property
     def n_k(self) -> int:
@@ -173,6 +178,21 @@ def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
     )  # fmt: skip
 
 
+@dataclass
+class _Pending:
+    """A forward path measured for error and peak memory, its timing still to come (all
+    paths of a case are then timed together, interleaved: timing.time_interleaved)."""
+
+    kernel: str
+    fn: Callable
+    lane: object  # its ledger lane, or None
+    extra: dict
+    errs: dict[str, float]
+    peak: int
+    out_bytes: int
+    after: dict = field(default_factory=dict)  # fields that follow the timing in the row
+
+
 def _row(
     cfg: BenchConfig,
     kernel: str,
@@ -181,34 +201,66 @@ def _row(
     lane,
     extra: dict,
     measure_peak=peak_pool_bytes,
-) -> dict:
-    """Error, peak memory and timing of fn(q, k, v) -> output array (lane None: no ledger)."""
+) -> _Pending:
+    """Error and peak memory of fn(q, k, v) -> output array (lane None: no ledger)."""
     out = fn(*inputs.sets[0])
     errs = _errors(cfg, out, inputs)
     del out
     peak, out_bytes = measure_peak(lambda: fn(*inputs.sets[0]))
-    l2 = status().l2_bytes
-    timing = time_cuda(fn, inputs.sets, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=l2)
     _release()
+    return _Pending(kernel, fn, lane, extra, errs, peak, out_bytes)
+
+
+def _finish(cfg: BenchConfig, p: _Pending, timing: Timing) -> dict:
+    """The report row of a pending path, given its timing."""
     ms = timing.median_ms
-    ledger_bytes = None if lane is None else lane.total_bytes * cfg.batch_heads
+    ledger_bytes = None if p.lane is None else p.lane.total_bytes * cfg.batch_heads
     return {
-        "kernel": kernel,
-        **extra,
+        "kernel": p.kernel,
+        **p.extra,
         "ms": ms,
         "ms_min": timing.min_ms,
         "ms_max": timing.max_ms,
         "runs": len(timing.times_ms),
         "tflops": cfg.flops() / (ms * 1e-3) / 1e12,
-        "ledger_elements": None if lane is None else lane.total_elements * cfg.batch_heads,
+        "ledger_elements": None if p.lane is None else p.lane.total_elements * cfg.batch_heads,
         "ledger_bytes": ledger_bytes,
         "ledger_gbs": None if ledger_bytes is None else ledger_bytes / (ms * 1e-3) / 1e9,
-        "peak_bytes": peak,
-        "output_bytes": out_bytes,
-        "extra_bytes": max(peak - out_bytes, 0),
-        "max_abs_err": errs["max_abs"],
-        "rel_err": errs["rel"],
+        "peak_bytes": p.peak,
+        "output_bytes": p.out_bytes,
+        "extra_bytes": max(p.peak - p.out_bytes, 0),
+        "max_abs_err": p.errs["max_abs"],
+        "rel_err": p.errs["rel"],
+        **p.after,
     }
+
+
+def _time_rows(cfg: BenchConfig, inputs: _Inputs, rows: list) -> list[dict]:
+    """Rows in order: every pending path timed in interleaved rounds on the same inputs; if
+    that fails, each path alone, so only the failing one becomes an error row."""
+    pending = {str(i): r for i, r in enumerate(rows) if isinstance(r, _Pending)}
+    l2 = status().l2_bytes
+
+    def together() -> dict:
+        paths = {key: (p.fn, inputs.sets) for key, p in pending.items()}
+        timings = time_interleaved(
+            paths, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=l2, preheat_s=cfg.preheat_s
+        )
+        return {"rows": {key: _finish(cfg, pending[key], t) for key, t in timings.items()}}
+
+    done = _guarded("", {}, together).get("rows")
+    if done is None:
+        done = {}
+        for key, p in pending.items():
+
+            def alone(p=p) -> dict:
+                t = time_cuda(p.fn, inputs.sets, warmup=cfg.warmup, repeats=cfg.repeats,
+                              l2_bytes=l2)  # fmt: skip
+                return _finish(cfg, p, t)
+
+            done[key] = _guarded(p.kernel, p.extra, alone)
+    _release()
+    return [done.get(str(i), r) for i, r in enumerate(rows)]
 
 
 def _error_row(kernel: str, extra: dict, exc: BaseException) -> dict:
@@ -216,7 +268,7 @@ def _error_row(kernel: str, extra: dict, exc: BaseException) -> dict:
     return {"kernel": kernel, **extra, "error": text.splitlines()[0], "error_detail": text}
 
 
-def _guarded(kernel: str, extra: dict, body: Callable[[], dict]) -> dict:
+def _guarded(kernel: str, extra: dict, body: Callable[[], Any]) -> Any:
     """Run one path; a user-causable failure becomes a row with an `error` sentence."""
     import cupy
 
@@ -234,10 +286,10 @@ def _guarded(kernel: str, extra: dict, body: Callable[[], dict]) -> dict:
         return _error_row(kernel, extra, exc)
 
 
-def _tiled_row(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int) -> dict:
+def _tiled_row(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int) -> _Pending | dict:
     extra = {"order": order, "block_q": bq, "block_k": bk}
 
-    def body() -> dict:
+    def body() -> _Pending:
         comp = compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
 
         def fn(q, k, v):
@@ -247,9 +299,9 @@ def _tiled_row(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int) 
 
         lane = _ledger(cfg, bq, bk, order).lanes["tiled"]
         row = _row(cfg, "tiled", fn, inputs, lane, extra)
-        row["compile_s"] = comp.compile_s
+        row.after["compile_s"] = comp.compile_s
         if cfg.count_transfers:
-            row.update(_counted(cfg, inputs, order, bq, bk, lane))
+            row.after.update(_counted(cfg, inputs, order, bq, bk, lane))
         return row
 
     return _guarded("tiled", extra, body)
@@ -271,10 +323,10 @@ def _counted(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int, la
     }
 
 
-def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
+def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> _Pending | dict:
     from .dense import dense_attention_gpu
 
-    def body() -> dict:
+    def body() -> _Pending:
         if cfg.dtype not in KERNEL_DTYPES:
             raise ValueError(f"the dense path takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
         lane = _ledger(cfg, cfg.block_q, cfg.block_k, cfg.order).lanes["dense"]
@@ -284,16 +336,20 @@ def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> dict:
     return _guarded("dense", {}, body)
 
 
-def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> dict:
+def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> _Pending | dict:
     """The tensor-core kernel: its default variant for d, or the variant `spec` names."""
     label = "flash" if spec is None else f"flash[{spec}]"
 
-    def body() -> dict:
+    def body() -> _Pending:
         from . import flash
 
         if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
             raise ValueError(f"the flash kernel takes d = d_v in {flash.SUPPORTED_HEAD_DIMS}")
-        fcfg = flash.default_config(cfg.d, cfg.n) if spec is None else flash.Config.parse(spec)
+        fcfg = (
+            flash.default_config(cfg.d, cfg.n, cfg.causal)
+            if spec is None
+            else flash.Config.parse(spec)
+        )
         bq, bk = fcfg.block_m, fcfg.block_n  # its own tiles, for its modelled ledger
         lane = _ledger(cfg, bq, bk, "q-outer").lanes["tiled"]
 
@@ -307,10 +363,10 @@ def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> di
     return _guarded(label, {}, body)
 
 
-def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> dict:
+def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> _Pending | dict:
     """A torch SDPA backend on the same inputs (no ledger: its transfers are not modelled)."""
 
-    def body() -> dict:
+    def body() -> _Pending:
         from . import peers
 
         sdpa = peers.sdpa(name)
@@ -407,6 +463,7 @@ def run_bench(
     for spec in cfg.flash_specs:
         ctx.step(f"timing flash[{spec}]")
         results.append(_flash_row(cfg, inputs, spec))
+    results = _time_rows(cfg, inputs, results)
     report = _report(cfg, st, results, sweep, progress, ctx)
     report["sample"] = {"heads": inputs.heads.tolist(), "rows": len(inputs.rows)}
     report["rotated_input_sets"] = len(inputs.sets)
@@ -452,7 +509,13 @@ def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Co
         "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "device": st.to_dict(),
         "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
-        "timing": f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed",
+        "timing": f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed"
+        + (f", paths interleaved in {ROUNDS} rounds" if cfg.pass_name == "forward" else "")
+        + (
+            f" after {cfg.preheat_s:g} s untimed"
+            if cfg.pass_name == "forward" and cfg.preheat_s
+            else ""
+        ),
         "sample": None,
         "rotated_input_sets": None,
         "results": results,

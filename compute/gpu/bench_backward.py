@@ -207,7 +207,7 @@ def flash_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
         )  # fmt: skip
         return tuple(g[0] for g in grads)
 
-    fcfg = flash.default_config(cfg.d, cfg.n)
+    fcfg = flash.default_config(cfg.d, cfg.n, cfg.causal)
     if cfg.pass_name == "training":
         fn, sets = (lambda q, k, v, do: backward(q, k, v, do, *forward(q, k, v))), base
         # Its forward and backward tile differently; one ledger takes one tiling: none.

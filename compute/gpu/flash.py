@@ -50,6 +50,17 @@ class Config:
     persistent: bool = False  # ws: one CTA per SM drawing work items from a ticket counter
     lpt: bool = False  # ws, causal: heaviest query blocks of a few heads first (FLASH_NOTES v6)
     tma_store: bool = False  # ws: O leaves through a TMA store of the staged tile
+    # ws, non-causal: the last wave's items cut along the keys into pieces that are combined
+    # by the piece finishing last (FLASH_NOTES v7): 0 off, 1 as many pieces as tail_plan's
+    # model picks, k >= 2 always k pieces (spec ':tailsplit', ':tailsplitK')
+    tail_split: int = 0
+    # ws, non-causal, an even number of query blocks: clusters of two CTAs (query blocks 2i,
+    # 2i + 1 of one head) that multicast K and V, each CTA loading half of every tile
+    # (FLASH_NOTES v8; spec ':mcast'); elsewhere the launch runs the same variant without it
+    multicast: bool = False
+    # ws: the running max m moves only when a score exceeds it by 2^8 (FLASH_NOTES v8; spec
+    # ':lazy'), so most tiles skip O's rescale; exact, P stays <= 256
+    lazy_rescale: bool = False
 
     @property
     def block_m(self) -> int:
@@ -65,10 +76,11 @@ class Config:
         if self.kernel == "mma":
             return (self.block_m + 4 * self.block_n) * self.d * 2
         if self.kernel == "ws":
-            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers
-            # and the ticket slot, plus 1 KB for the 1024-byte alignment.
+            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers,
+            # the ticket slot and the tail split's combine flags, plus 1 KB for the 1024-byte
+            # alignment.
             rows = self.block_m * (2 if self.persistent else 1) + 2 * self.stages * self.block_n
-            return rows * self.d * 2 + 8 * (3 + 4 * self.stages) + 1024
+            return rows * self.d * 2 + 8 * (3 + 4 * self.stages) + 16 + 1024
         # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
@@ -78,8 +90,12 @@ class Config:
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
         if self.kernel == "ws":
             mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
-            mode |= (8 * int(self.lpt)) | (16 * int(self.tma_store))
-            return f"flash_fwd_ws<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
+            mode |= (
+                (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split > 0))
+            )
+            mode |= (64 * int(self.multicast)) | (128 * int(self.lazy_rescale))
+            kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
+            return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
             f"flash_fwd_wgmma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks},"
             f"{int(self.ping_pong)}>"
@@ -87,43 +103,71 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore]' (parse() reads it
-        back)."""
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]'
+        (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
         text += ":pingpong" if self.ping_pong else ""
         text += ":serial" if self.kernel == "ws" and not self.overlap else ""
         text += ":persist" if self.persistent else ""
         text += ":lpt" if self.lpt else ""
-        return text + (":tmastore" if self.tma_store else "")
+        text += ":tmastore" if self.tma_store else ""
+        if self.tail_split:
+            text += ":tailsplit" + (str(self.tail_split) if self.tail_split > 1 else "")
+        text += ":mcast" if self.multicast else ""
+        text += ":lazy" if self.lazy_rescale else ""
+        return text
 
     @classmethod
     def parse(cls, spec: str) -> Config:
         """The variant a spec() string names; ValueError with one sentence if it names none."""
         parts = spec.split(":")
-        flags = set()
-        while parts and parts[-1] in ("pingpong",) + _WS_FLAGS:
-            flags.add(parts.pop())
+        flags, split = set(), 0
+        while parts and (parts[-1] in ("pingpong",) + _WS_FLAGS or _is_split_flag(parts[-1])):
+            flag = parts.pop()
+            if flag.startswith("tailsplit"):
+                split = int(flag[len("tailsplit") :] or 1)
+            flags.add(flag)
         if (
             parts[0] not in ("mma", "wgmma", "ws")
             or len(parts) != 5
             or not all(p.isdigit() for p in parts[1:])
-            or (bool(flags & set(_WS_FLAGS)) and parts[0] != "ws")
+            or (bool(split or flags & set(_WS_FLAGS)) and parts[0] != "ws")
         ):
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore]'"
+                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
+                "[:mcast][:lazy]'"
+            )
+        if "mcast" in flags and (split or "persist" in flags):
+            raise ValueError(
+                f"{spec!r}: ':mcast' pairs grid CTAs, so it takes no ':persist' or ':tailsplit'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
-                "persist" in flags, "lpt" in flags, "tmastore" in flags,
+                "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
+                "lazy" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-_WS_FLAGS = ("serial", "persist", "lpt", "tmastore")  # spec flags of the ws kernel only
+_WS_FLAGS = (
+    "serial",
+    "persist",
+    "lpt",
+    "tmastore",
+    "mcast",
+    "lazy",
+)  # spec flags of the ws kernel only
+
+
+def _is_split_flag(flag: str) -> bool:
+    """'tailsplit' (the model's piece count) or 'tailsplitK' with K >= 2 pieces."""
+    rest = flag.removeprefix("tailsplit")
+    return flag.startswith("tailsplit") and (rest == "" or (rest.isdigit() and int(rest) >= 2))
+
 
 # Defaults, chosen from the measurements recorded in FLASH_NOTES.md. Hopper (sm_90) gets the
 # wgmma kernel; any other GPU the mma.sync kernel.
@@ -153,6 +197,13 @@ WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
 # N = 16384 it loses 2-11% (heads interleaved share L2 worse and the tail is short anyway);
 # below 4096 it was not measured.
 WS_LPT_N = (4096, 8192)
+# d = 128 from this many query rows on: 176-key tiles (FA3's non-causal shape), fewer
+# per-tile costs (barriers, max shuffles, O rescales) for the same work. FLASH_NOTES.md v8,
+# timed at the power-capped clock: +3-8% without a mask at N = 4096-16384, +10% causal at
+# N = 16384 (causal 4096-8192 keep 128-key tiles with the LPT order, equal within spread);
+# below 4096 not measured.
+WS_WIDE_N = 4096
+WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
 
 
 @functools.cache
@@ -167,14 +218,18 @@ def _is_hopper() -> bool:
     return cp.cuda.Device().compute_capability == "90"
 
 
-def default_config(d: int, n_q: int = 1 << 30) -> Config:
-    """The kernel variant flash_attention uses for head dim d and n_q query rows here."""
+def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
+    """The kernel variant flash_attention uses for head dim d, n_q query rows and the mask."""
     if not _is_hopper():
         return MMA_CONFIGS[d]
     if n_q < WS_MIN_N[d]:
         return WGMMA_CONFIGS[d]
     lo, hi = WS_LPT_N
-    return replace(WS_CONFIGS[d], lpt=True) if lo <= n_q <= hi else WS_CONFIGS[d]
+    if causal and lo <= n_q <= hi:
+        return replace(WS_CONFIGS[d], lpt=True)
+    if d == 128 and n_q >= WS_WIDE_N:
+        return WS_WIDE_D128
+    return WS_CONFIGS[d]
 
 
 def _cupy():
@@ -245,13 +300,15 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     scale = resolve_scale(scale, d)
-    cfg = config or default_config(d, n_q)
+    cfg = config or default_config(d, n_q, causal)
     if cfg.d != d:
         raise ValueError(f"config is for d={cfg.d}, inputs have d={d}")
     if cfg.kernel in ("wgmma", "ws") and not _is_hopper():
         raise ValueError(f"the {cfg.kernel} kernel needs an sm_90 (Hopper) GPU")
     if cfg.kernel == "ws" and n_k == 0:
         cfg = WGMMA_CONFIGS[d]  # a tensor map cannot describe an empty K; nothing to load
+    if cfg.multicast and (causal or -(-n_q // cfg.block_m) % 2):
+        cfg = replace(cfg, multicast=False)  # the pair's blocks would read different tiles
     q = cp.ascontiguousarray(q)
     k = cp.ascontiguousarray(k)
     v = cp.ascontiguousarray(v)
@@ -265,7 +322,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         inputs, extra, maps = (q, k, v), (), ()
         if cfg.kernel == "ws":
             # `inputs` are then pointers into `maps`, which this frame keeps alive past the launch.
-            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out)
+            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out, causal)
         _function(cfg, dt)(
             grid,
             (cfg.threads, 1, 1),
@@ -284,28 +341,88 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
     return (out, lse) if return_lse else out
 
 
-def _ws_launch(cfg: Config, grid, q, k, v, out) -> tuple[tuple, tuple, tuple, tuple]:
+def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tuple, tuple, tuple]:
     """flash_fwd_ws's grid, inputs and trailing arguments, and the TMA tensor maps (tma.py)
     its inputs point into: Q, K, V (and O, for the TMA store) go in as those maps, passed by
     value (copied at launch); the kernel also takes the query-block and head counts, the
-    ticket counter of the persistent schedule and the heads per LPT section."""
+    ticket counter of the persistent schedule (and the tail split's combine counters behind
+    it), the heads per LPT section, and the tail split's workspace and plan."""
     cp = _cupy()
     from . import tma
 
     num_qb, heads = grid[0], grid[1]
-    tickets = cp.uint64(0)
-    if cfg.persistent:  # one CTA per SM, each drawing its next item from a zeroed counter
-        grid = (min(num_qb * heads, _sm_count()), 1, 1)
-        tickets = cp.zeros(1, dtype=cp.int32)
+    items = num_qb * heads
+    split_from, nsplit = items, 1
+    if cfg.tail_split and not causal:  # causal items are unequal; LPT orders them instead
+        split_from, nsplit = tail_plan(items, -(-k.shape[2] // cfg.block_n), _sm_count())
+        tail = items % _sm_count()
+        if cfg.tail_split > 1 and tail:  # a fixed piece count for the same tail (measurements)
+            split_from, nsplit = items - tail, cfg.tail_split
+    tickets, ws = cp.uint64(0), cp.uint64(0)
+    if cfg.persistent or split_from < items:  # zeroed: the ticket, then one counter per
+        tickets = cp.zeros(1 + (items - split_from) * cfg.warps, dtype=cp.int32)  # piece's wg
+    if split_from < items:  # per piece and consumer thread: O's registers, m and l (fp32)
+        per_piece = cfg.warps * 128 * (cfg.d // 2 + 4)
+        ws = cp.empty((items - split_from) * nsplit * per_piece, dtype=cp.float32)
+        grid = (split_from + (items - split_from) * nsplit, 1, 1)  # one block per ticket
+    if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
+        grid = (min(grid[0] * grid[1], _sm_count()), 1, 1)
     maps = (
         tma.tiled_map(q, cfg.block_m),
-        tma.tiled_map(k, cfg.block_n),
-        tma.tiled_map(v, cfg.block_n),
+        # multicast: each CTA of a pair loads half of every K and V tile's rows
+        tma.tiled_map(k, cfg.block_n // (2 if cfg.multicast else 1)),
+        tma.tiled_map(v, cfg.block_n // (2 if cfg.multicast else 1)),
         tma.tiled_map(out, 64),  # one box per consumer warpgroup's 64 rows and panel
     )
     inputs = tuple(tma.kernel_arg(m) for m in maps)
-    extra = (cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(lpt_section(k.shape[2], cfg.d)))
-    return grid, inputs, extra, (*maps, tickets)
+    extra = (
+        cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(lpt_section(k.shape[2], cfg.d)),
+        ws, cp.int32(split_from), cp.int32(nsplit),
+    )  # fmt: skip
+    return grid, inputs, extra, (*maps, tickets, ws)
+
+
+# The tail split's cost model (tail_plan), in key tiles (~1.7 us each at d = 128): a piece
+# also pays about 1.5 tiles for its Q load, pipeline fill, epilogue and fp32 partial, and
+# the combining piece reads every piece's 64 KB partial through L2 (about half a tile
+# each). Rough, so a split must win by more than a tile.
+_PIECE_OVERHEAD = 1.5
+_COMBINE_PER_PIECE = 0.5
+_MAX_PIECES = 5
+
+
+@functools.cache
+def tail_plan(items: int, tiles: int, sms: int) -> tuple[int, int]:
+    """(split_from, pieces): cut the last items % sms items (the last, partial wave; all of
+    them when fewer than sms) into `pieces` along the T = `tiles` key tiles, the count that a
+    greedy-schedule model of equal items on `sms` SMs finishes first; (items, 1) when the
+    last wave is full or no split wins by more than a tile."""
+    tail = items % sms
+    if tail == 0 or tiles < 2:
+        return items, 1
+    best, plan = _tail_makespan(tail, tiles, sms, 1) - 1.0, (items, 1)
+    for pieces in range(2, _MAX_PIECES + 1):
+        span = _tail_makespan(tail, tiles, sms, pieces)
+        if span < best:
+            best, plan = span, (items - tail, pieces)
+    return plan
+
+
+def _tail_makespan(tail: int, tiles: int, sms: int, pieces: int) -> float:
+    """Modelled time (key tiles) for `tail` equal items, each cut into `pieces`, drawn in
+    ticket order by `sms` SMs that all start at once (list scheduling)."""
+    import heapq
+
+    cost = [
+        (p + 1) * tiles // pieces - p * tiles // pieces + _PIECE_OVERHEAD
+        + (_COMBINE_PER_PIECE * pieces if pieces > 1 and p == pieces - 1 else 0.0)
+        for p in range(pieces)
+    ]  # fmt: skip
+    free = [0.0] * min(sms, tail * pieces)
+    for _ in range(tail):
+        for c in cost:
+            heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)
 
 
 def lpt_section(n_k: int, d: int) -> int:

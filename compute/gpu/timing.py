@@ -6,6 +6,13 @@ H200), and before each timed run a scratch buffer twice the L2's size is overwri
 module loading, run-time compilation and cuBLAS / cuDNN handle creation stay out of the
 numbers. Events are recorded on the legacy default stream, which torch's default stream
 also is, so the peers (torch SDPA) are timed by the same code.
+Several contenders are compared with `time_interleaved`: each one's repeats split into
+rounds, the paths alternating round by round with the order rotated each round, so no path
+always runs first or last in a case (measured: position alone moved a path by ~2.5%, up to
+7%, while the GPU warmed over a case; FLASH_NOTES.md v6-v7). The H200 runs these kernels
+at its 700 W power cap: within about a second of sustained load its SM clock falls from
+1980 MHz to 1450-1700 (FLASH_NOTES.md v7), so `preheat` first runs the paths untimed for a
+set time and every path is then timed at the clock it keeps under sustained load.
 Also: the peak device memory of one call.
 """
 
@@ -13,7 +20,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +77,72 @@ def time_cuda(
     ends[-1].synchronize()
     times = tuple(cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True))
     return Timing(times)
+
+
+ROUNDS = 3  # interleaved rounds per path in time_interleaved (repeats split between them)
+
+
+def interleaved_order(names: Sequence[str], rounds: int) -> list[list[str]]:
+    """The path order of each round: round r starts r places further along the list."""
+    n = len(names)
+    return [[names[(r + i) % n] for i in range(n)] for r in range(rounds)] if n else []
+
+
+def _device_sync() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def preheat(
+    paths: Mapping[str, tuple[Callable[..., Any], Sequence[Sequence[Any]]]],
+    seconds: float,
+    *,
+    sync: Callable[[], None] = _device_sync,
+    clock: Callable[[], float] = time.perf_counter,
+) -> int:
+    """Run every path in turn, untimed, until `seconds` of wall time have passed (the GPU
+    synchronised after each pass), so the power governor has settled on the clock it holds
+    under sustained load before anything is timed. Returns the number of passes."""
+    end = clock() + seconds
+    passes = 0
+    while paths and (passes == 0 or clock() < end):
+        for fn, arg_sets in paths.values():
+            fn(*arg_sets[passes % len(arg_sets)])
+        sync()
+        passes += 1
+    return passes
+
+
+def time_interleaved(
+    paths: Mapping[str, tuple[Callable[..., Any], Sequence[Sequence[Any]]]],
+    *,
+    warmup: int = 3,
+    repeats: int = 20,
+    rounds: int = ROUNDS,
+    l2_bytes: int = 0,
+    preheat_s: float = 0.0,
+    timer: Callable[..., Timing] | None = None,
+    heater: Callable[..., int] = preheat,
+) -> dict[str, Timing]:
+    """time_cuda of every path {name: (fn, arg_sets)}, in `rounds` rounds of about
+    repeats / rounds runs each (the full warm-up in a path's first round, one run later),
+    paths alternating round by round in interleaved_order; one Timing per path over all
+    its rounds. With preheat_s > 0 the paths first run untimed for that long (`preheat`).
+    `timer` and `heater` stand in for time_cuda and preheat (CPU tests)."""
+    timer = timer or time_cuda
+    if preheat_s > 0:
+        heater(paths, preheat_s)
+    rounds = max(1, min(rounds, repeats))
+    per_round = [repeats // rounds + (1 if r < repeats % rounds else 0) for r in range(rounds)]
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for r, order in enumerate(interleaved_order(list(paths), rounds)):
+        for name in order:
+            fn, arg_sets = paths[name]
+            t = timer(fn, arg_sets, warmup=warmup if r == 0 else 1, repeats=per_round[r],
+                      l2_bytes=l2_bytes)  # fmt: skip
+            times[name].extend(t.times_ms)
+    return {name: Timing(tuple(ts)) for name, ts in times.items()}
 
 
 def peak_pool_bytes(fn: Callable[[], Any]) -> tuple[int, int]:

@@ -28,7 +28,9 @@
 //     runs while another's GEMMs do.
 //   * Work order and epilogue switches (FLASH_NOTES.md v6): longest-processing-time-first
 //     order of causal work items (MODE bit 3), a persistent grid drawing items from a global
-//     ticket counter (bit 2), and O written by TMA store (bit 4).
+//     ticket counter (bit 2), and O written by TMA store (bit 4); the tail split of the last
+//     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
+//     running max (bit 7), v8: all measured, all off by default.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -37,8 +39,10 @@
 // d=128 (NC 2, MODE 3 or 11) 569-693 TFLOP/s, d=64 (NC 3, MODE 3 or 11) 431-560: 1.54-2.19x
 // SDPA FA2, 0.97-1.19x SDPA cuDNN (>= 1.0x in 18 of 24 cases). Overlap +5-14%, three
 // consumer warpgroups at d=64 +10-16%, scheduler barrier +0-7%, the LPT order for causal
-// N = 4096-8192 about +2-5% (a loss at 16384); 176-key tiles, three stages, the persistent
-// grid (static in v5, dynamic in v6) and the TMA store bought nothing.
+// N = 4096-8192 about +2-5% (a loss at 16384); three stages, the persistent grid (static
+// in v5, dynamic in v6) and the TMA store bought nothing. v8 (timed at the power-capped
+// clock): 176-key tiles at d=128 +3% (the default from N = 4096 on), multicast -9%, lazy
+// max -4%; 16 of 24 cases >= 1.0x cuDNN, the d=128 non-causal ones at 0.93-0.97x.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -103,6 +107,37 @@ __device__ __forceinline__ void fa_bulk_commit() {
 __device__ __forceinline__ void fa_bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
+// The same box, multicast: it lands at offset dst of the shared memory of every CTA of the
+// cluster named in cta_mask, and completes its bytes on the mbarrier at offset bar of each.
+__device__ __forceinline__ void fa_tma_load_mc(u32 dst, const FaTmap* map, int c0, int c1, int c2,
+                                               u32 bar, unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+// Arrive on the mbarrier at offset bar of cluster CTA `cta` (release at cluster scope).
+__device__ __forceinline__ void fa_mbar_arrive_cta(u32 bar, u32 cta) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
+// Every thread of every CTA of the cluster (mbarrier initialisation visible cluster-wide).
+__device__ __forceinline__ void fa_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ u32 fa_cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
 __device__ __forceinline__ void fa_tma_prefetch(const FaTmap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
@@ -124,6 +159,26 @@ __device__ __forceinline__ void fa_setmaxnreg_inc() {
 
 #endif  // FA_HAVE_WGMMA
 
+#if FA_HAVE_WGMMA
+// One K or V tile (BN rows, NP panels of 64 columns) into the ring stage at dst; with MCAST
+// this CTA loads its half of the rows (rank 0 the first BN / 2) into both CTAs of the
+// cluster (the tensor map's box is then BN / 2 rows).
+template <bool MCAST, int NP, int BN>
+__device__ __forceinline__ void fa_load_kv(u32 dst, const FaTmap* map, int row0, int bh, u32 bar,
+                                           u32 rank) {
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+        if constexpr (MCAST) {
+            const u32 half = rank * (BN / 2);
+            fa_tma_load_mc(dst + p * BN * 128 + half * 128, map, 64 * p, row0 + half, bh, bar,
+                           0x3);
+        } else {
+            fa_tma_load(dst + p * BN * 128, map, 64 * p, row0, bh, bar);
+        }
+    }
+}
+#endif
+
 // Register split between the roles (65536 registers per SM, one CTA per SM): FA3's values.
 template <int NC>
 struct FaRegs {
@@ -143,8 +198,9 @@ struct FaSmem {
     static constexpr u32 V_OFF = K_OFF + ST * KV_BYTES;
     static constexpr u32 O_OFF = PERSIST ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
     static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + (PERSIST ? Q_BYTES : 0);
-    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST], then the ticket slot
-    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8;
+    // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST], the ticket slot, then
+    // (tail split) one word per consumer warpgroup for its combine flag
+    static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8 + 16;
 };
 
 // Work item t of num_qb * BH. Default order: consecutive items are query blocks of one head
@@ -177,19 +233,47 @@ __device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
     return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
 }
 
+// Tail split (MODE bit 5, FLASH_NOTES.md v7): tickets [0, split_from) are whole items; the
+// last total - split_from items are each cut into nsplit pieces along the keys (piece p of
+// T key tiles: tiles [p T / nsplit, (p + 1) T / nsplit), possibly none), tickets split_from +
+// nsplit * i + p, so the pieces of one item are drawn one after another by different SMs.
+// Without the split (or for an unsplit ticket) si = -1 and the range is [0, T).
+template <bool LPT, bool SPLIT, int BM, int BN>
+__device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, int section,
+                                        int split_from, int nsplit, int Nq, int Nk, int& qb,
+                                        int& bh, int& j0, int& j1, int& si, int& piece) {
+    int item = tt;
+    si = -1;
+    piece = 0;
+    if (SPLIT && tt >= split_from) {
+        si = (tt - split_from) / nsplit;
+        piece = tt - split_from - si * nsplit;
+        item = split_from + si;
+    }
+    fa_tile<LPT>(item, num_qb, BH, causal, section, qb, bh);
+    const int nt = fa_kv_tiles<BM, BN>(qb * BM, Nq, Nk, causal);
+    j0 = si < 0 ? 0 : piece * nt / nsplit;
+    j1 = si < 0 ? nt : (piece + 1) * nt / nsplit;
+}
+
 // MODE bit 0: intra-warpgroup overlap; bit 1: scheduler barrier; bit 2: persistent (gridDim.x
 // CTAs, one per SM; the producer draws each next work item from a global ticket counter
 // with atomicAdd, so an SM that finishes early takes the next item at once, and hands it to
 // the consumers through shared memory; K/V rings and mbarrier phases run on across items,
 // so the next item's loads overlap this one's tail); bit 3: LPT item order (fa_tile);
-// bit 4: O leaves through a TMA store of the staged tile instead of per-thread stores.
+// bit 4: O leaves through a TMA store of the staged tile instead of per-thread stores;
+// bit 5: tail split (fa_work): a piece of a split item writes its unnormalised fp32 O and
+// its (m, l) per consumer thread into `ws`, and the warpgroup that finishes last (a counter
+// per item and warpgroup, `tickets[1 + NC si + c]`, zeroed by the host) combines them and
+// writes O and LSE as usual. Bit 6: K/V multicast across a cluster of two CTAs (see `rank`);
+// bit 7: lazy running max (fa_softmax_lazy).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
-__global__ void __launch_bounds__((NC + 1) * 128, 1)
-    flash_fwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
-                 const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,
-                 u16* __restrict__ O, float* __restrict__ LSE, int Nq, int Nk,
-                 float scale_log2, int causal, int num_qb, int BH, int* __restrict__ tickets,
-                 int section) {
+__device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
+                                           const FaTmap& tmV, const FaTmap& tmO,
+                                           u16* __restrict__ O, float* __restrict__ LSE, int Nq,
+                                           int Nk, float scale_log2, int causal, int num_qb,
+                                           int BH, int* __restrict__ tickets, int section,
+                                           float* __restrict__ ws, int split_from, int nsplit) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
@@ -199,6 +283,10 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     constexpr bool PERSIST = (MODE & 4) != 0;
     constexpr bool LPT = (MODE & 8) != 0;
     constexpr bool TMA_STORE = (MODE & 16) != 0;
+    constexpr bool SPLIT = (MODE & 32) != 0;
+    constexpr bool MCAST = (MODE & 64) != 0;
+    constexpr bool LAZY = (MODE & 128) != 0;  // fa_softmax_lazy: O rescaled only when m moves
+    static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
     constexpr int NS = BN / 2;  // S accumulator registers per thread
@@ -219,12 +307,20 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
     const u32 emptyK = fullV + 8 * ST;
     const u32 emptyV = emptyK + 8 * ST;
     const u32 slot = emptyV + 8 * ST;  // persistent: the current item's ticket
+    const u32 flags = slot + 8;        // tail split: each warpgroup's combine flag
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
-    const int total = num_qb * BH;
-    // The grid's item (ignored when persistent): blocks are dispatched in linear order.
+    // Tickets: whole items, plus nsplit - 1 more per split item.
+    const int total = SPLIT ? split_from + (num_qb * BH - split_from) * nsplit : num_qb * BH;
+    // The grid's item (ignored when persistent): blocks are dispatched in linear order (a
+    // 1-D grid of `total` tickets with the tail split).
     const int first = blockIdx.y * num_qb + blockIdx.x;
+    // Multicast (MODE bit 6): the cluster's two CTAs are query blocks 2i and 2i + 1 of one
+    // head, which read the same K and V tiles; each producer loads half of every tile's
+    // rows into both CTAs, and a stage is free once both CTAs' consumers are done with it.
+    const u32 rank = MCAST ? fa_cluster_rank() : 0;
+    constexpr u32 EMPTY_COUNT = MCAST ? 2 * NC : NCT;  // MCAST: one arrival per warpgroup and CTA
 
     if (tid == 0) {
         fa_mbar_init(barQ, 1);
@@ -232,12 +328,16 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         for (int s = 0; s < ST; ++s) {
             fa_mbar_init(fullK + 8 * s, 1);
             fa_mbar_init(fullV + 8 * s, 1);
-            fa_mbar_init(emptyK + 8 * s, NCT);
-            fa_mbar_init(emptyV + 8 * s, NCT);
+            fa_mbar_init(emptyK + 8 * s, EMPTY_COUNT);
+            fa_mbar_init(emptyV + 8 * s, EMPTY_COUNT);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();  // the last block-wide barrier: roles split below
+    if constexpr (MCAST) {
+        fa_cluster_sync();  // both CTAs' barriers exist before either loads into or arrives on them
+    } else {
+        __syncthreads();  // the last block-wide barrier: roles split below
+    }
 
     if (wg == 0) {
         // ---------------- producer ----------------
@@ -261,10 +361,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                         break;
                     }
                 }
-                int qb, bh;
-                fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
+                int qb, bh, j0, j1, si, piece;
+                fa_work<LPT, SPLIT, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
+                                            Nq, Nk, qb, bh, j0, j1, si, piece);
                 const int q0 = qb * BM;
-                const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+                const int ntiles = j1 - j0;
                 fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
 #pragma unroll
                 for (int p = 0; p < NP; ++p)
@@ -273,17 +374,22 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     const int s = it % ST;
                     const u32 round_parity = ((it / ST) & 1) ^ 1;
                     fa_mbar_wait(emptyK + 8 * s, round_parity);
-                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
-#pragma unroll
-                    for (int p = 0; p < NP; ++p)
-                        fa_tma_load(sK + s * L::KV_BYTES + p * BN * 128, &tmK, 64 * p, j * BN,
-                                    bh, fullK + 8 * s);
+                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);  // MCAST: both halves
+                    fa_load_kv<MCAST, NP, BN>(sK + s * L::KV_BYTES, &tmK, (j0 + j) * BN, bh,
+                                              fullK + 8 * s, rank);
                     fa_mbar_wait(emptyV + 8 * s, round_parity);
                     fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
-#pragma unroll
-                    for (int p = 0; p < NP; ++p)
-                        fa_tma_load(sV + s * L::KV_BYTES + p * BN * 128, &tmV, 64 * p, j * BN,
-                                    bh, fullV + 8 * s);
+                    fa_load_kv<MCAST, NP, BN>(sV + s * L::KV_BYTES, &tmV, (j0 + j) * BN, bh,
+                                              fullV + 8 * s, rank);
+                }
+            }
+            if constexpr (MCAST) {
+                // Stay until both CTAs' consumers have released the last ST stages: the
+                // other CTA's arrivals land on this CTA's barriers, which must outlive them.
+                for (int i = 0; i < ST; ++i, ++it) {
+                    const u32 round_parity = ((it / ST) & 1) ^ 1;
+                    fa_mbar_wait(emptyK + 8 * (it % ST), round_parity);
+                    fa_mbar_wait(emptyV + 8 * (it % ST), round_parity);
                 }
             }
         }
@@ -324,6 +430,18 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
         if constexpr (SCHED) fa_bar_arrive(1 + (c + 1) % NC, 256);
     };
 
+    // A K or V stage is done with: every consumer thread arrives, or (MCAST) one thread per
+    // warpgroup on this CTA's barrier and one on the other CTA's (a warpgroup's wgmma
+    // completes as a whole, so one thread past its wait speaks for all 128).
+    auto release = [&](u32 bar) {
+        if constexpr (MCAST) {
+            if (ctid == 0) fa_mbar_arrive(bar);
+            if (ctid == 32) fa_mbar_arrive_cta(bar, rank ^ 1);
+        } else {
+            fa_mbar_arrive(bar);
+        }
+    };
+
     int it = 0;  // K/V tiles consumed so far, across items (ring slot it % ST)
     for (int k = 0; PERSIST || k == 0; ++k) {
         fa_mbar_wait(barQ, k & 1);
@@ -332,10 +450,11 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tt) : "r"(slot) : "memory");
             if (tt >= total) break;
         }
-        int qb, bh;
-        fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
+        int qb, bh, j0, j1, si, piece;
+        fa_work<LPT, SPLIT, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit, Nq, Nk,
+                                    qb, bh, j0, j1, si, piece);
         const int q0 = qb * BM;
-        const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+        const int ntiles = j1 - j0;
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
 
 #pragma unroll
@@ -351,13 +470,18 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
             const u32 vbase = sV + slot * L::KV_BYTES;
             fa_issue_pv<DT, D, BN>(o, a, vbase);
         };
+        bool moved = true;  // whether the last softmax moved m (always, unless LAZY)
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
-            const int n0 = j * BN;
+            const int n0 = (j0 + j) * BN;  // j counts this piece's tiles
             // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
             // warpgroup's first row (q0 + 64 c); other tiles need no mask.
             if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
                 fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
-            fa_softmax<NS>(s, m, l, alpha, scale_log2);
+            if constexpr (LAZY) {
+                moved = fa_softmax_lazy<NS>(s, m, l, alpha, scale_log2);
+            } else {
+                fa_softmax<NS>(s, m, l, alpha, scale_log2);
+            }
         };
 
         if (ntiles > 0) {
@@ -372,7 +496,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    fa_mbar_arrive(emptyK + 8 * s0);
+                    release(emptyK + 8 * s0);
                     softmax_tile(0);
                     fa_to_a<DT, NS>(s, a);
                 }
@@ -388,13 +512,13 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    fa_mbar_arrive(emptyK + 8 * sj);
+                    release(emptyK + 8 * sj);
                     softmax_tile(j);  // under the P V GEMM
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                    fa_mbar_arrive(emptyV + 8 * sp);
-                    fa_rescale<NO>(o, alpha);
+                    release(emptyV + 8 * sp);
+                    if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
                 }
                 const int il = it + ntiles - 1;
@@ -406,7 +530,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                 fa_wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                fa_mbar_arrive(emptyV + 8 * sl);
+                release(emptyV + 8 * sl);
             } else {
                 for (int j = 0; j < ntiles; ++j) {
                     const int ic = it + j;
@@ -419,9 +543,9 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    fa_mbar_arrive(emptyK + 8 * sj);
+                    release(emptyK + 8 * sj);
                     softmax_tile(j);
-                    fa_rescale<NO>(o, alpha);
+                    if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
@@ -432,7 +556,7 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                    fa_mbar_arrive(emptyV + 8 * sj);
+                    release(emptyV + 8 * sj);
                 }
             }
             it += ntiles;
@@ -447,6 +571,63 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
                 if (ctid == 0) fa_bulk_wait_read();
             }
             fa_bar_sync(1 + NC + c, 128);
+        }
+
+        if constexpr (SPLIT) {
+            if (si >= 0) {
+                // A piece of a split item: publish this thread's partial O, m and l (l not yet
+                // quad-reduced; every piece's layout is the same thread for thread), then the
+                // warpgroup that arrives last combines all pieces; the others are done.
+                constexpr int WS = (NO + 4) * 128;  // floats per piece and warpgroup
+                float* mine = ws + (static_cast<long long>(si * nsplit + piece) * NC + c) * WS;
+#pragma unroll
+                for (int i = 0; i < NO; ++i) mine[i * 128 + ctid] = o[i];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    mine[(NO + h) * 128 + ctid] = m[h];
+                    mine[(NO + 2 + h) * 128 + ctid] = l[h];
+                }
+                __threadfence();  // the partials are visible before the counter moves
+                fa_bar_sync(1 + NC + c, 128);
+                if (ctid == 0) {
+                    const int before = atomicAdd(tickets + 1 + si * NC + c, 1);
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(flags + 4 * c), "r"(before)
+                                 : "memory");
+                }
+                fa_bar_sync(1 + NC + c, 128);
+                int before;
+                asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(before) : "r"(flags + 4 * c)
+                             : "memory");
+                if (before != nsplit - 1) continue;  // another piece's warpgroup combines
+                __threadfence();
+                // O = sum_p 2^(m_p - M) O_p, l = sum_p 2^(m_p - M) l_p, M = max_p m_p (the
+                // exp2 domain of fa_softmax); a piece that saw no key (m_p = -inf) weighs 0.
+                const float* all = ws + static_cast<long long>(si * nsplit) * NC * WS + c * WS;
+                float mx[2] = {FA_NEG_INF, FA_NEG_INF};
+                for (int p = 0; p < nsplit; ++p) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        mx[h] = fmaxf(mx[h], __ldcg(all + p * NC * WS + (NO + h) * 128 + ctid));
+                }
+#pragma unroll
+                for (int i = 0; i < NO; ++i) o[i] = 0.f;
+                l[0] = l[1] = 0.f;
+                for (int p = 0; p < nsplit; ++p) {
+                    const float* part = all + p * NC * WS;
+                    float w[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float mp = __ldcg(part + (NO + h) * 128 + ctid);
+                        w[h] = mp == FA_NEG_INF ? 0.f : fa_exp2(mp - mx[h]);
+                        l[h] += w[h] * __ldcg(part + (NO + 2 + h) * 128 + ctid);
+                    }
+#pragma unroll
+                    for (int i = 0; i < NO; ++i)
+                        o[i] += w[(i >> 1) & 1] * __ldcg(part + i * 128 + ctid);
+                }
+                m[0] = mx[0];
+                m[1] = mx[1];
+            }
         }
 
         // ---------------- epilogue ----------------
@@ -524,13 +705,47 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1)
 #endif
 }
 
+#define FA_WS_PARAMS                                                                          \
+    const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,                  \
+        const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,              \
+        u16 *__restrict__ O, float *__restrict__ LSE, int Nq, int Nk, float scale_log2,      \
+        int causal, int num_qb, int BH, int *__restrict__ tickets, int section,              \
+        float *__restrict__ ws, int split_from, int nsplit
+#define FA_WS_ARGS                                                                            \
+    tmQ, tmK, tmV, tmO, O, LSE, Nq, Nk, scale_log2, causal, num_qb, BH, tickets, section, ws, \
+        split_from, nsplit
+
+template <int DT, int D, int NC, int BN, int ST, int MODE>
+__global__ void __launch_bounds__((NC + 1) * 128, 1) flash_fwd_ws(FA_WS_PARAMS) {
+    static_assert((MODE & 64) == 0, "multicast variants are flash_fwd_ws_mc");
+    fa_ws_body<DT, D, NC, BN, ST, MODE>(FA_WS_ARGS);
+}
+
+// The multicast variant (MODE bit 6 set): clusters of two CTAs along the query blocks.
+template <int DT, int D, int NC, int BN, int ST, int MODE>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__((NC + 1) * 128, 1)
+    flash_fwd_ws_mc(FA_WS_PARAMS) {
+    static_assert((MODE & 64) != 0, "flash_fwd_ws_mc runs the multicast mode");
+    fa_ws_body<DT, D, NC, BN, ST, MODE>(FA_WS_ARGS);
+}
+
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash.py uses, so CI type-checks them.
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
-        int, float, int, int, int, int*, int);
+        int, float, int, int, int, int*, int, float*, int, int);
+#define FA_WS_MC_INST(DT, D, NC, BN, ST, MODE)                                               \
+    template __global__ void flash_fwd_ws_mc<DT, D, NC, BN, ST, MODE>(                       \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
+        int, float, int, int, int, int*, int, float*, int, int);
+FA_WS_MC_INST(0, 128, 2, 176, 2, 67)
+FA_WS_MC_INST(1, 128, 2, 128, 2, 67)
+FA_WS_MC_INST(0, 64, 3, 128, 2, 67)
+FA_WS_INST(0, 128, 2, 176, 2, 131)
+FA_WS_INST(1, 64, 3, 128, 2, 139)
 FA_WS_INST(0, 128, 2, 128, 2, 1)
 FA_WS_INST(1, 128, 2, 128, 2, 3)
 FA_WS_INST(0, 64, 3, 128, 2, 3)
@@ -542,4 +757,9 @@ FA_WS_INST(0, 64, 3, 128, 2, 15)
 FA_WS_INST(0, 64, 3, 128, 2, 11)
 FA_WS_INST(1, 128, 2, 128, 2, 19)
 FA_WS_INST(0, 64, 3, 128, 2, 31)
+FA_WS_INST(0, 128, 2, 128, 2, 35)
+FA_WS_INST(1, 128, 2, 128, 2, 39)
+FA_WS_INST(0, 64, 3, 128, 2, 35)
+FA_WS_INST(1, 64, 3, 128, 2, 39)
+FA_WS_INST(0, 128, 2, 128, 2, 33)
 #endif

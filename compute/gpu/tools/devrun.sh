@@ -13,6 +13,23 @@
 #   bash compute/gpu/tools/devrun.sh bwd      # the tensor-core backward: its tests (stops there
 #       if they fail), memcheck on sanitize_cases' backward launches, racecheck on one shape,
 #       then flash_bwd_vs_sdpa at BWD_N (default 4096 16384) into $OUT/flash_bwd_vs_sdpa_h200.json
+#   bash compute/gpu/tools/devrun.sh tail     # the forward's tail split (FLASH_NOTES v7): test_flash.py
+#       with the `:tailsplit` variants beside memcheck on odd shapes of two of them only
+#       (stops there if either fails), then flash vs SDPA (interleaved timing) at N 4096-16384
+#       with three of them timed beside the default into $OUT/flash_vs_sdpa_ws_h200.json;
+#       plan about 330 s of command time (tests up to 200 s, timing up to 105 s) plus the start
+#   bash compute/gpu/tools/devrun.sh steady   # FLASH_NOTES v8: test_flash.py with STEADY_TESTS
+#       beside memcheck on them, then flash vs SDPA at N 4096-16384 with a 1 s untimed
+#       preheat per case (timed at the power-capped clock) and STEADY_TUNE timed beside the
+#       default into $OUT/flash_vs_sdpa_ws_h200.json; about 300 s plus the start
+#   bash compute/gpu/tools/devrun.sh mcast    # K/V multicast (FLASH_NOTES v8): its tests (stops
+#       there if they fail or hang), memcheck on the :mcast variants, then flash vs SDPA,
+#       non-causal, preheated, with MCAST_TUNE beside the default; about 200 s plus the start
+#   bash compute/gpu/tools/devrun.sh record   # the recorded forward comparison after a default
+#       changed: all GPU tests beside memcheck on sanitize_cases (stops there if either fails),
+#       flash vs SDPA at N 4096-16384 preheated with RECORD_TUNE beside the default (into
+#       $OUT/flash_vs_sdpa_ws_h200.json), then the bundled report's forward rows (figures
+#       --keep, into $OUT/tiled_vs_dense_h200.json); about 450 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -29,6 +46,19 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a fail
     local r=$?
     echo "== $name rc=$r"
     tail -4 "$OUT/$name.log"
+    [ $r -eq 0 ] || rc=$r
+}
+tests_beside_memcheck() {  # PATHS TEST_LIMIT MC_LIMIT: pytest -n 8 on PATHS beside memcheck
+    # over sanitize_cases (FLASH_TEST_CONFIGS / FLASH_SANITIZE_* come in from the caller)
+    timeout "$3" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -m compute.gpu.tools.sanitize_cases >"$OUT/memcheck.log" 2>&1 &
+    local mc=$!
+    # shellcheck disable=SC2086
+    step pytest "$2" python3 -m pytest $1 -q -p no:cacheprovider -n 8
+    wait $mc
+    local r=$?
+    echo "== memcheck rc=$r"
+    grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
     [ $r -eq 0 ] || rc=$r
 }
 if [ "$what" = check ] || [ "$what" = tests ]; then
@@ -84,18 +114,8 @@ if [ "$what" = ws ]; then
     if [ $rc -eq 0 ]; then
         # Correctness in parallel (timings come after, on a quiet GPU): the tests with every
         # variant, and memcheck over the odd shapes with every variant.
-        FLASH_SANITIZE_CONFIGS="${WS_SANITIZE-$variants}" timeout 200 compute-sanitizer --tool memcheck \
-            --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases \
-            >"$OUT/memcheck.log" 2>&1 &
-        mc=$!
-        # shellcheck disable=SC2086
-        FLASH_TEST_CONFIGS="$variants" step pytest 200 python3 -m pytest \
-            ${WS_TESTS:-tests/compute/gpu} -q -p no:cacheprovider -n 8
-        wait $mc
-        r=$?
-        echo "== memcheck rc=$r"
-        grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
-        [ $r -eq 0 ] || rc=$r
+        FLASH_SANITIZE_CONFIGS="${WS_SANITIZE-$variants}" FLASH_TEST_CONFIGS="$variants" \
+            tests_beside_memcheck "${WS_TESTS:-tests/compute/gpu}" 200 200
     fi
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
@@ -123,6 +143,79 @@ if [ "$what" = bwd ]; then
         step flash_bwd_vs_sdpa "${BWD_TIMEOUT:-240}" python3 -m compute.gpu.tools.flash_bwd_vs_sdpa \
             --n ${BWD_N:-4096 16384} --json "$OUT/flash_bwd_vs_sdpa_h200.json"
         grep -E "^(float16|bfloat16)|MET|MISS" "$OUT/flash_bwd_vs_sdpa.log"
+    fi
+fi
+if [ "$what" = tail ]; then
+    # timed: d=128 with 3 and with 5 pieces, d=64 with the model's plan (no split at N >= 8192:
+    # there it runs the default's code, a check on the timing's spread)
+    tune="ws:128:2:128:2:pingpong:tailsplit3 ws:128:2:128:2:pingpong:tailsplit5"
+    tune="$tune ws:64:3:128:2:pingpong:tailsplit"
+    # test_flash.py's own tail-split tests cover grid and persistent at both d; these add the
+    # generic shapes for two more. Its ~620 tests compile ~30 ws instantiations (NVRTC, per
+    # worker): 100 s was too short on 2026-11-29 (609 of 617 done, none failed), so 200 s.
+    tests="ws:64:3:128:2:pingpong:persist:tailsplit ws:128:2:128:2:pingpong:tailsplit5"
+    # memcheck on the odd shapes with two of the new variants only (and every item in five)
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$tests" \
+        FLASH_SANITIZE_CONFIGS="ws:128:2:128:2:pingpong:tailsplit ws:64:3:128:2:pingpong:persist:tailsplit" \
+        tests_beside_memcheck tests/compute/gpu/test_flash.py "${TAIL_TEST_TIMEOUT:-200}" \
+        "${TAIL_MC_TIMEOUT:-200}"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${TAIL_TIMEOUT:-105}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --tune $tune \
+            --json "$OUT/flash_vs_sdpa_ws_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
+    fi
+fi
+if [ "$what" = steady ]; then
+    tests=${STEADY_TESTS-"ws:128:2:176:2:pingpong:tailsplit"}
+    tune=${STEADY_TUNE-"ws:128:2:128:2:pingpong:tailsplit ws:128:2:176:2:pingpong ws:128:2:176:2:pingpong:tailsplit"}
+    if [ -n "$tests" ]; then
+        FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$tests" FLASH_SANITIZE_CONFIGS="$tests" \
+            tests_beside_memcheck "${STEADY_TEST_PATHS:-tests/compute/gpu/test_flash.py}" 200 200
+    fi
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${STEADY_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
+            --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
+    fi
+fi
+if [ "$what" = mcast ]; then
+    specs="ws:128:2:176:2:pingpong:mcast ws:128:2:128:2:pingpong:mcast ws:64:3:128:2:pingpong:mcast"
+    step pytest_mcast 150 python3 -m pytest tests/compute/gpu/test_flash.py -q -x \
+        -p no:cacheprovider -n 8 -k "multicast"
+    if [ $rc -eq 0 ]; then
+        FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_SANITIZE_CONFIGS="$specs" step memcheck 150 \
+            compute-sanitizer --tool memcheck --error-exitcode 1 \
+            python3 -m compute.gpu.tools.sanitize_cases
+        grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
+    fi
+    if [ $rc -eq 0 ]; then
+        tune=${MCAST_TUNE-"ws:128:2:176:2:pingpong $specs"}
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa "${MCAST_TIMEOUT:-150}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --causal 0 --dense-max-n 0 \
+            --preheat 1 --tune $tune --json "$OUT/flash_vs_sdpa_mcast_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = record ]; then
+    FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS= tests_beside_memcheck tests/compute/gpu \
+        "${RECORD_TEST_TIMEOUT:-240}" "${RECORD_TEST_TIMEOUT:-240}"
+    if [ $rc -eq 0 ]; then
+        tune=${RECORD_TUNE-"ws:128:2:128:2:pingpong ws:128:2:176:2:pingpong:lpt"}
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
+            --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
+        sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log" | grep -v "rel err.* ok"
+        step figures 150 python3 -m compute.gpu.tools.figures \
+            --keep compute/gpu/reports/tiled_vs_dense_h200.json --out "$OUT/tiled_vs_dense_h200.json"
+        sed -n '/^dtype  N/,$p' "$OUT/figures.log" | head -30
     fi
 fi
 exit $rc

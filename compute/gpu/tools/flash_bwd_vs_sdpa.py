@@ -6,7 +6,7 @@ Run on the GPU machine after changing `kernels/flash_bwd_wgmma.cu` (needs torch 
 
 Setup as flash_vs_sdpa (batch*N = 16384 tokens, heads*d = 2048; its `TOKENS`, `MODEL_DIM`,
 `ERR_BAR`, `PEERS`). Per case the three paths are timed by `timing.time_cuda` (CUDA events,
-L2 flushed, inputs rotated, median) in interleaved rounds, on the same inputs: ours
+L2 flushed, inputs rotated, median) in interleaved rounds (`timing.time_interleaved`), on the same inputs: ours
 (`flash_attention_backward` given our forward's O and LSE: preprocessing, main kernel and dQ
 conversion all inside the events) and each SDPA backend's backward alone (graph built once,
 `torch.autograd.grad` timed; `peers.sdpa_backward`). TFLOP/s = 2.5 x the forward's
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,8 +26,6 @@ from pathlib import Path
 from ..dtypes import FLASH_DTYPES
 from ..report import FIGURES_FORMAT, VERSION
 from .flash_vs_sdpa import ERR_BAR, MODEL_DIM, PEERS, TOKENS
-
-ROUNDS = 3  # interleaved timing rounds per path (repeats split between them)
 
 
 def _inputs(cp, bh: int, n: int, d: int, dtype: str, causal: bool, sets: int, seed: int):
@@ -72,7 +69,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
     from ..dtypes import float64_values
     from ..flash_backward import DEFAULT_MODE, backward_mode
     from ..peers import sdpa_backward
-    from ..timing import rotation_count, time_cuda
+    from ..timing import rotation_count, time_interleaved
 
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes
@@ -96,12 +93,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
         flat = [tuple(x.reshape(bh, n, d) for x in (s[0], s[1], s[2], s[4])) for s in sets]
         paths[name] = (lambda run: run(), [(peer.prepare(*f, causal),) for f in flat])
 
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for r in range(ROUNDS):
-        for name, (fn, args) in paths.items():
-            t = time_cuda(fn, args, warmup=warmup if r == 0 else 1,
-                          repeats=max(1, repeats // ROUNDS), l2_bytes=l2)  # fmt: skip
-            times[name].extend(t.times_ms)
+    timings = time_interleaved(paths, warmup=warmup, repeats=repeats, l2_bytes=l2)
 
     q, k, v, _, do, _ = sets[0]
     head = [float64_values(x[0, :1], dtype) for x in (q, k, v, do)]
@@ -116,7 +108,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
         grads[name] = got
     results = []
     for name in paths:
-        ms = statistics.median(times[name])
+        ms = timings[name].median_ms
         results.append({
             "kernel": name, "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12,
             "rel_err": _errors(cp, grads[name], ref, dtype),

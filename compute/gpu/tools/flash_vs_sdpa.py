@@ -35,12 +35,12 @@ PEERS = ("sdpa-flash", "sdpa-cudnn")
 
 
 def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, tune,
-          passes=("forward",)):  # fmt: skip
+          passes=("forward",), preheat_s: float = 0.0):  # fmt: skip
     """One BenchConfig per (pass, dtype, d, N, causal), batch*heads = (16384 / N) * (2048 / d)."""
     for pass_name in passes:
         for cfg in _forward_cases(ns, ds, dtypes, causals, dense_max_n, warmup, repeats, tune):
             if pass_name == "forward":
-                yield cfg
+                yield replace(cfg, preheat_s=preheat_s)
             else:  # the flash variants are forward kernels
                 yield replace(cfg, pass_name=pass_name, flash_specs=())
 
@@ -124,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--dense-max-n", type=int, default=8192)
     ap.add_argument(
+        "--preheat", type=float, default=1.0,
+        help="seconds each forward case runs untimed first, so every path is timed at the "
+        "clock the GPU holds under sustained load (its power cap; default 1)",
+    )  # fmt: skip
+    ap.add_argument(
         "--pass", dest="passes", nargs="*", choices=("forward", "backward", "training"),
         default=["forward"], help="passes to time (default: the forward)",
     )  # fmt: skip
@@ -141,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cfg in cases(ns, args.d or [64, 128], args.dtype or list(FLASH_DTYPES), causals,
                          args.dense_max_n, args.warmup, args.reps, args.tune,
-                         args.passes):  # fmt: skip
+                         args.passes, args.preheat):  # fmt: skip
             report = run_bench(cfg)
             data["reports"].append(report)
             print(_line(report), flush=True)

@@ -5,7 +5,10 @@ Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
 
 FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") adds variants
-beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels. CuPy's memory pool is
+beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels;
+with FLASH_SANITIZE_ONLY_EXTRA=1 only those variants run (no defaults, tiled or backward).
+A variant with `:tailsplit` runs each shape twice: with tail_plan's own split and with
+every item cut into five pieces (pieces with no key tile where N_k < 5 tiles). CuPy's memory pool is
 switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
@@ -26,11 +29,14 @@ CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200), (150, 130, 260)
 def main() -> int:
     import cupy
 
+    from .. import flash
     from ..dtypes import device_array
     from ..flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config, flash_attention
     from ..tiled import tiled_attention_gpu
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_SANITIZE_CONFIGS", "").split()]
+    only_extra = os.environ.get("FLASH_SANITIZE_ONLY_EXTRA") == "1"
+    model_plan = flash.tail_plan
 
     cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
     rng = np.random.default_rng(0)
@@ -42,11 +48,25 @@ def main() -> int:
                     for n in (n_q, n_k, n_k)
                 )
                 mine = [c for c in extra if c.d == d]
-                for cfg in (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d], *mine):
-                    for causal in (False, True):
-                        flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
-                        cupy.cuda.Device().synchronize()
-                        print(f"flash {cfg.spec()} {dtype} h={h} {n_q}x{n_k} causal={causal}")
+                ours = () if only_extra else (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d])
+                if d == 128 and not only_extra:  # the default from N = 4096 on (176-key tiles)
+                    ours += (flash.WS_WIDE_D128,)
+                for cfg in (*ours, *mine):
+                    plans = {"": model_plan}
+                    if cfg.tail_split:
+                        plans[" split-all-in-5"] = lambda items, tiles, sms: (0, 5)
+                    for label, plan in plans.items():
+                        flash.tail_plan = plan
+                        for causal in (False, True):
+                            flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
+                            cupy.cuda.Device().synchronize()
+                            print(
+                                f"flash {cfg.spec()}{label} {dtype} h={h} {n_q}x{n_k} "
+                                f"causal={causal}"
+                            )
+                    flash.tail_plan = model_plan
+        if only_extra:
+            continue
         for order in ("q-outer", "kv-outer"):
             q, k, v = (
                 cupy.asarray(rng.standard_normal((h, n, w)).astype(np.float32))
@@ -58,7 +78,8 @@ def main() -> int:
                 )
                 cupy.cuda.Device().synchronize()
                 print(f"tiled {order} {bq}x{bk} h={h} {n_q}x{n_k}")
-    backward_cases(rng)
+    if not only_extra:
+        backward_cases(rng)
     return 0
 
 

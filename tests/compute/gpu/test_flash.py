@@ -37,10 +37,10 @@ def _configs():
     """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
     Hopper kernels (TMA + warp-specialised, and the plain wgmma fallback), and
     FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
-    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
+    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, WS_WIDE_D128, Config
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    hopper = [*WS_CONFIGS.values(), *WGMMA_CONFIGS.values()]
+    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, *WGMMA_CONFIGS.values()]
     return [None, *MMA_CONFIGS.values(), *hopper, *extra]
 
 
@@ -150,6 +150,10 @@ WS_SWITCHES = {
     "lpt": {"lpt": True},
     "tmastore": {"tma_store": True},
     "persistent-lpt-tmastore": {"persistent": True, "lpt": True, "tma_store": True},
+    "tailsplit": {"tail_split": 1},
+    "persistent-tailsplit": {"persistent": True, "tail_split": 1},
+    "multicast": {"multicast": True},
+    "lazy": {"lazy_rescale": True},
 }
 
 
@@ -173,6 +177,118 @@ def test_ws_kernel_on_many_tiles_and_masked_blocks(d, switches, monkeypatch):
     _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
     _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key
     _run_case(2, 40, 1000, 900, d, "bfloat16", True, seed=24, config=cfg)
+
+
+# The tail split (FLASH_NOTES v7) with forced plans: (b, h, n_q, n_k, dtype, plan), plan
+# None for tail_plan's own choice, else (whole items kept, pieces per split item). The
+# forced plans reach the cases the model rarely picks: every item split, pieces with no key
+# tile (T = 1 or 2 key tiles cut in 2-5), tails in N_q and N_k, N_q != N_k.
+TAIL_CASES = {
+    "one-tile-halves": (1, 3, 300, 100, "float16", lambda items: (0, 2)),
+    "two-tiles-in-five": (2, 2, 200, 200, "bfloat16", lambda items: (items // 2, 5)),
+    "tails-nq-ne-nk": (1, 2, 333, 517, "bfloat16", lambda items: (1, 3)),
+    "many-tiles-in-four": (1, 2, 250, 1700, "float16", lambda items: (0, 4)),
+    "more-items-than-sms": (1, 150, 130, 1100, "bfloat16", None),
+}
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+@pytest.mark.parametrize("case", list(TAIL_CASES))
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], tail_split=1, persistent=persistent)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    b, h, n_q, n_k, dtype, plan = TAIL_CASES[case]
+    items = -(-n_q // cfg.block_m) * b * h
+    if plan is not None:
+        monkeypatch.setattr(flash, "tail_plan", lambda it, tiles, sms: plan(it))
+    else:  # the model's own plan must split here, or this case tests nothing new
+        tiles = -(-n_k // cfg.block_n)
+        assert flash.tail_plan(items, tiles, flash._sm_count())[1] > 1
+    seed = [d, n_q, n_k, int(persistent), len(case)]
+    _run_case(b, h, n_q, n_k, d, dtype, False, seed=seed, config=cfg)
+    # causal with the switch on: no split (the host keeps causal items whole)
+    _run_case(b, h, n_q, n_k, d, dtype, True, seed=seed + [1], config=cfg)
+
+
+# K/V multicast in clusters of two (FLASH_NOTES v8): (b, h, n_q, n_k, dtype); every case
+# non-causal with an even number of 128-row query blocks unless noted.
+MULTICAST_CASES = {
+    "key-tail-in-second-half": (1, 3, 512, 1000, "float16"),
+    "second-half-all-past-nk": (2, 2, 256, 64, "bfloat16"),  # rank 1 loads only zeros
+    "query-tail": (1, 2, 1000, 700, "bfloat16"),  # 8 blocks, the last one partly past N_q
+    "odd-blocks-fall-back": (1, 2, 300, 500, "float16"),  # 3 blocks: launched without it
+    "many-pairs": (1, 70, 256, 352, "float16"),  # more clusters than SMs hold at once
+}
+
+
+@pytest.mark.parametrize("block_n", [128, 176])
+@pytest.mark.parametrize("case", list(MULTICAST_CASES))
+def test_ws_multicast_pairs_share_key_tiles_exactly(case, block_n):
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[128], block_n=block_n, multicast=True)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    b, h, n_q, n_k, dtype = MULTICAST_CASES[case]
+    seed = [41, block_n, n_q, n_k]
+    _run_case(b, h, n_q, n_k, 128, dtype, False, seed=seed, config=cfg)
+    _run_case(b, h, n_q, n_k, 128, dtype, True, seed=seed + [1], config=cfg)  # no multicast
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_lazy_rescale_exact_when_scores_climb(d, dtype):
+    # Scores that rise along the keys (0.05 log2 units per key after the scale, 6.4 per
+    # 128-key tile, 35 over the row): the running max moves every other tile and between
+    # moves P climbs towards its 2^8 ceiling; against float64 at the usual bars.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], lazy_rescale=True)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    rng = np.random.default_rng([51, d])
+    n_q, n_k = 300, 700
+    q = 1.0 + 0.05 * rng.standard_normal((1, 2, n_q, d))
+    ramp = 0.05 / np.log2(np.e) * np.arange(n_k)[:, None] / np.sqrt(d)  # q.k / sqrt(d) climbs
+    k = ramp + 0.02 * rng.standard_normal((1, 2, n_k, d))
+    v = rng.standard_normal((1, 2, n_k, d))
+    arrays = [device_array(x.astype(np.float32), dtype) for x in (q, k, v)]
+    q64, k64, v64 = (float64_values(a, dtype) for a in arrays)
+    for causal in (False, True):
+        o, lse = flash.flash_attention(
+            *(cp.asarray(a) for a in arrays), causal=causal, return_lse=True, config=cfg
+        )
+        ref, ref_lse, visible = _reference(q64, k64, v64, causal, None)
+        got = float64_values(o.get(), dtype)
+        err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+        assert err <= ERR[dtype], f"rel err {err:.2e}"
+        lse = lse.get()
+        assert float(np.abs(lse[visible] - ref_lse[visible]).max()) <= 2e-3
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_tail_split_full_last_wave_is_not_split(d):
+    # items = the SM count exactly (R = 0): tail_plan keeps every item whole.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], tail_split=1)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    sms = flash._sm_count()
+    assert flash.tail_plan(sms, 3, sms) == (sms, 1)
+    _run_case(1, sms, cfg.block_m, 300, d, "float16", False, seed=[31, d], config=cfg)
 
 
 def test_return_shapes_and_dtype():

@@ -188,6 +188,9 @@ def test_flash_config_spec_round_trips():
         Config("ws", 128, 2, 128, 1, True, 2, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, True, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
+        Config("ws", 128, 2, 128, 1, True, 2, True, True, False, False, 1),
+        Config("ws", 64, 3, 128, 1, True, 2, True, False, True, False, 3),
+        Config("ws", 128, 2, 176, 1, True, 2, True, multicast=True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
@@ -201,6 +204,27 @@ def test_flash_config_spec_round_trips():
         Config.parse("ws:64:3:128:2:pingpong:persist:lpt:tmastore").name(0)
         == "flash_fwd_ws<0,64,3,128,2,31>"
     )
+    assert (
+        Config.parse("ws:128:2:128:2:pingpong:tailsplit").name(0)
+        == "flash_fwd_ws<0,128,2,128,2,35>"
+    )
+    assert Config.parse("ws:64:3:128:2:pingpong:tailsplit5").tail_split == 5
+    mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
+    assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
+    assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
+    lazy = Config.parse("ws:128:2:176:2:pingpong:lazy")
+    assert lazy.lazy_rescale and lazy.name(0) == "flash_fwd_ws<0,128,2,176,2,131>"
+    assert Config.parse(lazy.spec()) == lazy
+    for bad in ("ws:128:2:128:2:persist:mcast", "ws:128:2:128:2:tailsplit:mcast"):
+        with pytest.raises(ValueError, match="takes no"):
+            Config.parse(bad)
+    for bad in (
+        "wgmma:128:2:64:2:tailsplit",
+        "ws:128:2:128:2:tailsplit1",
+        "ws:64:3:128:2:tailsplitx",
+    ):
+        with pytest.raises(ValueError, match="is not a kernel spec"):
+            Config.parse(bad)
     with pytest.raises(ValueError, match="is not a kernel spec"):
         Config.parse("wgmma:128:2:64:2:lpt")  # scheduling flags belong to the ws kernel
     with pytest.raises(ValueError, match="is not a kernel spec"):
@@ -214,13 +238,156 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
 
     monkeypatch.setattr(flash, "_is_hopper", lambda: True)
     assert flash.default_config(128, 1024) == flash.WS_CONFIGS[128]
+    assert flash.default_config(128, 4095, causal=True) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
     for d in (64, 128):  # longest-first causal order where it measured faster (v6)
-        assert flash.default_config(d, 4096) == replace(flash.WS_CONFIGS[d], lpt=True)
-        assert flash.default_config(d, 8192).lpt and not flash.default_config(d, 8193).lpt
+        assert flash.default_config(d, 4096, True) == replace(flash.WS_CONFIGS[d], lpt=True)
+        assert flash.default_config(d, 8192, True).lpt
+        assert not flash.default_config(d, 8193, True).lpt
+        assert not flash.default_config(d, 8192).lpt  # nothing to order without the mask
+    # d = 128: 176-key tiles from N = 4096 on (v8), except causal where LPT is the rule
+    for n, causal in ((4096, False), (8192, False), (16384, False), (8193, True), (1 << 20, True)):
+        assert flash.default_config(128, n, causal).block_n == 176
+    assert flash.default_config(128, 4096, True).block_n == 128
+    assert flash.default_config(64, 16384).block_n == 128
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
     assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
+
+
+def test_tail_plan_splits_only_a_partial_last_wave():
+    from compute.gpu import flash
+    from compute.gpu.flash import _tail_makespan, tail_plan
+
+    # d=128 at batch*N = 16k, heads*d = 2048: 2048 equal items on 132 SMs, 68 in the last wave
+    split_from, pieces = tail_plan(2048, 32, 132)
+    assert split_from == 2048 - 68 and pieces > 2  # halves (136 > 132 pieces) gain nothing
+    assert _tail_makespan(68, 32, 132, pieces) < _tail_makespan(68, 32, 132, 1) - 1.0
+    # halves: 136 > 132 pieces, so four go round twice (16 tiles + overhead, twice, plus
+    # one combine): longer than one whole item (32 + overhead)
+    half = 16 + flash._PIECE_OVERHEAD
+    assert _tail_makespan(68, 32, 132, 2) == 2 * half + 2 * flash._COMBINE_PER_PIECE
+    assert _tail_makespan(68, 32, 132, 2) > _tail_makespan(68, 32, 132, 1)
+    assert tail_plan(264, 32, 132) == (264, 1)  # the last wave is full
+    assert tail_plan(200, 1, 132) == (200, 1)  # one key tile cannot be cut
+    assert tail_plan(10, 20, 132) == (0, 5)  # a single, small wave: every item, most pieces
+    assert tail_plan(10, 12, 132) == (0, 4)  # (five pieces of 2-3 tiles pay more overhead)
+    for items, tiles in ((1000, 8), (2816, 32), (2752, 64), (7, 2)):
+        split_from, pieces = tail_plan(items, tiles, 132)
+        assert 1 <= pieces <= 5 and (pieces == 1) == (split_from == items)
+        assert pieces == 1 or items - split_from == items % 132
+
+
+def test_time_interleaved_rotates_paths_and_splits_repeats():
+    from compute.gpu.timing import Timing, interleaved_order, time_interleaved
+
+    calls = []
+
+    def timer(fn, arg_sets, *, warmup, repeats, l2_bytes):
+        calls.append((fn(), warmup, repeats, l2_bytes))
+        return Timing((float(len(calls)),) * repeats)
+
+    paths = {name: ((lambda n=name: n), [()]) for name in ("a", "b", "c")}
+    got = time_interleaved(paths, warmup=4, repeats=10, rounds=3, l2_bytes=7, timer=timer)
+    assert [c[0] for c in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [c[1] for c in calls] == [4, 4, 4, 1, 1, 1, 1, 1, 1]  # full warm-up once per path
+    assert [c[2] for c in calls[::3]] == [4, 3, 3] and {c[3] for c in calls} == {7}
+    assert {n: len(t.times_ms) for n, t in got.items()} == {"a": 10, "b": 10, "c": 10}
+    assert got["a"].times_ms == (1.0,) * 4 + (6.0,) * 3 + (8.0,) * 3
+    assert interleaved_order([], 3) == [] and interleaved_order(["x"], 2) == [["x"], ["x"]]
+    time_interleaved(paths, repeats=2, rounds=3, timer=timer)  # never more rounds than runs
+    assert [c[2] for c in calls[9:]] == [1, 1, 1, 1, 1, 1]
+
+
+def test_preheat_runs_every_path_untimed_until_its_time_is_up():
+    from compute.gpu.timing import Timing, preheat, time_interleaved
+
+    ran, syncs, now = [], [], [0.0]
+
+    def clock():
+        return now[0]
+
+    def sync():
+        syncs.append(len(ran))
+        now[0] += 0.3  # each pass of both paths takes 0.3 s
+
+    paths = {name: ((lambda *a, n=name: ran.append((n, a))), [(1,), (2,)]) for name in "ab"}
+    assert preheat(paths, 1.0, sync=sync, clock=clock) == 4  # 0.3, 0.6, 0.9, then 1.2 >= 1
+    assert [n for n, _ in ran] == ["a", "b"] * 4 and syncs == [2, 4, 6, 8]
+    assert [a for _, a in ran[::2]] == [(1,), (2,), (1,), (2,)]  # rotating the input sets
+    assert preheat(paths, 0.0, sync=sync, clock=clock) == 1  # at least one pass
+    assert preheat({}, 5.0, sync=sync, clock=clock) == 0
+
+    heated = []
+
+    def timer(fn, arg_sets, *, warmup, repeats, l2_bytes):
+        return Timing((1.0,) * repeats)
+
+    def heater(p, seconds):
+        heated.append((sorted(p), seconds))
+        return 1
+
+    time_interleaved(paths, repeats=3, timer=timer, heater=heater)
+    assert heated == []  # off by default
+    time_interleaved(paths, repeats=3, timer=timer, heater=heater, preheat_s=1.5)
+    assert heated == [(["a", "b"], 1.5)]
+
+
+def test_bench_forward_rows_timed_together_keep_their_order_and_schema(monkeypatch):
+    # No CuPy here: a stand-in for what bench's guard and release touch.
+    from compute.gpu import bench
+    from compute.gpu.timing import Timing
+
+    class Oom(Exception):
+        pass
+
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            memory=types.SimpleNamespace(OutOfMemoryError=Oom),
+            compiler=types.SimpleNamespace(CompileException=Oom),
+        ),
+        get_default_memory_pool=lambda: pool,
+    )
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(bench, "status", lambda: types.SimpleNamespace(l2_bytes=1))
+    cfg = bench.BenchConfig(n=1024, d=64, dtype="float16", batch_heads=2, repeats=6)
+    inputs = types.SimpleNamespace(sets=[(1, 2, 3)])
+    errs = {"max_abs": 1e-3, "rel": 1e-4}
+
+    def pending(name, fn):
+        return bench._Pending(name, fn, None, {"variant": name}, errs, 10, 4, {"after": 1})
+
+    rows = [pending("flash", lambda *a: "f"), {"kernel": "dense", "error": "no"}]
+    rows.append(pending("sdpa-cudnn", lambda *a: "c"))
+    seen = []
+
+    def together(paths, **kw):
+        seen.append((list(paths), kw["repeats"]))
+        return {key: Timing((1.0, 2.0, 3.0)) for key in paths}
+
+    monkeypatch.setattr(bench, "time_interleaved", together)
+    got = bench._time_rows(cfg, inputs, rows)
+    assert seen == [(["0", "2"], 6)]
+    assert [r["kernel"] for r in got] == ["flash", "dense", "sdpa-cudnn"]
+    assert got[0]["ms"] == 2.0 and got[0]["runs"] == 3 and got[0]["after"] == 1
+    assert got[0]["extra_bytes"] == 6 and got[1] == rows[1]
+    assert got[2]["tflops"] == pytest.approx(cfg.flops() / 2e-3 / 1e12)
+
+    # One path failing in the interleaved rounds: each path alone, only that one an error row.
+    def fails(paths, **kw):
+        raise Oom("boom")
+
+    def alone(fn, arg_sets, **kw):
+        if fn() == "c":
+            raise ValueError("no cuDNN here")
+        return Timing((5.0,))
+
+    monkeypatch.setattr(bench, "time_interleaved", fails)
+    monkeypatch.setattr(bench, "time_cuda", alone)
+    got = bench._time_rows(cfg, inputs, rows)
+    assert got[0]["ms"] == 5.0 and got[2]["error"] == "no cuDNN here"
+    assert got[2]["variant"] == "sdpa-cudnn"
 
 
 def test_tensor_map_is_the_drivers_size():
@@ -269,3 +436,16 @@ def test_one_scale_rule_for_the_forward_and_the_backward():
     for bad in (0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="scale must be positive"):
             resolve_scale(bad, 64)
+
+
+def test_flash_vs_sdpa_preheats_forward_cases_only():
+    from compute.gpu.tools.flash_vs_sdpa import cases
+
+    got = list(cases([4096], [128], ["float16"], [False, True], 0, 5, 20,
+                     ["ws:128:2:176:2:pingpong", "ws:64:3:128:2"], ("forward", "backward"), 1.5))  # fmt: skip
+    assert [(c.pass_name, c.causal, c.preheat_s) for c in got] == [
+        ("forward", False, 1.5), ("forward", True, 1.5),
+        ("backward", False, 0.0), ("backward", True, 0.0),
+    ]  # fmt: skip
+    assert got[0].flash_specs == ("ws:128:2:176:2:pingpong",) and got[2].flash_specs == ()
+    assert got[0].batch_heads == 4 * 16

@@ -1,0 +1,115 @@
+"""Why two timing schemes disagree: per-run event times of the flash kernel and SDPA cuDNN.
+
+Run on the GPU machine (needs torch beside CuPy), ideally beside a clock log
+(`nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active
+--format=csv -lms 20`):
+
+    python -m compute.gpu.tools.timing_probe [--n 8192] [--d 128] [--dtype float16]
+        [--json FILE]
+
+One case (B·N = 16k, H·d = 2048, non-causal), the same inputs and L2 flush as the harness
+(`timing.time_cuda`). Phases, each printed with its wall-clock start so it can be lined up
+with the clock log: A, each path in one block of 60 runs, flash / cuDNN / flash / cuDNN;
+B, `timing.time_interleaved` as the comparison runs it (3 rounds of 20); C, 12 rounds of
+60; D, the host time of one call of each path (no sync), which bounds how far the CPU can
+fall behind the GPU. Every run's milliseconds go to the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from ..timing import rotation_count, time_cuda, time_interleaved
+from .flash_vs_sdpa import MODEL_DIM, TOKENS
+
+
+def _paths(n: int, d: int, dtype: str, specs: list[str]):
+    import cupy
+
+    from .. import flash, peers
+    from ..dtypes import device_array
+
+    bh = (TOKENS // n) * (MODEL_DIM // d)
+    l2 = int(cupy.cuda.Device().attributes["L2CacheSize"])
+    rng = cupy.random.default_rng(0)
+    shape = (bh, n, d)
+    sets = []
+    for _ in range(rotation_count(3 * bh * n * d * 2, l2)):
+        sets.append(tuple(device_array(rng.standard_normal(shape, dtype=cupy.float32), dtype)
+                          for _ in range(3)))  # fmt: skip
+    fns = {}
+    for spec in ["default", *specs]:
+        cfg = flash.default_config(d, n) if spec == "default" else flash.Config.parse(spec)
+        fns[f"flash[{cfg.spec()}]"] = lambda q, k, v, cfg=cfg: flash.flash_attention(
+            q[None], k[None], v[None], config=cfg
+        )
+    cudnn = peers.sdpa("sdpa-cudnn")
+    fns["sdpa-cudnn"] = lambda q, k, v: cudnn(q, k, v, causal=False)
+    return {name: (fn, sets) for name, fn in fns.items()}, l2, 4.0 * bh * n * n * d
+
+
+def _host_us(fn, sets, calls: int = 50) -> float:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for i in range(calls):
+        fn(*sets[i % len(sets)])
+    t1 = time.perf_counter()
+    cupy.cuda.Device().synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--spec", nargs="*", default=[], help="flash variants beside the default")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    paths, l2, flops = _paths(args.n, args.d, args.dtype, args.spec)
+    out: dict = {"case": vars(args) | {"json": None}, "phases": []}
+
+    def report(phase: str, t0: float, times: dict[str, list[float]]) -> None:
+        print(f"\n== {phase} (started {t0:.3f})")
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            print(f"  {name:42s} median {flops / med / 1e9:6.1f} TFLOP/s  min {min(ts):.4f}"
+                  f"  med {med:.4f}  max {max(ts):.4f} ms  runs " +
+                  " ".join(f"{t:.3f}" for t in ts))  # fmt: skip
+        out["phases"].append({"phase": phase, "t0": t0, "times_ms": times})
+
+    for fn, sets in paths.values():  # compile, plan, handles: outside every phase
+        time_cuda(fn, sets, warmup=3, repeats=3, l2_bytes=l2)
+    t0 = time.time()
+    blocks: dict[str, list[float]] = {}
+    for rep in range(2):
+        for name, (fn, sets) in paths.items():
+            t = time_cuda(fn, sets, warmup=5, repeats=60, l2_bytes=l2)
+            blocks[f"{name} block{rep}"] = list(t.times_ms)
+    report("A: blocks of 60", t0, blocks)
+    for label, rounds, repeats in (
+        ("B: interleaved 3x20", 3, 20),
+        ("C: interleaved 12x60", 12, 60),
+    ):
+        t0 = time.time()
+        got = time_interleaved(paths, warmup=5, repeats=repeats, rounds=rounds, l2_bytes=l2)
+        report(label, t0, {k: list(v.times_ms) for k, v in got.items()})
+    host = {name: _host_us(fn, sets) for name, (fn, sets) in paths.items()}
+    print(
+        "\n== D: host microseconds per call: " + ", ".join(f"{k} {v:.0f}" for k, v in host.items())
+    )
+    out["host_us"] = host
+    if args.json:
+        args.json.write_text(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
