@@ -129,31 +129,42 @@ __device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int
 //   alpha = exp2(m - m_new)                          (rescale factor of l and O)
 //   P     = exp2(S * scale_log2 - m_new)             (eq. P~_i^(j))
 //   l     = alpha * l + rowsum(P)                    (eq. l_i^(j); quad-reduced at the end)
+// Row h's (0: row g, 1: row g + 8) maximum over this tile, reduced across the quad.
+template <int NS>
+__device__ __forceinline__ float fa_row_max(const float* s, int h) {
+    float mx = FA_NEG_INF;
+#pragma unroll
+    for (int jn = 0; jn < NS / 4; ++jn)
+        mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+    return fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+}
+
+// Row h of S becomes P = exp2(S * scale_log2 - m_use) in place; returns this thread's sum.
+template <int NS>
+__device__ __forceinline__ float fa_exp_row(float* s, int h, float scale_log2, float m_use) {
+    float rs = 0.f;
+#pragma unroll
+    for (int jn = 0; jn < NS / 4; ++jn) {
+        const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
+        const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
+        s[4 * jn + 2 * h] = p0;
+        s[4 * jn + 2 * h + 1] = p1;
+        rs += p0 + p1;
+    }
+    return rs;
+}
+
 template <int NS>
 __device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* alpha,
                                            float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float mx = FA_NEG_INF;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn)
-            mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        const float m_new = fmaxf(m[h], mx * scale_log2);
+        const float m_new = fmaxf(m[h], fa_row_max<NS>(s, h) * scale_log2);
         const float m_use = (m_new == FA_NEG_INF) ? 0.f : m_new;  // no -inf - -inf
         alpha[h] = fa_exp2(m[h] - m_use);
         m[h] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn) {
-            const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
-            const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
-            s[4 * jn + 2 * h] = p0;
-            s[4 * jn + 2 * h + 1] = p1;
-            rs += p0 + p1;
-        }
-        l[h] = l[h] * alpha[h] + rs;
+        l[h] = l[h] * alpha[h] + fa_exp_row<NS>(s, h, scale_log2, m_use);
     }
 }
 
@@ -166,17 +177,7 @@ __device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* 
 template <int NS>
 __device__ __forceinline__ bool fa_softmax_lazy(float* s, float* m, float* l, float* alpha,
                                                 float scale_log2) {
-    float mt[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float mx = FA_NEG_INF;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn)
-            mx = fmaxf(mx, fmaxf(s[4 * jn + 2 * h], s[4 * jn + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-        mt[h] = mx * scale_log2;
-    }
+    const float mt[2] = {fa_row_max<NS>(s, 0) * scale_log2, fa_row_max<NS>(s, 1) * scale_log2};
     // -inf + slack is -inf: a row that has seen no key moves m at its first finite score.
     const bool move = __any_sync(0xffffffff, (mt[0] > m[0] + FA_LAZY_SLACK) ||
                                                  (mt[1] > m[1] + FA_LAZY_SLACK));
@@ -189,15 +190,7 @@ __device__ __forceinline__ bool fa_softmax_lazy(float* s, float* m, float* l, fl
             m[h] = m_new;
         }
         const float m_use = (m[h] == FA_NEG_INF) ? 0.f : m[h];  // no -inf - -inf
-        float rs = 0.f;
-#pragma unroll
-        for (int jn = 0; jn < NS / 4; ++jn) {
-            const float p0 = fa_exp2(fmaf(s[4 * jn + 2 * h], scale_log2, -m_use));
-            const float p1 = fa_exp2(fmaf(s[4 * jn + 2 * h + 1], scale_log2, -m_use));
-            s[4 * jn + 2 * h] = p0;
-            s[4 * jn + 2 * h + 1] = p1;
-            rs += p0 + p1;
-        }
+        const float rs = fa_exp_row<NS>(s, h, scale_log2, m_use);
         l[h] = move ? l[h] * alpha[h] + rs : l[h] + rs;
     }
     return move;
