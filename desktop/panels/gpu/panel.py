@@ -162,6 +162,8 @@ class GpuPanel(QWidget):
         self._results.setDirection(
             QBoxLayout.Direction.TopToBottom if narrow else QBoxLayout.Direction.LeftToRight
         )
+        # Stacked, the room left over goes to the heatmap, not to a gap under the tables.
+        self._results.setStretch(0, 0 if narrow else 2)
         super().resizeEvent(event)
 
     @staticmethod

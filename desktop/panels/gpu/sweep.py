@@ -6,10 +6,23 @@ import copy
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent
+from PySide6.QtCore import QEvent, QSize
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from desktop.theme import style_plot
+
+PREFERRED_HEIGHT = 260  # px the heatmap asks for; its minimum stays 200
+
+
+class _HeatmapPlot(pg.PlotWidget):
+    """A plot that asks for a modest height. The GPU panel sits in a scroll area that sizes
+    it by its preferred heights (its wrapped labels make it height-for-width), so the plot's
+    own 480 px hint made the whole panel scroll at 1600 x 1000; the layout's stretch still
+    hands the heatmap any room left over."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        hint = super().sizeHint()
+        return QSize(hint.width(), min(hint.height(), PREFERRED_HEIGHT))
 
 
 class SweepView(QWidget):
@@ -17,7 +30,7 @@ class SweepView(QWidget):
         super().__init__(parent)
         self.sweep: dict | None = None
         self._n = 0
-        self.plot = pg.PlotWidget()
+        self.plot = _HeatmapPlot()
         self.plot.setMinimumHeight(200)
         item = self.plot.getPlotItem()
         # Short axis labels: a rotated long one is cut on a short plot.

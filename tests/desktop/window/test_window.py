@@ -310,3 +310,19 @@ def test_a_short_screen_tabs_the_ledger_beside_the_statistics(window):
     assert QRect(0, 0, 1366, 740).contains(window.geometry())
     window.fit_to(QRect(0, 0, 1920, 1080))  # a tall screen: the ledger strip comes back
     assert window.dockWidgetArea(window.docks["ledger"]) == Qt.DockWidgetArea.BottomDockWidgetArea
+
+
+def test_gpu_panel_fits_its_dock_without_scrolling_at_1600_by_1000(window, qtbot):
+    # The panel sits in a scroll area sized by its preferred heights; the heatmap used to ask
+    # for 480 px, so the whole panel scrolled with the bundled report open.
+    from desktop.panels.gpu.panel import GpuPanel
+
+    window.resize(1600, 1000)
+    window.docks["gpu"].raise_()
+    panel = window.findChild(GpuPanel)
+    scroll = window.docks["gpu"].widget()
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.table.rowCount() > 0)
+    qtbot.waitUntil(lambda: panel.height() <= scroll.viewport().height())
+    assert scroll.verticalScrollBar().maximum() == 0
+    # The room beyond the tables goes to the heatmap (stacked layout), not to a gap.
+    assert panel.sweep_view.height() > panel.sweep_view.minimumSizeHint().height()
