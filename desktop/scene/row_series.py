@@ -95,13 +95,16 @@ def active_steps(trace: Trace, row: int) -> tuple[int, int]:
 def zoom_window(active: tuple[int, int], step: int, n_steps: int) -> tuple[int, int]:
     """The 0-based steps the plots show: the row's active steps (at least 8), widened to
     hold `step` when it is near them (within one span), so playback into and out of the
-    row's tiles keeps the marker in view; far away, the row's steps stay on show."""
+    row's tiles keeps the marker in view; far away, the row's steps stay on show. The
+    widening goes in quarters of the span: during playback the window then moves every few
+    frames, not every frame, and the plots keep their cached lines in between."""
     first, last = active
     width = min(n_steps, max(last - first + 1, 8))
     lo = max(0, min(first, n_steps - width))
     hi = lo + width - 1
+    quarter = max(1, width // 4)
     if lo - width <= step < lo:
-        lo = step
+        lo = max(0, lo - -(-(lo - step) // quarter) * quarter)
     elif hi < step <= hi + width:
-        hi = step
+        hi = min(n_steps - 1, hi + -(-(step - hi) // quarter) * quarter)
     return lo, hi

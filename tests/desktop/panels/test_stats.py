@@ -54,8 +54,16 @@ def test_dense_output_in_dtype_and_float64_reference_are_separate_lines(window, 
 
 def test_zoom_window_holds_the_active_steps_and_follows_the_step_near_them():
     assert zoom_window((100, 199), 150, 1000) == (100, 199)
-    assert zoom_window((100, 199), 250, 1000) == (100, 250)  # just past: widened to it
-    assert zoom_window((100, 199), 20, 1000) == (20, 199)  # just before
+    # just past or before: widened to hold it, in quarters of the span (25 steps here)
+    assert zoom_window((100, 199), 250, 1000) == (100, 274)
+    assert zoom_window((100, 199), 200, 1000) == (100, 224)
+    assert zoom_window((100, 199), 224, 1000) == zoom_window((100, 199), 210, 1000)
+    assert zoom_window((100, 199), 20, 1000) == (0, 199)
+    assert zoom_window((100, 199), 90, 1000) == (75, 199)
+    assert zoom_window((900, 989), 999, 1000) == (900, 999)  # never past the run
+    for step in range(0, 400):  # the window always holds a step within one span
+        lo, hi = zoom_window((100, 199), step, 1000)
+        assert lo <= step <= hi or step < 0 or step > 299
     assert zoom_window((100, 199), 900, 1000) == (100, 199)  # far: the row's steps stay
     assert zoom_window((500, 509), 3, 1000) == (500, 509)
     assert zoom_window((0, 2), 1, 5) == (0, 4)  # at least 8 steps, at most the run
