@@ -153,14 +153,8 @@ class Config:
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-_WS_FLAGS = (
-    "serial",
-    "persist",
-    "lpt",
-    "tmastore",
-    "mcast",
-    "lazy",
-)  # spec flags of the ws kernel only
+# Spec flags of the ws kernel only.
+_WS_FLAGS = ("serial", "persist", "lpt", "tmastore", "mcast", "lazy")
 
 
 def _is_split_flag(flag: str) -> bool:
@@ -199,9 +193,9 @@ WS_MIN_N: dict[int, int] = {64: 2048, 128: 1}
 WS_LPT_N = (4096, 8192)
 # d = 128 from this many query rows on: 176-key tiles (FA3's non-causal shape), fewer
 # per-tile costs (barriers, max shuffles, O rescales) for the same work. FLASH_NOTES.md v8,
-# timed at the power-capped clock: +3-8% without a mask at N = 4096-16384, +10% causal at
-# N = 16384 (causal 4096-8192 keep 128-key tiles with the LPT order, equal within spread);
-# below 4096 not measured.
+# timed at the power-capped clock: without a mask at N = 4096-16384, 0.98-1.10x the 128-key
+# tiles over 30 same-run pairs (median 1.03); causal at N = 16384 1.00-1.10x over three
+# calls (causal 4096-8192 keep 128-key tiles with the LPT order); below 4096 not measured.
 WS_WIDE_N = 4096
 WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
 
