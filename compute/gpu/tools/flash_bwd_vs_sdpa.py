@@ -6,7 +6,9 @@ Run on the GPU machine after changing `kernels/flash_bwd_wgmma.cu` (needs torch 
 
 Setup as flash_vs_sdpa (batch*N = 16384 tokens, heads*d = 2048; its `TOKENS`, `MODEL_DIM`,
 `ERR_BAR`, `PEERS`). Per case the three paths are timed by `timing.time_cuda` (CUDA events,
-L2 flushed, inputs rotated, median) in interleaved rounds (`timing.time_interleaved`), on the same inputs: ours
+L2 flushed, inputs rotated, median) in interleaved rounds (`timing.time_interleaved`) after
+`--preheat` seconds untimed (default 1: timed at the power-capped clock, as the forward's
+comparison since FLASH_NOTES v8), on the same inputs: ours
 (`flash_attention_backward` given our forward's O and LSE: preprocessing, main kernel and dQ
 conversion all inside the events) and each SDPA backend's backward alone (graph built once,
 `torch.autograd.grad` timed; `peers.sdpa_backward`). TFLOP/s = 2.5 x the forward's
@@ -59,9 +61,11 @@ def _errors(cp, grads, ref, dtype: str) -> dict[str, float]:
     return errs
 
 
-def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int, modes=()) -> dict:
+def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int, modes=(),
+             preheat_s: float = 0.0) -> dict:  # fmt: skip
     """One (N, d, dtype, causal) report: per path median ms, TFLOP/s and errors; `modes` adds
-    rows `flash-bwd:mMODE` for flash_bwd_main's measurement variants (flash_backward.MODES)."""
+    rows `flash-bwd:mMODE` for flash_bwd_main's measurement variants (flash_backward.MODES);
+    the paths first run untimed for `preheat_s` seconds (timing.preheat)."""
     import cupy as cp
 
     from ..dense_backward import dense_attention_backward_gpu
@@ -93,7 +97,9 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
         flat = [tuple(x.reshape(bh, n, d) for x in (s[0], s[1], s[2], s[4])) for s in sets]
         paths[name] = (lambda run: run(), [(peer.prepare(*f, causal),) for f in flat])
 
-    timings = time_interleaved(paths, warmup=warmup, repeats=repeats, l2_bytes=l2)
+    timings = time_interleaved(
+        paths, warmup=warmup, repeats=repeats, l2_bytes=l2, preheat_s=preheat_s
+    )
 
     q, k, v, _, do, _ = sets[0]
     head = [float64_values(x[0, :1], dtype) for x in (q, k, v, do)]
@@ -164,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--json", type=Path, help="write the reports here")
     ap.add_argument("--modes", type=int, nargs="*", default=[], help="also time these MODEs")
+    ap.add_argument(
+        "--preheat", type=float, default=1.0,
+        help="seconds each case runs untimed first (the GPU's power-capped clock; default 1)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     causals = [False, True] if args.causal is None else [args.causal == "1"]
     data = {
@@ -180,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             for d in args.d:
                 for n in args.n:
                     for causal in causals:
-                        rep = run_case(n, d, dtype, causal, args.warmup, args.reps, args.modes)
+                        rep = run_case(n, d, dtype, causal, args.warmup, args.reps, args.modes,
+                                       args.preheat)  # fmt: skip
                         data["reports"].append(rep)
                         print(line(rep), flush=True)
                         if args.json:  # rewritten after every case: a cut-short run keeps its data
