@@ -198,6 +198,9 @@ WS_LPT_N = (4096, 8192)
 # calls (causal 4096-8192 keep 128-key tiles with the LPT order); below 4096 not measured.
 WS_WIDE_N = 4096
 WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
+# ... and causal, with the LPT order, from this many on: at N = 8192 +1.5% to +7% in four
+# same-run pairs over two calls, at 4096 -1% to -1.5% in four (FLASH_NOTES v8, call 6).
+WS_WIDE_CAUSAL_N = 8192
 
 
 @functools.cache
@@ -220,7 +223,8 @@ def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
         return WGMMA_CONFIGS[d]
     lo, hi = WS_LPT_N
     if causal and lo <= n_q <= hi:
-        return replace(WS_CONFIGS[d], lpt=True)
+        wide = d == 128 and n_q >= WS_WIDE_CAUSAL_N
+        return replace(WS_WIDE_D128 if wide else WS_CONFIGS[d], lpt=True)
     if d == 128 and n_q >= WS_WIDE_N:
         return WS_WIDE_D128
     return WS_CONFIGS[d]

@@ -19,6 +19,7 @@ Then the tensor-core backward (flash_backward.py) on the same shapes (sm_90 only
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -49,8 +50,8 @@ def main() -> int:
                 )
                 mine = [c for c in extra if c.d == d]
                 ours = () if only_extra else (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d])
-                if d == 128 and not only_extra:  # the default from N = 4096 on (176-key tiles)
-                    ours += (flash.WS_WIDE_D128,)
+                if d == 128 and not only_extra:  # the defaults with 176-key tiles (v8)
+                    ours += (flash.WS_WIDE_D128, replace(flash.WS_WIDE_D128, lpt=True))
                 for cfg in (*ours, *mine):
                     plans = {"": model_plan}
                     if cfg.tail_split:

@@ -37,10 +37,13 @@ def _configs():
     """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
     Hopper kernels (TMA + warp-specialised, and the plain wgmma fallback), and
     FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
+    from dataclasses import replace
+
     from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, WS_WIDE_D128, Config
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, *WGMMA_CONFIGS.values()]
+    wide_lpt = replace(WS_WIDE_D128, lpt=True)  # the causal N = 8192 default
+    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, wide_lpt, *WGMMA_CONFIGS.values()]
     return [None, *MMA_CONFIGS.values(), *hopper, *extra]
 
 

@@ -243,12 +243,14 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     for d in (64, 128):  # longest-first causal order where it measured faster (v6)
         assert flash.default_config(d, 4096, True) == replace(flash.WS_CONFIGS[d], lpt=True)
         assert flash.default_config(d, 8192, True).lpt
+        assert flash.default_config(d, 8192, True).block_n == (176 if d == 128 else 128)
         assert not flash.default_config(d, 8193, True).lpt
         assert not flash.default_config(d, 8192).lpt  # nothing to order without the mask
     # d = 128: 176-key tiles from N = 4096 on (v8), except causal where LPT is the rule
     for n, causal in ((4096, False), (8192, False), (16384, False), (8193, True), (1 << 20, True)):
         assert flash.default_config(128, n, causal).block_n == 176
     assert flash.default_config(128, 4096, True).block_n == 128
+    assert flash.default_config(128, 8191, True) == replace(flash.WS_CONFIGS[128], lpt=True)
     assert flash.default_config(64, 16384).block_n == 128
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
