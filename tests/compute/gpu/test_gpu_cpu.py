@@ -100,6 +100,17 @@ def test_bench_cli_rejects_bad_sizes():
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--block-q", "0"])
+    for bad in ("-1", "61", "nan"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--preheat", bad])
+
+
+def test_bench_cli_preheat_reaches_the_config():
+    from compute.gpu.bench_cli import _config, build_parser
+
+    args = build_parser().parse_args(["--n", "256", "--dtype", "float16", "--preheat", "1.5"])
+    assert _config(args, ("tiled",)).preheat_s == 1.5
+    assert _config(build_parser().parse_args([]), ("tiled",)).preheat_s == 0.0
 
 
 def test_tile_shape_shared_memory():
