@@ -129,6 +129,13 @@ __device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int
 //   alpha = exp2(m - m_new)                          (rescale factor of l and O)
 //   P     = exp2(S * scale_log2 - m_new)             (eq. P~_i^(j))
 //   l     = alpha * l + rowsum(P)                    (eq. l_i^(j); quad-reduced at the end)
+// The sum of x over the four threads of a quad (the threads that share a row of an
+// accumulator fragment): a row's full softmax denominator from the per-thread parts.
+__device__ __forceinline__ float fa_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffff, x, 1);
+    return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
 // Row h's (0: row g, 1: row g + 8) maximum over this tile, reduced across the quad.
 template <int NS>
 __device__ __forceinline__ float fa_row_max(const float* s, int h) {

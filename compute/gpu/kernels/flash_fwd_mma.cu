@@ -181,34 +181,11 @@ __global__ void __launch_bounds__(NWARPS * 32, MINB)
             }
         }
 
-        // Online softmax in the exp2 domain.
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = FA_NEG_INF;
-#pragma unroll
-            for (int jn = 0; jn < NTS; ++jn) mx = fmaxf(mx, fmaxf(s[jn][2 * h], s[jn][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            const float m_new = fmaxf(m[h], mx * scale_log2);
-            const float m_use = (m_new == FA_NEG_INF) ? 0.f : m_new;
-            const float alpha = fa_exp2(m[h] - m_use);
-            m[h] = m_new;
-            float rs = 0.f;
-#pragma unroll
-            for (int jn = 0; jn < NTS; ++jn) {
-                const float p0 = fa_exp2(fmaf(s[jn][2 * h], scale_log2, -m_use));
-                const float p1 = fa_exp2(fmaf(s[jn][2 * h + 1], scale_log2, -m_use));
-                s[jn][2 * h] = p0;
-                s[jn][2 * h + 1] = p1;
-                rs += p0 + p1;
-            }
-            l[h] = l[h] * alpha + rs;
-#pragma unroll
-            for (int dn = 0; dn < DTS; ++dn) {
-                o[dn][2 * h] *= alpha;
-                o[dn][2 * h + 1] *= alpha;
-            }
-        }
+        // Online softmax in the exp2 domain (the accumulator layout is the wgmma kernels':
+        // s[jn][e] and o[dn][e] are their flat s[4 jn + e] and o[4 dn + e]).
+        float alpha[2];
+        fa_softmax<4 * NTS>(&s[0][0], m, l, alpha, scale_log2);
+        fa_rescale<4 * DTS>(&o[0][0], alpha);
 
         // O += P V: P from registers (FA2 register trick), V via ldmatrix.trans.
 #pragma unroll
@@ -238,9 +215,7 @@ __global__ void __launch_bounds__(NWARPS * 32, MINB)
     // Epilogue: normalise, stage through the (now free) Q tile, write 16-byte chunks.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float lt = l[h];
-        lt += __shfl_xor_sync(0xffffffff, lt, 1);
-        lt += __shfl_xor_sync(0xffffffff, lt, 2);
+        const float lt = fa_quad_sum(l[h]);
         const float inv = lt > 0.f ? 1.f / lt : 0.f;
         const int rl = warp * 16 + g + 8 * h;  // local row
 #pragma unroll

@@ -91,9 +91,7 @@ __device__ __forceinline__ void fa_epilogue(const float* o, const float* m, cons
                                             int q0, int rl0, int t, int tid) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        float lt = l[h];
-        lt += __shfl_xor_sync(0xffffffff, lt, 1);
-        lt += __shfl_xor_sync(0xffffffff, lt, 2);
+        const float lt = fa_quad_sum(l[h]);
         const float inv = lt > 0.f ? 1.f / lt : 0.f;
         const int rl = rl0 + 8 * h;
 #pragma unroll

@@ -638,9 +638,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         u16* Ob = O + static_cast<long long>(bh) * Nq * D;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float lt = l[h];
-            lt += __shfl_xor_sync(0xffffffff, lt, 1);
-            lt += __shfl_xor_sync(0xffffffff, lt, 2);
+            const float lt = fa_quad_sum(l[h]);
             const float inv = lt > 0.f ? 1.f / lt : 0.f;
             const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
 #pragma unroll
