@@ -105,9 +105,6 @@ __global__ void flash_bwd_post(const float* __restrict__ dQacc, u16* __restrict_
 }
 
 #if FA_HAVE_WGMMA
-__device__ __forceinline__ void fb_fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 __device__ __forceinline__ void fb_red_v2(float* p, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
@@ -125,27 +122,6 @@ __device__ __forceinline__ void fb_bulk_wait() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 #endif
-
-// Rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout (the forward's
-// fa_load_panels: 64-column panels of 128-byte rows, chunk c of row r at c ^ (r & 7)).
-template <int D, int ROWS>
-__device__ __forceinline__ void fb_load_panels(u32 dst, const u16* __restrict__ src, int row0,
-                                               int nrows, int tid) {
-    constexpr int CPR = D / 8;
-    constexpr int TOTAL = ROWS * CPR;
-    static_assert(TOTAL % FB_NT == 0, "whole rounds of 16-byte copies");
-#pragma unroll
-    for (int i = 0; i < TOTAL / FB_NT; ++i) {
-        const int idx = tid + i * FB_NT;
-        const int r = idx / CPR;
-        const int cg = idx % CPR;
-        const int grow = row0 + r;
-        const bool ok = grow < nrows;
-        const u16* g = src + (ok ? (static_cast<long long>(grow) * D + cg * 8) : 0);
-        const u32 off = (cg >> 3) * (ROWS * 128) + r * 128 + (((cg & 7) ^ (r & 7)) << 4);
-        fa_cp_async16(dst + off, g, ok ? 16 : 0);
-    }
-}
 
 // Store one warpgroup's 64 x D accumulator rows (keys) as 16-bit pairs, times `mul`.
 template <int DT, int D>
@@ -228,16 +204,16 @@ __global__ void __launch_bounds__(FB_NT, 1)
     for (int i = 0; i < NA; ++i) dv[i] = dk[i] = 0.f;
 
     auto load_stage = [&](int i, int stage) {
-        fb_load_panels<D, FB_BM>(sQ + stage * QT_BYTES, Qb, i * FB_BM, Nq, tid);
-        fb_load_panels<D, FB_BM>(sdO + stage * QT_BYTES, dOb, i * FB_BM, Nq, tid);
+        fa_load_panels<D, FB_BM, FB_NT>(sQ + stage * QT_BYTES, Qb, i * FB_BM, Nq, tid);
+        fa_load_panels<D, FB_BM, FB_NT>(sdO + stage * QT_BYTES, dOb, i * FB_BM, Nq, tid);
         if (tid < 32) {  // 16 chunks of L2, 16 of D (padded buffers: always in bounds)
             const float* src = (tid < 16 ? L2b : Db) + i * FB_BM + (tid & 15) * 4;
             fa_cp_async16(sLD + stage * 512 + (tid >> 4) * 256 + (tid & 15) * 16, src, 16);
         }
     };
 
-    fb_load_panels<D, FB_BN>(sK, K + bh * Nk * D, k0, Nk, tid);
-    fb_load_panels<D, FB_BN>(sV, V + bh * Nk * D, k0, Nk, tid);
+    fa_load_panels<D, FB_BN, FB_NT>(sK, K + bh * Nk * D, k0, Nk, tid);
+    fa_load_panels<D, FB_BN, FB_NT>(sV, V + bh * Nk * D, k0, Nk, tid);
     if (i0 < nblk) load_stage(i0, 0);
     fa_cp_async_commit();
 
@@ -250,7 +226,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
         } else {
             fa_cp_async_wait<0>();
         }
-        fb_fence_proxy_async();
+        fa_fence_proxy_async();
         __syncthreads();
         const u32 qbase = sQ + stage * QT_BYTES;
         const u32 dobase = sdO + stage * QT_BYTES;
@@ -311,7 +287,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
         if constexpr (MODE == 3) {
             if (tid == 0) fb_bulk_wait_read();  // last block's reduction has read the dQ tile
         }
-        fb_fence_proxy_async();
+        fa_fence_proxy_async();
         __syncthreads();  // both warpgroups' dS^T are in shared memory
 
         constexpr bool KSPLIT = MODE == 2 && D == 64;
@@ -358,7 +334,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
                 fb_red_v2(dQb + static_cast<long long>(r) * D + c, dq[e], dq[e + 1]);
             }
         }
-        if constexpr (MODE == 3) fb_fence_proxy_async();  // dQ tile writes -> bulk reads
+        if constexpr (MODE == 3) fa_fence_proxy_async();  // dQ tile writes -> bulk reads
         __syncthreads();  // this stage and dS^T are overwritten next iteration
         if constexpr (MODE == 3) {
             if (tid == 0) fb_bulk_add(dQb + static_cast<long long>(q0) * D, sDQ, FB_BM * D * 4);

@@ -55,32 +55,8 @@ __device__ __forceinline__ void fa_named_arrive(int id) {
     if (id == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
     else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 }
-__device__ __forceinline__ void fa_fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 
 #endif  // FA_HAVE_WGMMA
-
-// Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout: panel p
-// holds columns [64p, 64p + 64) as ROWS rows of 128 bytes; rows past nrows are zero-filled.
-template <int D, int ROWS, int NT>
-__device__ __forceinline__ void fa_load_panels(u32 dst, const u16* __restrict__ src, int row0,
-                                               int nrows, int tid) {
-    constexpr int CPR = D / 8;
-    constexpr int TOTAL = ROWS * CPR;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + NT - 1) / NT; ++i) {
-        const int idx = tid + i * NT;
-        if (TOTAL % NT != 0 && idx >= TOTAL) break;
-        const int r = idx / CPR;
-        const int cg = idx % CPR;
-        const int grow = row0 + r;
-        const bool ok = grow < nrows;
-        const u16* g = src + (ok ? (static_cast<long long>(grow) * D + cg * 8) : 0);
-        const u32 off = (cg >> 3) * (ROWS * 128) + r * 128 + (((cg & 7) ^ (r & 7)) << 4);
-        fa_cp_async16(dst + off, g, ok ? 16 : 0);
-    }
-}
 
 // Normalise O, write LSE, stage O through shared memory at sbuf and store 16-byte chunks.
 // Callers synchronise the block before (sbuf free) ; this function synchronises inside.

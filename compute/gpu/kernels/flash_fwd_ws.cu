@@ -661,7 +661,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             // The copy engine reads what these threads wrote: fence the generic-proxy stores
             // before the barrier; one thread then stores the warpgroup's 64 rows, one box
             // per 64-column panel (the copy engine clips rows past Nq).
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            fa_fence_proxy_async();
             fa_bar_sync(1 + NC + c, 128);
             if (ctid == 0) {
 #pragma unroll
