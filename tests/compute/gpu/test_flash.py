@@ -8,26 +8,19 @@ is compute.attention.dense_lane in float64 on those rounded values; outputs are 
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
 import pytest
 
 from compute.attention import dense_lane
+from compute.gpu import status
 from compute.gpu.dtypes import device_array, float64_values
 
-try:
-    import cupy as cp
-
-    _GPU = bool(cp.is_available())
-except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
-    cp = None
-    _GPU = False
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _GPU, reason="needs CuPy and a usable CUDA device"),
-]
+_ST = status()
+cp = importlib.import_module("cupy") if _ST.usable else None
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ST.usable, reason=_ST.reason)]
 
 ERR = {"float16": 2e-3, "bfloat16": 1e-2}
 DTYPE_CODE = {"float16": 0, "bfloat16": 1}

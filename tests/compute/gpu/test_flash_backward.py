@@ -9,24 +9,18 @@ same rounded values. Error = max |g - ref| / max |ref| per gradient.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
 from compute import attention_backward
+from compute.gpu import status
 from compute.gpu.dtypes import device_array, float64_values
 
-try:
-    import cupy as cp
-
-    _GPU = bool(cp.is_available())
-except Exception:  # noqa: BLE001 - no CuPy, no driver, no device
-    cp = None
-    _GPU = False
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _GPU, reason="needs CuPy and a usable CUDA device"),
-]
+_ST = status()
+cp = importlib.import_module("cupy") if _ST.usable else None
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ST.usable, reason=_ST.reason)]
 
 ERR = {"float16": 2e-3, "bfloat16": 1e-2}
 CODE = {"float16": 0, "bfloat16": 1}
