@@ -3,8 +3,8 @@ from the forward for the backward, drawn as bars.
 
 Dense keeps P (N_q · N_k elements per head) to read it back; the tiled lane keeps only
 L = m + log ℓ (N_q elements) and recomputes P̃ = exp(S − L) tile by tile. The totals
-are the compute core's closed-form pass ledgers (desktop.state.config.ledger_for) at the
-config's own block sizes; hidden in the forward pass.
+are the compute core's closed-form pass ledgers (compute.pass_ledger) at the trace's
+shapes and the config's own block sizes; hidden in the forward pass.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from compute import Trace, element_bytes
+from compute import PASSES, Trace, element_bytes, pass_ledger
 from desktop.state.app_state import AppState
-from desktop.state.config import ledger_for
 
 DENSE_COLOR, TILED_COLOR = QColor("#c0392b"), QColor("#2471a3")
 
@@ -33,13 +32,12 @@ class KeepBars(QWidget):
         super().__init__(parent)
         self.kept: dict[str, int] = {}
         self.notes: dict[str, str] = {}
-        self.n = 0
         self.setFixedHeight(40)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
-    def set_kept(self, kept: dict[str, int], n: int, notes: dict[str, str] | None = None) -> None:
+    def set_kept(self, kept: dict[str, int], notes: dict[str, str] | None = None) -> None:
         """`notes` (per lane) is written at the right end of its bar instead of the count."""
-        self.kept, self.n, self.notes = kept, n, notes or {}
+        self.kept, self.notes = kept, notes or {}
         self.update()
 
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
@@ -95,15 +93,15 @@ class BackwardMemory(QWidget):
             self.hide()
             return
         self.show()
-        config = self.state.config
+        config, s = self.state.config, trace.schedule
         rows = []
-        for pass_name in ("forward", "backward", "training"):
-            led = ledger_for(config, pass_name)
+        for pass_name in PASSES:
+            # The trace's shapes: ledger_for would read a file's shapes from disk again.
+            led = pass_ledger(pass_name, s.n_q, s.n_k, s.d, s.d_v, **config.core_options())
             dense, tiled = (led.lanes[x].total_elements for x in ("dense", "tiled"))
             rows.append(f"{pass_name} {dense:,} vs {tiled:,}")
         self.totals_label.setText("Dense vs tiled, whole pass: " + " · ".join(rows))
         kept = kept_elements(trace)
-        s = trace.schedule
         nbytes = {
             "dense": kept["dense"] * element_bytes("P", trace.dtype),
             "tiled": kept["tiled"] * element_bytes("L", trace.dtype),
@@ -114,4 +112,4 @@ class BackwardMemory(QWidget):
             "dense": f"N_q·N_k = {kept['dense']:,} ({nbytes['dense']:,} B) per head",
             "tiled": f"N_q = {kept['tiled']:,} ({nbytes['tiled']:,} B), {s.n_k}× less",
         }
-        self.bars.set_kept(kept, s.n_q, notes)
+        self.bars.set_kept(kept, notes)
