@@ -8,6 +8,7 @@ value, and they differ in lightness for colour-blind readers.
 from __future__ import annotations
 
 import numpy as np
+from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -66,6 +67,20 @@ def qimage(rgba: np.ndarray) -> QImage:
     rgba = np.ascontiguousarray(rgba)
     h, w = rgba.shape[:2]
     return QImage(rgba.data, w, h, 4 * w, QImage.Format.Format_RGBA8888).copy()
+
+
+class FollowsPalette:
+    """Mixin (before the Qt base) for a widget whose pyqtgraph plots keep the colours they
+    were given: its restyle() runs on every palette change, which is the only way a theme
+    switch reaches pyqtgraph."""
+
+    def restyle(self) -> None:
+        raise NotImplementedError
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange:
+            self.restyle()
+        super().changeEvent(event)  # type: ignore[misc]
 
 
 def style_plot(widget, plot_items, palette: QPalette) -> None:

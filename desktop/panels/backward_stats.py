@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSignalBlocker, Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QSizePolicy, QSpinBox, QVBoxLayout
 
 from desktop.scene.row_series import MAX_COLOURED, STEP_X, fmt, fmt_vec
 from desktop.state.app_state import AppState
-from desktop.theme import style_plot
+from desktop.theme import FollowsPalette, style_plot
 
 FORMULAS = {
     "L": "L = m + log ℓ of the row, saved by the forward: all the backward keeps of softmax",
@@ -38,7 +38,7 @@ NAMES = {
 }
 
 
-class BackwardStats(QGroupBox):
+class BackwardStats(FollowsPalette, QGroupBox):
     """Labels and a dQ_row plot for the backward pass; follows AppState's row and key."""
 
     def __init__(self, state: AppState, parent=None) -> None:
@@ -89,11 +89,6 @@ class BackwardStats(QGroupBox):
 
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
-
-    def changeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        if event.type() == QEvent.Type.PaletteChange:
-            self.restyle()  # a theme switch reaches pyqtgraph only through here
-        super().changeEvent(event)
 
     def _rebuild(self, *_args: object) -> None:
         trace = self.state.trace

@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QBoxLayout,
@@ -30,7 +30,7 @@ from compute import Trace, element_bytes
 from desktop.panels.backward_memory import BackwardMemory
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
-from desktop.theme import style_plot
+from desktop.theme import FollowsPalette, style_plot
 
 COLUMNS = (("dense", "read"), ("dense", "write"), ("tiled", "read"), ("tiled", "write"))
 SYMBOLS = {"l": "ℓ"}
@@ -117,7 +117,7 @@ def legend_html(pens: dict = PENS) -> str:
     return " &nbsp; ".join(items)
 
 
-class LedgerPanel(QWidget):
+class LedgerPanel(FollowsPalette, QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
@@ -256,11 +256,6 @@ class LedgerPanel(QWidget):
 
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
-
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
-        if event.type() == QEvent.Type.PaletteChange:
-            self.restyle()  # a theme switch reaches pyqtgraph only through here
-        super().changeEvent(event)
 
     def _on_trace(self, trace: Trace) -> None:
         full = trace.counts_at(trace.n_steps - 1)

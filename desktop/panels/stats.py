@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSignalBlocker, Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsItem,
@@ -41,7 +41,7 @@ from desktop.scene.row_series import (
     zoom_window,
 )
 from desktop.state.app_state import AppState
-from desktop.theme import style_plot
+from desktop.theme import FollowsPalette, style_plot
 
 PLOTS = (
     ("m", "m: running max"),
@@ -76,7 +76,7 @@ READOUT_NAMES = {
 }
 
 
-class StatsPanel(QWidget):
+class StatsPanel(FollowsPalette, QWidget):
     sigTileJump = Signal(int)  # +1 / −1: the row's next / previous key tile
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
@@ -198,13 +198,6 @@ class StatsPanel(QWidget):
 
     def restyle(self) -> None:
         style_plot(self.plots, self._items.values(), self.palette())
-        if hasattr(self, "backward"):
-            self.backward.restyle()
-
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
-        if event.type() == QEvent.Type.PaletteChange:
-            self.restyle()  # a theme switch reaches pyqtgraph only through here
-        super().changeEvent(event)
 
     def _curves_for(self, key: str, count: int, dashed: bool = False) -> list[pg.PlotDataItem]:
         pool = self._refs if dashed else self._curves[key]

@@ -381,8 +381,7 @@ class MainWindow(QMainWindow):
         self._theme_actions[self.theme].setChecked(True)
         for w in (*self.lanes.values(), self.legend):
             w.update()
-        self.stats_panel.restyle()
-        self.ledger_panel.restyle()
+        # The plots restyle themselves on the PaletteChange the new palette sends them.
 
     def offscreen_copy(self) -> MainWindow:
         """A hidden window showing what this one shows, laid out the same: exports

@@ -6,10 +6,10 @@ import copy
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSize
+from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from desktop.theme import style_plot
+from desktop.theme import FollowsPalette, style_plot
 
 PREFERRED_HEIGHT = 260  # px the heatmap asks for; its minimum stays 200
 
@@ -25,7 +25,7 @@ class _HeatmapPlot(pg.PlotWidget):
         return QSize(hint.width(), min(hint.height(), PREFERRED_HEIGHT))
 
 
-class SweepView(QWidget):
+class SweepView(FollowsPalette, QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.sweep: dict | None = None
@@ -62,11 +62,8 @@ class SweepView(QWidget):
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.sweep_note)
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
-        if event.type() == QEvent.Type.PaletteChange:
-            # A theme switch reaches pyqtgraph only through here (else: white on dark).
-            style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
-        super().changeEvent(event)
+    def restyle(self) -> None:
+        style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
 
     def show_sweep(self, sweep: dict | None, n: int, blocks: tuple[int, int]) -> None:
         """Draw a block sweep (ms per run, recorded at N = n) and mark `blocks`."""
