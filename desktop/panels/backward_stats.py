@@ -84,7 +84,7 @@ class BackwardStats(FollowsPalette, QGroupBox):
         self.restyle()
         state.sigTraceChanged.connect(self._rebuild)
         state.sigRowChanged.connect(self._rebuild)
-        state.sigKeyChanged.connect(self._rebuild)
+        state.sigKeyChanged.connect(self._on_key)
         state.sigStepChanged.connect(self._on_step)
 
     def restyle(self) -> None:
@@ -130,6 +130,12 @@ class BackwardStats(FollowsPalette, QGroupBox):
             else:
                 span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
                 curve.setData(span, [b.dq_reference[c]] * 2)
+        self._on_step(self.state.step)
+
+    def _on_key(self, key: int) -> None:
+        # Only the dK / dV read-outs follow the key row; the dQ curves are the row's.
+        with QSignalBlocker(self.key_spin):
+            self.key_spin.setValue(key)
         self._on_step(self.state.step)
 
     def _on_step(self, step: int) -> None:

@@ -227,6 +227,10 @@ class StatsPanel(FollowsPalette, QWidget):
         forward = trace.pass_name != "backward"  # a backward alone shows no forward state
         for w in (self.plots, *self._forward_widgets):
             w.setVisible(forward)
+        self._set_outputs(trace, row)
+        if not forward:  # the row's online-softmax history would only feed hidden plots
+            self._series = None
+            return
         s = self._series = row_series(trace, row)
         # Step curves: a value holds from its update step to the next; the edges sit at
         # half steps so the marker at step t is inside the value shown after step t.
@@ -273,6 +277,11 @@ class StatsPanel(FollowsPalette, QWidget):
             item.setYRange(lo, hi, padding=0.06)
         self._active = active_steps(trace, row)
         self._x_window = None
+        self._on_step(self.state.step)
+
+    def _set_outputs(self, trace, row: int) -> None:
+        """The output read-outs (shown in every pass): dense O, O_ref and the error."""
+        ref = trace.reference[row]
         err_row = float(
             np.max(np.abs(trace.tiled_output[row].astype(np.float64) - ref), initial=0.0)
         )
@@ -280,7 +289,6 @@ class StatsPanel(FollowsPalette, QWidget):
         self.labels["dense"].setText(fmt_vec(dense_output_row(trace, row)))
         self.labels["ref"].setText(fmt_vec(ref))
         self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
-        self._on_step(self.state.step)
 
     def _set_x_range(self) -> None:
         """Whole run, or the row's active steps slid to hold the current step (1-based)."""
