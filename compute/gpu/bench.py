@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import ORDERS, closed_form_ledger
+from .. import ORDERS, PASSES, closed_form_ledger
 from .device import status
 from .dtypes import BENCH_DTYPES, KERNEL_DTYPES, device_array, float64_values
 from .peers import PEERS
@@ -34,7 +34,6 @@ from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
 from .timing import ROUNDS, Timing, peak_pool_bytes, rotation_count, time_cuda, time_interleaved
 
 KERNELS = ("tiled", "dense", "flash")
-BENCH_PASSES = ("forward", "backward", "training")
 # FLOPs of a pass in forwards: the backward's five matmuls to the forward's two; training both.
 PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "training": 3.5}
 PATHS = (*KERNELS, *PEERS)
@@ -89,7 +88,7 @@ class BenchConfig:
         """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal;
         the backward counts 2.5 times that, training 3.5 times (PASS_FLOPS)."""
         f = 2.0 * self.batch_heads * self.n * self.n_k * (self.d + self.dv)
-        f *= PASS_FLOPS.get(self.pass_name, 1.0)
+        f *= PASS_FLOPS[self.pass_name]
         return f / 2 if self.causal else f
 
     def __post_init__(self) -> None:
@@ -97,10 +96,8 @@ class BenchConfig:
             raise ValueError(f"dtype must be one of {', '.join(BENCH_DTYPES)}, not {self.dtype!r}.")
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}.")
-        if self.pass_name not in BENCH_PASSES:
-            raise ValueError(
-                f"pass must be one of {', '.join(BENCH_PASSES)}, not {self.pass_name!r}."
-            )
+        if self.pass_name not in PASSES:
+            raise ValueError(f"pass must be one of {', '.join(PASSES)}, not {self.pass_name!r}.")
         if self.pass_name != "forward" and self.flash_specs:
             raise ValueError(
                 "The flash variants (flash_specs) are forward kernels; "

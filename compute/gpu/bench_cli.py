@@ -12,12 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from .. import ORDERS
+from .. import ORDERS, PASSES
 from ..cli_fields import problem_fields
 from .device import status
 from .dtypes import KERNEL_DTYPES
 from .peers import PEERS
-from .report import PASSES, format_report
+from .report import format_report
 
 KERNEL_CHOICES = ("tiled", "dense", "flash", "all")
 

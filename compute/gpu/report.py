@@ -18,7 +18,6 @@ from importlib import resources
 BENCH_FORMAT = "flash-explorer-gpu-bench"
 FIGURES_FORMAT = "flash-explorer-gpu-figures"
 VERSION = 3
-PASSES = ("forward", "backward", "training")
 BUNDLED_DEFAULT = "tiled_vs_dense_h200"  # compute/gpu/reports/<name>.json
 MIB = 2**20
 

@@ -27,12 +27,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ... import PASSES
 from ..bench import BenchConfig, GpuUnavailable, run_bench
 from ..dtypes import FLASH_DTYPES, KERNEL_DTYPES
 from ..peers import PEERS
 from ..report import (
     FIGURES_FORMAT,
-    PASSES,
     VERSION,
     format_report,
     pass_of,

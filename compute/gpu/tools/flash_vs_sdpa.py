@@ -24,6 +24,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ... import PASSES
 from ..bench import BenchConfig, GpuUnavailable, run_bench
 from ..dtypes import FLASH_DTYPES
 from ..report import FIGURES_FORMAT, VERSION
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "clock the GPU holds under sustained load (its power cap; default 1)",
     )  # fmt: skip
     ap.add_argument(
-        "--pass", dest="passes", nargs="*", choices=("forward", "backward", "training"),
+        "--pass", dest="passes", nargs="*", choices=PASSES,
         default=["forward"], help="passes to time (default: the forward)",
     )  # fmt: skip
     args = ap.parse_args(argv)

@@ -34,11 +34,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from compute import PASSES
 from compute.gpu import DeviceStatus, status
 from compute.gpu.bench import BenchConfig, run_bench
 from compute.gpu.report import (
     HEADER,
-    PASSES,
     ReportError,
     bundled_report,
     pass_of,
