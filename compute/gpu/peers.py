@@ -15,7 +15,8 @@ from typing import Any
 PEERS: dict[str, str] = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION"}
 
 
-def _to_torch(torch: Any, a: Any) -> Any:
+def torch_view(torch: Any, a: Any) -> Any:
+    """The torch view of a CuPy array (uint16 bits as bfloat16), no copy."""
     import cupy
 
     if a.dtype == cupy.uint16:  # bfloat16 bits
@@ -23,7 +24,9 @@ def _to_torch(torch: Any, a: Any) -> Any:
     return torch.from_dlpack(a)
 
 
-def _to_cupy(torch: Any, t: Any) -> Any:
+def cupy_view(torch: Any, t: Any) -> Any:
+    """The CuPy view of a CUDA tensor (bfloat16 as uint16 bits), no copy; DLPack refuses a
+    tensor that requires grad, so pass `t.detach()` (it shares the memory)."""
     import cupy
 
     if t.dtype == torch.bfloat16:
@@ -45,10 +48,10 @@ def sdpa(name: str) -> Callable[..., Any]:
                 "SDPA aligns its causal mask top-left, this project bottom-right: "
                 "peers are compared at N_q = N_k only."
             )
-        tq, tk, tv = (_to_torch(torch, x)[None] for x in (q, k, v))
+        tq, tk, tv = (torch_view(torch, x)[None] for x in (q, k, v))
         with sdpa_kernel([backend]):
             out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
-        return _to_cupy(torch, out[0].contiguous())
+        return cupy_view(torch, out[0].contiguous())
 
     return fn
 
@@ -70,8 +73,8 @@ def sdpa_backward(name: str) -> Callable[..., Any]:
                 "SDPA aligns its causal mask top-left, this project bottom-right: "
                 "peers are compared at N_q = N_k only."
             )
-        tq, tk, tv = (_to_torch(torch, x)[None].detach().requires_grad_() for x in (q, k, v))
-        tdo = _to_torch(torch, do)[None]
+        tq, tk, tv = (torch_view(torch, x)[None].detach().requires_grad_() for x in (q, k, v))
+        tdo = torch_view(torch, do)[None]
         with sdpa_kernel([backend]):
             out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
 
@@ -83,7 +86,7 @@ def sdpa_backward(name: str) -> Callable[..., Any]:
 
     def fn(q: Any, k: Any, v: Any, do: Any, causal: bool = False) -> tuple[Any, Any, Any]:
         grads = prepare(q, k, v, do, causal)()
-        return tuple(_to_cupy(torch, g[0].contiguous()) for g in grads)
+        return tuple(cupy_view(torch, g[0].contiguous()) for g in grads)
 
     fn.prepare = prepare  # type: ignore[attr-defined]
     return fn

@@ -40,27 +40,6 @@ def _torch() -> Any:
     return torch
 
 
-def _to_cupy(t: Any) -> Any:
-    """The CuPy view of a contiguous CUDA tensor (bfloat16 as uint16 bits), no copy."""
-    import cupy
-    import torch
-
-    t = t.detach()  # DLPack refuses a tensor that requires grad; detach shares its memory
-    if t.dtype == torch.bfloat16:
-        return cupy.from_dlpack(t.view(torch.int16)).view(cupy.uint16)
-    return cupy.from_dlpack(t)
-
-
-def _to_torch(a: Any, dtype: Any) -> Any:
-    """The torch view of a CuPy array, as `dtype` (bfloat16 from its uint16 bits), no copy."""
-    import cupy
-    import torch
-
-    if a.dtype == cupy.uint16:
-        return torch.from_dlpack(a.view(cupy.int16)).view(dtype)
-    return torch.from_dlpack(a)
-
-
 def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool) -> None:
     """One sentence (ValueError / TypeError) for any input the kernels do not take."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -90,6 +69,7 @@ def _function() -> Any:
     import cupy
 
     from .flash import flash_attention
+    from .peers import cupy_view, torch_view
 
     def stream() -> Any:
         # The kernels join torch's current stream, so they order after the ops that made
@@ -106,10 +86,10 @@ def _function() -> Any:
             q, k, v = (t.contiguous() for t in (q, k, v))  # a copy only where not contiguous
             with cupy.cuda.Device(q.device.index), stream():
                 o, lse = flash_attention(
-                    *(_to_cupy(t) for t in (q, k, v)),
+                    *(cupy_view(torch, t.detach()) for t in (q, k, v)),
                     causal=is_causal, scale=scale, return_lse=True,
                 )  # fmt: skip
-            o_t, lse_t = _to_torch(o, q.dtype), torch.from_dlpack(lse)
+            o_t, lse_t = torch_view(torch, o), torch.from_dlpack(lse)
             ctx.save_for_backward(q, k, v, o_t, lse_t)
             ctx.is_causal, ctx.scale = is_causal, scale
             return o_t
@@ -122,10 +102,10 @@ def _function() -> Any:
             do = do.contiguous()  # e.g. the gradient of a transpose: one copy
             with cupy.cuda.Device(q.device.index), stream():
                 grads = flash_attention_backward(
-                    *(_to_cupy(t) for t in (q, k, v, o, do)), _to_cupy(lse),
+                    *(cupy_view(torch, t.detach()) for t in (q, k, v, o, do, lse)),
                     causal=ctx.is_causal, scale=ctx.scale,
                 )  # fmt: skip
-            dq, dk, dv = (_to_torch(g, q.dtype) for g in grads)
+            dq, dk, dv = (torch_view(torch, g) for g in grads)
             return dq, dk, dv, None, None
 
     return FlashAttention
