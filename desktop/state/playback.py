@@ -102,9 +102,13 @@ class Playback(QObject):
             self._rebase()
 
     def step_by(self, delta: int) -> None:
+        """Step `delta` frames (a frame is `stride` steps on long timelines)."""
+        self._jump(self.state.step + delta * self.stride)
+
+    def _jump(self, step: int) -> None:
         """Manual stepping pauses playback first (the user takes over)."""
         self.pause()
-        self.state.set_step(self.state.step + delta * self.stride)
+        self.state.set_step(step)
         self.state.set_progress(1.0)
 
     def row_tile(self, direction: int) -> None:
@@ -116,5 +120,5 @@ class Playback(QObject):
         steps = trace.row_updates(self.state.row)[0].tolist()
         step = self.state.step
         later = [s for s in steps if s > step] if direction > 0 else [s for s in steps if s < step]
-        if later:
-            self.step_by((later[0] if direction > 0 else later[-1]) - step)
+        if later:  # to that exact step: frames are not the unit here
+            self._jump(later[0] if direction > 0 else later[-1])

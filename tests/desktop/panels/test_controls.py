@@ -144,6 +144,11 @@ def test_users_blocks_survive_n_going_up_and_back_down(window, qtbot):
     st.set_step(0)
     window.playback.step_by(1)
     assert st.step == group.stride
+    # Jumping through the row's key tiles goes to the exact update steps, not in frames.
+    updates = st.trace.row_updates(st.row)[0].tolist()
+    st.set_step(0)
+    window.playback.row_tile(+1)
+    assert st.step == next(u for u in updates if u > 0)
     led = st.trace.ledger().lanes["tiled"].counts
     closed = compute.closed_form_ledger(1024, 1024, 2, 2, block_q=3, block_k=2).lanes["tiled"]
     assert {t: dict(led[t]) for t in compute.TENSORS} == {
