@@ -115,8 +115,8 @@ def paint_equation(p: QPainter, ctx: LaneContext, trace: Trace, step: int, area:
 
 
 def capacity_text(ctx: LaneContext, trace: Trace) -> str:
-    """The working-set sentence shown when M is not set."""
-    return f"peak working set {trace.schedule.sram_elements(ctx.lane):,} elements (M not set)"
+    """The working-set sentence shown when M is not set (of this pass, as the bar's)."""
+    return f"peak working set {trace.sram_need(ctx.lane):,} elements (M not set)"
 
 
 def paint_capacity(p: QPainter, ctx: LaneContext, trace: Trace, area: QRectF) -> None:

@@ -377,8 +377,8 @@ class ControlsPanel(QWidget):
         trace = self.state.trace
         if trace is None:
             return
-        need = trace.schedule.sram_elements("tiled")
-        dense = trace.schedule.sram_elements("dense")
+        need = trace.sram_need("tiled")  # of the pass shown: the backward holds more
+        dense = trace.sram_need("dense")
         cap = trace.sram_capacity
         if cap is None:
             self.fits_label.setText(
