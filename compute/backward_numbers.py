@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import causal_mask, output_dtype, round_to
+from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
 from .backward_schedule import backward_sram_elements
 from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
@@ -203,7 +203,7 @@ class BackwardNumbers:
         lse, d_t, sc_t = ops.lse_a, ops.D, ops.acc(self.scale)  # lse_a: P̃ = 0 on −∞ rows
         tq = np.empty((s.n_q, s.d), dtype=acc)
         tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
-        cols, f = np.arange(s.n_k), self.summary()
+        f = self.summary()
         exact = self.dtype == "float64"  # no rounding: S computed once serves both lanes
         for r0 in range(0, s.n_q, chunk):
             r1 = min(s.n_q, r0 + chunk)
@@ -222,10 +222,9 @@ class BackwardNumbers:
             if exact:  # float64: the tiled lane's scores are the dense ones
                 st = s64
             else:
-                st = (qd[r0:r1] @ kd.T) * sc_t
-                if s.causal:
-                    mask = causal_mask(np.arange(r0, r1), cols, s.n_q, s.n_k)
-                    st = np.where(mask, st, -np.inf)
+                st = _tile_scores(
+                    qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal
+                )
             pt = np.exp(st - lse[r0:r1, None])
             dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), self.dtype).astype(acc)
             tv += round_to(pt, self.dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
