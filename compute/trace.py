@@ -23,7 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .attention import RowHistory, causal_mask, default_scale, round_to
+from .attention import RowHistory, causal_mask, default_scale, round_to, stats_dtype
 from .backward_ledger import PassLedger, pass_ledger
 from .backward_numbers import BackwardNumbers
 from .backward_rows import default_do
@@ -277,7 +277,7 @@ class Trace(BackwardNumbers):
     def _p_tilde(self, block: int, tile: int) -> np.ndarray:
         s = self.schedule
         (r0, r1), (c0, c1) = s.rows(block), s.cols(tile)
-        acc = np.float64 if self.dtype == "float64" else np.float32
+        acc = stats_dtype(self.dtype)
         q, k = (round_to(x, self.dtype).astype(acc) for x in (self.q[r0:r1], self.k[c0:c1]))
         sc = (q @ k.T) * acc(self.scale)  # S_ij in the statistics dtype
         if s.causal:
