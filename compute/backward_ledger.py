@@ -27,8 +27,8 @@ from .ledger import (
     Counts,
     LaneLedger,
     Ledger,
+    check_ledger_args,
     closed_form_ledger,
-    element_bytes,
     ledger,
 )
 from .schedule import DIRECTIONS, LANES, Schedule
@@ -159,9 +159,7 @@ def pass_ledger(
         return (ledger if counted else closed_form_ledger)(n_q, n_k, d, d_v, **kw)
     if pass_name not in PASSES:
         raise ValueError(f"pass must be one of {', '.join(PASSES)}, not {pass_name!r}.")
-    element_bytes("Q", dtype)  # the dtype sentence for an unknown dtype
-    if sram_capacity is not None and sram_capacity < 1:
-        raise ValueError("SRAM capacity must be at least 1 element.")
+    check_ledger_args(dtype, sram_capacity)
     save_lse = True  # the tiled backward reads L, so its forward saved it
     s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     counts, sram = _counted_or_closed(s, pass_name, counted, dtype)

@@ -128,13 +128,18 @@ def count_actions(actions: Iterable[Action | None]) -> Counts:
     return freeze_counts(counts)
 
 
+def check_ledger_args(dtype: str, sram_capacity: int | None) -> None:
+    """The dtype and SRAM capacity checks every ledger makes, one sentence each."""
+    element_bytes("Q", dtype)
+    if sram_capacity is not None and sram_capacity < 1:
+        raise ValueError("SRAM capacity must be at least 1 element.")
+
+
 def make_ledger(
     schedule: Schedule, lane_counts: Mapping[str, Counts], dtype: str, sram_capacity: int | None
 ) -> Ledger:
     """Wrap per-lane counts into a Ledger (validates dtype and capacity)."""
-    element_bytes("Q", dtype)
-    if sram_capacity is not None and sram_capacity < 1:
-        raise ValueError("SRAM capacity must be at least 1 element.")
+    check_ledger_args(dtype, sram_capacity)
     lanes = {
         lane: LaneLedger(
             lane, lane_counts[lane], dtype, schedule.sram_elements(lane), sram_capacity

@@ -24,12 +24,12 @@ from functools import cached_property
 import numpy as np
 
 from .attention import RowHistory, causal_mask, default_scale, round_to, stats_dtype
-from .backward_ledger import PassLedger, pass_ledger
+from .backward_ledger import PassLedger
 from .backward_numbers import BackwardNumbers
 from .backward_rows import default_do
 from .full_pass import FullPass, full_pass
 from .inputs import validate_inputs
-from .ledger import LaneLedger, Ledger, freeze_counts, make_ledger
+from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_ledger
 from .recurrence import TileCursor, block_history
 from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
@@ -331,18 +331,12 @@ class Trace(BackwardNumbers):
         if self.pass_name == "forward":
             counts = {lane: freeze_counts(c) for lane, c in end.items()}
             return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
-        s = self.schedule  # the SRAM working sets of the pass, from its closed form
-        closed = pass_ledger(
-            self.pass_name, s.n_q, s.n_k, s.d, s.d_v, block_q=s.block_q, block_k=s.block_k,
-            order=s.order, causal=s.causal, dtype=self.dtype, sram_capacity=self.sram_capacity,
-        )  # fmt: skip
+        check_ledger_args(self.dtype, self.sram_capacity)
         lanes = {
-            lane: LaneLedger(
-                lane, end[lane], self.dtype, closed.lanes[lane].sram_elements, self.sram_capacity
-            )
+            lane: LaneLedger(lane, end[lane], self.dtype, self.sram_need(lane), self.sram_capacity)
             for lane in LANES
         }
-        return PassLedger(s, self.dtype, lanes, self.sram_capacity, self.pass_name)
+        return PassLedger(self.schedule, self.dtype, lanes, self.sram_capacity, self.pass_name)
 
     def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
         """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.
