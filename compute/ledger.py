@@ -243,8 +243,3 @@ def paper_block_sizes(sram_capacity: int, d: int) -> tuple[int, int]:
 def theorem2_bound(n: int, d: int, sram_capacity: int) -> float:
     """Theorem 2's order of FlashAttention's HBM accesses, N² d² / M (constant taken as 1)."""
     return n * n * d * d / sram_capacity
-
-
-def standard_attention_accesses(n: int, d: int) -> float:
-    """Theorem 2's order for standard attention, N d + N² (constant taken as 1)."""
-    return n * d + n * n
