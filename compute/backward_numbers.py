@@ -20,6 +20,7 @@ from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
 from .backward_schedule import backward_sram_elements
 from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 
 DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
 
@@ -107,7 +108,7 @@ class BackwardNumbers:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
         r0, r1 = self.schedule.rows(block)
         return self._memo(
-            "bwd_blocks", 16, block,
+            "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
                 self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
                 p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
@@ -118,7 +119,7 @@ class BackwardNumbers:
         """Key tile `tile`'s dK, dV after each query block (a few tiles are kept)."""
         c0, c1 = self.schedule.cols(tile)
         return self._memo(
-            "key_tiles", 8, tile,
+            "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
                 p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,

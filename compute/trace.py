@@ -28,7 +28,7 @@ from .backward_ledger import PassLedger
 from .backward_numbers import BackwardNumbers
 from .backward_rows import default_do
 from .full_pass import FullPass, full_pass
-from .inputs import validate_inputs
+from .inputs import HISTORY_BLOCKS, validate_inputs
 from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_ledger
 from .recurrence import TileCursor, block_history
 from .schedule import DIRECTIONS, LANES, Action, Schedule
@@ -226,7 +226,7 @@ class Trace(BackwardNumbers):
         first use (compute.recurrence); the 16 blocks asked for last are kept."""
         return self._memo(
             "blocks",
-            16,
+            HISTORY_BLOCKS,
             block,
             lambda: block_history(
                 self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
