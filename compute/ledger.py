@@ -180,6 +180,18 @@ def _visible_keys_per_block(s: Schedule) -> np.ndarray:
     return np.minimum(tiles * s.block_k, s.n_k)
 
 
+def visited_rows(s: Schedule) -> int:
+    """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
+    first_row = np.arange(s.t_r) * s.block_q
+    block_rows = np.minimum(first_row + s.block_q, s.n_q) - first_row
+    if not s.causal:
+        return int(block_rows.sum()) * s.t_c
+    # Block i sees tiles 0 .. ⌊(last row + N_k − N_q) / B_c⌋ (bottom-right alignment), clamped.
+    last_visible_key = first_row + block_rows - 1 + (s.n_k - s.n_q)
+    tiles = np.clip(np.floor_divide(last_visible_key, s.block_k) + 1, 0, s.t_c)
+    return int((tiles * block_rows).sum())
+
+
 def closed_form_counts(s: Schedule) -> dict[str, Counts]:
     """Both lanes' counts from formulas, independent of the action generators."""
     dense, tiled = _empty(), _empty()
@@ -199,10 +211,7 @@ def closed_form_counts(s: Schedule) -> dict[str, Counts]:
         tiled["O"]["write"] = s.n_q * s.d_v
     else:
         # Each visit of (tile j, block i) reads Q_i, O_i, ℓ_i, m_i and writes O_i, ℓ_i, m_i.
-        block_rows = (
-            np.minimum((np.arange(s.t_r) + 1) * s.block_q, s.n_q) - np.arange(s.t_r) * s.block_q
-        )
-        visits_rows = int((s.visible.sum(axis=1) * block_rows).sum())
+        visits_rows = visited_rows(s)
         tiled["K"]["read"], tiled["V"]["read"] = s.n_k * s.d, s.n_k * s.d_v
         tiled["Q"]["read"] = visits_rows * s.d
         tiled["O"]["read"] = visits_rows * s.d_v
