@@ -27,6 +27,7 @@ import numpy as np
 from .attention import (
     _divide_rows,
     _safe_max,
+    _tile_scores,
     causal_mask,
     default_scale,
     output_dtype,
@@ -118,10 +119,7 @@ def _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k, saved=None) -> G
         # run ending at the last block. Their rows are processed at once: the inner loop over
         # query blocks i becomes one matmul whose row sum is the accumulation over i.
         rows = slice(int(blocks[0]) * block_q, n_q)
-        s = (qd[rows] @ kd[cols].T) * scale  # S_ij = Q_i K_jᵀ · scale
-        if causal:
-            mask = causal_mask(np.arange(n_q)[rows], np.arange(n_k)[cols], n_q, n_k)
-            s = np.where(mask, s, acc(-np.inf))
+        s = _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal)  # S_ij = Q_i K_jᵀ · scale
         p = np.exp(s - lse[rows, None])  # P_ij = exp(S_ij − L_i), recomputed from the saved L
         p_lo = round_to(p, dtype).astype(acc)  # P̃ in the input dtype for the matmul
         dv[cols] = p_lo.T @ dod[rows]  # dV_j ← dV_j + P_ijᵀ dO_i  (summed over blocks i)

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import numpy as np
-
 from .backward_schedule import (
     PASS_TENSORS,
     PASSES,
@@ -27,9 +25,10 @@ from .ledger import (
     Counts,
     LaneLedger,
     Ledger,
+    check_ledger_args,
     closed_form_ledger,
-    element_bytes,
     ledger,
+    visited_rows,
 )
 from .schedule import DIRECTIONS, LANES, Schedule
 
@@ -66,18 +65,6 @@ def _add(a: Counts, b: Counts) -> Counts:
     return _freeze({t: {d: a[t][d] + b[t][d] for d in DIRECTIONS} for t in PASS_TENSORS})
 
 
-def _visited_rows(s: Schedule) -> int:
-    """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
-    first_row = np.arange(s.t_r) * s.block_q
-    block_rows = np.minimum(first_row + s.block_q, s.n_q) - first_row
-    if not s.causal:
-        return int(block_rows.sum()) * s.t_c
-    # Block i sees tiles 0 .. ⌊(last row + N_k − N_q) / B_c⌋ (bottom-right alignment), clamped.
-    last_visible_key = first_row + block_rows - 1 + (s.n_k - s.n_q)
-    tiles = np.clip(np.floor_divide(last_visible_key, s.block_k) + 1, 0, s.t_c)
-    return int((tiles * block_rows).sum())
-
-
 def closed_form_backward_counts(s: Schedule) -> dict[str, Counts]:
     """Both lanes' backward counts from formulas, independent of the step generators."""
     n_q, n_k, d, d_v, qk = s.n_q, s.n_k, s.d, s.d_v, s.n_q * s.n_k
@@ -93,7 +80,7 @@ def closed_form_backward_counts(s: Schedule) -> dict[str, Counts]:
         "dQ": {"write": n_q * d},
         "dK": {"write": n_k * d},
     }
-    rows = _visited_rows(s)
+    rows = visited_rows(s)
     tiled = {
         "O": {"read": n_q * d_v},  # preprocessing
         "dO": {"read": n_q * d_v + rows * d_v},  # preprocessing, then each visit
@@ -159,9 +146,7 @@ def pass_ledger(
         return (ledger if counted else closed_form_ledger)(n_q, n_k, d, d_v, **kw)
     if pass_name not in PASSES:
         raise ValueError(f"pass must be one of {', '.join(PASSES)}, not {pass_name!r}.")
-    element_bytes("Q", dtype)  # the dtype sentence for an unknown dtype
-    if sram_capacity is not None and sram_capacity < 1:
-        raise ValueError("SRAM capacity must be at least 1 element.")
+    check_ledger_args(dtype, sram_capacity)
     save_lse = True  # the tiled backward reads L, so its forward saved it
     s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     counts, sram = _counted_or_closed(s, pass_name, counted, dtype)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import causal_mask, output_dtype, round_to
+from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
 from .backward_schedule import backward_sram_elements
 from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 
 DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
 
@@ -107,7 +108,7 @@ class BackwardNumbers:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
         r0, r1 = self.schedule.rows(block)
         return self._memo(
-            "bwd_blocks", 16, block,
+            "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
                 self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
                 p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
@@ -118,7 +119,7 @@ class BackwardNumbers:
         """Key tile `tile`'s dK, dV after each query block (a few tiles are kept)."""
         c0, c1 = self.schedule.cols(tile)
         return self._memo(
-            "key_tiles", 8, tile,
+            "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
                 p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,
@@ -203,7 +204,7 @@ class BackwardNumbers:
         lse, d_t, sc_t = ops.lse_a, ops.D, ops.acc(self.scale)  # lse_a: P̃ = 0 on −∞ rows
         tq = np.empty((s.n_q, s.d), dtype=acc)
         tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
-        cols, f = np.arange(s.n_k), self.summary()
+        f = self.summary()
         exact = self.dtype == "float64"  # no rounding: S computed once serves both lanes
         for r0 in range(0, s.n_q, chunk):
             r1 = min(s.n_q, r0 + chunk)
@@ -222,10 +223,9 @@ class BackwardNumbers:
             if exact:  # float64: the tiled lane's scores are the dense ones
                 st = s64
             else:
-                st = (qd[r0:r1] @ kd.T) * sc_t
-                if s.causal:
-                    mask = causal_mask(np.arange(r0, r1), cols, s.n_q, s.n_k)
-                    st = np.where(mask, st, -np.inf)
+                st = _tile_scores(
+                    qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal
+                )
             pt = np.exp(st - lse[r0:r1, None])
             dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), self.dtype).astype(acc)
             tv += round_to(pt, self.dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i

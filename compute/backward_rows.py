@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import _safe_max, causal_mask, round_to, stats_dtype
+from .attention import _safe_max, _tile_scores, round_to, stats_dtype
 from .schedule import Schedule
 
 DO_SEED = 20240  # the seed of the displayed dO when no file gives one (standard normal)
@@ -89,11 +89,7 @@ def operands(q, k, v, do, o, lse, dtype: str) -> Operands:
 
 
 def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
-    sc = (qd[rows] @ kd[cols].T) * acc(scale)  # S = Q Kᵀ · scale
-    if s.causal:
-        mask = causal_mask(np.arange(s.n_q)[rows], np.arange(s.n_k)[cols], s.n_q, s.n_k)
-        sc = np.where(mask, sc, acc(-np.inf))
-    return sc
+    return _tile_scores(qd, kd, rows, cols, s.n_q, s.n_k, acc(scale), s.causal)  # S = Q Kᵀ · scale
 
 
 def _frozen(*arrays):

@@ -27,6 +27,7 @@ from .attention import (
     _divide_rows,
     _prepare,
     _safe_max,
+    _tile_scores,
     causal_mask,
     output_dtype,
     round_to,
@@ -194,9 +195,7 @@ def full_pass(
         if dtype == "float64":
             sc = s64
         else:  # the tiled lane works on rounded inputs in its statistics dtype
-            sc = (qd[r0:r1] @ kd.T) * scale_acc
-            if s.causal:
-                sc = np.where(causal_mask(rows, cols, n_q, n_k), sc, acc(-np.inf))
+            sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.causal)
         out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(
             sc.astype(acc, copy=False), vd, s, dtype, acc
         )
@@ -228,13 +227,11 @@ def tiled_state_after(
     o = np.zeros((n_q, s.d_v), dtype=acc)
     if keys == 0:
         return m, l, o
-    cols = np.arange(keys)
     chunk = max(1, CHUNK_ELEMENTS // keys)
     for r0 in range(0, n_q, chunk):
         r1 = min(n_q, r0 + chunk)
-        sc = (qd[r0:r1] @ kd[:keys].T) * scale  # S = Q Kᵀ · scale over the keys seen
-        if s.causal:
-            sc = np.where(causal_mask(np.arange(r0, r1), cols, n_q, s.n_k), sc, acc(-np.inf))
+        # S = Q Kᵀ · scale over the keys seen
+        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, keys), n_q, s.n_k, scale, s.causal)
         o[r0:r1], m[r0:r1], l[r0:r1] = _tiled_rows(
             sc.astype(acc, copy=False), vd[:keys], s, dtype, acc
         )

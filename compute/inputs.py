@@ -82,7 +82,8 @@ def validate_inputs(
 
 
 CHUNK_BYTES = 64 * 2**20  # the full pass's temporaries: 1M scores in about 8 arrays
-HISTORY_BLOCKS = 16  # query blocks whose history the trace keeps (compute.trace)
+HISTORY_BLOCKS = 16  # query blocks whose history the trace keeps (compute.trace, backward_numbers)
+HISTORY_KEY_TILES = 8  # key tiles whose dK, dV history the trace keeps (compute.backward_numbers)
 
 
 def memory_terms(
@@ -120,7 +121,7 @@ def memory_terms(
         terms["history"] = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
         if backward is not None:
             block_k, t_r = backward
-            keys = min(n_k, 8 * block_k)
+            keys = min(n_k, HISTORY_KEY_TILES * block_k)
             terms["history"] += 8 * rows * (3 * n_k + (t_c + 1) * d)
             terms["history"] += 8 * keys * (t_r + 1) * (d + d_v)
             terms["rows"] += 8 * 3 * (n_q * d + n_k * (d + d_v))  # two lanes' gradients

@@ -128,13 +128,18 @@ def count_actions(actions: Iterable[Action | None]) -> Counts:
     return freeze_counts(counts)
 
 
+def check_ledger_args(dtype: str, sram_capacity: int | None) -> None:
+    """The dtype and SRAM capacity checks every ledger makes, one sentence each."""
+    element_bytes("Q", dtype)
+    if sram_capacity is not None and sram_capacity < 1:
+        raise ValueError("SRAM capacity must be at least 1 element.")
+
+
 def make_ledger(
     schedule: Schedule, lane_counts: Mapping[str, Counts], dtype: str, sram_capacity: int | None
 ) -> Ledger:
     """Wrap per-lane counts into a Ledger (validates dtype and capacity)."""
-    element_bytes("Q", dtype)
-    if sram_capacity is not None and sram_capacity < 1:
-        raise ValueError("SRAM capacity must be at least 1 element.")
+    check_ledger_args(dtype, sram_capacity)
     lanes = {
         lane: LaneLedger(
             lane, lane_counts[lane], dtype, schedule.sram_elements(lane), sram_capacity
@@ -175,6 +180,18 @@ def _visible_keys_per_block(s: Schedule) -> np.ndarray:
     return np.minimum(tiles * s.block_k, s.n_k)
 
 
+def visited_rows(s: Schedule) -> int:
+    """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
+    first_row = np.arange(s.t_r) * s.block_q
+    block_rows = np.minimum(first_row + s.block_q, s.n_q) - first_row
+    if not s.causal:
+        return int(block_rows.sum()) * s.t_c
+    # Block i sees tiles 0 .. ⌊(last row + N_k − N_q) / B_c⌋ (bottom-right alignment), clamped.
+    last_visible_key = first_row + block_rows - 1 + (s.n_k - s.n_q)
+    tiles = np.clip(np.floor_divide(last_visible_key, s.block_k) + 1, 0, s.t_c)
+    return int((tiles * block_rows).sum())
+
+
 def closed_form_counts(s: Schedule) -> dict[str, Counts]:
     """Both lanes' counts from formulas, independent of the action generators."""
     dense, tiled = _empty(), _empty()
@@ -194,10 +211,7 @@ def closed_form_counts(s: Schedule) -> dict[str, Counts]:
         tiled["O"]["write"] = s.n_q * s.d_v
     else:
         # Each visit of (tile j, block i) reads Q_i, O_i, ℓ_i, m_i and writes O_i, ℓ_i, m_i.
-        block_rows = (
-            np.minimum((np.arange(s.t_r) + 1) * s.block_q, s.n_q) - np.arange(s.t_r) * s.block_q
-        )
-        visits_rows = int((s.visible.sum(axis=1) * block_rows).sum())
+        visits_rows = visited_rows(s)
         tiled["K"]["read"], tiled["V"]["read"] = s.n_k * s.d, s.n_k * s.d_v
         tiled["Q"]["read"] = visits_rows * s.d
         tiled["O"]["read"] = visits_rows * s.d_v
@@ -238,8 +252,3 @@ def paper_block_sizes(sram_capacity: int, d: int) -> tuple[int, int]:
 def theorem2_bound(n: int, d: int, sram_capacity: int) -> float:
     """Theorem 2's order of FlashAttention's HBM accesses, N² d² / M (constant taken as 1)."""
     return n * n * d * d / sram_capacity
-
-
-def standard_attention_accesses(n: int, d: int) -> float:
-    """Theorem 2's order for standard attention, N d + N² (constant taken as 1)."""
-    return n * d + n * n

@@ -25,6 +25,7 @@ from .attention import (
     _prepare,
     _tile_scores,
     _tile_update,
+    stats_dtype,
     tiled_attention_history,
 )
 from .full_pass import tiled_state_after
@@ -52,7 +53,7 @@ def block_history(
         # r1 + N_k − N_q keys. Keeping exactly those keys gives the cut problem the same
         # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
         n_keys = max(0, min(s.n_k, r1 + s.n_k - s.n_q))
-    acc = np.float64 if dtype == "float64" else np.float32
+    acc = stats_dtype(dtype)
     hist = RowHistory(
         m=np.full((n_rows, s.t_c + 1), -np.inf, dtype=acc),
         l=np.zeros((n_rows, s.t_c + 1), dtype=acc),

@@ -249,12 +249,9 @@ class LaneTimeline:
         lo, hi = self._span_of(part)
         return hi - lo
 
-    def _extent(self, kind: str, i, j):
+    def _extent(self, kind: str):
+        """An element count that depends on no block index (i and j are handled by callers)."""
         s = self.schedule
-        if kind == "i":
-            return self.row_sizes[i]
-        if kind == "j":
-            return self.col_sizes[j]
         if kind == "never":
             return int(self.row_sizes[s.last_visit < 0].sum())
         return {"nq": s.n_q, "nk": s.n_k, "d": s.d, "dv": s.d_v, "one": 1}[kind]
@@ -290,7 +287,7 @@ class LaneTimeline:
                             self.row_sizes if k == "i" else self.col_sizes
                         )
                     else:
-                        value = value * self._extent(k, None, None)
+                        value = value * self._extent(k)
                 if inner and cond == "last":  # only on the block's last visit: tile j
                     seen = s.last_visit >= 0
                     value = value * np.bincount(
@@ -314,7 +311,6 @@ class LaneTimeline:
     def _segment_uncached(self, k: int):
         part = self.parts[int(self.seg_part[k])]
         o = int(self.seg_outer[k])
-        s = self.schedule
         lo, hi = self._span_of(part)
         inner = np.arange(lo[o], hi[o]) if part.inner else np.zeros(0, dtype=np.int64)
         head = np.array([PHASE_CODE[p] for p in part.head], dtype=np.int8)
@@ -334,7 +330,6 @@ class LaneTimeline:
             bi, bj = fill, fill
         counts = self.action_counts(phases, bi, bj)
         np.cumsum(counts, axis=0, out=counts)
-        del s
         return tuple(
             _readonly(x) for x in (phases, bi.astype(np.int64), bj.astype(np.int64), counts)
         )
@@ -358,7 +353,7 @@ class LaneTimeline:
                     elif k == "j":
                         value = value * self.col_sizes[safe_j]
                     else:
-                        value = value * self._extent(k, None, None)
+                        value = value * self._extent(k)
                 m = mask
                 if cond == "last":
                     m = mask & (s.last_visit[safe_i] == bj)

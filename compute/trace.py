@@ -23,13 +23,13 @@ from functools import cached_property
 
 import numpy as np
 
-from .attention import RowHistory, causal_mask, default_scale, round_to
-from .backward_ledger import PassLedger, pass_ledger
+from .attention import RowHistory, causal_mask, default_scale, round_to, stats_dtype
+from .backward_ledger import PassLedger
 from .backward_numbers import BackwardNumbers
 from .backward_rows import default_do
 from .full_pass import FullPass, full_pass
-from .inputs import validate_inputs
-from .ledger import LaneLedger, Ledger, freeze_counts, make_ledger
+from .inputs import HISTORY_BLOCKS, validate_inputs
+from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_ledger
 from .recurrence import TileCursor, block_history
 from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
@@ -226,7 +226,7 @@ class Trace(BackwardNumbers):
         first use (compute.recurrence); the 16 blocks asked for last are kept."""
         return self._memo(
             "blocks",
-            16,
+            HISTORY_BLOCKS,
             block,
             lambda: block_history(
                 self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
@@ -277,7 +277,7 @@ class Trace(BackwardNumbers):
     def _p_tilde(self, block: int, tile: int) -> np.ndarray:
         s = self.schedule
         (r0, r1), (c0, c1) = s.rows(block), s.cols(tile)
-        acc = np.float64 if self.dtype == "float64" else np.float32
+        acc = stats_dtype(self.dtype)
         q, k = (round_to(x, self.dtype).astype(acc) for x in (self.q[r0:r1], self.k[c0:c1]))
         sc = (q @ k.T) * acc(self.scale)  # S_ij in the statistics dtype
         if s.causal:
@@ -331,18 +331,12 @@ class Trace(BackwardNumbers):
         if self.pass_name == "forward":
             counts = {lane: freeze_counts(c) for lane, c in end.items()}
             return make_ledger(self.schedule, counts, self.dtype, self.sram_capacity)
-        s = self.schedule  # the SRAM working sets of the pass, from its closed form
-        closed = pass_ledger(
-            self.pass_name, s.n_q, s.n_k, s.d, s.d_v, block_q=s.block_q, block_k=s.block_k,
-            order=s.order, causal=s.causal, dtype=self.dtype, sram_capacity=self.sram_capacity,
-        )  # fmt: skip
+        check_ledger_args(self.dtype, self.sram_capacity)
         lanes = {
-            lane: LaneLedger(
-                lane, end[lane], self.dtype, closed.lanes[lane].sram_elements, self.sram_capacity
-            )
+            lane: LaneLedger(lane, end[lane], self.dtype, self.sram_need(lane), self.sram_capacity)
             for lane in LANES
         }
-        return PassLedger(s, self.dtype, lanes, self.sram_capacity, self.pass_name)
+        return PassLedger(self.schedule, self.dtype, lanes, self.sram_capacity, self.pass_name)
 
     def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
         """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.
