@@ -10,8 +10,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from compute import DIRECTIONS, PASSES, InputError, Ledger
-from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
+from compute import DIRECTIONS, InputError, Ledger
+from desktop.cli.args import (
+    OneLineParser,
+    add_config_arguments,
+    add_pass_argument,
+    config_from_args,
+    fail,
+)
 from desktop.state.config import ledger_for
 
 
@@ -64,17 +70,13 @@ def run_ledger(argv: Sequence[str]) -> int:
         prog="flash-explorer ledger", description="Print the HBM transfer ledger of both lanes."
     )
     add_config_arguments(parser, inputs=False)
-    parser.add_argument(
-        "--pass",
-        dest="pass_name",
-        choices=PASSES,
-        default="forward",
-        help="which pass: forward (default), backward, or training (forward + backward)",
+    add_pass_argument(
+        parser, "which pass: forward (default), backward, or training (forward + backward)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
     try:
-        result = ledger_for(config_from_args(args), args.pass_name)
+        result = ledger_for(config_from_args(args))
     except (InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
     print(json.dumps(result.to_dict()) if args.json else format_ledger(result))
