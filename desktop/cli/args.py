@@ -74,7 +74,6 @@ SRAM_MAX = 10**15
 SEED_MAX = 2**32 - 1
 INPUT_SCALE_RANGE = (1e-6, 1e6)
 positive_int = ranged_int(1, POSITIONS_MAX)
-positive_float = ranged_float(1e-12, 1e12)
 
 
 def add_pass_argument(parser, help: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPoint, QRectF
-from PySide6.QtGui import QColor, QImage, QPainter, QPalette
+from PySide6.QtGui import QColor, QPainter, QPalette
 
 from desktop.export.animation_writer import (
     ANIMATION_SUFFIXES,
@@ -98,13 +98,6 @@ def frame_of(window, step: int, progress: float = 1.0) -> Frame:
 def output_size(size: tuple[int, int] | None, scale: float) -> tuple[int, int]:
     w, h = size or DEFAULT_SIZE
     return max(16, round(w * scale)), max(16, round(h * scale))
-
-
-def scaled_image(window, target: str, step: int, scale: float) -> QImage:
-    """A widget rendered at `scale` × its size (e.g. 2 for print), not upsampled pixels."""
-    widget = target_widget(window, target)
-    show_frame(window, step)
-    return render_scaled(widget, scale)
 
 
 def _widget_still(window, suffix: str, target: str, step: int, scale: float, size) -> bytes:

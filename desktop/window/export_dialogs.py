@@ -279,7 +279,6 @@ class Exports:
                 step=step,
                 size=size,
                 theme=dialog.theme.currentData(),
-                steps=range(step, step + 1),
             )
             w.statusBar().showMessage(f"Wrote {path}", 5000)
         except ExportError as exc:
