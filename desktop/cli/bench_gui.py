@@ -35,11 +35,11 @@ from desktop.cli.args import (
     config_from_args,
     fail,
 )
+from desktop.cli.session import SCREEN_SIZE
 
 GRID_N = (6, 64, 256, 1024, 4096)
 GRID_BLOCKS = (2, 16, 64)
 GRID_D = 64
-WINDOW = (1600, 1000)
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
@@ -188,7 +188,7 @@ def main(argv: Sequence[str]) -> int:
         return fail(str(exc), parser.prog)
     app = QApplication.instance() or QApplication([])
     window = MainWindow(persist=False)
-    window.resize(*WINDOW)
+    window.resize(*SCREEN_SIZE)
     window.show()
     _settle(app, window.state)
     results = []
@@ -203,7 +203,7 @@ def main(argv: Sequence[str]) -> int:
             "pyside6": PySide6.__version__,
             "cpus": os.cpu_count(),
             "platform": os.environ.get("QT_QPA_PLATFORM"),
-            "window": list(WINDOW),
+            "window": list(SCREEN_SIZE),
         }
         payload = results[0] if not args.grid else {"results": results}
         payload = {
