@@ -18,6 +18,7 @@ from desktop.cli.args import (
     config_from_args,
     fail,
 )
+from desktop.export.ledger_export import TENSOR_LABELS, ledger_rows
 from desktop.state.config import ledger_for
 
 
@@ -25,11 +26,13 @@ def format_ledger(result: Ledger) -> str:
     """The ledger as a plain-text table: per tensor and direction, both lanes, then totals."""
     c = result.config()
     dense, tiled = result.lanes["dense"], result.lanes["tiled"]
-    rows = []
-    for t in dense.counts:  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
-        row = [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS]
-        if any(row):
-            rows.append(("ℓ" if t == "l" else t, row))
+    rows = [  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
+        (
+            TENSOR_LABELS.get(t, t),
+            [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS],
+        )
+        for t in ledger_rows(result)
+    ]
     totals = (dense.total_elements, tiled.total_elements, dense.total_bytes, tiled.total_bytes)
     # Columns as wide as the widest number plus two spaces: 13+ digit counts never touch.
     w = max(14, 2 + max(len(f"{x:,}") for x in [*totals, *(x for _, r in rows for x in r)]))
