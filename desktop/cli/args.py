@@ -74,7 +74,11 @@ SRAM_MAX = 10**15
 SEED_MAX = 2**32 - 1
 INPUT_SCALE_RANGE = (1e-6, 1e6)
 positive_int = ranged_int(1, POSITIONS_MAX)
-positive_float = ranged_float(1e-12, 1e12)
+
+
+def add_pass_argument(parser, help: str) -> None:
+    """The --pass flag (dest `pass_name`, default forward) with each command's own help."""
+    parser.add_argument("--pass", dest="pass_name", choices=PASSES, default="forward", help=help)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True) -> None:
@@ -93,12 +97,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
     g.add_argument("--dtype", choices=DTYPES, default="float64", help="tiled lane precision")
     g.add_argument("--sram", type=ranged_int(1, SRAM_MAX), help="SRAM capacity M in elements")
     if inputs:
-        g.add_argument(
-            "--pass",
-            dest="pass_name",
-            choices=PASSES,
-            default="forward",
-            help="which pass the lanes animate: forward, backward or training (default forward)",
+        add_pass_argument(
+            g, "which pass the lanes animate: forward, backward or training (default forward)"
         )
         g.add_argument(
             "--input",

@@ -28,13 +28,18 @@ from pathlib import Path
 
 import numpy as np
 
-from compute import PASSES
-from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
+from desktop.cli.args import (
+    OneLineParser,
+    add_config_arguments,
+    add_pass_argument,
+    config_from_args,
+    fail,
+)
+from desktop.cli.session import SCREEN_SIZE
 
 GRID_N = (6, 64, 256, 1024, 4096)
 GRID_BLOCKS = (2, 16, 64)
 GRID_D = 64
-WINDOW = (1600, 1000)
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
@@ -160,9 +165,7 @@ def main(argv: Sequence[str]) -> int:
         description="Time the window offscreen: change to repaint, and playback frames.",
     )
     add_config_arguments(parser, inputs=False)
-    parser.add_argument(
-        "--pass", dest="pass_name", choices=PASSES, default="forward", help="the pass shown"
-    )
+    add_pass_argument(parser, "the pass shown")
     parser.add_argument("--repeats", type=int, default=10, help="changes each way (default 10)")
     parser.add_argument("--frames", type=int, default=60, help="playback frames timed")
     parser.add_argument("--json", type=Path, help="write the result(s) as JSON here")
@@ -185,7 +188,7 @@ def main(argv: Sequence[str]) -> int:
         return fail(str(exc), parser.prog)
     app = QApplication.instance() or QApplication([])
     window = MainWindow(persist=False)
-    window.resize(*WINDOW)
+    window.resize(*SCREEN_SIZE)
     window.show()
     _settle(app, window.state)
     results = []
@@ -200,7 +203,7 @@ def main(argv: Sequence[str]) -> int:
             "pyside6": PySide6.__version__,
             "cpus": os.cpu_count(),
             "platform": os.environ.get("QT_QPA_PLATFORM"),
-            "window": list(WINDOW),
+            "window": list(SCREEN_SIZE),
         }
         payload = results[0] if not args.grid else {"results": results}
         payload = {

@@ -21,9 +21,9 @@ from desktop.cli.args import (
     requested_config,
 )
 from desktop.cli.session import SCREEN_SIZE, ensure_app, headless_window
+from desktop.export.animation_writer import FPS_RANGE
 from desktop.export.atomic import ExportError
 
-FPS_RANGE = (0.1, 100.0)  # as animation_writer.FPS_RANGE (not imported: it pulls NumPy in)
 HOLD_MAX = 120
 SCALE = ranged_float(0.25, 8.0)
 OUT_OF_MEMORY = "This configuration needs more memory than is free; lower N, d or the frame size."
@@ -102,7 +102,9 @@ def _export(argv: list[str]) -> int:
     parser = export_parser()
     args = parser.parse_args(argv)
     try:
+        from desktop.export.canvas import LANE_TARGETS
         from desktop.export.exporter import (
+            STILL_SUFFIXES,
             VIEW_SUFFIXES,
             check_suffix,
             export_animation,
@@ -127,14 +129,14 @@ def _export(argv: list[str]) -> int:
         steps = parse_steps(args.steps, window.state.n_steps)
         target = args.lane
         if args.storyboard is not None:
-            if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+            if path.suffix.lower() not in STILL_SUFFIXES:
                 raise ExportError(f"A storyboard is a PNG, SVG or PDF, not {path.suffix}.")
             chosen = parse_storyboard(args.storyboard, window.state.n_steps)
             export_storyboard(
                 window, path, steps=chosen, target=target, size=size, theme=args.theme
             )
             what = "storyboard of steps " + ",".join(str(s + 1) for s in chosen)
-        elif path.suffix.lower() in (".png", ".svg", ".pdf"):
+        elif path.suffix.lower() in STILL_SUFFIXES:
             export_still(
                 window,
                 path,
@@ -145,7 +147,7 @@ def _export(argv: list[str]) -> int:
                 theme=args.theme,
                 steps=steps,
             )
-            pdf_pages = path.suffix.lower() == ".pdf" and target in ("both", "dense", "tiled")
+            pdf_pages = path.suffix.lower() == ".pdf" and target in LANE_TARGETS
             if pdf_pages and len(steps) > 1:
                 what = f"{len(steps)} pages, steps {steps[0] + 1}-{steps[-1] + 1}"
             else:
@@ -182,13 +184,13 @@ def _export_ledger(argv: list[str]) -> int:
     parser.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale (default 1)")
     args = parser.parse_args(argv)
     try:
-        from desktop.export.exporter import check_suffix
+        from desktop.export.exporter import STILL_SUFFIXES, check_suffix
         from desktop.export.ledger_export import LEDGER_SUFFIXES, export_ledger
         from desktop.state.config import ledger_for
 
         path = check_suffix(args.out, LEDGER_SUFFIXES)
         result = ledger_for(requested_config(args).validated())
-        if path.suffix.lower() in (".png", ".svg", ".pdf"):
+        if path.suffix.lower() in STILL_SUFFIXES:
             ensure_app()
         export_ledger(result, path, scale=args.scale)
     except (ExportError, InputError, ValueError) as exc:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from desktop.cli.args import OneLineParser, add_config_arguments, requested_config
-from desktop.cli.session import has_display, quiet_platform_notes
+from desktop.cli.session import SCREEN_SIZE, has_display, quiet_platform_notes
 from desktop.state.config import Config
 
 CONFIG_FLAGS = (
@@ -34,8 +34,6 @@ CONFIG_FLAGS = (
     "--input-scale",
     "--open",
 )
-
-SCREENSHOT_SIZE = (1600, 1000)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -130,7 +128,7 @@ def _write_screenshot(args: argparse.Namespace, window_class) -> int:
             print(f"warning: {window.overflow_text()}", file=sys.stderr)
         window.state.set_row(args.row)
         window.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
-        window.resize(*SCREENSHOT_SIZE)
+        window.resize(*SCREEN_SIZE)
         window.show()
         QApplication.processEvents()
         step = n - 1 if args.step is None else args.step - 1

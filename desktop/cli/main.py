@@ -10,8 +10,15 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from compute import DIRECTIONS, PASSES, InputError, Ledger
-from desktop.cli.args import OneLineParser, add_config_arguments, config_from_args, fail
+from compute import DIRECTIONS, InputError, Ledger
+from desktop.cli.args import (
+    OneLineParser,
+    add_config_arguments,
+    add_pass_argument,
+    config_from_args,
+    fail,
+)
+from desktop.export.ledger_export import TENSOR_LABELS, ledger_rows
 from desktop.state.config import ledger_for
 
 
@@ -19,11 +26,13 @@ def format_ledger(result: Ledger) -> str:
     """The ledger as a plain-text table: per tensor and direction, both lanes, then totals."""
     c = result.config()
     dense, tiled = result.lanes["dense"], result.lanes["tiled"]
-    rows = []
-    for t in dense.counts:  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
-        row = [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS]
-        if any(row):
-            rows.append(("ℓ" if t == "l" else t, row))
+    rows = [  # the forward's tensors; a backward's adds dO, dQ, dK, dV, ...
+        (
+            TENSOR_LABELS.get(t, t),
+            [dense.counts[t][d] for d in DIRECTIONS] + [tiled.counts[t][d] for d in DIRECTIONS],
+        )
+        for t in ledger_rows(result)
+    ]
     totals = (dense.total_elements, tiled.total_elements, dense.total_bytes, tiled.total_bytes)
     # Columns as wide as the widest number plus two spaces: 13+ digit counts never touch.
     w = max(14, 2 + max(len(f"{x:,}") for x in [*totals, *(x for _, r in rows for x in r)]))
@@ -64,17 +73,13 @@ def run_ledger(argv: Sequence[str]) -> int:
         prog="flash-explorer ledger", description="Print the HBM transfer ledger of both lanes."
     )
     add_config_arguments(parser, inputs=False)
-    parser.add_argument(
-        "--pass",
-        dest="pass_name",
-        choices=PASSES,
-        default="forward",
-        help="which pass: forward (default), backward, or training (forward + backward)",
+    add_pass_argument(
+        parser, "which pass: forward (default), backward, or training (forward + backward)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     args = parser.parse_args(argv)
     try:
-        result = ledger_for(config_from_args(args), args.pass_name)
+        result = ledger_for(config_from_args(args))
     except (InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
     print(json.dumps(result.to_dict()) if args.json else format_ledger(result))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-SCREEN_SIZE = (1600, 1000)
+SCREEN_SIZE = (1600, 1000)  # windows the CLI opens: as main_window.DESIGN_SIZE (not imported: Qt)
 
 
 def has_display() -> bool:

@@ -307,7 +307,6 @@ class LaneCanvas:
         p: QPainter,
         frame: Frame,
         *,
-        caption: str | None = None,
         fraction: float | None = None,
         vector: bool = False,
     ) -> None:
@@ -327,7 +326,7 @@ class LaneCanvas:
             lane.paint_step(p)
             p.restore()
         if self.lines:
-            self._paint_footer(p, caption or frame.trace.steps[frame.step].describe(), fraction)
+            self._paint_footer(p, frame.trace.steps[frame.step].describe(), fraction)
         p.restore()
 
     def _paint_footer(self, p: QPainter, caption: str, fraction: float | None) -> None:

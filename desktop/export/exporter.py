@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPoint, QRectF
-from PySide6.QtGui import QColor, QImage, QPainter, QPalette
+from PySide6.QtGui import QColor, QPainter, QPalette
 
 from desktop.export.animation_writer import (
     ANIMATION_SUFFIXES,
@@ -27,7 +28,7 @@ from desktop.export.animation_writer import (
 )
 from desktop.export.atomic import ExportError, write_bytes_atomic
 from desktop.export.canvas import LANE_TARGETS, Frame, LaneCanvas, grid_shape
-from desktop.export.devices import pdf_bytes, still_bytes, svg_bytes
+from desktop.export.devices import image_of, pdf_bytes, still_bytes, svg_bytes
 from desktop.export.frames import (
     FOOTER_HEIGHT,
     FramePlan,
@@ -98,13 +99,6 @@ def frame_of(window, step: int, progress: float = 1.0) -> Frame:
 def output_size(size: tuple[int, int] | None, scale: float) -> tuple[int, int]:
     w, h = size or DEFAULT_SIZE
     return max(16, round(w * scale)), max(16, round(h * scale))
-
-
-def scaled_image(window, target: str, step: int, scale: float) -> QImage:
-    """A widget rendered at `scale` × its size (e.g. 2 for print), not upsampled pixels."""
-    widget = target_widget(window, target)
-    show_frame(window, step)
-    return render_scaled(widget, scale)
 
 
 def _widget_still(window, suffix: str, target: str, step: int, scale: float, size) -> bytes:
@@ -267,18 +261,14 @@ def lane_frames(
     theme: str,
 ) -> Iterator[np.ndarray]:
     """RGB arrays of the lanes for every frame of `plan`, laid out for `size`."""
-    from desktop.export.canvas import begin, new_image
-
     out = size or DEFAULT_SIZE
     canvas = LaneCanvas(window.state.trace, target, out, theme, lines=1)
     fill = canvas.palette.color(QPalette.ColorRole.Window)
     frames = plan.frames()
     for index, (step, progress) in enumerate(frames):
-        image = new_image(out, fill)
-        p = begin(image)
-        canvas.paint(p, frame_of(window, step, progress), fraction=(index + 1) / len(frames))
-        p.end()
-        yield to_rgb_array(image)
+        frame, fraction = frame_of(window, step, progress), (index + 1) / len(frames)
+        paint = partial(canvas.paint, frame=frame, fraction=fraction)
+        yield to_rgb_array(image_of(out, paint, fill))
 
 
 def export_animation(

@@ -57,7 +57,8 @@ def check_scale(scale: float) -> None:
 LEDGER_WIDTH, ROW_H, TOP = 760, 26, 86
 
 
-def _ledger_rows(result: Ledger) -> list[str]:
+def ledger_rows(result: Ledger) -> list[str]:
+    """The tensors with any transfer in either lane, in the ledger's order."""
     return [
         t
         for t in _tensors(result)
@@ -67,7 +68,7 @@ def _ledger_rows(result: Ledger) -> list[str]:
 
 def ledger_size(result: Ledger) -> tuple[int, int]:
     """The drawing's size in logical pixels (96 dpi)."""
-    table_h = ROW_H * (len(_ledger_rows(result)) + 3)
+    table_h = ROW_H * (len(ledger_rows(result)) + 3)
     return LEDGER_WIDTH, TOP + table_h + 150
 
 
@@ -90,7 +91,7 @@ def paint_ledger(p, result: Ledger) -> None:
     from PySide6.QtCore import QRectF, Qt
     from PySide6.QtGui import QColor, QFont, QPainter
 
-    rows = _ledger_rows(result)
+    rows = ledger_rows(result)
     width, row_h, top = LEDGER_WIDTH, ROW_H, TOP
     p.fillRect(QRectF(0, 0, *ledger_size(result)), QColor("white"))
     p.setRenderHint(QPainter.RenderHint.Antialiasing)

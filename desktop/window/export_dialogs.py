@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.export.atomic import ExportCancelled, ExportError
+from desktop.export.canvas import LANE_TARGETS
 from desktop.export.exporter import (
     export_animation,
     export_still,
@@ -50,8 +51,6 @@ VIEW_NAMES = {
     "ledger": "Ledger panel",
 }
 
-
-LANE_VIEWS = ("both", "dense", "tiled")
 # Sizes by purpose; a lane export is laid out for its size (fonts grow with the slide).
 PRESETS: dict[str, tuple[str, tuple[int, int]]] = {
     "slide169": ("16:9 slide, 1920×1080", (1920, 1080)),
@@ -125,7 +124,8 @@ class StoryboardOptions(_Options):
         super().__init__(parent, "Export storyboard")
         self.n_steps = n_steps
         self.view = _combo(
-            {k: VIEW_NAMES[k] for k in LANE_VIEWS}, str(settings.value("export/story_view", "both"))
+            {k: VIEW_NAMES[k] for k in LANE_TARGETS},
+            str(settings.value("export/story_view", "both")),
         )
         picks = sorted({1, max(1, step + 1), max(1, (n_steps + 1) // 2), n_steps})
         self.steps = QLineEdit(",".join(str(k) for k in picks))
@@ -270,7 +270,7 @@ class Exports:
         try:
             # The arguments `flash-explorer export --lane V --steps K --size WxH --theme T`
             # passes, so the two write the same file.
-            size = preset_size(dialog.preset.currentData()) if view in LANE_VIEWS else None
+            size = preset_size(dialog.preset.currentData()) if view in LANE_TARGETS else None
             step = w.state.step
             export_still(
                 w,
@@ -279,7 +279,6 @@ class Exports:
                 step=step,
                 size=size,
                 theme=dialog.theme.currentData(),
-                steps=range(step, step + 1),
             )
             w.statusBar().showMessage(f"Wrote {path}", 5000)
         except ExportError as exc:
@@ -336,7 +335,7 @@ class Exports:
         if path is None:
             return
         plan = FramePlan(range(first - 1, last), hold)
-        size = dialog.size() if view in LANE_VIEWS else None
+        size = dialog.size() if view in LANE_TARGETS else None
         self.run_animation(path, plan, fps, view, size, theme=dialog.theme.currentData())
 
     def run_animation(
@@ -357,7 +356,7 @@ class Exports:
 
         # Lanes are painted from a frozen copy of the state, so the user's window never
         # moves; the window and panels are grabbed, so from a hidden twin of the window.
-        twin = w.offscreen_copy() if view not in LANE_VIEWS else None
+        twin = w.offscreen_copy() if view not in LANE_TARGETS else None
         try:
             export_animation(
                 twin or w,
