@@ -75,6 +75,9 @@ class BenchConfig:
     # Seconds the forward's paths run untimed before their timing (timing.preheat): the
     # clock they are then timed at is the one the GPU holds under sustained load.
     preheat_s: float = 0.0
+    # ... and before each of a path's interleaved slices, that path alone (timing.py), so
+    # no slice inherits the clock of a lighter or heavier path that ran just before it.
+    settle_s: float = 0.0
 
     @property
     def n_k(self) -> int:
@@ -241,8 +244,9 @@ def _time_rows(cfg: BenchConfig, inputs: _Inputs, rows: list) -> list[dict]:
     def together() -> dict:
         paths = {key: (p.fn, inputs.sets) for key, p in pending.items()}
         timings = time_interleaved(
-            paths, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=l2, preheat_s=cfg.preheat_s
-        )
+            paths, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=l2,
+            preheat_s=cfg.preheat_s, settle_s=cfg.settle_s,
+        )  # fmt: skip
         return {"rows": {key: _finish(cfg, pending[key], t) for key, t in timings.items()}}
 
     done = _guarded("", {}, together).get("rows")
@@ -511,6 +515,11 @@ def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Co
         + (
             f" after {cfg.preheat_s:g} s untimed"
             if cfg.pass_name == "forward" and cfg.preheat_s
+            else ""
+        )
+        + (
+            f", each slice after {cfg.settle_s:g} s of its own path untimed"
+            if cfg.pass_name == "forward" and cfg.settle_s
             else ""
         ),
         "sample": None,

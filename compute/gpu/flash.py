@@ -61,6 +61,13 @@ class Config:
     # ws: the running max m moves only when a score exceeds it by 2^8 (FLASH_NOTES v8; spec
     # ':lazy'), so most tiles skip O's rescale; exact, P stays <= 256
     lazy_rescale: bool = False
+    # ws: Q's A fragments held in registers for the S GEMM (wgmma with A from registers)
+    # instead of read from shared memory at every key tile (FLASH_NOTES v9; spec ':qreg');
+    # spills beyond 128-key tiles at d = 128
+    q_regs: bool = False
+    # ws: a K or V stage is released by one arrival per consumer warpgroup (CUTLASS's
+    # pipelines) instead of one per thread (FLASH_NOTES v9; spec ':wgrelease')
+    warpgroup_release: bool = False
 
     @property
     def block_m(self) -> int:
@@ -94,6 +101,7 @@ class Config:
                 (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split > 0))
             )
             mode |= (64 * int(self.multicast)) | (128 * int(self.lazy_rescale))
+            mode |= (256 * int(self.q_regs)) | (512 * int(self.warpgroup_release))
             kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
             return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
@@ -103,7 +111,8 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]'
+        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]
+        [:qreg][:wgrelease]'
         (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
@@ -116,6 +125,8 @@ class Config:
             text += ":tailsplit" + (str(self.tail_split) if self.tail_split > 1 else "")
         text += ":mcast" if self.multicast else ""
         text += ":lazy" if self.lazy_rescale else ""
+        text += ":qreg" if self.q_regs else ""
+        text += ":wgrelease" if self.warpgroup_release else ""
         return text
 
     @classmethod
@@ -137,7 +148,7 @@ class Config:
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
                 "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
-                "[:mcast][:lazy]'"
+                "[:mcast][:lazy][:qreg][:wgrelease]'"
             )
         if "mcast" in flags and (split or "persist" in flags):
             raise ValueError(
@@ -148,13 +159,22 @@ class Config:
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
                 "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
-                "lazy" in flags,
+                "lazy" in flags, "qreg" in flags, "wgrelease" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
 # Spec flags of the ws kernel only.
-_WS_FLAGS = ("serial", "persist", "lpt", "tmastore", "mcast", "lazy")
+_WS_FLAGS = (
+    "serial",
+    "persist",
+    "lpt",
+    "tmastore",
+    "mcast",
+    "lazy",
+    "qreg",
+    "wgrelease",
+)
 
 
 def _is_split_flag(flag: str) -> bool:
@@ -248,6 +268,14 @@ def _module(kernel: str, names: tuple[str, ...]):
 
 @functools.cache
 def _function(cfg: Config, dt: int):
+    cp = _cupy()
+    limit = int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+    if cfg.smem_bytes() > limit:  # e.g. 192-key tiles with ':persist' at d = 128
+        raise ValueError(
+            f"kernel variant {cfg.spec()!r} needs {cfg.smem_bytes()} bytes of shared memory "
+            f"per block and this GPU allows {limit}: choose fewer key rows, stages or no "
+            "':persist'."
+        )
     name = cfg.name(dt)
     mod = _module(cfg.kernel, (name,))
     fn = mod.get_function(name)

@@ -12,7 +12,12 @@ always runs first or last in a case (measured: position alone moved a path by ~2
 7%, while the GPU warmed over a case; FLASH_NOTES.md v6-v7). The H200 runs these kernels
 at its 700 W power cap: within about a second of sustained load its SM clock falls from
 1980 MHz to 1450-1700 (FLASH_NOTES.md v7), so `preheat` first runs the paths untimed for a
-set time and every path is then timed at the clock it keeps under sustained load.
+set time and every path is then timed at the clock it keeps under sustained load. At that
+cap the clock follows the power of what ran just before, so a path timed right after a
+lighter one (FA2 draws less) starts its slice at a higher clock: `settle_s` runs each path
+untimed on its own before each of its slices, so every slice is timed at the clock that
+path itself holds (FLASH_NOTES.md v9: without it, cuDNN followed FA2 in two of three
+rounds).
 Also: the peak device memory of one call.
 """
 
@@ -122,13 +127,15 @@ def time_interleaved(
     rounds: int = ROUNDS,
     l2_bytes: int = 0,
     preheat_s: float = 0.0,
+    settle_s: float = 0.0,
     timer: Callable[..., Timing] | None = None,
     heater: Callable[..., int] = preheat,
 ) -> dict[str, Timing]:
     """time_cuda of every path {name: (fn, arg_sets)}, in `rounds` rounds of about
     repeats / rounds runs each (the full warm-up in a path's first round, one run later),
     paths alternating round by round in interleaved_order; one Timing per path over all
-    its rounds. With preheat_s > 0 the paths first run untimed for that long (`preheat`).
+    its rounds. With preheat_s > 0 the paths first run untimed for that long (`preheat`);
+    with settle_s > 0 each slice is preceded by settle_s of its own path's untimed runs.
     `timer` and `heater` stand in for time_cuda and preheat (CPU tests)."""
     timer = timer or time_cuda
     if preheat_s > 0:
@@ -139,6 +146,8 @@ def time_interleaved(
     for r, order in enumerate(interleaved_order(list(paths), rounds)):
         for name in order:
             fn, arg_sets = paths[name]
+            if settle_s > 0:
+                heater({name: paths[name]}, settle_s)
             t = timer(fn, arg_sets, warmup=warmup if r == 0 else 1, repeats=per_round[r],
                       l2_bytes=l2_bytes)  # fmt: skip
             times[name].extend(t.times_ms)

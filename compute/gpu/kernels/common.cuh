@@ -120,6 +120,38 @@ __device__ __forceinline__ void fa_issue_s(float* s, u32 qwg, u32 kbase) {
     fa_wgmma_commit();
 }
 
+// fa_issue_s with the warpgroup's Q rows as A fragments in registers (flash_fwd_ws's MODE bit
+// 8, FLASH_NOTES v9): Q is read from shared memory once per work item (fa_load_q_frags)
+// instead of once per key tile by every k-step of the S GEMM.
+template <int DT, int D, int BN>
+__device__ __forceinline__ void fa_issue_s_rk(float* s, u32 (*qa)[4], u32 kbase) {
+    fa_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
+        fa_wgmma_rk<DT, BN>(s, qa[kk], db, kk > 0);
+    }
+    fa_wgmma_commit();
+}
+
+// The A fragments of a warpgroup's 64 Q rows at qwg (K-major 128B-swizzled panels, BM rows
+// each) for the D / 16 k-steps: the accumulator layout (see fa_to_a), row g / g + 8 of the
+// warp's 16, columns 16 kk + 2 t (+1) and 16 kk + 8 + 2 t (+1).
+template <int D, int BM>
+__device__ __forceinline__ void fa_load_q_frags(u32 (*qa)[4], u32 qwg, int warp, int g, int t) {
+    const int r = warp * 16 + g;  // row g + 8 has the same swizzle (r & 7)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const u32 row = qwg + (kk >> 2) * (BM * 128) + r * 128 + 4 * t;
+        const u32 lo = row + (((2 * (kk & 3)) ^ (r & 7)) << 4);
+        const u32 hi = row + (((2 * (kk & 3) + 1) ^ (r & 7)) << 4);
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qa[kk][0]) : "r"(lo));
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qa[kk][1]) : "r"(lo + 8 * 128));
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qa[kk][2]) : "r"(hi));
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(qa[kk][3]) : "r"(hi + 8 * 128));
+    }
+}
+
 // Issue O += P V (not waited for): BN / 16 k-steps of wgmma.m64nDk16 with A = P from registers
 // and B = the V tile at vbase, MN-major (LBO = stride between 64-column panels, SBO = stride
 // between 8-row groups: CUTLASS's canonical form; FLASH_NOTES.md records the swapped reading,

@@ -266,7 +266,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // its (m, l) per consumer thread into `ws`, and the warpgroup that finishes last (a counter
 // per item and warpgroup, `tickets[1 + NC si + c]`, zeroed by the host) combines them and
 // writes O and LSE as usual. Bit 6: K/V multicast across a cluster of two CTAs (see `rank`);
-// bit 7: lazy running max (fa_softmax_lazy).
+// bit 7: lazy running max (fa_softmax_lazy). Bit 8: Q's A fragments in registers for the S
+// GEMM (fa_issue_s_rk); bit 9: one empty-barrier arrival per consumer warpgroup (v9).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -276,7 +277,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            float* __restrict__ ws, int split_from, int nsplit) {
 #if FA_HAVE_WGMMA
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(BN == 64 || BN == 128 || BN == 176, "key tile (a multiple of 16 with a wrapper)");
+    static_assert(BN == 64 || BN == 128 || BN == 176 || BN == 192,
+                  "key tile (a multiple of 16 with a wrapper)");
     static_assert(NC == 2 || NC == 3, "consumer warpgroups");
     constexpr bool OVERLAP = (MODE & 1) != 0;
     constexpr bool SCHED = (MODE & 2) != 0;
@@ -286,6 +288,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     constexpr bool SPLIT = (MODE & 32) != 0;
     constexpr bool MCAST = (MODE & 64) != 0;
     constexpr bool LAZY = (MODE & 128) != 0;  // fa_softmax_lazy: O rescaled only when m moves
+    constexpr bool QREG = (MODE & 256) != 0;  // Q's A fragments in registers (fa_issue_s_rk)
+    constexpr bool WGREL = (MODE & 512) != 0;  // one K/V release per warpgroup, not per thread
     static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
@@ -320,7 +324,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // head, which read the same K and V tiles; each producer loads half of every tile's
     // rows into both CTAs, and a stage is free once both CTAs' consumers are done with it.
     const u32 rank = MCAST ? fa_cluster_rank() : 0;
-    constexpr u32 EMPTY_COUNT = MCAST ? 2 * NC : NCT;  // MCAST: one arrival per warpgroup and CTA
+    // MCAST: one arrival per warpgroup and CTA; WGREL: one per warpgroup
+    constexpr u32 EMPTY_COUNT = MCAST ? 2 * NC : (WGREL ? NC : NCT);
 
     if (tid == 0) {
         fa_mbar_init(barQ, 1);
@@ -414,6 +419,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     float alpha[2];
     float s[NS];
     u32 a[BN / 16][4];
+    u32 qa[QREG ? D / 16 : 1][4];
 
     // Scheduler barrier: consumer c waits on barrier 1 + c, then lets 1 + (c + 1) % NC go.
     // All consumers of a CTA work on the same items, so they pass the same points in one
@@ -430,13 +436,16 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         if constexpr (SCHED) fa_bar_arrive(1 + (c + 1) % NC, 256);
     };
 
-    // A K or V stage is done with: every consumer thread arrives, or (MCAST) one thread per
-    // warpgroup on this CTA's barrier and one on the other CTA's (a warpgroup's wgmma
-    // completes as a whole, so one thread past its wait speaks for all 128).
+    // A K or V stage is done with: every consumer thread arrives, or (WGREL) one thread per
+    // warpgroup, or (MCAST) one per warpgroup on this CTA's barrier and one on the other
+    // CTA's (a warpgroup's wgmma completes as a whole, so one thread past its wait speaks for
+    // all 128).
     auto release = [&](u32 bar) {
         if constexpr (MCAST) {
             if (ctid == 0) fa_mbar_arrive(bar);
             if (ctid == 32) fa_mbar_arrive_cta(bar, rank ^ 1);
+        } else if constexpr (WGREL) {
+            if (ctid == 0) fa_mbar_arrive(bar);
         } else {
             fa_mbar_arrive(bar);
         }
@@ -456,6 +465,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         const int q0 = qb * BM;
         const int ntiles = j1 - j0;
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
+        if constexpr (QREG) fa_load_q_frags<D, BM>(qa, qwg, warp, g, t);
 
 #pragma unroll
         for (int i = 0; i < NO; ++i) o[i] = 0.f;
@@ -464,7 +474,11 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
 
         auto issue_s = [&](int slot) {  // S = Q K^T (A and B K-major in shared memory)
             const u32 kbase = sK + slot * L::KV_BYTES;
-            fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
+            if constexpr (QREG) {
+                fa_issue_s_rk<DT, D, BN>(s, qa, kbase);
+            } else {
+                fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
+            }
         };
         auto issue_pv = [&](int slot) {  // O += P V (A = P from registers, B = V MN-major)
             const u32 vbase = sV + slot * L::KV_BYTES;
@@ -760,4 +774,7 @@ FA_WS_INST(1, 128, 2, 128, 2, 39)
 FA_WS_INST(0, 64, 3, 128, 2, 35)
 FA_WS_INST(1, 64, 3, 128, 2, 39)
 FA_WS_INST(0, 128, 2, 128, 2, 33)
+FA_WS_INST(1, 128, 2, 192, 2, 3)
+FA_WS_INST(0, 128, 2, 128, 2, 259)
+FA_WS_INST(0, 128, 2, 176, 2, 515)
 #endif

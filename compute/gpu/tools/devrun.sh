@@ -29,7 +29,16 @@
 #       changed: all GPU tests beside memcheck on sanitize_cases (stops there if either fails),
 #       flash vs SDPA at N 4096-16384 preheated with RECORD_TUNE beside the default (into
 #       $OUT/flash_vs_sdpa_ws_h200.json), then the bundled report's forward rows (figures
-#       --keep, into $OUT/tiled_vs_dense_h200.json); about 450 s plus the start
+#       --keep, into $OUT/tiled_vs_dense_h200.json; RECORD_FIGURES=0 skips it); about 520 s
+#       plus the start
+#   bash compute/gpu/tools/devrun.sh v9       # FLASH_NOTES v9: all GPU tests beside memcheck on
+#       sanitize_cases with V9_SPECS added (stops there if either fails), flash vs SDPA at d=128
+#       without a mask, preheated, with V9_SPECS beside the default, then Nsight Compute on
+#       our default and on cuDNN's kernel (profile_pair, N 8192 fp16); about 450 s plus the start
+#   bash compute/gpu/tools/devrun.sh v9c      # FLASH_NOTES v9, third call: flash vs SDPA at d=128
+#       with each slice settled on its own path (--settle 0.25) and V9C_SPECS beside the
+#       default, the non-causal half again without settling (the order bias it removes), then
+#       energy_probe at N 16384 fp16 with FA2 beside cuDNN; about 200 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -209,13 +218,53 @@ if [ "$what" = record ]; then
     if [ $rc -eq 0 ]; then
         tune=${RECORD_TUNE-"ws:128:2:128:2:pingpong ws:128:2:176:2:pingpong:lpt"}
         # shellcheck disable=SC2086
-        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa \
+        step flash_vs_sdpa 280 python3 -m compute.gpu.tools.flash_vs_sdpa \
             --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
             --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
         sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log" | grep -v "rel err.* ok"
-        step figures 150 python3 -m compute.gpu.tools.figures \
-            --keep compute/gpu/reports/tiled_vs_dense_h200.json --out "$OUT/tiled_vs_dense_h200.json"
-        sed -n '/^dtype  N/,$p' "$OUT/figures.log" | head -30
+        if [ "${RECORD_FIGURES:-1}" != 0 ]; then  # 0: no default of the report's cases changed
+            step figures 150 python3 -m compute.gpu.tools.figures \
+                --keep compute/gpu/reports/tiled_vs_dense_h200.json \
+                --out "$OUT/tiled_vs_dense_h200.json"
+            sed -n '/^dtype  N/,$p' "$OUT/figures.log" | head -30
+        fi
     fi
+fi
+if [ "$what" = v9 ]; then
+    specs=${V9_SPECS-"ws:128:2:192:2:pingpong ws:128:2:128:2:pingpong:qreg ws:128:2:176:2:pingpong:wgrelease"}
+    FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$specs" tests_beside_memcheck tests/compute/gpu \
+        "${V9_TEST_TIMEOUT:-300}" "${V9_TEST_TIMEOUT:-300}"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --d 128 --causal 0 --dtype float16 bfloat16 --dense-max-n 0 \
+            --preheat 1 --tune $specs --json "$OUT/flash_vs_sdpa_v9_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+    sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats"
+    sections="$sections --section MemoryWorkloadAnalysis_Tables --section WarpStateStats"
+    for path in ours cudnn; do
+        regex=flash_fwd_ws
+        [ $path = cudnn ] && regex=cudnn_generated
+        # shellcheck disable=SC2086
+        step "ncu_$path" 120 ncu $sections --kernel-name "regex:$regex" --launch-skip 2 \
+            --launch-count 1 python3 -m compute.gpu.tools.profile_pair --path $path
+    done
+fi
+if [ "$what" = v9c ]; then
+    specs=${V9C_SPECS-"ws:128:2:192:2:pingpong ws:128:2:192:2:pingpong:lpt"}
+    common="--d 128 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
+    # shellcheck disable=SC2086
+    step flash_vs_sdpa 200 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 8192 16384 \
+        $common --settle 0.25 --tune $specs --json "$OUT/flash_vs_sdpa_v9c_settled_h200.json"
+    grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    # shellcheck disable=SC2086
+    step unsettled 100 python3 -m compute.gpu.tools.flash_vs_sdpa --n 8192 16384 --causal 0 \
+        $common --settle 0 --tune ${specs%% *} --json "$OUT/flash_vs_sdpa_v9c_unsettled_h200.json"
+    grep -E "^forward" "$OUT/unsettled.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    # shellcheck disable=SC2086
+    step energy 100 python3 -m compute.gpu.tools.energy_probe --n 16384 --spec ${specs%% *} \
+        --json "$OUT/energy_probe_n16384_h200.json"
+    cat "$OUT/energy.log"
 fi
 exit $rc

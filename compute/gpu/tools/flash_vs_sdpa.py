@@ -36,12 +36,12 @@ PEERS = ("sdpa-flash", "sdpa-cudnn")
 
 
 def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, tune,
-          passes=("forward",), preheat_s: float = 0.0):  # fmt: skip
+          passes=("forward",), preheat_s: float = 0.0, settle_s: float = 0.0):  # fmt: skip
     """One BenchConfig per (pass, dtype, d, N, causal), batch*heads = (16384 / N) * (2048 / d)."""
     for pass_name in passes:
         for cfg in _forward_cases(ns, ds, dtypes, causals, dense_max_n, warmup, repeats, tune):
             if pass_name == "forward":
-                yield replace(cfg, preheat_s=preheat_s)
+                yield replace(cfg, preheat_s=preheat_s, settle_s=settle_s)
             else:  # the flash variants are forward kernels
                 yield replace(cfg, pass_name=pass_name, flash_specs=())
 
@@ -130,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         "clock the GPU holds under sustained load (its power cap; default 1)",
     )  # fmt: skip
     ap.add_argument(
+        "--settle", type=float, default=0.25,
+        help="seconds each path runs untimed on its own before each of its timed slices, so "
+        "no slice inherits the clock of the path before it (default 0.25)",
+    )  # fmt: skip
+    ap.add_argument(
         "--pass", dest="passes", nargs="*", choices=PASSES,
         default=["forward"], help="passes to time (default: the forward)",
     )  # fmt: skip
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cfg in cases(ns, args.d or [64, 128], args.dtype or list(FLASH_DTYPES), causals,
                          args.dense_max_n, args.warmup, args.reps, args.tune,
-                         args.passes, args.preheat):  # fmt: skip
+                         args.passes, args.preheat, args.settle):  # fmt: skip
             report = run_bench(cfg)
             data["reports"].append(report)
             print(_line(report), flush=True)

@@ -28,7 +28,9 @@ from ..timing import rotation_count, time_cuda, time_interleaved
 from .flash_vs_sdpa import MODEL_DIM, TOKENS
 
 
-def _paths(n: int, d: int, dtype: str, specs: list[str]):
+def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn",)):
+    """{name: (fn, rotated input sets)} of our default, each spec and each SDPA peer on one
+    non-causal case; with the L2 size and the case's FLOPs."""
     import cupy
 
     from .. import flash, peers
@@ -48,9 +50,19 @@ def _paths(n: int, d: int, dtype: str, specs: list[str]):
         fns[f"flash[{cfg.spec()}]"] = lambda q, k, v, cfg=cfg: flash.flash_attention(
             q[None], k[None], v[None], config=cfg
         )
-    cudnn = peers.sdpa("sdpa-cudnn")
-    fns["sdpa-cudnn"] = lambda q, k, v: cudnn(q, k, v, causal=False)
+    for peer in peer_names:
+        sdpa = peers.sdpa(peer)
+        fns[peer] = lambda q, k, v, fn=sdpa: fn(q, k, v, causal=False)
     return {name: (fn, sets) for name, fn in fns.items()}, l2, 4.0 * bh * n * n * d
+
+
+def add_case_arguments(ap: argparse.ArgumentParser) -> None:
+    """--n, --d, --dtype, --spec and --json: the one case a probe runs, and where it writes."""
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--spec", nargs="*", default=[], help="flash variants beside the default")
+    ap.add_argument("--json", type=Path)
 
 
 def _host_us(fn, sets, calls: int = 50) -> float:
@@ -67,13 +79,9 @@ def _host_us(fn, sets, calls: int = 50) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=8192)
-    ap.add_argument("--d", type=int, default=128)
-    ap.add_argument("--dtype", default="float16")
-    ap.add_argument("--spec", nargs="*", default=[], help="flash variants beside the default")
-    ap.add_argument("--json", type=Path)
+    add_case_arguments(ap)
     args = ap.parse_args(argv)
-    paths, l2, flops = _paths(args.n, args.d, args.dtype, args.spec)
+    fns, l2, flops = paths(args.n, args.d, args.dtype, args.spec)
     out: dict = {"case": vars(args) | {"json": None}, "phases": []}
 
     def report(phase: str, t0: float, times: dict[str, list[float]]) -> None:
@@ -85,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                   " ".join(f"{t:.3f}" for t in ts))  # fmt: skip
         out["phases"].append({"phase": phase, "t0": t0, "times_ms": times})
 
-    for fn, sets in paths.values():  # compile, plan, handles: outside every phase
+    for fn, sets in fns.values():  # compile, plan, handles: outside every phase
         time_cuda(fn, sets, warmup=3, repeats=3, l2_bytes=l2)
     t0 = time.time()
     blocks: dict[str, list[float]] = {}
     for rep in range(2):
-        for name, (fn, sets) in paths.items():
+        for name, (fn, sets) in fns.items():
             t = time_cuda(fn, sets, warmup=5, repeats=60, l2_bytes=l2)
             blocks[f"{name} block{rep}"] = list(t.times_ms)
     report("A: blocks of 60", t0, blocks)
@@ -99,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         ("C: interleaved 12x60", 12, 60),
     ):
         t0 = time.time()
-        got = time_interleaved(paths, warmup=5, repeats=repeats, rounds=rounds, l2_bytes=l2)
+        got = time_interleaved(fns, warmup=5, repeats=repeats, rounds=rounds, l2_bytes=l2)
         report(label, t0, {k: list(v.times_ms) for k, v in got.items()})
-    host = {name: _host_us(fn, sets) for name, (fn, sets) in paths.items()}
+    host = {name: _host_us(fn, sets) for name, (fn, sets) in fns.items()}
     print(
         "\n== D: host microseconds per call: " + ", ".join(f"{k} {v:.0f}" for k, v in host.items())
     )

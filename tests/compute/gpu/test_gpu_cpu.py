@@ -226,6 +226,12 @@ def test_flash_config_spec_round_trips():
     lazy = Config.parse("ws:128:2:176:2:pingpong:lazy")
     assert lazy.lazy_rescale and lazy.name(0) == "flash_fwd_ws<0,128,2,176,2,131>"
     assert Config.parse(lazy.spec()) == lazy
+    qreg = Config.parse("ws:128:2:192:2:pingpong:qreg")
+    assert qreg.q_regs and qreg.name(1) == "flash_fwd_ws<1,128,2,192,2,259>"
+    assert Config.parse(qreg.spec()) == qreg
+    rel = Config.parse("ws:128:2:176:2:pingpong:wgrelease")
+    assert rel.warpgroup_release and rel.name(0) == "flash_fwd_ws<0,128,2,176,2,515>"
+    assert Config.parse(rel.spec()) == rel
     for bad in ("ws:128:2:128:2:persist:mcast", "ws:128:2:128:2:tailsplit:mcast"):
         with pytest.raises(ValueError, match="takes no"):
             Config.parse(bad)
@@ -346,6 +352,27 @@ def test_preheat_runs_every_path_untimed_until_its_time_is_up():
     assert heated == [(["a", "b"], 1.5)]
 
 
+def test_settle_runs_each_path_alone_right_before_each_of_its_slices():
+    from compute.gpu.timing import Timing, time_interleaved
+
+    events = []
+
+    def timer(fn, arg_sets, *, warmup, repeats, l2_bytes):
+        events.append(("timed", fn()))
+        return Timing((1.0,) * repeats)
+
+    def heater(p, seconds):
+        events.append(("settle", *sorted(p), seconds))
+        return 1
+
+    paths = {name: ((lambda n=name: n), [()]) for name in "abc"}
+    got = time_interleaved(paths, repeats=6, rounds=2, timer=timer, heater=heater, settle_s=0.25)
+    pairs = list(zip(events[::2], events[1::2], strict=True))
+    assert all(s == ("settle", name, 0.25) for s, (_, name) in pairs)
+    assert [name for _, (_, name) in pairs] == ["a", "b", "c", "b", "c", "a"]
+    assert {name: len(t.times_ms) for name, t in got.items()} == {"a": 6, "b": 6, "c": 6}
+
+
 def test_bench_forward_rows_timed_together_keep_their_order_and_schema(monkeypatch):
     # No CuPy here: a stand-in for what bench's guard and release touch.
     from compute.gpu import bench
@@ -455,10 +482,11 @@ def test_flash_vs_sdpa_preheats_forward_cases_only():
     from compute.gpu.tools.flash_vs_sdpa import cases
 
     got = list(cases([4096], [128], ["float16"], [False, True], 0, 5, 20,
-                     ["ws:128:2:176:2:pingpong", "ws:64:3:128:2"], ("forward", "backward"), 1.5))  # fmt: skip
-    assert [(c.pass_name, c.causal, c.preheat_s) for c in got] == [
-        ("forward", False, 1.5), ("forward", True, 1.5),
-        ("backward", False, 0.0), ("backward", True, 0.0),
+                     ["ws:128:2:176:2:pingpong", "ws:64:3:128:2"], ("forward", "backward"), 1.5,
+                     0.25))  # fmt: skip
+    assert [(c.pass_name, c.causal, c.preheat_s, c.settle_s) for c in got] == [
+        ("forward", False, 1.5, 0.25), ("forward", True, 1.5, 0.25),
+        ("backward", False, 0.0, 0.0), ("backward", True, 0.0, 0.0),
     ]  # fmt: skip
     assert got[0].flash_specs == ("ws:128:2:176:2:pingpong",) and got[2].flash_specs == ()
     assert got[0].batch_heads == 4 * 16
