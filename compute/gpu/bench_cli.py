@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the GPU holds under sustained load (the README's comparison uses 1; default 0)",
     )  # fmt: skip
     p.add_argument(
+        "--settle", type=_seconds, default=0.0, metavar="SECONDS",
+        help="run each forward path alone, untimed, this long before each of its timed slices, "
+        "so none inherits the clock of the path before it (the README's comparison uses "
+        "0.25; default 0)",
+    )  # fmt: skip
+    p.add_argument(
         "--pass", dest="pass_name", choices=PASSES, default="forward",
         help="time the forward (default), the backward alone (from what the path's forward "
         "saved), or a training step (forward + backward)",
@@ -119,6 +125,7 @@ def _config(args, kernels):
         repeats=max(args.repeats, 20),
         pass_name=args.pass_name,
         preheat_s=args.preheat,
+        settle_s=args.settle,
     )
 
 

@@ -30,7 +30,8 @@
 //     order of causal work items (MODE bit 3), a persistent grid drawing items from a global
 //     ticket counter (bit 2), and O written by TMA store (bit 4); the tail split of the last
 //     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
-//     running max (bit 7), v8: all measured, all off by default.
+//     running max (bit 7), v8; Q's A fragments in registers (bit 8) and one K/V release
+//     per warpgroup (bit 9), v9: all measured, all off by default.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -42,7 +43,10 @@
 // N = 4096-8192 about +2-5% (a loss at 16384); three stages, the persistent grid (static
 // in v5, dynamic in v6) and the TMA store bought nothing. v8 (timed at the power-capped
 // clock): 176-key tiles at d=128 +3% (the default from N = 4096 on), multicast -9%, lazy
-// max -4%; 16 of 24 cases >= 1.0x cuDNN, the d=128 non-causal ones at 0.93-0.97x.
+// max -4%; 16 of 24 cases >= 1.0x cuDNN, the d=128 non-causal ones at 0.93-0.97x. v9 (each
+// slice timed after its own path ran alone): 192-key tiles -3% to +6% between calls, Q in
+// registers -4% to +2%, one release per warpgroup +-2%, all off; 15 of 24 cases >= 1.0x
+// cuDNN (every N = 16384 case 1.05-1.14x; d=128 N = 4096 0.95-0.98x), 1.43-1.86x FA2.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.

@@ -103,6 +103,8 @@ def test_bench_cli_rejects_bad_sizes():
     for bad in ("-1", "61", "nan"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["--preheat", bad])
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--settle", bad])
 
 
 def test_bench_cli_preheat_reaches_the_config():
@@ -111,6 +113,9 @@ def test_bench_cli_preheat_reaches_the_config():
     args = build_parser().parse_args(["--n", "256", "--dtype", "float16", "--preheat", "1.5"])
     assert _config(args, ("tiled",)).preheat_s == 1.5
     assert _config(build_parser().parse_args([]), ("tiled",)).preheat_s == 0.0
+    args = build_parser().parse_args(["--settle", "0.25"])
+    assert _config(args, ("tiled",)).settle_s == 0.25
+    assert _config(build_parser().parse_args([]), ("tiled",)).settle_s == 0.0
 
 
 def test_tile_shape_shared_memory():
