@@ -68,6 +68,10 @@ class Config:
     # ws: a K or V stage is released by one arrival per consumer warpgroup (CUTLASS's
     # pipelines) instead of one per thread (FLASH_NOTES v9; spec ':wgrelease')
     warpgroup_release: bool = False
+    # ws, grid only: the last key tile's S and P·V GEMMs only 64 or 128 keys wide when the
+    # keys left before N_k fit, instead of BN wide over zero-filled rows (FLASH_NOTES v9;
+    # spec ':narrowtail')
+    narrow_tail: bool = False
 
     @property
     def block_m(self) -> int:
@@ -102,6 +106,7 @@ class Config:
             )
             mode |= (64 * int(self.multicast)) | (128 * int(self.lazy_rescale))
             mode |= (256 * int(self.q_regs)) | (512 * int(self.warpgroup_release))
+            mode |= 1024 * int(self.narrow_tail)
             kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
             return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
@@ -112,7 +117,7 @@ class Config:
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
         'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]
-        [:qreg][:wgrelease]'
+        [:qreg][:wgrelease][:narrowtail]'
         (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
@@ -127,6 +132,7 @@ class Config:
         text += ":lazy" if self.lazy_rescale else ""
         text += ":qreg" if self.q_regs else ""
         text += ":wgrelease" if self.warpgroup_release else ""
+        text += ":narrowtail" if self.narrow_tail else ""
         return text
 
     @classmethod
@@ -148,18 +154,23 @@ class Config:
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
                 "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
-                "[:mcast][:lazy][:qreg][:wgrelease]'"
+                "[:mcast][:lazy][:qreg][:wgrelease][:narrowtail]'"
             )
         if "mcast" in flags and (split or "persist" in flags):
             raise ValueError(
                 f"{spec!r}: ':mcast' pairs grid CTAs, so it takes no ':persist' or ':tailsplit'"
+            )
+        if "narrowtail" in flags and (split or "persist" in flags or "qreg" in flags):
+            raise ValueError(
+                f"{spec!r}: ':narrowtail' runs on the plain grid only, without ':persist', "
+                "':tailsplit' or ':qreg'"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
                 "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
-                "lazy" in flags, "qreg" in flags, "wgrelease" in flags,
+                "lazy" in flags, "qreg" in flags, "wgrelease" in flags, "narrowtail" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
@@ -174,6 +185,7 @@ _WS_FLAGS = (
     "lazy",
     "qreg",
     "wgrelease",
+    "narrowtail",
 )
 
 

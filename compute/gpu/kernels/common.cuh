@@ -106,16 +106,17 @@ __device__ __forceinline__ void fa_wgmma_wait() {
 
 #include "wgmma_wrappers.cuh"
 
-// Issue S = Q K^T for one warpgroup (not waited for): D / 16 k-steps of wgmma.m64nBNk16, A = the
-// warpgroup's Q rows at qwg and B = the K tile at kbase, both K-major 128B-swizzled panels.
-template <int DT, int D, int BM, int BN>
+// Issue S = Q K^T for one warpgroup (not waited for): D / 16 k-steps of wgmma.m64nNk16, A = the
+// warpgroup's Q rows at qwg and B = the K tile at kbase (BN rows), both K-major 128B-swizzled
+// panels. N < BN computes the tile's first N keys only (s[0, N / 2) of the accumulator).
+template <int DT, int D, int BM, int BN, int N = BN>
 __device__ __forceinline__ void fa_issue_s(float* s, u32 qwg, u32 kbase) {
     fa_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         const u64 da = fa_desc(qwg + (kk >> 2) * (BM * 128) + (kk & 3) * 32, 16, 1024);
         const u64 db = fa_desc(kbase + (kk >> 2) * (BN * 128) + (kk & 3) * 32, 16, 1024);
-        fa_wgmma_ss<DT, BN>(s, da, db, kk > 0);
+        fa_wgmma_ss<DT, N>(s, da, db, kk > 0);
     }
     fa_wgmma_commit();
 }
@@ -152,17 +153,17 @@ __device__ __forceinline__ void fa_load_q_frags(u32 (*qa)[4], u32 qwg, int warp,
     }
 }
 
-// Issue O += P V (not waited for): BN / 16 k-steps of wgmma.m64nDk16 with A = P from registers
-// and B = the V tile at vbase, MN-major (LBO = stride between 64-column panels, SBO = stride
-// between 8-row groups: CUTLASS's canonical form; FLASH_NOTES.md records the swapped reading,
-// which gives rel err ~1).
-template <int DT, int D, int BN>
+// Issue O += P V (not waited for): KS k-steps (all BN / 16 by default; fewer when the tile's
+// later keys have P = 0) of wgmma.m64nDk16 with A = P from registers and B = the V tile at
+// vbase, MN-major (LBO = stride between 64-column panels, SBO = stride between 8-row groups:
+// CUTLASS's canonical form; FLASH_NOTES.md records the swapped reading, which gives rel err ~1).
+template <int DT, int D, int BN, int KS = BN / 16>
 __device__ __forceinline__ void fa_issue_pv(float* o, u32 (*a)[4], u32 vbase) {
     constexpr u32 V_LBO = BN * 128;
     constexpr u32 V_SBO = 1024;
     fa_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
+    for (int kk = 0; kk < KS; ++kk)
         fa_wgmma_rs<DT, D>(o, a[kk], fa_desc(vbase + kk * 2048, V_LBO, V_SBO));
     fa_wgmma_commit();
 }

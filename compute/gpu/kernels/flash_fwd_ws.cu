@@ -30,8 +30,9 @@
 //     order of causal work items (MODE bit 3), a persistent grid drawing items from a global
 //     ticket counter (bit 2), and O written by TMA store (bit 4); the tail split of the last
 //     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
-//     running max (bit 7), v8; Q's A fragments in registers (bit 8) and one K/V release
-//     per warpgroup (bit 9), v9: all measured, all off by default.
+//     running max (bit 7), v8; Q's A fragments in registers (bit 8), one K/V release
+//     per warpgroup (bit 9) and a narrow last key tile (bit 10), v9: all measured, all off
+//     by default.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -45,8 +46,9 @@
 // clock): 176-key tiles at d=128 +3% (the default from N = 4096 on), multicast -9%, lazy
 // max -4%; 16 of 24 cases >= 1.0x cuDNN, the d=128 non-causal ones at 0.93-0.97x. v9 (each
 // slice timed after its own path ran alone): 192-key tiles -3% to +6% between calls, Q in
-// registers -4% to +2%, one release per warpgroup +-2%, all off; 15 of 24 cases >= 1.0x
-// cuDNN (every N = 16384 case 1.05-1.14x; d=128 N = 4096 0.95-0.98x), 1.43-1.86x FA2.
+// registers -4% to +2%, one release per warpgroup +-2%, a narrow last tile -1 to -4%, all
+// off; 15 of 24 cases >= 1.0x cuDNN (every N = 16384 case 1.05-1.14x; d=128 N = 4096
+// 0.95-0.98x), 1.43-1.86x FA2.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -183,6 +185,12 @@ __device__ __forceinline__ void fa_load_kv(u32 dst, const FaTmap* map, int row0,
 }
 #endif
 
+// A compile-time width as a type (a generic lambda's argument; NVRTC has no <type_traits>).
+template <int W>
+struct FaInt {
+    static constexpr int value = W;
+};
+
 // Register split between the roles (65536 registers per SM, one CTA per SM): FA3's values.
 template <int NC>
 struct FaRegs {
@@ -271,7 +279,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // per item and warpgroup, `tickets[1 + NC si + c]`, zeroed by the host) combines them and
 // writes O and LSE as usual. Bit 6: K/V multicast across a cluster of two CTAs (see `rank`);
 // bit 7: lazy running max (fa_softmax_lazy). Bit 8: Q's A fragments in registers for the S
-// GEMM (fa_issue_s_rk); bit 9: one empty-barrier arrival per consumer warpgroup (v9).
+// GEMM (fa_issue_s_rk); bit 9: one empty-barrier arrival per consumer warpgroup; bit 10: the
+// last key tile's GEMMs only as wide as the keys left before Nk (v9).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -294,6 +303,10 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     constexpr bool LAZY = (MODE & 128) != 0;  // fa_softmax_lazy: O rescaled only when m moves
     constexpr bool QREG = (MODE & 256) != 0;  // Q's A fragments in registers (fa_issue_s_rk)
     constexpr bool WGREL = (MODE & 512) != 0;  // one K/V release per warpgroup, not per thread
+    // the last key tile's GEMMs 64 or 128 keys wide when the keys left before Nk fit, in a
+    // final step peeled out of the pipelined loop (v9)
+    // (not with PERSIST or SPLIT: ptxas runs out of registers for the wgmma pipeline there)
+    constexpr bool NARROW = (MODE & 1024) != 0 && !QREG && !PERSIST && !SPLIT && BN > 64;
     static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
@@ -488,6 +501,30 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             const u32 vbase = sV + slot * L::KV_BYTES;
             fa_issue_pv<DT, D, BN>(o, a, vbase);
         };
+        // NARROW: keys of this piece's last tile that exist (>= BN: no tail). Past them P = 0
+        // and V's rows are zero-filled, so GEMMs over the first W = 64 or 128 keys are exact;
+        // the mask sets the S registers a narrow S GEMM leaves to -inf. Each width runs its
+        // whole step, waits included, in its own branch: a shape chosen at run time between
+        // a wgmma and its wait makes ptxas serialise every wgmma of the kernel (v9).
+        const int tail_keys = Nk - (j0 + ntiles - 1) * BN;
+        auto issue_s_w = [&](int slot, auto width) {
+            constexpr int W = decltype(width)::value;
+            fa_issue_s<DT, D, BM, BN, W>(s, qwg, sK + slot * L::KV_BYTES);
+        };
+        auto issue_pv_w = [&](int slot, auto width) {
+            constexpr int W = decltype(width)::value;
+            fa_issue_pv<DT, D, BN, W / 16>(o, a, sV + slot * L::KV_BYTES);
+        };
+        // f(FaInt<W>{}) with W the narrowest width that holds the last tile's keys.
+        auto by_tail_width = [&](auto f) {
+            if constexpr (NARROW) {
+                if (tail_keys <= 64) return f(FaInt<64>{});
+                if constexpr (BN > 128) {
+                    if (tail_keys <= 128) return f(FaInt<128>{});
+                }
+            }
+            f(FaInt<BN>{});
+        };
         bool moved = true;  // whether the last softmax moved m (always, unless LAZY)
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
             const int n0 = (j0 + j) * BN;  // j counts this piece's tiles
@@ -505,11 +542,15 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         if (ntiles > 0) {
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
-                {
+                auto first = [&](auto width) {
                     const int s0 = it % ST;
                     fa_mbar_wait(fullK + 8 * s0, (it / ST) & 1);
                     sched_wait();
-                    issue_s(s0);
+                    if constexpr (QREG) {
+                        issue_s(s0);
+                    } else {
+                        issue_s_w(s0, width);
+                    }
                     sched_signal();
                     fa_wgmma_wait<0>();
 #pragma unroll
@@ -517,14 +558,19 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     release(emptyK + 8 * s0);
                     softmax_tile(0);
                     fa_to_a<DT, NS>(s, a);
-                }
-                for (int j = 1; j < ntiles; ++j) {
+                };
+                // Step j: S_j issued beside P_{j-1} V_{j-1}, the softmax of S_j under it.
+                auto step = [&](int j, auto width) {
                     const int ic = it + j, ip = it + j - 1;
                     const int sj = ic % ST, sp = ip % ST;
                     fa_mbar_wait(fullK + 8 * sj, (ic / ST) & 1);
                     fa_mbar_wait(fullV + 8 * sp, (ip / ST) & 1);
                     sched_wait();
-                    issue_s(sj);   // S_j                      (group 1)
+                    if constexpr (QREG) {
+                        issue_s(sj);
+                    } else {
+                        issue_s_w(sj, width);  // S_j              (group 1)
+                    }
                     issue_pv(sp);  // O += P_{j-1} V_{j-1}     (group 2)
                     sched_signal();
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
@@ -538,17 +584,33 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     release(emptyV + 8 * sp);
                     if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
-                }
-                const int il = it + ntiles - 1;
-                const int sl = il % ST;
-                fa_mbar_wait(fullV + 8 * sl, (il / ST) & 1);
-                sched_wait();
-                issue_pv(sl);
-                sched_signal();
-                fa_wgmma_wait<0>();
+                };
+                // The last P V (only as many k-steps as the last tile's width).
+                auto last_pv = [&](auto width) {
+                    const int il = it + ntiles - 1;
+                    const int sl = il % ST;
+                    fa_mbar_wait(fullV + 8 * sl, (il / ST) & 1);
+                    sched_wait();
+                    issue_pv_w(sl, width);
+                    sched_signal();
+                    fa_wgmma_wait<0>();
 #pragma unroll
-                for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
-                release(emptyV + 8 * sl);
+                    for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
+                    release(emptyV + 8 * sl);
+                };
+                if (NARROW && ntiles == 1) {
+                    by_tail_width(first);
+                } else {
+                    first(FaInt<BN>{});
+                }
+                const int full_steps = NARROW ? ntiles - 1 : ntiles;
+                for (int j = 1; j < full_steps; ++j) step(j, FaInt<BN>{});
+                if constexpr (NARROW) {
+                    if (ntiles > 1) by_tail_width([&](auto w) { step(ntiles - 1, w); });
+                    by_tail_width(last_pv);
+                } else {
+                    last_pv(FaInt<BN>{});
+                }
             } else {
                 for (int j = 0; j < ntiles; ++j) {
                     const int ic = it + j;
@@ -781,4 +843,6 @@ FA_WS_INST(0, 128, 2, 128, 2, 33)
 FA_WS_INST(1, 128, 2, 192, 2, 3)
 FA_WS_INST(0, 128, 2, 128, 2, 259)
 FA_WS_INST(0, 128, 2, 176, 2, 515)
+FA_WS_INST(0, 128, 2, 176, 2, 1027)
+FA_WS_INST(1, 64, 3, 128, 2, 1035)
 #endif

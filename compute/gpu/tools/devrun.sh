@@ -35,6 +35,9 @@
 #       sanitize_cases with V9_SPECS added (stops there if either fails), flash vs SDPA at d=128
 #       without a mask, preheated, with V9_SPECS beside the default, then Nsight Compute on
 #       our default and on cuDNN's kernel (profile_pair, N 8192 fp16); about 450 s plus the start
+#   bash compute/gpu/tools/devrun.sh v9b      # FLASH_NOTES v9: test_flash.py -k narrow beside
+#       memcheck on the V9B_SPECS variants, then flash vs SDPA at d=128, settled, with V9B_SPECS
+#       beside the default; about 200 s plus the start
 #   bash compute/gpu/tools/devrun.sh v9c      # FLASH_NOTES v9, third call: flash vs SDPA at d=128
 #       with each slice settled on its own path (--settle 0.25) and V9C_SPECS beside the
 #       default, the non-causal half again without settling (the order bias it removes), then
@@ -250,6 +253,18 @@ if [ "$what" = v9 ]; then
         step "ncu_$path" 120 ncu $sections --kernel-name "regex:$regex" --launch-skip 2 \
             --launch-count 1 python3 -m compute.gpu.tools.profile_pair --path $path
     done
+fi
+if [ "$what" = v9b ]; then
+    specs=${V9B_SPECS-"ws:128:2:176:2:pingpong:narrowtail ws:128:2:192:2:pingpong:narrowtail"}
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$specs" \
+        tests_beside_memcheck "tests/compute/gpu/test_flash.py -k narrow" 200 200
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa 200 python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --d 128 --dtype float16 bfloat16 --dense-max-n 0 \
+            --preheat 1 --settle 0.25 --tune $specs --json "$OUT/flash_vs_sdpa_v9b_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
 fi
 if [ "$what" = v9c ]; then
     specs=${V9C_SPECS-"ws:128:2:192:2:pingpong ws:128:2:192:2:pingpong:lpt"}

@@ -156,7 +156,28 @@ WS_SWITCHES = {
     "wgrelease": {"warpgroup_release": True},
     "persistent-wgrelease": {"persistent": True, "warpgroup_release": True},
     "keys192-lpt": {"block_n": 192, "lpt": True},
+    "narrowtail": {"narrow_tail": True},
+    "keys176-narrowtail-lpt": {"block_n": 176, "narrow_tail": True, "lpt": True},
 }
+
+
+@pytest.mark.parametrize("block_n", [128, 176, 192])
+def test_ws_narrow_last_tile_exact(block_n):
+    # ':narrowtail' (FLASH_NOTES v9): N_k just past a multiple of the tile and at the 64- and
+    # 128-key widths' edges, a single short tile (the first step narrow), and a causal case.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[128], block_n=block_n, narrow_tail=True)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    for i, extra in enumerate((1, 63, 64, 65, 128, 129, block_n - 1)):
+        n_k = 3 * block_n + extra
+        _run_case(1, 2, 200, n_k, 128, "float16", False, seed=[61, block_n, i], config=cfg)
+    _run_case(1, 2, 300, 50, 128, "bfloat16", False, seed=[62, block_n], config=cfg)
+    _run_case(1, 2, 300, 100, 128, "float16", False, seed=[65, block_n], config=cfg)
+    _run_case(1, 2, 500, 3 * block_n + 40, 128, "bfloat16", True, seed=[63, block_n], config=cfg)
 
 
 def test_ws_refuses_a_variant_past_the_shared_memory_limit():

@@ -237,6 +237,12 @@ def test_flash_config_spec_round_trips():
     rel = Config.parse("ws:128:2:176:2:pingpong:wgrelease")
     assert rel.warpgroup_release and rel.name(0) == "flash_fwd_ws<0,128,2,176,2,515>"
     assert Config.parse(rel.spec()) == rel
+    narrow = Config.parse("ws:128:2:192:2:pingpong:lpt:narrowtail")
+    assert narrow.narrow_tail and narrow.name(0) == "flash_fwd_ws<0,128,2,192,2,1035>"
+    assert Config.parse(narrow.spec()) == narrow
+    for bad in ("ws:128:2:176:2:persist:narrowtail", "ws:128:2:176:2:tailsplit:narrowtail"):
+        with pytest.raises(ValueError, match="plain grid only"):
+            Config.parse(bad)
     for bad in ("ws:128:2:128:2:persist:mcast", "ws:128:2:128:2:tailsplit:mcast"):
         with pytest.raises(ValueError, match="takes no"):
             Config.parse(bad)
