@@ -72,6 +72,9 @@ class Config:
     # keys left before N_k fit, instead of BN wide over zero-filled rows (FLASH_NOTES v9;
     # spec ':narrowtail')
     narrow_tail: bool = False
+    # ws, measurement only: with three consumers, warpgroups whose rows all lie past N_q
+    # compute as before v9 instead of skipping their GEMMs (spec ':padrows')
+    pad_rows: bool = False
 
     @property
     def block_m(self) -> int:
@@ -106,7 +109,7 @@ class Config:
             )
             mode |= (64 * int(self.multicast)) | (128 * int(self.lazy_rescale))
             mode |= (256 * int(self.q_regs)) | (512 * int(self.warpgroup_release))
-            mode |= 1024 * int(self.narrow_tail)
+            mode |= (1024 * int(self.narrow_tail)) | (2048 * int(self.pad_rows))
             kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
             return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
@@ -117,7 +120,7 @@ class Config:
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
         'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]
-        [:qreg][:wgrelease][:narrowtail]'
+        [:qreg][:wgrelease][:narrowtail][:padrows]'
         (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
@@ -133,6 +136,7 @@ class Config:
         text += ":qreg" if self.q_regs else ""
         text += ":wgrelease" if self.warpgroup_release else ""
         text += ":narrowtail" if self.narrow_tail else ""
+        text += ":padrows" if self.pad_rows else ""
         return text
 
     @classmethod
@@ -154,7 +158,7 @@ class Config:
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
                 "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
-                "[:mcast][:lazy][:qreg][:wgrelease][:narrowtail]'"
+                "[:mcast][:lazy][:qreg][:wgrelease][:narrowtail][:padrows]'"
             )
         if "mcast" in flags and (split or "persist" in flags):
             raise ValueError(
@@ -170,7 +174,7 @@ class Config:
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
                 "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
-                "lazy" in flags, "qreg" in flags, "wgrelease" in flags, "narrowtail" in flags,
+                "lazy" in flags, "qreg" in flags, "wgrelease" in flags, "narrowtail" in flags, "padrows" in flags,
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
@@ -186,6 +190,7 @@ _WS_FLAGS = (
     "qreg",
     "wgrelease",
     "narrowtail",
+    "padrows",
 )
 
 

@@ -32,7 +32,7 @@
 //     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
 //     running max (bit 7), v8; Q's A fragments in registers (bit 8), one K/V release
 //     per warpgroup (bit 9) and a narrow last key tile (bit 10), v9: all measured, all off
-//     by default.
+//     by default. Bit 11 (`:padrows`) only measures what skipping padded warpgroups bought.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -47,8 +47,9 @@
 // max -4%; 16 of 24 cases >= 1.0x cuDNN, the d=128 non-causal ones at 0.93-0.97x. v9 (each
 // slice timed after its own path ran alone): 192-key tiles -3% to +6% between calls, Q in
 // registers -4% to +2%, one release per warpgroup +-2%, a narrow last tile -1 to -4%, all
-// off; 15 of 24 cases >= 1.0x cuDNN (every N = 16384 case 1.05-1.14x; d=128 N = 4096
-// 0.95-0.98x), 1.43-1.86x FA2.
+// off; at d=64 the warpgroups of the last query block whose rows all lie past Nq skip their
+// GEMMs (+1.5-5% at N = 4096). 20 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384,
+// 1.03-1.14x; misses at N = 4096, 0.97-0.99x), 1.48-1.95x FA2.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -280,7 +281,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // writes O and LSE as usual. Bit 6: K/V multicast across a cluster of two CTAs (see `rank`);
 // bit 7: lazy running max (fa_softmax_lazy). Bit 8: Q's A fragments in registers for the S
 // GEMM (fa_issue_s_rk); bit 9: one empty-barrier arrival per consumer warpgroup; bit 10: the
-// last key tile's GEMMs only as wide as the keys left before Nk (v9).
+// last key tile's GEMMs only as wide as the keys left before Nk; bit 11: padded warpgroups
+// compute (v9; without it a warpgroup whose rows all lie past Nq skips its GEMMs).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -307,6 +309,12 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // final step peeled out of the pipelined loop (v9)
     // (not with PERSIST or SPLIT: ptxas runs out of registers for the wgmma pipeline there)
     constexpr bool NARROW = (MODE & 1024) != 0 && !QREG && !PERSIST && !SPLIT && BN > 64;
+    // A warpgroup whose rows all lie past Nq only keeps the pipeline's protocol (v9). With
+    // three consumers (BM = 192, d = 64) a power-of-two N leaves 64 or 128 such rows in the
+    // last block (at N = 4096 causal, 6% of the work); with two (d = 128) only an N_q tail
+    // does, and there the extra branch costs registers (serialised wgmmas with :narrowtail),
+    // so it is off. MODE bit 11 (measurement only) computes the padded rows as before.
+    constexpr bool SKIP_IDLE = NC == 3 && !NARROW && (MODE & 2048) == 0;
     static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
     using L = FaSmem<D, NC, BN, ST, PERSIST>;
     constexpr int BM = L::BM;
@@ -598,18 +606,35 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
                     release(emptyV + 8 * sl);
                 };
-                if (NARROW && ntiles == 1) {
-                    by_tail_width(first);
+                if (SKIP_IDLE && q0 + c * 64 >= Nq) {
+                    // Every row of this warpgroup lies past Nq (the last query block of a
+                    // 192-row tiling, d = 64): no GEMM and no softmax, only the protocol the
+                    // others rely on, in their order: each stage released after it filled
+                    // (an early arrival would count towards the stage's previous round) and
+                    // every scheduler turn taken. O stays 0 and l 0; no row of it is stored.
+                    for (int j = 0; j <= ntiles; ++j) {
+                        const int ic = it + j, ip = it + j - 1;
+                        if (j < ntiles) fa_mbar_wait(fullK + 8 * (ic % ST), (ic / ST) & 1);
+                        if (j > 0) fa_mbar_wait(fullV + 8 * (ip % ST), (ip / ST) & 1);
+                        sched_wait();
+                        sched_signal();
+                        if (j < ntiles) release(emptyK + 8 * (ic % ST));
+                        if (j > 0) release(emptyV + 8 * (ip % ST));
+                    }
                 } else {
-                    first(FaInt<BN>{});
-                }
-                const int full_steps = NARROW ? ntiles - 1 : ntiles;
-                for (int j = 1; j < full_steps; ++j) step(j, FaInt<BN>{});
-                if constexpr (NARROW) {
-                    if (ntiles > 1) by_tail_width([&](auto w) { step(ntiles - 1, w); });
-                    by_tail_width(last_pv);
-                } else {
-                    last_pv(FaInt<BN>{});
+                    if (NARROW && ntiles == 1) {
+                        by_tail_width(first);
+                    } else {
+                        first(FaInt<BN>{});
+                    }
+                    const int full_steps = NARROW ? ntiles - 1 : ntiles;
+                    for (int j = 1; j < full_steps; ++j) step(j, FaInt<BN>{});
+                    if constexpr (NARROW) {
+                        if (ntiles > 1) by_tail_width([&](auto w) { step(ntiles - 1, w); });
+                        by_tail_width(last_pv);
+                    } else {
+                        last_pv(FaInt<BN>{});
+                    }
                 }
             } else {
                 for (int j = 0; j < ntiles; ++j) {
@@ -845,4 +870,5 @@ FA_WS_INST(0, 128, 2, 128, 2, 259)
 FA_WS_INST(0, 128, 2, 176, 2, 515)
 FA_WS_INST(0, 128, 2, 176, 2, 1027)
 FA_WS_INST(1, 64, 3, 128, 2, 1035)
+FA_WS_INST(0, 64, 3, 128, 2, 2051)
 #endif

@@ -161,6 +161,27 @@ WS_SWITCHES = {
 }
 
 
+@pytest.mark.parametrize("switches", ["grid", "persistent-lpt", "tailsplit", "padrows"])
+def test_ws_padded_warpgroups_skip_exactly(switches):
+    # d = 64, three consumers (192-row query blocks): N_q = 192 k + 64 leaves two warpgroups of
+    # the last block with rows past N_q only, 192 k + 128 one; they skip their GEMMs (v9)
+    # unless ':padrows'. Causal and not, N_k != N_q, more items than SMs in the last case.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    extra = {"grid": {}, "persistent-lpt": {"persistent": True, "lpt": True},
+             "tailsplit": {"tail_split": 3}, "padrows": {"pad_rows": True}}[switches]  # fmt: skip
+    cfg = replace(flash.WS_CONFIGS[64], **extra)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    seed = [71, len(switches)]
+    _run_case(1, 2, 256, 300, 64, "float16", False, seed=seed + [0], config=cfg)
+    _run_case(1, 2, 320, 320, 64, "bfloat16", True, seed=seed + [1], config=cfg)
+    _run_case(1, 3, 4 * 192 + 64, 900, 64, "float16", True, seed=seed + [2], config=cfg)
+    _run_case(2, 80, 448, 448, 64, "bfloat16", False, seed=seed + [3], config=cfg)
+
+
 @pytest.mark.parametrize("block_n", [128, 176, 192])
 def test_ws_narrow_last_tile_exact(block_n):
     # ':narrowtail' (FLASH_NOTES v9): N_k just past a multiple of the tile and at the 64- and

@@ -240,6 +240,9 @@ def test_flash_config_spec_round_trips():
     narrow = Config.parse("ws:128:2:192:2:pingpong:lpt:narrowtail")
     assert narrow.narrow_tail and narrow.name(0) == "flash_fwd_ws<0,128,2,192,2,1035>"
     assert Config.parse(narrow.spec()) == narrow
+    pad = Config.parse("ws:64:3:128:2:pingpong:padrows")
+    assert pad.pad_rows and pad.name(0) == "flash_fwd_ws<0,64,3,128,2,2051>"
+    assert Config.parse(pad.spec()) == pad
     for bad in ("ws:128:2:176:2:persist:narrowtail", "ws:128:2:176:2:tailsplit:narrowtail"):
         with pytest.raises(ValueError, match="plain grid only"):
             Config.parse(bad)
