@@ -5,7 +5,9 @@ One report (format BENCH_FORMAT) is what `compute.gpu.bench.run_bench` returns a
 the tools write them. Both carry `version`: 3 adds the passes (config `pass_name` "forward",
 "backward" or "training"; every row and a sweep carry their `pass`), 2 named the
 tensor-core kernel's rows "flash", version 1 said "fast"; `split_reports` reads all three
-(an older report is a forward one). `bundled_report()` reads the
+(an older report is a forward one) and refuses, with what to run instead, the backward
+comparison that tools/flash_bwd_vs_sdpa writes (BWD_COMPARISON_FORMAT, rows of another
+shape). `bundled_report()` reads the
 H200 recording shipped inside the package (the desktop panel opens on it).
 Also the plain-text tables `flash-explorer bench` prints.
 """
@@ -17,6 +19,13 @@ from importlib import resources
 
 BENCH_FORMAT = "flash-explorer-gpu-bench"
 FIGURES_FORMAT = "flash-explorer-gpu-figures"
+# tools/flash_bwd_vs_sdpa's comparison (rows of its own shape, no device block): not a report
+# the panel can show; files written before it had its own name claim FIGURES_FORMAT.
+BWD_COMPARISON_FORMAT = "flash-explorer-bwd-comparison"
+_NOT_A_REPORT = (
+    "The file is a backward comparison from flash_bwd_vs_sdpa (its tables are in the README); "
+    "to see the backward here, run `flash-explorer bench --pass backward --peers --json FILE`."
+)
 VERSION = 3
 BUNDLED_DEFAULT = "tiled_vs_dense_h200"  # compute/gpu/reports/<name>.json
 MIB = 2**20
@@ -165,6 +174,8 @@ def split_reports(data: object) -> list[dict]:
     """The bench reports in a parsed JSON file (one report, or a figures file of many)."""
     if not isinstance(data, dict):
         raise ReportError("The file does not hold a GPU bench report.")
+    if data.get("format") == BWD_COMPARISON_FORMAT:
+        raise ReportError(_NOT_A_REPORT)
     if data.get("format") == BENCH_FORMAT:
         reports = [data]
     elif data.get("format") == FIGURES_FORMAT:
@@ -172,6 +183,9 @@ def split_reports(data: object) -> list[dict]:
     else:
         raise ReportError("The file does not hold a GPU bench report (no known 'format').")
     for rep in reports:
+        rows = rep.get("results") if isinstance(rep, dict) else None
+        if isinstance(rows, list) and any(isinstance(r, dict) and "median_ms" in r for r in rows):
+            raise ReportError(_NOT_A_REPORT)
         if not isinstance(rep, dict) or not {"config", "results", "device"} <= rep.keys():
             raise ReportError("A report in the file is missing its config, device or results.")
     if not reports:

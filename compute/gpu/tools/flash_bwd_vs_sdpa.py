@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from ..dtypes import FLASH_DTYPES
-from ..report import FIGURES_FORMAT, VERSION
+from ..report import BWD_COMPARISON_FORMAT, VERSION
 from .flash_vs_sdpa import ERR_BAR, MODEL_DIM, PEERS, TOKENS
 
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     causals = [False, True] if args.causal is None else [args.causal == "1"]
     data = {
-        "format": FIGURES_FORMAT,
+        "format": BWD_COMPARISON_FORMAT,
         "version": VERSION,
         "command": "python -m compute.gpu.tools.flash_bwd_vs_sdpa " + " ".join(sys.argv[1:]),
         "flops_formula": "2.5 * 4*B*H*N^2*d (x0.5 causal)",

@@ -170,6 +170,21 @@ def test_bfloat16_rounding_is_compute_attentions():
                                   round_to(x, "bfloat16").astype(np.float64))  # fmt: skip
 
 
+def test_backward_comparisons_are_refused_with_what_to_run_instead():
+    from compute.gpu.report import BWD_COMPARISON_FORMAT, FIGURES_FORMAT, ReportError
+
+    rows = [{"kernel": "flash-bwd", "median_ms": 1.0, "tflops": 300.0, "rel_err": {"max": 1e-3}}]
+    root = Path(__file__).resolve().parents[3]
+    recorded = json.loads((root / "assets/benchmarks/flash_bwd_vs_sdpa_h200.json").read_text())
+    for data in (
+        {"format": BWD_COMPARISON_FORMAT, "reports": [{"config": {}, "results": rows}]},
+        {"format": FIGURES_FORMAT, "reports": [{"config": {}, "results": rows}]},  # older files
+        recorded,
+    ):
+        with pytest.raises(ReportError, match=r"backward comparison .* --pass backward --peers"):
+            split_reports(data)
+
+
 def test_version_1_reports_read_with_flash_names():
     # A report recorded before the harness's version 2 (the kernel was called "fast" then).
     old = json.loads((Path(__file__).parent / "data" / "report_v1_h200.json").read_text())
