@@ -8,7 +8,8 @@ Setup as flash_vs_sdpa (batch*N = 16384 tokens, heads*d = 2048; its `TOKENS`, `M
 `ERR_BAR`, `PEERS`). Per case the three paths are timed by `timing.time_cuda` (CUDA events,
 L2 flushed, inputs rotated, median) in interleaved rounds (`timing.time_interleaved`) after
 `--preheat` seconds untimed (default 1: timed at the power-capped clock, as the forward's
-comparison since FLASH_NOTES v8), on the same inputs: ours
+comparison since FLASH_NOTES v8), each slice after `--settle` seconds of its own path
+(default 0.25, FLASH_NOTES v9), on the same inputs: ours
 (`flash_attention_backward` given our forward's O and LSE: preprocessing, main kernel and dQ
 conversion all inside the events) and each SDPA backend's backward alone (graph built once,
 `torch.autograd.grad` timed; `peers.sdpa_backward`). TFLOP/s = 2.5 x the forward's
@@ -62,10 +63,11 @@ def _errors(cp, grads, ref, dtype: str) -> dict[str, float]:
 
 
 def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int, modes=(),
-             preheat_s: float = 0.0) -> dict:  # fmt: skip
+             preheat_s: float = 0.0, settle_s: float = 0.0) -> dict:  # fmt: skip
     """One (N, d, dtype, causal) report: per path median ms, TFLOP/s and errors; `modes` adds
     rows `flash-bwd:mMODE` for flash_bwd_main's measurement variants (flash_backward.MODES);
-    the paths first run untimed for `preheat_s` seconds (timing.preheat)."""
+    the paths first run untimed for `preheat_s` seconds (timing.preheat), and each slice after
+    `settle_s` seconds of its own path untimed (timing.time_interleaved)."""
     import cupy as cp
 
     from ..dense_backward import dense_attention_backward_gpu
@@ -98,7 +100,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, warmup: int, repeats: int
         paths[name] = (lambda run: run(), [(peer.prepare(*f, causal),) for f in flat])
 
     timings = time_interleaved(
-        paths, warmup=warmup, repeats=repeats, l2_bytes=l2, preheat_s=preheat_s
+        paths, warmup=warmup, repeats=repeats, l2_bytes=l2, preheat_s=preheat_s, settle_s=settle_s
     )
 
     q, k, v, _, do, _ = sets[0]
@@ -171,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the reports here")
     ap.add_argument("--modes", type=int, nargs="*", default=[], help="also time these MODEs")
     ap.add_argument(
+        "--settle", type=float, default=0.25,
+        help="seconds each path runs alone, untimed, before each of its timed slices (default "
+        "0.25, as the forward's comparison since FLASH_NOTES v9)",
+    )  # fmt: skip
+    ap.add_argument(
         "--preheat", type=float, default=1.0,
         help="seconds each case runs untimed first (the GPU's power-capped clock; default 1)",
     )  # fmt: skip
@@ -191,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 for n in args.n:
                     for causal in causals:
                         rep = run_case(n, d, dtype, causal, args.warmup, args.reps, args.modes,
-                                       args.preheat)  # fmt: skip
+                                       args.preheat, args.settle)  # fmt: skip
                         data["reports"].append(rep)
                         print(line(rep), flush=True)
                         if args.json:  # rewritten after every case: a cut-short run keeps its data
