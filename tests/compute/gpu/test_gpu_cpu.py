@@ -170,6 +170,25 @@ def test_bfloat16_rounding_is_compute_attentions():
                                   round_to(x, "bfloat16").astype(np.float64))  # fmt: skip
 
 
+def test_energy_probe_reads_nvidia_smi_samples_and_skips_the_rest():
+    import datetime as dt
+
+    from compute.gpu.tools.energy_probe import _samples
+
+    text = (
+        "2026/11/29 22:10:01.120, 1755, 699.12\n"
+        "[Not Supported]\n"
+        "2026/11/29 22:10:01.140, 1590, 690.50\n"
+        "2026/11/29 22:10:01.160, N/A, 690.5\n"
+    )
+    got = _samples(text)
+    t0 = dt.datetime(2026, 11, 29, 22, 10, 1, 120000).timestamp()
+    assert [(round(w - t0, 3), mhz, watts) for w, mhz, watts in got] == [
+        (0.0, 1755.0, 699.12),
+        (0.02, 1590.0, 690.5),
+    ]
+
+
 def test_backward_comparisons_are_refused_with_what_to_run_instead():
     from compute.gpu.report import BWD_COMPARISON_FORMAT, FIGURES_FORMAT, ReportError
 
