@@ -10,8 +10,9 @@ the modelled ledger. With `sweep_blocks`, also a block_q x block_k grid of tiled
 times. With `pass_name="backward"` every path times its backward pass instead, and with
 "training" forward and backward together (bench_backward.py), against that pass's ledger;
 the sweep then times the teaching kernel's backward (or training step) at each tile size.
-Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked for). The CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call
-this; the GPU tests share its reference, dtypes and dense path.
+Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked for). The
+CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call this; the GPU
+tests share its reference, dtypes and dense path.
 """
 
 from __future__ import annotations
@@ -179,9 +180,10 @@ def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
 
 
 @dataclass
-class _Pending:
-    """A forward path measured for error and peak memory, its timing still to come (all
-    paths of a case are then timed together, interleaved: timing.time_interleaved)."""
+class PendingRow:
+    """A path measured for error and peak memory, its timing still to come (the forward's
+    paths of a case are then timed together, interleaved: timing.time_interleaved; the
+    backward's rows, bench_backward, are timed alone), and finish_row makes its row."""
 
     kernel: str
     fn: Callable
@@ -201,17 +203,17 @@ def _row(
     lane,
     extra: dict,
     measure_peak=peak_pool_bytes,
-) -> _Pending:
+) -> PendingRow:
     """Error and peak memory of fn(q, k, v) -> output array (lane None: no ledger)."""
     out = fn(*inputs.sets[0])
     errs = _errors(cfg, out, inputs)
     del out
     peak, out_bytes = measure_peak(lambda: fn(*inputs.sets[0]))
     _release()
-    return _Pending(kernel, fn, lane, extra, errs, peak, out_bytes)
+    return PendingRow(kernel, fn, lane, extra, errs, peak, out_bytes)
 
 
-def _finish(cfg: BenchConfig, p: _Pending, timing: Timing) -> dict:
+def finish_row(cfg: BenchConfig, p: PendingRow, timing: Timing) -> dict:
     """The report row of a pending path, given its timing."""
     ms = timing.median_ms
     ledger_bytes = None if p.lane is None else p.lane.total_bytes * cfg.batch_heads
@@ -238,7 +240,7 @@ def _finish(cfg: BenchConfig, p: _Pending, timing: Timing) -> dict:
 def _time_rows(cfg: BenchConfig, inputs: _Inputs, rows: list) -> list[dict]:
     """Rows in order: every pending path timed in interleaved rounds on the same inputs; if
     that fails, each path alone, so only the failing one becomes an error row."""
-    pending = {str(i): r for i, r in enumerate(rows) if isinstance(r, _Pending)}
+    pending = {str(i): r for i, r in enumerate(rows) if isinstance(r, PendingRow)}
     l2 = status().l2_bytes
 
     def together() -> dict:
@@ -247,7 +249,7 @@ def _time_rows(cfg: BenchConfig, inputs: _Inputs, rows: list) -> list[dict]:
             paths, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=l2,
             preheat_s=cfg.preheat_s, settle_s=cfg.settle_s,
         )  # fmt: skip
-        return {"rows": {key: _finish(cfg, pending[key], t) for key, t in timings.items()}}
+        return {"rows": {key: finish_row(cfg, pending[key], t) for key, t in timings.items()}}
 
     done = _guarded("", {}, together).get("rows")
     if done is None:
@@ -257,7 +259,7 @@ def _time_rows(cfg: BenchConfig, inputs: _Inputs, rows: list) -> list[dict]:
             def alone(p=p) -> dict:
                 t = time_cuda(p.fn, inputs.sets, warmup=cfg.warmup, repeats=cfg.repeats,
                               l2_bytes=l2)  # fmt: skip
-                return _finish(cfg, p, t)
+                return finish_row(cfg, p, t)
 
             done[key] = _guarded(p.kernel, p.extra, alone)
     _release()
@@ -287,10 +289,12 @@ def _guarded(kernel: str, extra: dict, body: Callable[[], Any]) -> Any:
         return _error_row(kernel, extra, exc)
 
 
-def _tiled_row(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int) -> _Pending | dict:
+def _tiled_row(
+    cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int
+) -> PendingRow | dict:
     extra = {"order": order, "block_q": bq, "block_k": bk}
 
-    def body() -> _Pending:
+    def body() -> PendingRow:
         comp = compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)
 
         def fn(q, k, v):
@@ -324,10 +328,10 @@ def _counted(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int, la
     }
 
 
-def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> _Pending | dict:
+def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> PendingRow | dict:
     from .dense import dense_attention_gpu
 
-    def body() -> _Pending:
+    def body() -> PendingRow:
         if cfg.dtype not in KERNEL_DTYPES:
             raise ValueError(f"the dense path takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
         lane = _ledger(cfg, cfg.block_q, cfg.block_k, cfg.order).lanes["dense"]
@@ -337,11 +341,11 @@ def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> _Pending | dict:
     return _guarded("dense", {}, body)
 
 
-def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> _Pending | dict:
+def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> PendingRow | dict:
     """The tensor-core kernel: its default variant for d, or the variant `spec` names."""
     label = "flash" if spec is None else f"flash[{spec}]"
 
-    def body() -> _Pending:
+    def body() -> PendingRow:
         from . import flash
 
         if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
@@ -364,10 +368,10 @@ def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> _P
     return _guarded(label, {}, body)
 
 
-def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> _Pending | dict:
+def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> PendingRow | dict:
     """A torch SDPA backend on the same inputs (no ledger: its transfers are not modelled)."""
 
-    def body() -> _Pending:
+    def body() -> PendingRow:
         from . import peers
 
         sdpa = peers.sdpa(name)

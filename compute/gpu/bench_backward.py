@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import attention_backward, pass_ledger
 from .backward import tiled_attention_backward_gpu
+from .bench import PendingRow, finish_row
 from .dense_backward import dense_attention_backward_gpu, dense_probabilities_gpu
 from .device import status
 from .dtypes import FLASH_DTYPES, KERNEL_DTYPES, device_array, float64_values
@@ -84,25 +85,15 @@ def _row(
     cfg, kernel: str, fn: Callable, sets: list, lane, extra: dict, errs: dict,
     measure_peak: Callable = peak_pool_bytes,
 ) -> dict:  # fmt: skip
-    """Peak memory and timing of fn(*set) -> (dQ, dK, dV), in the forward rows' keys
-    (lane None: no ledger)."""
+    """Peak memory and timing of fn(*set) -> (dQ, dK, dV), in the forward rows' keys with the
+    pass after `extra` (bench.finish_row; lane None: no ledger)."""
     import cupy
 
     peak, out_bytes = measure_peak(lambda: fn(*sets[0]))
     timing = time_cuda(fn, sets, warmup=cfg.warmup, repeats=cfg.repeats, l2_bytes=status().l2_bytes)
     cupy.get_default_memory_pool().free_all_blocks()
-    ms = timing.median_ms
-    ledger_bytes = None if lane is None else lane.total_bytes * cfg.batch_heads
-    return {
-        "kernel": kernel, **extra, "pass": cfg.pass_name, "ms": ms, "ms_min": timing.min_ms,
-        "ms_max": timing.max_ms, "runs": len(timing.times_ms),
-        "tflops": cfg.flops() / (ms * 1e-3) / 1e12,
-        "ledger_elements": None if lane is None else lane.total_elements * cfg.batch_heads,
-        "ledger_bytes": ledger_bytes,
-        "ledger_gbs": None if ledger_bytes is None else ledger_bytes / (ms * 1e-3) / 1e9,
-        "peak_bytes": peak, "output_bytes": out_bytes, "extra_bytes": max(peak - out_bytes, 0),
-        "max_abs_err": errs["max_abs"], "rel_err": errs["rel"],
-    }  # fmt: skip
+    extra = {**extra, "pass": cfg.pass_name}
+    return finish_row(cfg, PendingRow(kernel, fn, lane, extra, errs, peak, out_bytes), timing)
 
 
 def _tiled_fn(cfg, base: list, bq: int, bk: int) -> tuple[Callable, list]:

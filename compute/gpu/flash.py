@@ -103,13 +103,8 @@ class Config:
         if self.kernel == "mma":
             return f"flash_fwd_mma<{dt},{self.d},{self.warps},{self.block_n},{self.min_blocks}>"
         if self.kernel == "ws":
-            mode = int(self.overlap) | (2 * int(self.ping_pong)) | (4 * int(self.persistent))
-            mode |= (
-                (8 * int(self.lpt)) | (16 * int(self.tma_store)) | (32 * int(self.tail_split > 0))
-            )
-            mode |= (64 * int(self.multicast)) | (128 * int(self.lazy_rescale))
-            mode |= (256 * int(self.q_regs)) | (512 * int(self.warpgroup_release))
-            mode |= (1024 * int(self.narrow_tail)) | (2048 * int(self.pad_rows))
+            mode = int(self.overlap) | (2 * int(self.ping_pong))
+            mode |= sum(bit for _, field, bit in _WS_SWITCHES if getattr(self, field))
             kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
             return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
@@ -119,24 +114,16 @@ class Config:
 
     def spec(self) -> str:
         """'mma:D:WARPS:BN:MINB', 'wgmma:D:WG:BN:MINB[:pingpong]' or
-        'ws:D:NC:BN:STAGES[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]][:mcast][:lazy]
-        [:qreg][:wgrelease][:narrowtail][:padrows]'
-        (parse() reads it back)."""
+        'ws:D:NC:BN:STAGES[:pingpong][:serial]' followed by the set switches of _WS_SWITCHES,
+        in its order (parse() reads it back)."""
         fifth = self.stages if self.kernel == "ws" else self.min_blocks
         text = f"{self.kernel}:{self.d}:{self.warps}:{self.block_n}:{fifth}"
         text += ":pingpong" if self.ping_pong else ""
         text += ":serial" if self.kernel == "ws" and not self.overlap else ""
-        text += ":persist" if self.persistent else ""
-        text += ":lpt" if self.lpt else ""
-        text += ":tmastore" if self.tma_store else ""
-        if self.tail_split:
-            text += ":tailsplit" + (str(self.tail_split) if self.tail_split > 1 else "")
-        text += ":mcast" if self.multicast else ""
-        text += ":lazy" if self.lazy_rescale else ""
-        text += ":qreg" if self.q_regs else ""
-        text += ":wgrelease" if self.warpgroup_release else ""
-        text += ":narrowtail" if self.narrow_tail else ""
-        text += ":padrows" if self.pad_rows else ""
+        for flag, field, _ in _WS_SWITCHES:
+            value = getattr(self, field)
+            if value:  # tail_split k >= 2 is written ':tailsplitK'
+                text += f":{flag}" + (str(value) if flag == "tailsplit" and value > 1 else "")
         return text
 
     @classmethod
@@ -155,10 +142,13 @@ class Config:
             or not all(p.isdigit() for p in parts[1:])
             or (bool(split or flags & set(_WS_FLAGS)) and parts[0] != "ws")
         ):
+            optional = "".join(
+                "[:tailsplit[K]]" if flag == "tailsplit" else f"[:{flag}]"
+                for flag, _, _ in _WS_SWITCHES
+            )
             raise ValueError(
                 f"{spec!r} is not a kernel spec like 'wgmma:128:2:64:2[:pingpong]' "
-                "or 'ws:128:2:128:2[:pingpong][:serial][:persist][:lpt][:tmastore][:tailsplit[K]]"
-                "[:mcast][:lazy][:qreg][:wgrelease][:narrowtail][:padrows]'"
+                f"or 'ws:128:2:128:2[:pingpong][:serial]{optional}'"
             )
         if "mcast" in flags and (split or "persist" in flags):
             raise ValueError(
@@ -171,27 +161,30 @@ class Config:
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
+            switches = {field: flag in flags for flag, field, _ in _WS_SWITCHES}
             return cls(
                 "ws", d, warps, block_n, 1, "pingpong" in flags, fifth, "serial" not in flags,
-                "persist" in flags, "lpt" in flags, "tmastore" in flags, split, "mcast" in flags,
-                "lazy" in flags, "qreg" in flags, "wgrelease" in flags, "narrowtail" in flags, "padrows" in flags,
+                **{**switches, "tail_split": split},
             )  # fmt: skip
         return cls(parts[0], d, warps, block_n, fifth, "pingpong" in flags)
 
 
-# Spec flags of the ws kernel only.
-_WS_FLAGS = (
-    "serial",
-    "persist",
-    "lpt",
-    "tmastore",
-    "mcast",
-    "lazy",
-    "qreg",
-    "wgrelease",
-    "narrowtail",
-    "padrows",
+# The ws kernel's switches: spec flag, Config field and MODE bit (flash_fwd_ws.cu), in the
+# order spec() writes them. tail_split holds a piece count (0 off); the others are bools.
+_WS_SWITCHES = (
+    ("persist", "persistent", 4),
+    ("lpt", "lpt", 8),
+    ("tmastore", "tma_store", 16),
+    ("tailsplit", "tail_split", 32),
+    ("mcast", "multicast", 64),
+    ("lazy", "lazy_rescale", 128),
+    ("qreg", "q_regs", 256),
+    ("wgrelease", "warpgroup_release", 512),
+    ("narrowtail", "narrow_tail", 1024),
+    ("padrows", "pad_rows", 2048),
 )
+# Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
+_WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
 
 
 def _is_split_flag(flag: str) -> bool:

@@ -497,32 +497,29 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         m[0] = m[1] = FA_NEG_INF;
         l[0] = l[1] = 0.f;
 
-        auto issue_s = [&](int slot) {  // S = Q K^T (A and B K-major in shared memory)
+        // S = Q K^T over the tile's first W keys (A and B K-major in shared memory, or A = Q
+        // from registers: QREG, never narrow), and O += P V over them (A = P from registers,
+        // B = V MN-major); W = BN but in NARROW's last step (below).
+        auto issue_s_w = [&](int slot, auto width) {
             const u32 kbase = sK + slot * L::KV_BYTES;
             if constexpr (QREG) {
                 fa_issue_s_rk<DT, D, BN>(s, qa, kbase);
             } else {
-                fa_issue_s<DT, D, BM, BN>(s, qwg, kbase);
+                fa_issue_s<DT, D, BM, BN, decltype(width)::value>(s, qwg, kbase);
             }
         };
-        auto issue_pv = [&](int slot) {  // O += P V (A = P from registers, B = V MN-major)
-            const u32 vbase = sV + slot * L::KV_BYTES;
-            fa_issue_pv<DT, D, BN>(o, a, vbase);
+        auto issue_pv_w = [&](int slot, auto width) {
+            constexpr int W = decltype(width)::value;
+            fa_issue_pv<DT, D, BN, W / 16>(o, a, sV + slot * L::KV_BYTES);
         };
+        auto issue_s = [&](int slot) { issue_s_w(slot, FaInt<BN>{}); };
+        auto issue_pv = [&](int slot) { issue_pv_w(slot, FaInt<BN>{}); };
         // NARROW: keys of this piece's last tile that exist (>= BN: no tail). Past them P = 0
         // and V's rows are zero-filled, so GEMMs over the first W = 64 or 128 keys are exact;
         // the mask sets the S registers a narrow S GEMM leaves to -inf. Each width runs its
         // whole step, waits included, in its own branch: a shape chosen at run time between
         // a wgmma and its wait makes ptxas serialise every wgmma of the kernel (v9).
         const int tail_keys = Nk - (j0 + ntiles - 1) * BN;
-        auto issue_s_w = [&](int slot, auto width) {
-            constexpr int W = decltype(width)::value;
-            fa_issue_s<DT, D, BM, BN, W>(s, qwg, sK + slot * L::KV_BYTES);
-        };
-        auto issue_pv_w = [&](int slot, auto width) {
-            constexpr int W = decltype(width)::value;
-            fa_issue_pv<DT, D, BN, W / 16>(o, a, sV + slot * L::KV_BYTES);
-        };
         // f(FaInt<W>{}) with W the narrowest width that holds the last tile's keys.
         auto by_tail_width = [&](auto f) {
             if constexpr (NARROW) {
@@ -554,11 +551,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     const int s0 = it % ST;
                     fa_mbar_wait(fullK + 8 * s0, (it / ST) & 1);
                     sched_wait();
-                    if constexpr (QREG) {
-                        issue_s(s0);
-                    } else {
-                        issue_s_w(s0, width);
-                    }
+                    issue_s_w(s0, width);
                     sched_signal();
                     fa_wgmma_wait<0>();
 #pragma unroll
@@ -574,11 +567,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     fa_mbar_wait(fullK + 8 * sj, (ic / ST) & 1);
                     fa_mbar_wait(fullV + 8 * sp, (ip / ST) & 1);
                     sched_wait();
-                    if constexpr (QREG) {
-                        issue_s(sj);
-                    } else {
-                        issue_s_w(sj, width);  // S_j              (group 1)
-                    }
+                    issue_s_w(sj, width);  // S_j              (group 1)
                     issue_pv(sp);  // O += P_{j-1} V_{j-1}     (group 2)
                     sched_signal();
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run

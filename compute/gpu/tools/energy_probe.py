@@ -7,10 +7,10 @@ Run on the GPU machine (needs torch beside CuPy and nvidia-smi on PATH):
 
 Why (FLASH_NOTES.md v8, v9): these kernels hold the H200 at its power cap, where the SM clock
 follows the power each cycle draws, so a kernel that does the same work per cycle but draws
-more power runs slower. Each path (the default, every --spec, SDPA cuDNN and FA2) runs back to back
-for --seconds after a 1 s untimed preheat, while nvidia-smi samples the SM clock and board
-power every 20 ms; the table gives the sustained TFLOP/s, the mean clock and power of the
-samples inside the timed window, FLOP per SM cycle (work per cycle, independent of the
+more power runs slower. Each path (the default, every --spec, SDPA cuDNN and FA2) runs back
+to back for --seconds after a 1 s untimed preheat, while nvidia-smi samples the SM clock and
+board power every 20 ms; the table gives the sustained TFLOP/s, the mean clock and power of
+the samples inside the timed window, FLOP per SM cycle (work per cycle, independent of the
 clock) and picojoules per FLOP (what the cap rations).
 """
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..dtypes import FLASH_DTYPES
 from ..report import BWD_COMPARISON_FORMAT, VERSION
-from .flash_vs_sdpa import ERR_BAR, MODEL_DIM, PEERS, TOKENS
+from .flash_vs_sdpa import ERR_BAR, MODEL_DIM, PEERS, TOKENS, add_timing_arguments
 
 
 def _inputs(cp, bh: int, n: int, d: int, dtype: str, causal: bool, sets: int, seed: int):
@@ -172,15 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--json", type=Path, help="write the reports here")
     ap.add_argument("--modes", type=int, nargs="*", default=[], help="also time these MODEs")
-    ap.add_argument(
-        "--settle", type=float, default=0.25,
-        help="seconds each path runs alone, untimed, before each of its timed slices (default "
-        "0.25, as the forward's comparison since FLASH_NOTES v9)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--preheat", type=float, default=1.0,
-        help="seconds each case runs untimed first (the GPU's power-capped clock; default 1)",
-    )  # fmt: skip
+    add_timing_arguments(ap)
     args = ap.parse_args(argv)
     causals = [False, True] if args.causal is None else [args.causal == "1"]
     data = {

@@ -35,6 +35,21 @@ ERR_BAR = {"float16": 2e-3, "bfloat16": 1e-2}  # rel err vs float64 (FA2 / cuDNN
 PEERS = ("sdpa-flash", "sdpa-cudnn")
 
 
+def add_timing_arguments(ap: argparse.ArgumentParser, timed: str = "case") -> None:
+    """--preheat and --settle, as both peer comparisons take them (timing.time_interleaved);
+    `timed` names what is preheated."""
+    ap.add_argument(
+        "--preheat", type=float, default=1.0,
+        help=f"seconds each {timed} runs untimed first, so every path is timed at the clock "
+        "the GPU holds under sustained load (its power cap; default 1)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--settle", type=float, default=0.25,
+        help="seconds each path runs untimed on its own before each of its timed slices, so "
+        "no slice inherits the clock of the path before it (default 0.25)",
+    )  # fmt: skip
+
+
 def cases(ns, ds, dtypes, causals, dense_max_n: int, warmup: int, repeats: int, tune,
           passes=("forward",), preheat_s: float = 0.0, settle_s: float = 0.0):  # fmt: skip
     """One BenchConfig per (pass, dtype, d, N, causal), batch*heads = (16384 / N) * (2048 / d)."""
@@ -124,16 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--dense-max-n", type=int, default=8192)
-    ap.add_argument(
-        "--preheat", type=float, default=1.0,
-        help="seconds each forward case runs untimed first, so every path is timed at the "
-        "clock the GPU holds under sustained load (its power cap; default 1)",
-    )  # fmt: skip
-    ap.add_argument(
-        "--settle", type=float, default=0.25,
-        help="seconds each path runs untimed on its own before each of its timed slices, so "
-        "no slice inherits the clock of the path before it (default 0.25)",
-    )  # fmt: skip
+    add_timing_arguments(ap, "forward case")
     ap.add_argument(
         "--pass", dest="passes", nargs="*", choices=PASSES,
         default=["forward"], help="passes to time (default: the forward)",

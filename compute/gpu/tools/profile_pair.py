@@ -16,15 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .flash_vs_sdpa import MODEL_DIM, TOKENS
+from .timing_probe import paths
 
 
 def main(argv: list[str] | None = None) -> int:
-    import cupy as cp
-
-    from .. import flash, peers
-    from ..dtypes import device_array
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--path", choices=["ours", "cudnn", "flash"], required=True)
     ap.add_argument("--n", type=int, default=8192)
@@ -34,21 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", default=None, help="our kernel's variant (default: the default)")
     ap.add_argument("--launches", type=int, default=4)
     args = ap.parse_args(argv)
-    b, h = TOKENS // args.n, MODEL_DIM // args.d
-    rng = cp.random.default_rng(0)
-    shape = (b, h, args.n, args.d)
-    q, k, v = (device_array(rng.standard_normal(shape, dtype=cp.float32), args.dtype)
-               for _ in range(3))  # fmt: skip
-    causal = bool(args.causal)
-    if args.path == "ours":
-        cfg = flash.Config.parse(args.spec) if args.spec else None
-        for _ in range(args.launches):
-            flash.flash_attention(q, k, v, causal=causal, config=cfg)
-    else:
-        fn = peers.sdpa("sdpa-cudnn" if args.path == "cudnn" else "sdpa-flash")
-        flat = [x.reshape(b * h, args.n, args.d) for x in (q, k, v)]
-        for _ in range(args.launches):
-            fn(*flat, causal=causal)
+    import cupy as cp
+
+    peer = {"cudnn": "sdpa-cudnn", "flash": "sdpa-flash"}.get(args.path)
+    specs = [args.spec] if args.spec else []
+    fns, _, _ = paths(args.n, args.d, args.dtype, specs, (peer,) if peer else (), bool(args.causal))
+    # ours: the spec's path (added after the default), else the default's
+    fn, sets = fns[peer] if peer else list(fns.values())[-1]
+    for i in range(args.launches):
+        fn(*sets[i % len(sets)])
     cp.cuda.Device().synchronize()
     return 0
 

@@ -28,9 +28,10 @@ from ..timing import rotation_count, time_cuda, time_interleaved
 from .flash_vs_sdpa import MODEL_DIM, TOKENS
 
 
-def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn",)):
+def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn",),
+          causal: bool = False):  # fmt: skip
     """{name: (fn, rotated input sets)} of our default, each spec and each SDPA peer on one
-    non-causal case; with the L2 size and the case's FLOPs."""
+    case (non-causal unless asked); with the L2 size and the case's FLOPs."""
     import cupy
 
     from .. import flash, peers
@@ -46,14 +47,15 @@ def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn"
                           for _ in range(3)))  # fmt: skip
     fns = {}
     for spec in ["default", *specs]:
-        cfg = flash.default_config(d, n) if spec == "default" else flash.Config.parse(spec)
+        cfg = flash.default_config(d, n, causal) if spec == "default" else flash.Config.parse(spec)
         fns[f"flash[{cfg.spec()}]"] = lambda q, k, v, cfg=cfg: flash.flash_attention(
-            q[None], k[None], v[None], config=cfg
+            q[None], k[None], v[None], causal=causal, config=cfg
         )
     for peer in peer_names:
         sdpa = peers.sdpa(peer)
-        fns[peer] = lambda q, k, v, fn=sdpa: fn(q, k, v, causal=False)
-    return {name: (fn, sets) for name, fn in fns.items()}, l2, 4.0 * bh * n * n * d
+        fns[peer] = lambda q, k, v, fn=sdpa: fn(q, k, v, causal=causal)
+    flops = 4.0 * bh * n * n * d / (2 if causal else 1)
+    return {name: (fn, sets) for name, fn in fns.items()}, l2, flops
 
 
 def add_case_arguments(ap: argparse.ArgumentParser) -> None:

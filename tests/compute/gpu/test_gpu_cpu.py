@@ -262,21 +262,18 @@ def test_flash_config_spec_round_trips():
     mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
     assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
     assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
-    lazy = Config.parse("ws:128:2:176:2:pingpong:lazy")
-    assert lazy.lazy_rescale and lazy.name(0) == "flash_fwd_ws<0,128,2,176,2,131>"
-    assert Config.parse(lazy.spec()) == lazy
-    qreg = Config.parse("ws:128:2:192:2:pingpong:qreg")
-    assert qreg.q_regs and qreg.name(1) == "flash_fwd_ws<1,128,2,192,2,259>"
-    assert Config.parse(qreg.spec()) == qreg
-    rel = Config.parse("ws:128:2:176:2:pingpong:wgrelease")
-    assert rel.warpgroup_release and rel.name(0) == "flash_fwd_ws<0,128,2,176,2,515>"
-    assert Config.parse(rel.spec()) == rel
-    narrow = Config.parse("ws:128:2:192:2:pingpong:lpt:narrowtail")
-    assert narrow.narrow_tail and narrow.name(0) == "flash_fwd_ws<0,128,2,192,2,1035>"
-    assert Config.parse(narrow.spec()) == narrow
-    pad = Config.parse("ws:64:3:128:2:pingpong:padrows")
-    assert pad.pad_rows and pad.name(0) == "flash_fwd_ws<0,64,3,128,2,2051>"
-    assert Config.parse(pad.spec()) == pad
+    for spec, field, dt, name in (
+        ("ws:128:2:176:2:pingpong:lazy", "lazy_rescale", 0, "flash_fwd_ws<0,128,2,176,2,131>"),
+        ("ws:128:2:192:2:pingpong:qreg", "q_regs", 1, "flash_fwd_ws<1,128,2,192,2,259>"),
+        ("ws:128:2:176:2:pingpong:wgrelease", "warpgroup_release", 0,
+         "flash_fwd_ws<0,128,2,176,2,515>"),
+        ("ws:128:2:192:2:pingpong:lpt:narrowtail", "narrow_tail", 0,
+         "flash_fwd_ws<0,128,2,192,2,1035>"),
+        ("ws:64:3:128:2:pingpong:padrows", "pad_rows", 0, "flash_fwd_ws<0,64,3,128,2,2051>"),
+    ):  # fmt: skip
+        cfg = Config.parse(spec)
+        assert getattr(cfg, field) and cfg.name(dt) == name
+        assert Config.parse(cfg.spec()) == cfg
     for bad in ("ws:128:2:176:2:persist:narrowtail", "ws:128:2:176:2:tailsplit:narrowtail"):
         with pytest.raises(ValueError, match="plain grid only"):
             Config.parse(bad)
@@ -444,7 +441,7 @@ def test_bench_forward_rows_timed_together_keep_their_order_and_schema(monkeypat
     errs = {"max_abs": 1e-3, "rel": 1e-4}
 
     def pending(name, fn):
-        return bench._Pending(name, fn, None, {"variant": name}, errs, 10, 4, {"after": 1})
+        return bench.PendingRow(name, fn, None, {"variant": name}, errs, 10, 4, {"after": 1})
 
     rows = [pending("flash", lambda *a: "f"), {"kernel": "dense", "error": "no"}]
     rows.append(pending("sdpa-cudnn", lambda *a: "c"))
