@@ -75,6 +75,10 @@ class Config:
     # ws, measurement only: with three consumers, warpgroups whose rows all lie past N_q
     # compute as before v9 instead of skipping their GEMMs (spec ':padrows')
     pad_rows: bool = False
+    # ws, persistent at d = 128: O staged one 64-column panel at a time in a staging tile
+    # half as wide, so the persistent grid fits 176-key tiles (FLASH_NOTES v10; spec
+    # ':panelo'); the grid stages O in Q's rows and ignores it, as does d = 64 (one panel)
+    panel_o: bool = False
 
     @property
     def block_m(self) -> int:
@@ -90,11 +94,14 @@ class Config:
         if self.kernel == "mma":
             return (self.block_m + 4 * self.block_n) * self.d * 2
         if self.kernel == "ws":
-            # Q + `stages` of K and of V (+ an O staging tile when persistent) + the mbarriers,
-            # the ticket slot and the tail split's combine flags, plus 1 KB for the 1024-byte
-            # alignment.
-            rows = self.block_m * (2 if self.persistent else 1) + 2 * self.stages * self.block_n
-            return rows * self.d * 2 + 8 * (3 + 4 * self.stages) + 16 + 1024
+            # Q + `stages` of K and of V (+ an O staging tile when persistent, one 64-column
+            # panel wide with ':panelo') + the mbarriers, the ticket slot and the tail split's
+            # combine flags, plus 1 KB for the 1024-byte alignment.
+            staging = 0
+            if self.persistent:
+                staging = self.block_m * (64 if self.panel_o else self.d) * 2
+            rows = self.block_m + 2 * self.stages * self.block_n
+            return rows * self.d * 2 + staging + 8 * (3 + 4 * self.stages) + 16 + 1024
         # wgmma: Q + 2 stages of K and V, plus 1 KB so the base can be aligned to 1024 bytes.
         return (self.block_m + 4 * self.block_n) * self.d * 2 + 1024
 
@@ -159,6 +166,8 @@ class Config:
                 f"{spec!r}: ':narrowtail' runs on the plain grid only, without ':persist', "
                 "':tailsplit' or ':qreg'"
             )
+        if "panelo" in flags and "tmastore" in flags:
+            raise ValueError(f"{spec!r}: ':panelo' stages O for plain stores, not ':tmastore'")
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":
             switches = {field: flag in flags for flag, field, _ in _WS_SWITCHES}
@@ -182,6 +191,7 @@ _WS_SWITCHES = (
     ("wgrelease", "warpgroup_release", 512),
     ("narrowtail", "narrow_tail", 1024),
     ("padrows", "pad_rows", 2048),
+    ("panelo", "panel_o", 4096),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -228,9 +238,12 @@ WS_LPT_N = (4096, 8192)
 # calls (causal 4096-8192 keep 128-key tiles with the LPT order); below 4096 not measured.
 WS_WIDE_N = 4096
 WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
-# ... and causal, with the LPT order, from this many on: at N = 8192 +1.5% to +7% in four
-# same-run pairs over two calls, at 4096 -1% to -1.5% in four (FLASH_NOTES v8, call 6).
-WS_WIDE_CAUSAL_N = 8192
+# ... and causal where the LPT order is the rule (WS_LPT_N): 176-key tiles on the dynamic
+# persistent grid, longest items first, O staged one panel at a time so that they fit
+# (FLASH_NOTES v10). Against v9's rule (128-key tiles on the LPT grid at 4096, 176 from
+# 8192; v8 call 6) in one run: +3.6% / +0.2% at N = 4096, +1.1% / +0.3% at 8192 (fp16 /
+# bf16); v9 had measured the persistent LPT grid at 128-key tiles +2% at 4096.
+WS_CAUSAL_D128 = replace(WS_WIDE_D128, lpt=True, persistent=True, panel_o=True)
 
 
 @functools.cache
@@ -253,8 +266,7 @@ def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
         return WGMMA_CONFIGS[d]
     lo, hi = WS_LPT_N
     if causal and lo <= n_q <= hi:
-        wide = d == 128 and n_q >= WS_WIDE_CAUSAL_N
-        return replace(WS_WIDE_D128 if wide else WS_CONFIGS[d], lpt=True)
+        return WS_CAUSAL_D128 if d == 128 else replace(WS_CONFIGS[d], lpt=True)
     if d == 128 and n_q >= WS_WIDE_N:
         return WS_WIDE_D128
     return WS_CONFIGS[d]
@@ -283,8 +295,8 @@ def _function(cfg: Config, dt: int):
     if cfg.smem_bytes() > limit:  # e.g. 192-key tiles with ':persist' at d = 128
         raise ValueError(
             f"kernel variant {cfg.spec()!r} needs {cfg.smem_bytes()} bytes of shared memory "
-            f"per block and this GPU allows {limit}: choose fewer key rows, stages or no "
-            "':persist'."
+            f"per block and this GPU allows {limit}: choose fewer key rows or stages, no "
+            "':persist', or ':persist:panelo'."
         )
     name = cfg.name(dt)
     mod = _module(cfg.kernel, (name,))

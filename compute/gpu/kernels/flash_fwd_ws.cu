@@ -32,7 +32,8 @@
 //     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
 //     running max (bit 7), v8; Q's A fragments in registers (bit 8), one K/V release
 //     per warpgroup (bit 9) and a narrow last key tile (bit 10), v9: all measured, all off
-//     by default. Bit 11 (`:padrows`) only measures what skipping padded warpgroups bought.
+//     by default. Bit 11 (`:padrows`) only measures what skipping padded warpgroups bought;
+//     bit 12 (`:panelo`, v10) stages O one panel at a time when persistent.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -48,8 +49,10 @@
 // slice timed after its own path ran alone): 192-key tiles -3% to +6% between calls, Q in
 // registers -4% to +2%, one release per warpgroup +-2%, a narrow last tile -1 to -4%, all
 // off; at d=64 the warpgroups of the last query block whose rows all lie past Nq skip their
-// GEMMs (+1.5-5% at N = 4096). 20 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384,
-// 1.03-1.14x; misses at N = 4096, 0.97-0.99x), 1.48-1.95x FA2.
+// GEMMs (+1.5-5% at N = 4096). v10: O staged one panel at a time lets the persistent grid
+// take 176-key tiles at d = 128, the causal default at N = 4096-8192 (+2-7%); O stored
+// straight from registers -4 to -5%. 19 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384,
+// 1.02-1.14x; misses at N = 4096, 0.96-0.999x), 1.50-2.00x FA2.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -200,17 +203,18 @@ struct FaRegs {
 };
 
 // Shared memory, from a 1024-byte aligned base: Q (BM rows), ST stages of K, ST of V (BN
-// rows each, D / 64 panels of 128-byte rows), a separate O staging tile when persistent (so
-// the next tile's Q can land during this tile's epilogue), then the mbarriers.
-template <int D, int NC, int BN, int ST, bool PERSIST>
+// rows each, D / 64 panels of 128-byte rows), a separate O staging tile of OP panels when
+// persistent (so the next tile's Q can land during this tile's epilogue; OP = 0: O is staged
+// in Q's rows), then the mbarriers.
+template <int D, int NC, int BN, int ST, int OP>
 struct FaSmem {
     static constexpr u32 BM = NC * 64;
     static constexpr u32 Q_BYTES = BM * D * 2;
     static constexpr u32 KV_BYTES = BN * D * 2;
     static constexpr u32 K_OFF = Q_BYTES;
     static constexpr u32 V_OFF = K_OFF + ST * KV_BYTES;
-    static constexpr u32 O_OFF = PERSIST ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
-    static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + (PERSIST ? Q_BYTES : 0);
+    static constexpr u32 O_OFF = OP > 0 ? V_OFF + ST * KV_BYTES : 0;  // 0: O reuses Q's rows
+    static constexpr u32 BAR_OFF = V_OFF + ST * KV_BYTES + OP * BM * 128;
     // barQ, emptyQ, fullK[ST], fullV[ST], emptyK[ST], emptyV[ST], the ticket slot, then
     // (tail split) one word per consumer warpgroup for its combine flag
     static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8 + 16;
@@ -282,7 +286,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // bit 7: lazy running max (fa_softmax_lazy). Bit 8: Q's A fragments in registers for the S
 // GEMM (fa_issue_s_rk); bit 9: one empty-barrier arrival per consumer warpgroup; bit 10: the
 // last key tile's GEMMs only as wide as the keys left before Nk; bit 11: padded warpgroups
-// compute (v9; without it a warpgroup whose rows all lie past Nq skips its GEMMs).
+// compute (v9; without it a warpgroup whose rows all lie past Nq skips its GEMMs); bit 12:
+// persistent, O staged one 64-column panel at a time in a tile one panel wide (v10).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -315,12 +320,16 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // does, and there the extra branch costs registers (serialised wgmmas with :narrowtail),
     // so it is off. MODE bit 11 (measurement only) computes the padded rows as before.
     constexpr bool SKIP_IDLE = NC == 3 && !NARROW && (MODE & 2048) == 0;
+    constexpr int NP = D / 64;  // 64-column panels per row
+    // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
+    // staging tile one panel wide, so 176-key tiles fit beside it at d = 128 (v10).
+    constexpr int SP = (MODE & 4096) != 0 && PERSIST ? 1 : NP;
+    static_assert(!(SP < NP && TMA_STORE), "the TMA store reads every panel staged at once");
     static_assert(!(MCAST && (PERSIST || SPLIT)), "multicast pairs two grid CTAs of one head");
-    using L = FaSmem<D, NC, BN, ST, PERSIST>;
+    using L = FaSmem<D, NC, BN, ST, PERSIST ? SP : 0>;
     constexpr int BM = L::BM;
     constexpr int NS = BN / 2;  // S accumulator registers per thread
     constexpr int NO = D / 2;   // O accumulator registers per thread
-    constexpr int NP = D / 64;  // 64-column panels per row
     constexpr int NCT = NC * 128;  // consumer threads
 
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -730,58 +739,66 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         // completed), in the same swizzled layout, then written with coalesced 16-byte
         // stores or one TMA store per panel; rows past Nq are not written.
         u16* Ob = O + static_cast<long long>(bh) * Nq * D;
+        // SP panels at a time (all but with ':panelo'): stage, then copy out.
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float lt = fa_quad_sum(l[h]);
-            const float inv = lt > 0.f ? 1.f / lt : 0.f;
-            const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
+        for (int p0 = 0; p0 < NP; p0 += SP) {
+            if (p0 > 0) fa_bar_sync(1 + NC + c, 128);  // the previous panel has been read
 #pragma unroll
-            for (int dn = 0; dn < D / 8; ++dn) {
-                // 8-column group dn: panel dn / 8, 16-byte chunk (dn % 8) ^ (r % 8), 4 bytes per t.
-                const u32 pk = fa_pack<DT>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
-                const u32 addr = owg + (dn >> 3) * (BM * 128) + r * 128 +
-                                 (((dn & 7) ^ (r & 7)) << 4) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pk) : "memory");
-            }
-            if (LSE != nullptr && t == 0) {
-                const int row = q0 + c * 64 + r;
-                if (row < Nq) {
-                    LSE[static_cast<long long>(bh) * Nq + row] =
-                        lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f : FA_NEG_INF;
+            for (int h = 0; h < 2; ++h) {
+                const float lt = fa_quad_sum(l[h]);
+                const float inv = lt > 0.f ? 1.f / lt : 0.f;
+                const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
+#pragma unroll
+                for (int dn = 8 * p0; dn < 8 * (p0 + SP); ++dn) {
+                    // 8-column group dn: staged panel dn / 8 - p0, 16-byte chunk
+                    // (dn % 8) ^ (r % 8), 4 bytes per t.
+                    const u32 pk =
+                        fa_pack<DT>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
+                    const u32 addr = owg + ((dn >> 3) - p0) * (BM * 128) + r * 128 +
+                                     (((dn & 7) ^ (r & 7)) << 4) + 4 * t;
+                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pk) : "memory");
+                }
+                if (p0 == 0 && LSE != nullptr && t == 0) {
+                    const int row = q0 + c * 64 + r;
+                    if (row < Nq) {
+                        LSE[static_cast<long long>(bh) * Nq + row] =
+                            lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f
+                                     : FA_NEG_INF;
+                    }
                 }
             }
-        }
-        if constexpr (TMA_STORE) {
-            // The copy engine reads what these threads wrote: fence the generic-proxy stores
-            // before the barrier; one thread then stores the warpgroup's 64 rows, one box
-            // per 64-column panel (the copy engine clips rows past Nq).
-            fa_fence_proxy_async();
-            fa_bar_sync(1 + NC + c, 128);
-            if (ctid == 0) {
+            if constexpr (TMA_STORE) {
+                // The copy engine reads what these threads wrote: fence the generic-proxy
+                // stores before the barrier; one thread then stores the warpgroup's 64 rows,
+                // one box per 64-column panel (the copy engine clips rows past Nq).
+                fa_fence_proxy_async();
+                fa_bar_sync(1 + NC + c, 128);
+                if (ctid == 0) {
 #pragma unroll
-                for (int p = 0; p < NP; ++p)
-                    fa_tma_store(&tmO, owg + p * (BM * 128), 64 * p, q0 + c * 64, bh);
-                fa_bulk_commit();
-            }
-        } else {
-            fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
-            constexpr int CPR = D / 8;     // 16-byte chunks per row
+                    for (int p = 0; p < NP; ++p)
+                        fa_tma_store(&tmO, owg + p * (BM * 128), 64 * p, q0 + c * 64, bh);
+                    fa_bulk_commit();
+                }
+            } else {
+                fa_bar_sync(1 + NC + c, 128);  // this warpgroup's O rows are staged
+                constexpr int CPR = 8 * SP;    // 16-byte chunks per row in the staged panels
 #pragma unroll
-            for (int i = 0; i < 64 * CPR / 128; ++i) {
-                const int idx = ctid + i * 128;
-                const int r = idx / CPR;
-                const int ch = idx % CPR;
-                const int row = q0 + c * 64 + r;
-                if (row < Nq) {
-                    uint4 val;
-                    const u32 addr =
-                        owg + (ch >> 3) * (BM * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
-                    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
-                                 : "r"(addr)
-                                 : "memory");
-                    *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D + ch * 8) =
-                        val;
+                for (int i = 0; i < 64 * CPR / 128; ++i) {
+                    const int idx = ctid + i * 128;
+                    const int r = idx / CPR;
+                    const int ch = idx % CPR;
+                    const int row = q0 + c * 64 + r;
+                    if (row < Nq) {
+                        uint4 val;
+                        const u32 addr = owg + (ch >> 3) * (BM * 128) + r * 128 +
+                                         (((ch & 7) ^ (r & 7)) << 4);
+                        asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                                     : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                                     : "r"(addr)
+                                     : "memory");
+                        *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D +
+                                                  (8 * p0 + ch) * 8) = val;
+                    }
                 }
             }
         }
@@ -860,4 +877,6 @@ FA_WS_INST(0, 128, 2, 176, 2, 515)
 FA_WS_INST(0, 128, 2, 176, 2, 1027)
 FA_WS_INST(1, 64, 3, 128, 2, 1035)
 FA_WS_INST(0, 64, 3, 128, 2, 2051)
+FA_WS_INST(1, 128, 2, 176, 2, 4103)
+FA_WS_INST(0, 128, 2, 176, 2, 4111)
 #endif

@@ -42,6 +42,10 @@
 #       with each slice settled on its own path (--settle 0.25) and V9C_SPECS beside the
 #       default, the non-causal half again without settling (the order bias it removes), then
 #       energy_probe at N 16384 fp16 with FA2 beside cuDNN; about 200 s plus the start
+#   bash compute/gpu/tools/devrun.sh v10      # FLASH_NOTES v10: test_flash.py -k panel beside
+#       memcheck on the V10_SPECS variants (stops there if either fails), then flash vs SDPA at
+#       N 4096 8192, settled, full attention with V10_FULL beside the default and causal with
+#       V10_CAUSAL; about 300 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -281,5 +285,23 @@ if [ "$what" = v9c ]; then
     step energy 100 python3 -m compute.gpu.tools.energy_probe --n 16384 --spec ${specs%% *} \
         --json "$OUT/energy_probe_n16384_h200.json"
     cat "$OUT/energy.log"
+fi
+if [ "$what" = v10 ]; then
+    full=${V10_FULL-"ws:128:2:176:2:pingpong:persist:panelo ws:128:2:176:2:pingpong:tailsplit ws:128:2:176:2:pingpong:persist:panelo:tailsplit ws:128:2:128:2:pingpong:persist"}
+    causal=${V10_CAUSAL-"ws:128:2:176:2:pingpong:persist:lpt:panelo ws:128:2:128:2:pingpong:persist:lpt:panelo ws:128:2:128:2:pingpong:persist:lpt ws:64:3:128:2:pingpong:persist:lpt"}
+    specs=${V10_SPECS-"ws:128:2:176:2:pingpong:persist:lpt:panelo ws:128:2:176:2:pingpong:persist:panelo:tailsplit"}
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$specs" \
+        tests_beside_memcheck "tests/compute/gpu/test_flash.py -k panel" 200 200
+    common="--n ${V10_N:-4096 8192} --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step full 200 python3 -m compute.gpu.tools.flash_vs_sdpa $common --causal 0 \
+            --tune $full --json "$OUT/flash_vs_sdpa_v10_full_h200.json"
+        grep -E "^forward" "$OUT/full.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        # shellcheck disable=SC2086
+        step causal 200 python3 -m compute.gpu.tools.flash_vs_sdpa $common --causal 1 \
+            --tune $causal --json "$OUT/flash_vs_sdpa_v10_causal_h200.json"
+        grep -E "^forward" "$OUT/causal.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
 fi
 exit $rc

@@ -19,7 +19,6 @@ Then the tensor-core backward (flash_backward.py) on the same shapes (sm_90 only
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import numpy as np
 
@@ -51,7 +50,7 @@ def main() -> int:
                 mine = [c for c in extra if c.d == d]
                 ours = () if only_extra else (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d])
                 if d == 128 and not only_extra:  # the defaults with 176-key tiles (v8)
-                    ours += (flash.WS_WIDE_D128, replace(flash.WS_WIDE_D128, lpt=True))
+                    ours += (flash.WS_WIDE_D128, flash.WS_CAUSAL_D128)
                 for cfg in (*ours, *mine):
                     plans = {"": model_plan}
                     if cfg.tail_split:

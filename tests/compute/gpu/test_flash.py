@@ -30,13 +30,18 @@ def _configs():
     """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
     Hopper kernels (TMA + warp-specialised, and the plain wgmma fallback), and
     FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
-    from dataclasses import replace
 
-    from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, WS_WIDE_D128, Config
+    from compute.gpu.flash import (
+        MMA_CONFIGS,
+        WGMMA_CONFIGS,
+        WS_CAUSAL_D128,
+        WS_CONFIGS,
+        WS_WIDE_D128,
+        Config,
+    )
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    wide_lpt = replace(WS_WIDE_D128, lpt=True)  # the causal N = 8192 default
-    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, wide_lpt, *WGMMA_CONFIGS.values()]
+    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, WS_CAUSAL_D128, *WGMMA_CONFIGS.values()]
     return [None, *MMA_CONFIGS.values(), *hopper, *extra]
 
 
@@ -180,6 +185,30 @@ def test_ws_padded_warpgroups_skip_exactly(switches):
     _run_case(1, 2, 320, 320, 64, "bfloat16", True, seed=seed + [1], config=cfg)
     _run_case(1, 3, 4 * 192 + 64, 900, 64, "float16", True, seed=seed + [2], config=cfg)
     _run_case(2, 80, 448, 448, 64, "bfloat16", False, seed=seed + [3], config=cfg)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"block_n": 176}, {"block_n": 176, "lpt": True}, {"block_n": 128, "tail_split": 3}],
+    ids=["keys176", "keys176-lpt", "keys128-tailsplit"],
+)
+def test_ws_persistent_panel_staged_o_exact(extra):
+    # ':persist:panelo' at d = 128 (FLASH_NOTES v10): O leaves one 64-column panel at a time
+    # through a staging tile one panel wide (176-key tiles fit beside it); the second panel
+    # must not overwrite the first before its rows are read. More items than SMs, so the
+    # next item's epilogue reuses the tile; tails in N_q and N_k, causal, N_q != N_k.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[128], persistent=True, panel_o=True, **extra)
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    seed = [83, len(extra), extra["block_n"]]
+    _run_case(1, 2, 300, 517, 128, "float16", False, seed=seed + [0], config=cfg)
+    _run_case(1, 3, 333, 333, 128, "bfloat16", True, seed=seed + [1], config=cfg)
+    _run_case(1, 2, 200, 700, 128, "float16", True, seed=seed + [2], config=cfg)
+    _run_case(2, 80, 260, 260, 128, "bfloat16", False, seed=seed + [3], config=cfg)
 
 
 @pytest.mark.parametrize("block_n", [128, 176, 192])

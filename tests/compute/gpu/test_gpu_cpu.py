@@ -270,6 +270,8 @@ def test_flash_config_spec_round_trips():
         ("ws:128:2:192:2:pingpong:lpt:narrowtail", "narrow_tail", 0,
          "flash_fwd_ws<0,128,2,192,2,1035>"),
         ("ws:64:3:128:2:pingpong:padrows", "pad_rows", 0, "flash_fwd_ws<0,64,3,128,2,2051>"),
+        ("ws:128:2:176:2:pingpong:persist:lpt:panelo", "panel_o", 1,
+         "flash_fwd_ws<1,128,2,176,2,4111>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
@@ -277,6 +279,11 @@ def test_flash_config_spec_round_trips():
     for bad in ("ws:128:2:176:2:persist:narrowtail", "ws:128:2:176:2:tailsplit:narrowtail"):
         with pytest.raises(ValueError, match="plain grid only"):
             Config.parse(bad)
+    with pytest.raises(ValueError, match="not ':tmastore'"):
+        Config.parse("ws:128:2:176:2:persist:tmastore:panelo")
+    # a staging tile one panel wide lets a persistent d = 128 grid fit 176-key tiles (227 KB)
+    staged = Config.parse("ws:128:2:176:2:pingpong:persist")
+    assert staged.smem_bytes() > 232448 >= replace(staged, panel_o=True).smem_bytes()
     for bad in ("ws:128:2:128:2:persist:mcast", "ws:128:2:128:2:tailsplit:mcast"):
         with pytest.raises(ValueError, match="takes no"):
             Config.parse(bad)
@@ -303,7 +310,7 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert flash.default_config(128, 4095, causal=True) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
     for d in (64, 128):  # longest-first causal order where it measured faster (v6)
-        assert flash.default_config(d, 4096, True) == replace(flash.WS_CONFIGS[d], lpt=True)
+        assert flash.default_config(d, 4096, True).lpt
         assert flash.default_config(d, 8192, True).lpt
         assert flash.default_config(d, 8192, True).block_n == (176 if d == 128 else 128)
         assert not flash.default_config(d, 8193, True).lpt
@@ -311,8 +318,12 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     # d = 128: 176-key tiles from N = 4096 on (v8), except causal where LPT is the rule
     for n, causal in ((4096, False), (8192, False), (16384, False), (8193, True), (1 << 20, True)):
         assert flash.default_config(128, n, causal).block_n == 176
-    assert flash.default_config(128, 4096, True).block_n == 128
-    assert flash.default_config(128, 8191, True) == replace(flash.WS_CONFIGS[128], lpt=True)
+    assert flash.default_config(64, 4096, True) == replace(flash.WS_CONFIGS[64], lpt=True)
+    # d = 128 causal at N = 4096-8192: the persistent LPT grid with 176-key tiles (v10)
+    for n in (4096, 6000, 8192):
+        assert flash.default_config(128, n, True) == flash.WS_CAUSAL_D128
+    assert flash.WS_CAUSAL_D128.spec() == "ws:128:2:176:2:pingpong:persist:lpt:panelo"
+    assert not flash.default_config(128, 8193, True).persistent
     assert flash.default_config(64, 16384).block_n == 128
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
