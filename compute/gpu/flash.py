@@ -79,6 +79,10 @@ class Config:
     # half as wide, so the persistent grid fits 176-key tiles (FLASH_NOTES v10; spec
     # ':panelo'); the grid stages O in Q's rows and ignores it, as does d = 64 (one panel)
     panel_o: bool = False
+    # ws, causal, three consumers (d = 64), measurement only: every consumer warpgroup
+    # computes all of its query block's key tiles, as before v10, instead of stopping at its
+    # own last row's diagonal (spec ':wgalltiles'; d = 128 always computes them all)
+    wg_all_tiles: bool = False
 
     @property
     def block_m(self) -> int:
@@ -192,6 +196,7 @@ _WS_SWITCHES = (
     ("narrowtail", "narrow_tail", 1024),
     ("padrows", "pad_rows", 2048),
     ("panelo", "panel_o", 4096),
+    ("wgalltiles", "wg_all_tiles", 8192),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -241,8 +246,8 @@ WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
 # ... and causal where the LPT order is the rule (WS_LPT_N): 176-key tiles on the dynamic
 # persistent grid, longest items first, O staged one panel at a time so that they fit
 # (FLASH_NOTES v10). Against v9's rule (128-key tiles on the LPT grid at 4096, 176 from
-# 8192; v8 call 6) in one run: +3.6% / +0.2% at N = 4096, +1.1% / +0.3% at 8192 (fp16 /
-# bf16); v9 had measured the persistent LPT grid at 128-key tiles +2% at 4096.
+# 8192; v8 call 6), fp16 / bf16: +3.6% / +0.2% at N = 4096 and +1.1% / +0.3% at 8192 in
+# one call, +3.1% / +1.9% and +3.2% / +7.3% in the record after it.
 WS_CAUSAL_D128 = replace(WS_WIDE_D128, lpt=True, persistent=True, panel_o=True)
 
 

@@ -33,7 +33,8 @@
 //     running max (bit 7), v8; Q's A fragments in registers (bit 8), one K/V release
 //     per warpgroup (bit 9) and a narrow last key tile (bit 10), v9: all measured, all off
 //     by default. Bit 11 (`:padrows`) only measures what skipping padded warpgroups bought;
-//     bit 12 (`:panelo`, v10) stages O one panel at a time when persistent.
+//     bit 12 (`:panelo`, v10) stages O one panel at a time when persistent; bit 13
+//     (`:wgalltiles`) measures what stopping each warpgroup at its own diagonal bought.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -50,9 +51,10 @@
 // registers -4% to +2%, one release per warpgroup +-2%, a narrow last tile -1 to -4%, all
 // off; at d=64 the warpgroups of the last query block whose rows all lie past Nq skip their
 // GEMMs (+1.5-5% at N = 4096). v10: O staged one panel at a time lets the persistent grid
-// take 176-key tiles at d = 128, the causal default at N = 4096-8192 (+2-7%); O stored
-// straight from registers -4 to -5%. 19 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384,
-// 1.02-1.14x; misses at N = 4096, 0.96-0.999x), 1.50-2.00x FA2.
+// take 176-key tiles at d = 128, the causal default at N = 4096-8192 (+2-7%); at d = 64 each
+// causal warpgroup stops at its own diagonal (+1.6-3.2%); O stored straight from registers
+// -4 to -5%. 20 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384, 1.01-1.11x; misses at
+// N = 4096, 0.97-0.99x), 1.45-1.93x FA2.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -287,7 +289,9 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // GEMM (fa_issue_s_rk); bit 9: one empty-barrier arrival per consumer warpgroup; bit 10: the
 // last key tile's GEMMs only as wide as the keys left before Nk; bit 11: padded warpgroups
 // compute (v9; without it a warpgroup whose rows all lie past Nq skips its GEMMs); bit 12:
-// persistent, O staged one 64-column panel at a time in a tile one panel wide (v10).
+// persistent, O staged one 64-column panel at a time in a tile one panel wide (v10); bit 13:
+// causal, three consumers: every warpgroup computes all of its block's key tiles (v10;
+// without it each stops at its own last row's diagonal).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -320,6 +324,13 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // does, and there the extra branch costs registers (serialised wgmmas with :narrowtail),
     // so it is off. MODE bit 11 (measurement only) computes the padded rows as before.
     constexpr bool SKIP_IDLE = NC == 3 && !NARROW && (MODE & 2048) == 0;
+    // Causal (v10): a warpgroup stops computing at its own last row's diagonal instead of the
+    // block's and only keeps the protocol for the block's later key tiles (192-row blocks
+    // and 128-key tiles at d = 64: 1 and 0.5 tiles of the first two warpgroups' work per
+    // block; +2% at N = 4096). With two consumers (d = 128) it cost 4-7% (registers, as
+    // SKIP_IDLE's branch), so it is off there. MODE bit 13 (`:wgalltiles`, measurement
+    // only) computes them as before.
+    constexpr bool WG_DIAG = NC == 3 && !NARROW && (MODE & 8192) == 0;
     constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
     // staging tile one panel wide, so 176-key tiles fit beside it at d = 128 (v10).
@@ -554,6 +565,13 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         };
 
         if (ntiles > 0) {
+            // Key tiles this warpgroup computes; past them it only keeps the protocol (below).
+            int nt = ntiles;
+            if (SKIP_IDLE && q0 + c * 64 >= Nq) nt = 0;
+            if (WG_DIAG && causal) {  // up to its last row's diagonal (0 if it sees no key)
+                const int kv_end = min(Nk, q0 + c * 64 + 64 + offset);
+                nt = min(nt, max(0, (kv_end + BN - 1) / BN - j0));
+            }
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
                 auto first = [&](auto width) {
@@ -591,9 +609,9 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
                 };
-                // The last P V (only as many k-steps as the last tile's width).
+                // The last P V (only as many k-steps as the last tile's width), of tile nt - 1.
                 auto last_pv = [&](auto width) {
-                    const int il = it + ntiles - 1;
+                    const int il = it + nt - 1;
                     const int sl = il % ST;
                     fa_mbar_wait(fullV + 8 * sl, (il / ST) & 1);
                     sched_wait();
@@ -604,34 +622,38 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     for (int i = 0; i < NO; ++i) fa_reg_fence(o[i]);
                     release(emptyV + 8 * sl);
                 };
-                if (SKIP_IDLE && q0 + c * 64 >= Nq) {
-                    // Every row of this warpgroup lies past Nq (the last query block of a
-                    // 192-row tiling, d = 64): no GEMM and no softmax, only the protocol the
-                    // others rely on, in their order: each stage released after it filled
-                    // (an early arrival would count towards the stage's previous round) and
-                    // every scheduler turn taken. O stays 0 and l 0; no row of it is stored.
-                    for (int j = 0; j <= ntiles; ++j) {
-                        const int ic = it + j, ip = it + j - 1;
-                        if (j < ntiles) fa_mbar_wait(fullK + 8 * (ic % ST), (ic / ST) & 1);
-                        if (j > 0) fa_mbar_wait(fullV + 8 * (ip % ST), (ip / ST) & 1);
-                        sched_wait();
-                        sched_signal();
-                        if (j < ntiles) release(emptyK + 8 * (ic % ST));
-                        if (j > 0) release(emptyV + 8 * (ip % ST));
-                    }
-                } else {
+                if (nt > 0) {
                     if (NARROW && ntiles == 1) {
                         by_tail_width(first);
                     } else {
                         first(FaInt<BN>{});
                     }
-                    const int full_steps = NARROW ? ntiles - 1 : ntiles;
+                    const int full_steps = NARROW ? ntiles - 1 : nt;
                     for (int j = 1; j < full_steps; ++j) step(j, FaInt<BN>{});
                     if constexpr (NARROW) {
                         if (ntiles > 1) by_tail_width([&](auto w) { step(ntiles - 1, w); });
                         by_tail_width(last_pv);
                     } else {
                         last_pv(FaInt<BN>{});
+                    }
+                }
+                if (SKIP_IDLE || WG_DIAG) {
+                    // Tiles [nt, ntiles) this warpgroup does not compute (all of them when its
+                    // rows lie past Nq, those past its diagonal when causal): no GEMM and no
+                    // softmax, only the protocol the others rely on, in their order: each
+                    // stage released after it filled (an early arrival would count towards
+                    // the stage's previous round) and every scheduler turn taken. Step j's
+                    // turn covers K_j and V_{j-1}; with nt > 0 the last P V took turn nt.
+                    for (int j = nt; j <= ntiles; ++j) {
+                        const int ic = it + j, ip = it + j - 1;
+                        if (j < ntiles) fa_mbar_wait(fullK + 8 * (ic % ST), (ic / ST) & 1);
+                        if (j > nt) fa_mbar_wait(fullV + 8 * (ip % ST), (ip / ST) & 1);
+                        if (j > nt || j == 0) {
+                            sched_wait();
+                            sched_signal();
+                        }
+                        if (j < ntiles) release(emptyK + 8 * (ic % ST));
+                        if (j > nt) release(emptyV + 8 * (ip % ST));
                     }
                 }
             } else {
@@ -879,4 +901,5 @@ FA_WS_INST(1, 64, 3, 128, 2, 1035)
 FA_WS_INST(0, 64, 3, 128, 2, 2051)
 FA_WS_INST(1, 128, 2, 176, 2, 4103)
 FA_WS_INST(0, 128, 2, 176, 2, 4111)
+FA_WS_INST(1, 64, 3, 128, 2, 8203)
 #endif

@@ -46,6 +46,12 @@
 #       memcheck on the V10_SPECS variants (stops there if either fails), then flash vs SDPA at
 #       N 4096 8192, settled, full attention with V10_FULL beside the default and causal with
 #       V10_CAUSAL; about 300 s plus the start
+#   bash compute/gpu/tools/devrun.sh v10b     # FLASH_NOTES v10: the causal warpgroups' own
+#       diagonal: test_flash.py's float64 comparison and the diagonal, padded-warpgroup and
+#       panel-staging tests beside memcheck on the ws
+#       defaults (stops there if either fails), then flash vs SDPA causal at N 4096-16384,
+#       settled, with `:wgalltiles` (every warpgroup computes all tiles) beside the default;
+#       about 250 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -301,6 +307,22 @@ if [ "$what" = v10 ]; then
         # shellcheck disable=SC2086
         step causal 200 python3 -m compute.gpu.tools.flash_vs_sdpa $common --causal 1 \
             --tune $causal --json "$OUT/flash_vs_sdpa_v10_causal_h200.json"
+        grep -E "^forward" "$OUT/causal.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = v10b ]; then
+    defaults="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
+    defaults="$defaults ws:128:2:176:2:pingpong:persist:lpt:panelo"
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$defaults" \
+        tests_beside_memcheck "$(printf 'tests/compute/gpu/test_flash.py::test_%s ' \
+        matches_float64 ws_causal_warpgroups_stop_at_their_diagonal \
+        ws_padded_warpgroups_skip_exactly ws_persistent_panel_staged_o_exact)" 200 200
+    if [ $rc -eq 0 ]; then
+        tune="ws:64:3:128:2:pingpong:lpt:wgalltiles ws:128:2:176:2:pingpong:persist:lpt:panelo:wgalltiles"
+        # shellcheck disable=SC2086
+        step causal 250 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 8192 16384 \
+            --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 --causal 1 --tune $tune \
+            --json "$OUT/flash_vs_sdpa_v10b_causal_h200.json"
         grep -E "^forward" "$OUT/causal.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi

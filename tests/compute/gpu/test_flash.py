@@ -211,6 +211,35 @@ def test_ws_persistent_panel_staged_o_exact(extra):
     _run_case(2, 80, 260, 260, 128, "bfloat16", False, seed=seed + [3], config=cfg)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("switches", ["default", "grid-lpt", "persistent", "alltiles"])
+def test_ws_causal_warpgroups_stop_at_their_diagonal(d, switches):
+    # Causal, three consumers (FLASH_NOTES v10): each consumer warpgroup computes key tiles
+    # up to its own last row's diagonal and keeps only the protocol for the block's later
+    # tiles (none of them when its rows see no key, N_q > N_k); ':wgalltiles' computes them
+    # all as before, and so does d = 128 (two consumers) with or without it.
+    # Blocks whose warpgroups stop at different tiles, N_q != N_k both ways, tails, and more
+    # items than SMs in the last case.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    base = flash.WS_CAUSAL_D128 if d == 128 else replace(flash.WS_CONFIGS[64], lpt=True)
+    cfg = {
+        "default": base,
+        "grid-lpt": replace(flash.WS_CONFIGS[d], lpt=True),
+        "persistent": replace(flash.WS_CONFIGS[d], persistent=True),
+        "alltiles": replace(base, wg_all_tiles=True),
+    }[switches]
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    seed = [89, d, len(switches)]
+    _run_case(1, 2, 1000, 1000, d, "float16", True, seed=seed + [0], config=cfg)
+    _run_case(1, 3, 700, 300, d, "bfloat16", True, seed=seed + [1], config=cfg)
+    _run_case(1, 2, 300, 900, d, "float16", True, seed=seed + [2], config=cfg)
+    _run_case(2, 80, 450, 450, d, "bfloat16", True, seed=seed + [3], config=cfg)
+
+
 @pytest.mark.parametrize("block_n", [128, 176, 192])
 def test_ws_narrow_last_tile_exact(block_n):
     # ':narrowtail' (FLASH_NOTES v9): N_k just past a multiple of the tile and at the 64- and

@@ -272,6 +272,8 @@ def test_flash_config_spec_round_trips():
         ("ws:64:3:128:2:pingpong:padrows", "pad_rows", 0, "flash_fwd_ws<0,64,3,128,2,2051>"),
         ("ws:128:2:176:2:pingpong:persist:lpt:panelo", "panel_o", 1,
          "flash_fwd_ws<1,128,2,176,2,4111>"),
+        ("ws:64:3:128:2:pingpong:lpt:wgalltiles", "wg_all_tiles", 0,
+         "flash_fwd_ws<0,64,3,128,2,8203>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
