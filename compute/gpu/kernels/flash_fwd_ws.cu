@@ -52,7 +52,7 @@
 // off; at d=64 the warpgroups of the last query block whose rows all lie past Nq skip their
 // GEMMs (+1.5-5% at N = 4096). v10: O staged one panel at a time lets the persistent grid
 // take 176-key tiles at d = 128, the causal default at N = 4096-8192 (+2-7%); at d = 64 each
-// causal warpgroup stops at its own diagonal (+1.6-3.2%); O stored straight from registers
+// causal warpgroup stops at its own diagonal (+0.9-3.2%); O stored straight from registers
 // -4 to -5%. 20 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384, 1.01-1.11x; misses at
 // N = 4096, 0.97-0.99x), 1.45-1.93x FA2.
 //
