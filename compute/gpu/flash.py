@@ -83,6 +83,14 @@ class Config:
     # computes all of its query block's key tiles, as before v10, instead of stopping at its
     # own last row's diagonal (spec ':wgalltiles'; d = 128 always computes them all)
     wg_all_tiles: bool = False
+    # ws, full attention on the grid: the first key tile holds the remainder of N_k over the
+    # tile, so the last tile ends at N_k, and its S GEMM is only first_width (64 or 128) keys
+    # wide, chosen at launch (narrow_first_launch); causal launches, and N_k whose
+    # remainder is wider, run the variant without it (FLASH_NOTES v11; spec ':narrowfirst').
+    # Two consumers, no ':persist' (ptxas serialises the wgmmas there), ':tailsplit',
+    # ':mcast', ':qreg' or ':narrowtail'.
+    narrow_first: bool = False
+    first_width: int = 64  # set by narrow_first_launch; not part of the spec
 
     @property
     def block_m(self) -> int:
@@ -116,6 +124,7 @@ class Config:
         if self.kernel == "ws":
             mode = int(self.overlap) | (2 * int(self.ping_pong))
             mode |= sum(bit for _, field, bit in _WS_SWITCHES if getattr(self, field))
+            mode |= 32768 if self.narrow_first and self.first_width == 128 else 0
             kernel = "flash_fwd_ws_mc" if self.multicast else "flash_fwd_ws"
             return f"{kernel}<{dt},{self.d},{self.warps},{self.block_n},{self.stages},{mode}>"
         return (
@@ -170,6 +179,13 @@ class Config:
                 f"{spec!r}: ':narrowtail' runs on the plain grid only, without ':persist', "
                 "':tailsplit' or ':qreg'"
             )
+        if "narrowfirst" in flags and (
+            split or flags & {"persist", "mcast", "qreg", "narrowtail"} or parts[2:3] != ["2"]
+        ):
+            raise ValueError(
+                f"{spec!r}: ':narrowfirst' needs two consumer warpgroups on the plain grid, "
+                "so it takes no ':persist', ':tailsplit', ':mcast', ':qreg' or ':narrowtail'"
+            )
         if "panelo" in flags and "tmastore" in flags:
             raise ValueError(f"{spec!r}: ':panelo' stages O for plain stores, not ':tmastore'")
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
@@ -197,6 +213,7 @@ _WS_SWITCHES = (
     ("padrows", "pad_rows", 2048),
     ("panelo", "panel_o", 4096),
     ("wgalltiles", "wg_all_tiles", 8192),
+    ("narrowfirst", "narrow_first", 16384),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -362,6 +379,8 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         cfg = WGMMA_CONFIGS[d]  # a tensor map cannot describe an empty K; nothing to load
     if cfg.multicast and (causal or -(-n_q // cfg.block_m) % 2):
         cfg = replace(cfg, multicast=False)  # the pair's blocks would read different tiles
+    if cfg.narrow_first:
+        cfg = narrow_first_launch(cfg, n_k, causal)
     q = cp.ascontiguousarray(q)
     k = cp.ascontiguousarray(k)
     v = cp.ascontiguousarray(v)
@@ -392,6 +411,19 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
             shared_mem=cfg.smem_bytes(),
         )
     return (out, lse) if return_lse else out
+
+
+def narrow_first_launch(cfg: Config, n_k: int, causal: bool) -> Config:
+    """The variant a ':narrowfirst' config launches: its first key tile 64 or 128 keys wide,
+    the narrowest that holds the remainder of n_k over the tile (the kernel fixes the width
+    at compile time, and one remainder serves every item only without a mask); the plain
+    variant when causal or when the remainder needs the whole tile."""
+    rest = n_k - (-(-n_k // cfg.block_n) - 1) * cfg.block_n  # keys of the first tile, 1..BN
+    if not causal:
+        for width in (64, 128):
+            if rest <= width < cfg.block_n:
+                return replace(cfg, first_width=width)
+    return replace(cfg, narrow_first=False)
 
 
 def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tuple, tuple, tuple]:

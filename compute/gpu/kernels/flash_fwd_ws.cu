@@ -252,6 +252,22 @@ __device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
     return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
 }
 
+// Narrow first tile (MODE bit 14, v11): a block's keys [0, kv_end) are tiled so that the last
+// tile ends at kv_end and the first holds the remainder, BN - sh keys, where
+// sh = T BN - kv_end (T = fa_kv_tiles); this returns sh. Tile j >= 1 starts at key j BN - sh,
+// tile 0 at key 0 with its keys from BN - sh on masked (they belong to tile 1), so tile 0's S
+// GEMM need only be as wide as BN - sh, and no later tile holds a key past kv_end.
+template <int BM, int BN>
+__device__ __forceinline__ int fa_first_shift(int q0, int Nq, int Nk, int causal) {
+    const int kv_end = causal ? min(Nk, q0 + BM + Nk - Nq) : Nk;
+    return kv_end > 0 ? (kv_end + BN - 1) / BN * BN - kv_end : 0;
+}
+// The first key of tile j: j BN, or with the narrow first tile (NF) j BN - sh from tile 1 on.
+template <bool NF, int BN>
+__device__ __forceinline__ int fa_tile_key(int j, int sh) {
+    return NF && j > 0 ? j * BN - sh : j * BN;
+}
+
 // Tail split (MODE bit 5, FLASH_NOTES.md v7): tickets [0, split_from) are whole items; the
 // last total - split_from items are each cut into nsplit pieces along the keys (piece p of
 // T key tiles: tiles [p T / nsplit, (p + 1) T / nsplit), possibly none), tickets split_from +
@@ -291,7 +307,9 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // compute (v9; without it a warpgroup whose rows all lie past Nq skips its GEMMs); bit 12:
 // persistent, O staged one 64-column panel at a time in a tile one panel wide (v10); bit 13:
 // causal, three consumers: every warpgroup computes all of its block's key tiles (v10;
-// without it each stops at its own last row's diagonal).
+// without it each stops at its own last row's diagonal); bit 14: the first key tile holds
+// the remainder of the keys (fa_first_shift) and its S GEMM is only 64 keys wide, or 128
+// with bit 15; the host sets them only where every item's remainder fits (v11).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -331,6 +349,18 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // SKIP_IDLE's branch), so it is off there. MODE bit 13 (`:wgalltiles`, measurement
     // only) computes them as before.
     constexpr bool WG_DIAG = NC == 3 && !NARROW && (MODE & 8192) == 0;
+    // The first key tile narrow (v11): the last tile ends at the block's last key and the
+    // first takes the remainder, so the padding of a key count that BN does not divide
+    // becomes a narrower first S GEMM, FW keys wide. The first step is outside the pipelined
+    // loop already, so no step is peeled (v9's narrow last tile peeled one and lost to the
+    // larger code). FW is fixed at compile time: the host launches this only where every
+    // item's remainder fits in FW (full attention, one N_k); chosen at run time per item
+    // (causal items differ) it cost 20% (v11, call 1), and with three consumers (d = 64)
+    // ptxas serialises every wgmma for want of registers (C7511).
+    constexpr bool NFIRST = (MODE & 16384) != 0;
+    constexpr int FW = !NFIRST ? BN : ((MODE & 32768) != 0 ? 128 : 64);
+    static_assert(!NFIRST || (NC == 2 && FW < BN && !QREG && !SPLIT && !MCAST && !NARROW),
+                  "narrow first tile: two consumers, whole items, S from shared memory");
     constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
     // staging tile one panel wide, so 176-key tiles fit beside it at d = 128 (v10).
@@ -416,6 +446,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                             Nq, Nk, qb, bh, j0, j1, si, piece);
                 const int q0 = qb * BM;
                 const int ntiles = j1 - j0;
+                const int sh = NFIRST ? fa_first_shift<BM, BN>(q0, Nq, Nk, causal) : 0;
                 fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
 #pragma unroll
                 for (int p = 0; p < NP; ++p)
@@ -425,11 +456,12 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     const u32 round_parity = ((it / ST) & 1) ^ 1;
                     fa_mbar_wait(emptyK + 8 * s, round_parity);
                     fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);  // MCAST: both halves
-                    fa_load_kv<MCAST, NP, BN>(sK + s * L::KV_BYTES, &tmK, (j0 + j) * BN, bh,
+                    const int key0 = fa_tile_key<NFIRST, BN>(j0 + j, sh);
+                    fa_load_kv<MCAST, NP, BN>(sK + s * L::KV_BYTES, &tmK, key0, bh,
                                               fullK + 8 * s, rank);
                     fa_mbar_wait(emptyV + 8 * s, round_parity);
                     fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
-                    fa_load_kv<MCAST, NP, BN>(sV + s * L::KV_BYTES, &tmV, (j0 + j) * BN, bh,
+                    fa_load_kv<MCAST, NP, BN>(sV + s * L::KV_BYTES, &tmV, key0, bh,
                                               fullV + 8 * s, rank);
                 }
             }
@@ -510,6 +542,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         const int q0 = qb * BM;
         const int ntiles = j1 - j0;
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
+        const int sh = NFIRST ? fa_first_shift<BM, BN>(q0, Nq, Nk, causal) : 0;
         if constexpr (QREG) fa_load_q_frags<D, BM>(qa, qwg, warp, g, t);
 
 #pragma unroll
@@ -552,11 +585,13 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         };
         bool moved = true;  // whether the last softmax moved m (always, unless LAZY)
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
-            const int n0 = (j0 + j) * BN;  // j counts this piece's tiles
-            // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
+            const int n0 = fa_tile_key<NFIRST, BN>(j0 + j, sh);  // j counts this piece's tiles
+            // Keys from `lim` on are masked: those past Nk, or (NFIRST) tile 0's past its own.
+            const int lim = NFIRST && j == 0 ? BN - sh : Nk;
+            // Warpgroup-uniform test: the tile runs past lim, or past the diagonal of this
             // warpgroup's first row (q0 + 64 c); other tiles need no mask.
-            if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
-                fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
+            if ((n0 + BN > lim) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
+                fa_mask<NS>(s, n0, lim, row_a, t, causal, offset);
             if constexpr (LAZY) {
                 moved = fa_softmax_lazy<NS>(s, m, l, alpha, scale_log2);
             } else {
@@ -570,7 +605,9 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             if (SKIP_IDLE && q0 + c * 64 >= Nq) nt = 0;
             if (WG_DIAG && causal) {  // up to its last row's diagonal (0 if it sees no key)
                 const int kv_end = min(Nk, q0 + c * 64 + 64 + offset);
-                nt = min(nt, max(0, (kv_end + BN - 1) / BN - j0));
+                // tiles starting before kv_end: on the grid shifted by sh (NFIRST; else 0)
+                const int shifted = kv_end > 0 ? kv_end + sh : kv_end;
+                nt = min(nt, max(0, (shifted + BN - 1) / BN - j0));
             }
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
@@ -578,7 +615,13 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     const int s0 = it % ST;
                     fa_mbar_wait(fullK + 8 * s0, (it / ST) & 1);
                     sched_wait();
-                    issue_s_w(s0, width);
+                    // NFIRST: tile 0 holds BN - sh <= FW keys; the mask sets the registers
+                    // past FW to -inf.
+                    if constexpr (NFIRST) {
+                        issue_s_w(s0, FaInt<FW>{});
+                    } else {
+                        issue_s_w(s0, width);
+                    }
                     sched_signal();
                     fa_wgmma_wait<0>();
 #pragma unroll
@@ -761,32 +804,34 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         // completed), in the same swizzled layout, then written with coalesced 16-byte
         // stores or one TMA store per panel; rows past Nq are not written.
         u16* Ob = O + static_cast<long long>(bh) * Nq * D;
-        // SP panels at a time (all but with ':panelo'): stage, then copy out.
+        // Each row's denominator (quad-reduced) and LSE once, then SP panels at a time (all
+        // but with ':panelo'): stage, then copy out.
+        float inv[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float lt = fa_quad_sum(l[h]);
+            inv[h] = lt > 0.f ? 1.f / lt : 0.f;
+            const int row = q0 + c * 64 + warp * 16 + g + 8 * h;
+            if (LSE != nullptr && t == 0 && row < Nq) {
+                LSE[static_cast<long long>(bh) * Nq + row] =
+                    lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f : FA_NEG_INF;
+            }
+        }
 #pragma unroll
         for (int p0 = 0; p0 < NP; p0 += SP) {
             if (p0 > 0) fa_bar_sync(1 + NC + c, 128);  // the previous panel has been read
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float lt = fa_quad_sum(l[h]);
-                const float inv = lt > 0.f ? 1.f / lt : 0.f;
                 const int r = warp * 16 + g + 8 * h;  // row within this warpgroup's 64
 #pragma unroll
                 for (int dn = 8 * p0; dn < 8 * (p0 + SP); ++dn) {
                     // 8-column group dn: staged panel dn / 8 - p0, 16-byte chunk
                     // (dn % 8) ^ (r % 8), 4 bytes per t.
-                    const u32 pk =
-                        fa_pack<DT>(o[4 * dn + 2 * h] * inv, o[4 * dn + 2 * h + 1] * inv);
+                    const u32 pk = fa_pack<DT>(o[4 * dn + 2 * h] * inv[h],
+                                               o[4 * dn + 2 * h + 1] * inv[h]);
                     const u32 addr = owg + ((dn >> 3) - p0) * (BM * 128) + r * 128 +
                                      (((dn & 7) ^ (r & 7)) << 4) + 4 * t;
                     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pk) : "memory");
-                }
-                if (p0 == 0 && LSE != nullptr && t == 0) {
-                    const int row = q0 + c * 64 + r;
-                    if (row < Nq) {
-                        LSE[static_cast<long long>(bh) * Nq + row] =
-                            lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f
-                                     : FA_NEG_INF;
-                    }
                 }
             }
             if constexpr (TMA_STORE) {
@@ -902,4 +947,7 @@ FA_WS_INST(0, 64, 3, 128, 2, 2051)
 FA_WS_INST(1, 128, 2, 176, 2, 4103)
 FA_WS_INST(0, 128, 2, 176, 2, 4111)
 FA_WS_INST(1, 64, 3, 128, 2, 8203)
+FA_WS_INST(0, 128, 2, 176, 2, 16387)
+FA_WS_INST(1, 128, 2, 176, 2, 49155)
+FA_WS_INST(0, 128, 2, 128, 2, 16391)
 #endif

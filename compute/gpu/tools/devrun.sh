@@ -52,6 +52,11 @@
 #       defaults (stops there if either fails), then flash vs SDPA causal at N 4096-16384,
 #       settled, with `:wgalltiles` (every warpgroup computes all tiles) beside the default;
 #       about 250 s plus the start
+#   bash compute/gpu/tools/devrun.sh v11      # FLASH_NOTES v11: the narrow first key tile:
+#       test_flash.py with V11_SPECS beside memcheck on the ws defaults and V11_SPECS (stops
+#       there if either fails), then flash vs SDPA at d = 128, N 4096-16384, settled, without
+#       a mask (V11_CAUSAL=1: causal), with V11_SPECS beside the default; about 260 s plus
+#       the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -324,6 +329,21 @@ if [ "$what" = v10b ]; then
             --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 --causal 1 --tune $tune \
             --json "$OUT/flash_vs_sdpa_v10b_causal_h200.json"
         grep -E "^forward" "$OUT/causal.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = v11 ]; then
+    specs=${V11_SPECS-"ws:128:2:176:2:pingpong:narrowfirst"}
+    defaults="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
+    defaults="$defaults ws:128:2:176:2:pingpong:persist:lpt:panelo"
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$specs" \
+        FLASH_SANITIZE_CONFIGS="$defaults $specs" \
+        tests_beside_memcheck tests/compute/gpu/test_flash.py 240 240
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa 250 python3 -m compute.gpu.tools.flash_vs_sdpa \
+            --n 4096 8192 16384 --d 128 --causal "${V11_CAUSAL:-0}" --dtype float16 bfloat16 \
+            --dense-max-n 0 --preheat 1 --tune $specs --json "$OUT/flash_vs_sdpa_v11_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 exit $rc

@@ -259,6 +259,37 @@ def test_ws_narrow_last_tile_exact(block_n):
     _run_case(1, 2, 500, 3 * block_n + 40, 128, "bfloat16", True, seed=[63, block_n], config=cfg)
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"block_n": 128}],
+    ids=["keys176", "keys128"],
+)
+def test_ws_narrow_first_tile_exact(extra):
+    # ':narrowfirst' (FLASH_NOTES v11): the first key tile holds the remainder of N_k over
+    # the tile and its S GEMM is 64 or 128 keys wide when that fits; the later tiles start
+    # at j BN - shift. N_k at every width's edges (remainder 1, 63, 64, 65, 128, 129, BN - 1
+    # and none), a single tile, more items than SMs; causal launches (N_q != N_k both ways)
+    # run the plain variant.
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_WIDE_D128, narrow_first=True, **extra)
+    assert flash.narrow_first_launch(cfg, 2 * cfg.block_n + 1, False).narrow_first
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    bn = cfg.block_n
+    seed = [97, bn, len(extra)]
+    for i, rest in enumerate((1, 63, 64, 65, 128, 129, bn - 1, bn)):
+        n_k = 2 * bn + rest
+        dtype = ("float16", "bfloat16")[i % 2]
+        _run_case(1, 2, 200, n_k, 128, dtype, False, seed=seed + [i], config=cfg)
+    _run_case(1, 2, 300, 50, 128, "bfloat16", False, seed=seed + [20], config=cfg)
+    _run_case(2, 80, 450, 4096, 128, "float16", False, seed=seed + [21], config=cfg)
+    _run_case(1, 2, 700, 300, 128, "bfloat16", True, seed=seed + [22], config=cfg)
+    _run_case(1, 2, 300, 900, 128, "float16", True, seed=seed + [23], config=cfg)
+
+
 def test_ws_refuses_a_variant_past_the_shared_memory_limit():
     # 192-key tiles with ':persist' at d = 128: Q's staging tile beside 4 x 48 KB of K/V
     # rings is past the 227 KB a block may have; one sentence, not a driver error.

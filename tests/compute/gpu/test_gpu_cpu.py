@@ -227,6 +227,7 @@ def test_version_1_reports_read_with_flash_names():
 
 
 def test_flash_config_spec_round_trips():
+    from compute.gpu import flash
     from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
 
     for cfg in [
@@ -274,6 +275,8 @@ def test_flash_config_spec_round_trips():
          "flash_fwd_ws<1,128,2,176,2,4111>"),
         ("ws:64:3:128:2:pingpong:lpt:wgalltiles", "wg_all_tiles", 0,
          "flash_fwd_ws<0,64,3,128,2,8203>"),
+        ("ws:128:2:176:2:pingpong:narrowfirst", "narrow_first", 1,
+         "flash_fwd_ws<1,128,2,176,2,16387>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
@@ -281,6 +284,36 @@ def test_flash_config_spec_round_trips():
     for bad in ("ws:128:2:176:2:persist:narrowtail", "ws:128:2:176:2:tailsplit:narrowtail"):
         with pytest.raises(ValueError, match="plain grid only"):
             Config.parse(bad)
+    for bad in (
+        "ws:64:3:128:2:pingpong:narrowfirst",
+        "ws:128:2:176:2:tailsplit:narrowfirst",
+        "ws:128:2:176:2:mcast:narrowfirst",
+        "ws:128:2:128:2:qreg:narrowfirst",
+        "ws:128:2:176:2:persist:lpt:panelo:narrowfirst",
+    ):
+        with pytest.raises(ValueError, match="needs two consumer warpgroups"):
+            Config.parse(bad)
+    # the launch picks the first tile's width from N_k's remainder over the tile
+    wide = Config.parse("ws:128:2:176:2:pingpong:narrowfirst")
+    for n_k, causal, width in (
+        (4096, False, 64),  # 48 keys left over 23 full tiles
+        (8192, False, 128),  # 96
+        (16384, False, 64),  # 16
+        (3 * 176, False, None),  # no remainder: the whole tile
+        (2 * 176 + 129, False, None),  # 129 keys need the whole tile
+        (2 * 176 + 128, False, 128),
+        (4096, True, None),  # causal items' remainders differ
+        (50, False, 64),  # a single tile
+    ):
+        got = flash.narrow_first_launch(wide, n_k, causal)
+        want = (True, width) if width else (False, 64)
+        assert (got.narrow_first, got.first_width) == want, (n_k, causal)
+    assert flash.narrow_first_launch(wide, 8192, False).name(0) == (
+        "flash_fwd_ws<0,128,2,176,2,49155>"
+    )
+    narrow = Config.parse("ws:128:2:128:2:pingpong:narrowfirst")
+    assert not flash.narrow_first_launch(narrow, 4096, False).narrow_first  # no remainder
+    assert flash.narrow_first_launch(narrow, 4096 + 64, False).first_width == 64
     with pytest.raises(ValueError, match="not ':tmastore'"):
         Config.parse("ws:128:2:176:2:persist:tmastore:panelo")
     # a staging tile one panel wide lets a persistent d = 128 grid fit 176-key tiles (227 KB)
