@@ -91,6 +91,9 @@ class Config:
     # ':mcast', ':qreg' or ':narrowtail'.
     narrow_first: bool = False
     first_width: int = 64  # set by narrow_first_launch; not part of the spec
+    # ws, with ':narrowfirst': the first tile's P·V GEMM as narrow as its S GEMM, in a step
+    # peeled out of the loop (FLASH_NOTES v11; spec ':narrowfirstpv')
+    narrow_first_pv: bool = False
 
     @property
     def block_m(self) -> int:
@@ -186,6 +189,8 @@ class Config:
                 f"{spec!r}: ':narrowfirst' needs two consumer warpgroups on the plain grid, "
                 "so it takes no ':persist', ':tailsplit', ':mcast', ':qreg' or ':narrowtail'"
             )
+        if "narrowfirstpv" in flags and "narrowfirst" not in flags:
+            raise ValueError(f"{spec!r}: ':narrowfirstpv' narrows ':narrowfirst's P·V GEMM")
         if "panelo" in flags and "tmastore" in flags:
             raise ValueError(f"{spec!r}: ':panelo' stages O for plain stores, not ':tmastore'")
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
@@ -214,6 +219,7 @@ _WS_SWITCHES = (
     ("panelo", "panel_o", 4096),
     ("wgalltiles", "wg_all_tiles", 8192),
     ("narrowfirst", "narrow_first", 16384),
+    ("narrowfirstpv", "narrow_first_pv", 65536),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -423,7 +429,7 @@ def narrow_first_launch(cfg: Config, n_k: int, causal: bool) -> Config:
         for width in (64, 128):
             if rest <= width < cfg.block_n:
                 return replace(cfg, first_width=width)
-    return replace(cfg, narrow_first=False)
+    return replace(cfg, narrow_first=False, narrow_first_pv=False)
 
 
 def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tuple, tuple, tuple]:

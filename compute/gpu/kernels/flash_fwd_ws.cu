@@ -54,7 +54,10 @@
 // take 176-key tiles at d = 128, the causal default at N = 4096-8192 (+2-7%); at d = 64 each
 // causal warpgroup stops at its own diagonal (+0.9-3.2%); O stored straight from registers
 // -4 to -5%. 20 of 24 cases >= 1.0x cuDNN (all of N = 8192-16384, 1.01-1.11x; misses at
-// N = 4096, 0.97-0.99x), 1.45-1.93x FA2.
+// N = 4096, 0.97-0.99x), 1.45-1.93x FA2. v11: the first key tile narrow (S only, or S and
+// P V) -3% to +2%, off; at N = 4096 the gap to cuDNN is the padding of 176-key tiles
+// (Nsight Compute); the v11 record read 16 of 24 on a machine where cuDNN ran 10-12%
+// faster than in v10's.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
@@ -309,7 +312,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // causal, three consumers: every warpgroup computes all of its block's key tiles (v10;
 // without it each stops at its own last row's diagonal); bit 14: the first key tile holds
 // the remainder of the keys (fa_first_shift) and its S GEMM is only 64 keys wide, or 128
-// with bit 15; the host sets them only where every item's remainder fits (v11).
+// with bit 15; the host sets them only where every item's remainder fits; bit 16: its P V
+// GEMM as narrow, in a peeled step 1 (v11).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -355,12 +359,16 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // loop already, so no step is peeled (v9's narrow last tile peeled one and lost to the
     // larger code). FW is fixed at compile time: the host launches this only where every
     // item's remainder fits in FW (full attention, one N_k); chosen at run time per item
-    // (causal items differ) it cost 20% (v11, call 1), and with three consumers (d = 64)
-    // ptxas serialises every wgmma for want of registers (C7511).
+    // (causal items differ) it cost 20% (v11, call 1), and with three consumers (d = 64) or
+    // on the persistent grid ptxas serialises every wgmma for want of registers (C7511).
     constexpr bool NFIRST = (MODE & 16384) != 0;
     constexpr int FW = !NFIRST ? BN : ((MODE & 32768) != 0 ? 128 : 64);
-    static_assert(!NFIRST || (NC == 2 && FW < BN && !QREG && !SPLIT && !MCAST && !NARROW),
-                  "narrow first tile: two consumers, whole items, S from shared memory");
+    static_assert(!NFIRST || (NC == 2 && FW < BN && !PERSIST && !QREG && !SPLIT && !MCAST &&
+                              !NARROW),
+                  "narrow first tile: two consumers on the grid, S from shared memory");
+    // ... and its P V GEMM FW keys wide too (MODE bit 16, v11): step 1, where it runs, is
+    // peeled out of the loop (one more copy of a step, not v9's three).
+    constexpr bool NFPV = NFIRST && (MODE & 65536) != 0;
     constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
     // staging tile one panel wide, so 176-key tiles fit beside it at d = 128 (v10).
@@ -631,14 +639,16 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     fa_to_a<DT, NS>(s, a);
                 };
                 // Step j: S_j issued beside P_{j-1} V_{j-1}, the softmax of S_j under it.
-                auto step = [&](int j, auto width) {
+                // (pv_width: P_{j-1} V_{j-1} over its first pv_width keys, BN but in NFPV's
+                // step 1.)
+                auto step_w = [&](int j, auto width, auto pv_width) {
                     const int ic = it + j, ip = it + j - 1;
                     const int sj = ic % ST, sp = ip % ST;
                     fa_mbar_wait(fullK + 8 * sj, (ic / ST) & 1);
                     fa_mbar_wait(fullV + 8 * sp, (ip / ST) & 1);
                     sched_wait();
                     issue_s_w(sj, width);  // S_j              (group 1)
-                    issue_pv(sp);  // O += P_{j-1} V_{j-1}     (group 2)
+                    issue_pv_w(sp, pv_width);  // O += P_{j-1} V_{j-1} (group 2)
                     sched_signal();
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
 #pragma unroll
@@ -652,6 +662,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     if (moved) fa_rescale<NO>(o, alpha);
                     fa_to_a<DT, NS>(s, a);
                 };
+                auto step = [&](int j, auto width) { step_w(j, width, FaInt<BN>{}); };
                 // The last P V (only as many k-steps as the last tile's width), of tile nt - 1.
                 auto last_pv = [&](auto width) {
                     const int il = it + nt - 1;
@@ -672,10 +683,23 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                         first(FaInt<BN>{});
                     }
                     const int full_steps = NARROW ? ntiles - 1 : nt;
-                    for (int j = 1; j < full_steps; ++j) step(j, FaInt<BN>{});
+                    int j1 = 1;  // the first step of the loop
+                    if constexpr (NFPV) {
+                        if (nt > 1) {
+                            step_w(1, FaInt<BN>{}, FaInt<FW>{});
+                            j1 = 2;
+                        }
+                    }
+                    for (int j = j1; j < full_steps; ++j) step(j, FaInt<BN>{});
                     if constexpr (NARROW) {
                         if (ntiles > 1) by_tail_width([&](auto w) { step(ntiles - 1, w); });
                         by_tail_width(last_pv);
+                    } else if constexpr (NFPV) {
+                        if (nt == 1) {
+                            last_pv(FaInt<FW>{});
+                        } else {
+                            last_pv(FaInt<BN>{});
+                        }
                     } else {
                         last_pv(FaInt<BN>{});
                     }
@@ -949,5 +973,5 @@ FA_WS_INST(0, 128, 2, 176, 2, 4111)
 FA_WS_INST(1, 64, 3, 128, 2, 8203)
 FA_WS_INST(0, 128, 2, 176, 2, 16387)
 FA_WS_INST(1, 128, 2, 176, 2, 49155)
-FA_WS_INST(0, 128, 2, 128, 2, 16391)
+FA_WS_INST(0, 128, 2, 176, 2, 81923)
 #endif

@@ -57,6 +57,9 @@
 #       there if either fails), then flash vs SDPA at d = 128, N 4096-16384, settled, without
 #       a mask (V11_CAUSAL=1: causal), with V11_SPECS beside the default; about 260 s plus
 #       the start
+#   bash compute/gpu/tools/devrun.sh v11b     # FLASH_NOTES v11: test_flash.py -k narrow_first
+#       beside memcheck on the `:narrowfirst` variants only, then flash vs SDPA at d = 128
+#       without a mask, N 4096 8192, settled, with them beside the default; about 150 s
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -343,6 +346,18 @@ if [ "$what" = v11 ]; then
         step flash_vs_sdpa 250 python3 -m compute.gpu.tools.flash_vs_sdpa \
             --n 4096 8192 16384 --d 128 --causal "${V11_CAUSAL:-0}" --dtype float16 bfloat16 \
             --dense-max-n 0 --preheat 1 --tune $specs --json "$OUT/flash_vs_sdpa_v11_h200.json"
+        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = v11b ]; then
+    specs="ws:128:2:176:2:pingpong:narrowfirst ws:128:2:176:2:pingpong:narrowfirst:narrowfirstpv"
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$specs" \
+        tests_beside_memcheck "tests/compute/gpu/test_flash.py -k narrow_first" 150 150
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 8192 \
+            --d 128 --causal 0 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
+            --tune $specs --json "$OUT/flash_vs_sdpa_v11b_h200.json"
         grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi

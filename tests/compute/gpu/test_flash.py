@@ -261,13 +261,15 @@ def test_ws_narrow_last_tile_exact(block_n):
 
 @pytest.mark.parametrize(
     "extra",
-    [{}, {"block_n": 128}],
-    ids=["keys176", "keys128"],
-)
+    [{}, {"block_n": 128}, {"narrow_first_pv": True},
+     {"block_n": 128, "narrow_first_pv": True}],
+    ids=["keys176", "keys128", "keys176-pv", "keys128-pv"],
+)  # fmt: skip
 def test_ws_narrow_first_tile_exact(extra):
     # ':narrowfirst' (FLASH_NOTES v11): the first key tile holds the remainder of N_k over
     # the tile and its S GEMM is 64 or 128 keys wide when that fits; the later tiles start
-    # at j BN - shift. N_k at every width's edges (remainder 1, 63, 64, 65, 128, 129, BN - 1
+    # at j BN - shift; with ':narrowfirstpv' its P·V GEMM too, in a peeled step 1 (or the
+    # last P·V when it is the only tile). N_k at every width's edges (remainder 1, 63, 64, 65, 128, 129, BN - 1
     # and none), a single tile, more items than SMs; causal launches (N_q != N_k both ways)
     # run the plain variant.
     from dataclasses import replace

@@ -277,6 +277,8 @@ def test_flash_config_spec_round_trips():
          "flash_fwd_ws<0,64,3,128,2,8203>"),
         ("ws:128:2:176:2:pingpong:narrowfirst", "narrow_first", 1,
          "flash_fwd_ws<1,128,2,176,2,16387>"),
+        ("ws:128:2:176:2:pingpong:narrowfirst:narrowfirstpv", "narrow_first_pv", 0,
+         "flash_fwd_ws<0,128,2,176,2,81923>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
@@ -293,6 +295,8 @@ def test_flash_config_spec_round_trips():
     ):
         with pytest.raises(ValueError, match="needs two consumer warpgroups"):
             Config.parse(bad)
+    with pytest.raises(ValueError, match="narrows ':narrowfirst's"):
+        Config.parse("ws:128:2:176:2:pingpong:narrowfirstpv")
     # the launch picks the first tile's width from N_k's remainder over the tile
     wide = Config.parse("ws:128:2:176:2:pingpong:narrowfirst")
     for n_k, causal, width in (
@@ -311,6 +315,8 @@ def test_flash_config_spec_round_trips():
     assert flash.narrow_first_launch(wide, 8192, False).name(0) == (
         "flash_fwd_ws<0,128,2,176,2,49155>"
     )
+    both = Config.parse("ws:128:2:176:2:pingpong:narrowfirst:narrowfirstpv")
+    assert not flash.narrow_first_launch(both, 4096, True).narrow_first_pv  # causal: plain
     narrow = Config.parse("ws:128:2:128:2:pingpong:narrowfirst")
     assert not flash.narrow_first_launch(narrow, 4096, False).narrow_first  # no remainder
     assert flash.narrow_first_launch(narrow, 4096 + 64, False).first_width == 64
