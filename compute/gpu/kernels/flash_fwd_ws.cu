@@ -259,7 +259,8 @@ __device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
 // tile ends at kv_end and the first holds the remainder, BN - sh keys, where
 // sh = T BN - kv_end (T = fa_kv_tiles); this returns sh. Tile j >= 1 starts at key j BN - sh,
 // tile 0 at key 0 with its keys from BN - sh on masked (they belong to tile 1), so tile 0's S
-// GEMM need only be as wide as BN - sh, and no later tile holds a key past kv_end.
+// GEMM need only be as wide as BN - sh, and no later tile holds a key past kv_end. (The host
+// launches it without a mask only, where every item has the same remainder.)
 template <int BM, int BN>
 __device__ __forceinline__ int fa_first_shift(int q0, int Nq, int Nk, int causal) {
     const int kv_end = causal ? min(Nk, q0 + BM + Nk - Nq) : Nk;
@@ -613,9 +614,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             if (SKIP_IDLE && q0 + c * 64 >= Nq) nt = 0;
             if (WG_DIAG && causal) {  // up to its last row's diagonal (0 if it sees no key)
                 const int kv_end = min(Nk, q0 + c * 64 + 64 + offset);
-                // tiles starting before kv_end: on the grid shifted by sh (NFIRST; else 0)
-                const int shifted = kv_end > 0 ? kv_end + sh : kv_end;
-                nt = min(nt, max(0, (shifted + BN - 1) / BN - j0));
+                nt = min(nt, max(0, (kv_end + BN - 1) / BN - j0));
             }
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
