@@ -424,7 +424,7 @@ def narrow_first_launch(cfg: Config, n_k: int, causal: bool) -> Config:
     the narrowest that holds the remainder of n_k over the tile (the kernel fixes the width
     at compile time, and one remainder serves every item only without a mask); the plain
     variant when causal or when the remainder needs the whole tile."""
-    rest = n_k - (-(-n_k // cfg.block_n) - 1) * cfg.block_n  # keys of the first tile, 1..BN
+    rest = (n_k - 1) % cfg.block_n + 1  # keys of the first tile, 1..BN
     if not causal:
         for width in (64, 128):
             if rest <= width < cfg.block_n:

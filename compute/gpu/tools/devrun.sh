@@ -69,6 +69,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
     >"$OUT/smi.txt" 2>&1
 python3 -c "import compute.gpu as g; print(g.status().describe())" | tee "$OUT/status.txt"
 rc=0
+# the ws kernel's default variants (flash.default_config), for memcheck beside new switches
+WS_DEFAULTS="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
+WS_DEFAULTS="$WS_DEFAULTS ws:128:2:176:2:pingpong:persist:lpt:panelo"
 step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a failure
     local name=$1 limit=$2
     shift 2
@@ -319,9 +322,7 @@ if [ "$what" = v10 ]; then
     fi
 fi
 if [ "$what" = v10b ]; then
-    defaults="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
-    defaults="$defaults ws:128:2:176:2:pingpong:persist:lpt:panelo"
-    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$defaults" \
+    FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS="$WS_DEFAULTS" \
         tests_beside_memcheck "$(printf 'tests/compute/gpu/test_flash.py::test_%s ' \
         matches_float64 ws_causal_warpgroups_stop_at_their_diagonal \
         ws_padded_warpgroups_skip_exactly ws_persistent_panel_staged_o_exact)" 200 200
@@ -336,10 +337,8 @@ if [ "$what" = v10b ]; then
 fi
 if [ "$what" = v11 ]; then
     specs=${V11_SPECS-"ws:128:2:176:2:pingpong:narrowfirst"}
-    defaults="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
-    defaults="$defaults ws:128:2:176:2:pingpong:persist:lpt:panelo"
     FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$specs" \
-        FLASH_SANITIZE_CONFIGS="$defaults $specs" \
+        FLASH_SANITIZE_CONFIGS="$WS_DEFAULTS $specs" \
         tests_beside_memcheck tests/compute/gpu/test_flash.py 240 240
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
