@@ -94,6 +94,10 @@ class Config:
     # ws, with ':narrowfirst': the first tile's P·V GEMM as narrow as its S GEMM, in a step
     # peeled out of the loop (FLASH_NOTES v11; spec ':narrowfirstpv')
     narrow_first_pv: bool = False
+    # ws, persistent: each consumer warpgroup releases Q after its last S GEMM of an item
+    # instead of after the item's last P·V, so the next item's Q and first K/V tiles load
+    # under this item's tail (FLASH_NOTES v12; spec ':earlyq')
+    early_q: bool = False
 
     @property
     def block_m(self) -> int:
@@ -191,6 +195,11 @@ class Config:
             )
         if "narrowfirstpv" in flags and "narrowfirst" not in flags:
             raise ValueError(f"{spec!r}: ':narrowfirstpv' narrows ':narrowfirst's P·V GEMM")
+        if "earlyq" in flags and ("persist" not in flags or flags & {"serial", "qreg"}):
+            raise ValueError(
+                f"{spec!r}: ':earlyq' releases Q early on the persistent grid, so it needs "
+                "':persist' and the overlap, without ':serial' or ':qreg'"
+            )
         if "panelo" in flags and "tmastore" in flags:
             raise ValueError(f"{spec!r}: ':panelo' stages O for plain stores, not ':tmastore'")
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
@@ -220,6 +229,7 @@ _WS_SWITCHES = (
     ("wgalltiles", "wg_all_tiles", 8192),
     ("narrowfirst", "narrow_first", 16384),
     ("narrowfirstpv", "narrow_first_pv", 65536),
+    ("earlyq", "early_q", 131072),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -271,7 +281,15 @@ WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
 # (FLASH_NOTES v10). Against v9's rule (128-key tiles on the LPT grid at 4096, 176 from
 # 8192; v8 call 6), fp16 / bf16: +3.6% / +0.2% at N = 4096 and +1.1% / +0.3% at 8192 in
 # one call, +3.1% / +1.9% and +3.2% / +7.3% in the record after it.
-WS_CAUSAL_D128 = replace(WS_WIDE_D128, lpt=True, persistent=True, panel_o=True)
+WS_CAUSAL_D128 = replace(WS_WIDE_D128, lpt=True, persistent=True, panel_o=True, early_q=True)
+# ... and without a mask below WS_MID_END (from WS_WIDE_N on): 128-key tiles on the dynamic
+# persistent grid with Q released after each item's last S GEMM (FLASH_NOTES v12). 4096
+# keys fill 32 of them exactly where 176-key tiles pad 128 keys (3%), and the next item's Q
+# and first K/V tiles load under this item's tail: +2.9% to +4.2% over the 176-key grid at
+# N = 4096 in two calls; at 8192-16384 -2.1% to +2.0%, so the 176-key grid stays there.
+# (`early_q` on the causal default: -0.0% to +1.9% at N = 4096, -1.8% to +1.8% at 8192.)
+WS_MID_D128 = replace(WS_CONFIGS[128], persistent=True, early_q=True)
+WS_MID_END = 8192
 
 
 @functools.cache
@@ -295,6 +313,8 @@ def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
     lo, hi = WS_LPT_N
     if causal and lo <= n_q <= hi:
         return WS_CAUSAL_D128 if d == 128 else replace(WS_CONFIGS[d], lpt=True)
+    if d == 128 and WS_WIDE_N <= n_q < WS_MID_END:
+        return WS_MID_D128
     if d == 128 and n_q >= WS_WIDE_N:
         return WS_WIDE_D128
     return WS_CONFIGS[d]

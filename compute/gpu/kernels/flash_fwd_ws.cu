@@ -314,7 +314,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // without it each stops at its own last row's diagonal); bit 14: the first key tile holds
 // the remainder of the keys (fa_first_shift) and its S GEMM is only 64 keys wide, or 128
 // with bit 15; the host sets them only where every item's remainder fits; bit 16: its P V
-// GEMM as narrow, in a peeled step 1 (v11).
+// GEMM as narrow, in a peeled step 1 (v11); bit 17: persistent, Q released after the
+// item's last S GEMM instead of its last P V (v12).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -370,6 +371,13 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // ... and its P V GEMM FW keys wide too (MODE bit 16, v11): step 1, where it runs, is
     // peeled out of the loop (one more copy of a step, not v9's three).
     constexpr bool NFPV = NFIRST && (MODE & 65536) != 0;
+    // Persistent (MODE bit 17, v12): each consumer warpgroup releases Q as soon as its last
+    // S GEMM of the item has completed, not after the item's last P V, so the producer loads
+    // the next item's Q, and its first K and V into the stages this item frees, under this
+    // item's last softmax, P V and epilogue (O is staged in its own tile).
+    constexpr bool EARLYQ = (MODE & 131072) != 0;
+    static_assert(!EARLYQ || (PERSIST && OVERLAP && !QREG && !NARROW),
+                  "early Q release: the persistent grid with the intra-warpgroup overlap");
     constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
     // staging tile one panel wide, so 176-key tiles fit beside it at d = 128 (v10).
@@ -608,6 +616,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             }
         };
 
+        bool q_released = false;  // EARLYQ: this warpgroup has arrived on emptyQ already
         if (ntiles > 0) {
             // Key tiles this warpgroup computes; past them it only keeps the protocol (below).
             int nt = ntiles;
@@ -615,6 +624,12 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             if (WG_DIAG && causal) {  // up to its last row's diagonal (0 if it sees no key)
                 const int kv_end = min(Nk, q0 + c * 64 + 64 + offset);
                 nt = min(nt, max(0, (kv_end + BN - 1) / BN - j0));
+            }
+            // EARLYQ: Q is released after this warpgroup's last S GEMM (tile nt - 1), or at
+            // once if it computes none (its rows past Nq, or causal past its diagonal).
+            if constexpr (EARLYQ) {
+                if (nt == 0) fa_mbar_arrive(emptyQ);
+                q_released = true;
             }
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
@@ -633,6 +648,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    if (EARLYQ && nt == 1) fa_mbar_arrive(emptyQ);
                     release(emptyK + 8 * s0);
                     softmax_tile(0);
                     fa_to_a<DT, NS>(s, a);
@@ -652,6 +668,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
+                    if (EARLYQ && j == nt - 1) fa_mbar_arrive(emptyQ);
                     release(emptyK + 8 * sj);
                     softmax_tile(j);  // under the P V GEMM
                     fa_wgmma_wait<0>();
@@ -754,8 +771,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         }
         if constexpr (PERSIST) {
             // Every S GEMM of this item is complete (and `slot` read): the producer may load
-            // the next Q now.
-            fa_mbar_arrive(emptyQ);
+            // the next Q now (EARLYQ: done already, in the last step).
+            if (!q_released) fa_mbar_arrive(emptyQ);
             // The previous item's O in the staging tile has been read, by the threads' loads
             // or by the TMA store (its issuing thread waits for that before this barrier).
             if constexpr (TMA_STORE) {
@@ -973,4 +990,7 @@ FA_WS_INST(1, 64, 3, 128, 2, 8203)
 FA_WS_INST(0, 128, 2, 176, 2, 16387)
 FA_WS_INST(1, 128, 2, 176, 2, 49155)
 FA_WS_INST(0, 128, 2, 176, 2, 81923)
+FA_WS_INST(1, 128, 2, 176, 2, 135183)
+FA_WS_INST(0, 64, 3, 128, 2, 131087)
+FA_WS_INST(0, 128, 2, 128, 2, 131079)
 #endif

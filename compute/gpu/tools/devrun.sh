@@ -60,6 +60,12 @@
 #   bash compute/gpu/tools/devrun.sh v11b     # FLASH_NOTES v11: test_flash.py -k narrow_first
 #       beside memcheck on the `:narrowfirst` variants only, then flash vs SDPA at d = 128
 #       without a mask, N 4096 8192, settled, with them beside the default; about 150 s
+#   bash compute/gpu/tools/devrun.sh v12      # FLASH_NOTES v12: Q released early on the
+#       persistent grid (`:earlyq`): test_flash.py's float64 comparison with V12_SPECS and
+#       the many-tiles test of every switch, beside memcheck on the ws defaults and V12_SPECS
+#       (stops there if either fails), then flash vs SDPA at N 4096 8192, settled: d = 128 full
+#       with V12_FULL, d = 128 causal with V12_CAUSAL128, d = 64 causal with V12_CAUSAL64,
+#       each beside the default; up to 590 s plus the start
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -71,7 +77,8 @@ python3 -c "import compute.gpu as g; print(g.status().describe())" | tee "$OUT/s
 rc=0
 # the ws kernel's default variants (flash.default_config), for memcheck beside new switches
 WS_DEFAULTS="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
-WS_DEFAULTS="$WS_DEFAULTS ws:128:2:176:2:pingpong:persist:lpt:panelo"
+WS_DEFAULTS="$WS_DEFAULTS ws:128:2:128:2:pingpong:persist:earlyq"
+WS_DEFAULTS="$WS_DEFAULTS ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
 step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a failure
     local name=$1 limit=$2
     shift 2
@@ -358,6 +365,31 @@ if [ "$what" = v11b ]; then
             --d 128 --causal 0 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
             --tune $specs --json "$OUT/flash_vs_sdpa_v11b_h200.json"
         grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+    fi
+fi
+if [ "$what" = v12 ]; then
+    full=${V12_FULL-"ws:128:2:176:2:pingpong:persist:panelo ws:128:2:176:2:pingpong:persist:panelo:earlyq ws:128:2:128:2:pingpong:persist:earlyq"}
+    causal128=${V12_CAUSAL128-"ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"}
+    causal64=${V12_CAUSAL64-"ws:64:3:128:2:pingpong:persist:lpt ws:64:3:128:2:pingpong:persist:lpt:earlyq"}
+    specs=${V12_SPECS-"ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq ws:64:3:128:2:pingpong:persist:lpt:earlyq"}
+    # (PYTEST_ADDOPTS is split like a shell line, so the -k expression keeps its spaces)
+    PYTEST_ADDOPTS="-k 'earlyq or many_tiles'" FLASH_SANITIZE_ONLY_EXTRA=1 \
+        FLASH_TEST_CONFIGS="$specs" FLASH_SANITIZE_CONFIGS="$WS_DEFAULTS $specs" \
+        tests_beside_memcheck tests/compute/gpu/test_flash.py 200 240
+    common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        step full 150 python3 -m compute.gpu.tools.flash_vs_sdpa $common --d 128 --causal 0 \
+            --tune $full --json "$OUT/flash_vs_sdpa_v12_full_h200.json"
+        grep -E "^forward" "$OUT/full.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        # shellcheck disable=SC2086
+        step causal128 100 python3 -m compute.gpu.tools.flash_vs_sdpa $common --d 128 --causal 1 \
+            --tune $causal128 --json "$OUT/flash_vs_sdpa_v12_causal128_h200.json"
+        grep -E "^forward" "$OUT/causal128.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+        # shellcheck disable=SC2086
+        step causal64 100 python3 -m compute.gpu.tools.flash_vs_sdpa $common --d 64 --causal 1 \
+            --tune $causal64 --json "$OUT/flash_vs_sdpa_v12_causal64_h200.json"
+        grep -E "^forward" "$OUT/causal64.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 exit $rc

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..dtypes import FLASH_DTYPES
+from ..gpu_identity import identity
 from ..report import BWD_COMPARISON_FORMAT, VERSION
 from .flash_vs_sdpa import ERR_BAR, MODEL_DIM, PEERS, TOKENS, add_timing_arguments
 
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m compute.gpu.tools.flash_bwd_vs_sdpa " + " ".join(sys.argv[1:]),
         "flops_formula": "2.5 * 4*B*H*N^2*d (x0.5 causal)",
         "default_mode": _default_mode(),
+        "gpu_before": identity(),
         "reports": [],
     }
     t0 = time.time()
@@ -199,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, RuntimeError, ValueError) as exc:
         print(f"flash_bwd_vs_sdpa: {exc}", file=sys.stderr)
         return 1
+    data["gpu_after"] = identity()  # the clocks and temperature the timed cases left
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1))
     print("\nsummary (bar: ours >= 1.0x SDPA FLASH for N >= 4096; stretch >= 0.8x CUDNN)")
     print("\n".join(summary(data["reports"])))
     return 0

@@ -27,6 +27,7 @@ from pathlib import Path
 from ... import PASSES
 from ..bench import BenchConfig, GpuUnavailable, run_bench
 from ..dtypes import FLASH_DTYPES
+from ..gpu_identity import identity
 from ..report import FIGURES_FORMAT, VERSION
 
 TOKENS = 16384
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "version": VERSION,
         "command": "python -m compute.gpu.tools.flash_vs_sdpa " + " ".join(sys.argv[1:]),
         "flops_formula": "4*B*H*N^2*d (x0.5 causal; x2.5 backward, x3.5 training)",
+        "gpu_before": identity(),
         "reports": [],
     }
     t0 = time.time()
@@ -168,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     except GpuUnavailable as exc:
         print(f"flash_vs_sdpa: {exc}", file=sys.stderr)
         return 1
+    data["gpu_after"] = identity()  # the clocks and temperature the timed cases left
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1))
     print(
         "\nsummary (bar: flash >= 1.0x SDPA cuDNN in the forward, >= 1.0x SDPA FA2 in the "
         "backward and training, for N >= 4096; errors vs float64)"

@@ -49,8 +49,8 @@ def main() -> int:
                 )
                 mine = [c for c in extra if c.d == d]
                 ours = () if only_extra else (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d])
-                if d == 128 and not only_extra:  # the defaults with 176-key tiles (v8)
-                    ours += (flash.WS_WIDE_D128, flash.WS_CAUSAL_D128)
+                if d == 128 and not only_extra:  # the defaults from N = 4096 on (v8-v12)
+                    ours += (flash.WS_WIDE_D128, flash.WS_MID_D128, flash.WS_CAUSAL_D128)
                 for cfg in (*ours, *mine):
                     plans = {"": model_plan}
                     if cfg.tail_split:

@@ -36,12 +36,14 @@ def _configs():
         WGMMA_CONFIGS,
         WS_CAUSAL_D128,
         WS_CONFIGS,
+        WS_MID_D128,
         WS_WIDE_D128,
         Config,
     )
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, WS_CAUSAL_D128, *WGMMA_CONFIGS.values()]
+    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, WS_MID_D128, WS_CAUSAL_D128]
+    hopper += WGMMA_CONFIGS.values()
     return [None, *MMA_CONFIGS.values(), *hopper, *extra]
 
 
@@ -107,7 +109,7 @@ def _run_case(b, h, n_q, n_k, d, dtype, causal, seed, config=None, scale=None):
     return err
 
 
-@pytest.mark.parametrize("config", _configs(), ids=lambda c: "default" if c is None else str(c))
+@pytest.mark.parametrize("config", _configs(), ids=lambda c: "default" if c is None else c.spec())
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -144,7 +146,7 @@ def test_fully_masked_rows_are_zero_not_nan():
     _run_case(1, 2, 190, 60, 128, "bfloat16", True, seed=12)
 
 
-# Scheduling and epilogue switches of the ws kernel (FLASH_NOTES v5, v6), on top of the default.
+# Switches of the ws kernel (FLASH_NOTES v5-v12), each on top of the default, over long runs.
 WS_SWITCHES = {
     "grid": {},
     "persistent": {"persistent": True},
@@ -163,7 +165,37 @@ WS_SWITCHES = {
     "keys192-lpt": {"block_n": 192, "lpt": True},
     "narrowtail": {"narrow_tail": True},
     "keys176-narrowtail-lpt": {"block_n": 176, "narrow_tail": True, "lpt": True},
+    "persistent-earlyq": {"persistent": True, "early_q": True},
+    "persistent-lpt-earlyq-keys176": {
+        "persistent": True,
+        "lpt": True,
+        "early_q": True,
+        "block_n": 176,
+        "panel_o": True,
+    },
+    "persistent-tailsplit-earlyq": {"persistent": True, "tail_split": 1, "early_q": True},
 }
+
+
+@pytest.mark.parametrize("switches", list(WS_SWITCHES))
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_kernel_on_many_tiles_and_masked_blocks(d, switches, monkeypatch):
+    # Long enough that the K/V rings wrap several times (mbarrier phases flip), with a tail,
+    # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys; the last
+    # case has more work items than SMs, so a persistent CTA draws several (some see no
+    # key), and LPT sections of 3 heads leave a last section of 2 (80 heads).
+    from dataclasses import replace
+
+    from compute.gpu import flash
+
+    cfg = replace(flash.WS_CONFIGS[d], **WS_SWITCHES[switches])
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    monkeypatch.setattr(flash, "lpt_section", lambda n_k, d: 3)
+    _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
+    _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
+    _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key
+    _run_case(2, 40, 1000, 900, d, "bfloat16", True, seed=24, config=cfg)
 
 
 @pytest.mark.parametrize("switches", ["grid", "persistent-lpt", "tailsplit", "padrows"])

@@ -279,6 +279,8 @@ def test_flash_config_spec_round_trips():
          "flash_fwd_ws<1,128,2,176,2,16387>"),
         ("ws:128:2:176:2:pingpong:narrowfirst:narrowfirstpv", "narrow_first_pv", 0,
          "flash_fwd_ws<0,128,2,176,2,81923>"),
+        ("ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq", "early_q", 1,
+         "flash_fwd_ws<1,128,2,176,2,135183>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
@@ -320,6 +322,9 @@ def test_flash_config_spec_round_trips():
         ("ws:128:2:176:2:persist:lpt:panelo:narrowfirst", "needs two consumer warpgroups"),
         ("ws:128:2:176:2:pingpong:narrowfirstpv", "narrows ':narrowfirst's"),
         ("ws:128:2:176:2:persist:tmastore:panelo", "not ':tmastore'"),
+        ("ws:128:2:176:2:pingpong:earlyq", "needs ':persist'"),
+        ("ws:128:2:128:2:persist:serial:earlyq", "needs ':persist'"),
+        ("ws:128:2:128:2:persist:qreg:earlyq", "needs ':persist'"),
         ("ws:128:2:128:2:persist:mcast", "takes no"),
         ("ws:128:2:128:2:tailsplit:mcast", "takes no"),
         ("wgmma:128:2:64:2:tailsplit", "is not a kernel spec"),
@@ -346,14 +351,19 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
         assert flash.default_config(d, 8192, True).block_n == (176 if d == 128 else 128)
         assert not flash.default_config(d, 8193, True).lpt
         assert not flash.default_config(d, 8192).lpt  # nothing to order without the mask
-    # d = 128: 176-key tiles from N = 4096 on (v8), except causal where LPT is the rule
-    for n, causal in ((4096, False), (8192, False), (16384, False), (8193, True), (1 << 20, True)):
+    # d = 128: 176-key tiles from N = 4096 on (v8), except causal where LPT is the rule and
+    # full attention below 8192, which takes 128-key tiles on the persistent grid (v12)
+    for n, causal in ((8192, False), (16384, False), (8193, True), (1 << 20, True)):
         assert flash.default_config(128, n, causal).block_n == 176
+    for n in (4096, 6000, 8191):
+        assert flash.default_config(128, n) == flash.WS_MID_D128
+    assert flash.WS_MID_D128.spec() == "ws:128:2:128:2:pingpong:persist:earlyq"
+    assert flash.default_config(128, 4095) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 4096, True) == replace(flash.WS_CONFIGS[64], lpt=True)
     # d = 128 causal at N = 4096-8192: the persistent LPT grid with 176-key tiles (v10)
     for n in (4096, 6000, 8192):
         assert flash.default_config(128, n, True) == flash.WS_CAUSAL_D128
-    assert flash.WS_CAUSAL_D128.spec() == "ws:128:2:176:2:pingpong:persist:lpt:panelo"
+    assert flash.WS_CAUSAL_D128.spec() == "ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
     assert not flash.default_config(128, 8193, True).persistent
     assert flash.default_config(64, 16384).block_n == 128
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
