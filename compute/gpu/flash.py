@@ -273,7 +273,8 @@ WS_LPT_N = (4096, 8192)
 # per-tile costs (barriers, max shuffles, O rescales) for the same work. FLASH_NOTES.md v8,
 # timed at the power-capped clock: without a mask at N = 4096-16384, 0.98-1.10x the 128-key
 # tiles over 30 same-run pairs (median 1.03); causal at N = 16384 1.00-1.10x over three
-# calls (causal 4096-8192 keep 128-key tiles with the LPT order); below 4096 not measured.
+# calls; below 4096 not measured. (Since v12 full attention below WS_MID_END and causal
+# attention in WS_LPT_N take the persistent variants below.)
 WS_WIDE_N = 4096
 WS_WIDE_D128 = replace(WS_CONFIGS[128], block_n=176)
 # ... and causal where the LPT order is the rule (WS_LPT_N): 176-key tiles on the dynamic
@@ -285,9 +286,10 @@ WS_CAUSAL_D128 = replace(WS_WIDE_D128, lpt=True, persistent=True, panel_o=True, 
 # ... and without a mask below WS_MID_END (from WS_WIDE_N on): 128-key tiles on the dynamic
 # persistent grid with Q released after each item's last S GEMM (FLASH_NOTES v12). 4096
 # keys fill 32 of them exactly where 176-key tiles pad 128 keys (3%), and the next item's Q
-# and first K/V tiles load under this item's tail: +2.9% to +4.2% over the 176-key grid at
-# N = 4096 in two calls; at 8192-16384 -2.1% to +2.0%, so the 176-key grid stays there.
-# (`early_q` on the causal default: -0.0% to +1.9% at N = 4096, -1.8% to +1.8% at 8192.)
+# and first K/V tiles load under this item's tail: +2.6% to +6.4% over the 176-key grid at
+# N = 4096 in eight same-run pairs over four calls; at 8192-16384 -2.1% to +2.0%, so the
+# 176-key grid stays there. (`early_q` on the causal default, same-run pairs: -1.0% to
+# +3.6% at N = 4096, -1.8% to +5.4% at 8192, 16 pairs over four calls, mean +1.5%.)
 WS_MID_D128 = replace(WS_CONFIGS[128], persistent=True, early_q=True)
 WS_MID_END = 8192
 

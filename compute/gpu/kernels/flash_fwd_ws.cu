@@ -31,10 +31,12 @@
 //     ticket counter (bit 2), and O written by TMA store (bit 4); the tail split of the last
 //     wave (bit 5, v7), K/V multicast in clusters of two (bit 6, flash_fwd_ws_mc) and a lazy
 //     running max (bit 7), v8; Q's A fragments in registers (bit 8), one K/V release
-//     per warpgroup (bit 9) and a narrow last key tile (bit 10), v9: all measured, all off
-//     by default. Bit 11 (`:padrows`) only measures what skipping padded warpgroups bought;
-//     bit 12 (`:panelo`, v10) stages O one panel at a time when persistent; bit 13
-//     (`:wgalltiles`) measures what stopping each warpgroup at its own diagonal bought.
+//     per warpgroup (bit 9) and a narrow last key tile (bit 10), v9: all measured, off by
+//     default but the persistent grid and LPT (see flash.default_config). Bit 11
+//     (`:padrows`) only measures what skipping padded warpgroups bought; bit 12 (`:panelo`,
+//     v10) stages O one panel at a time when persistent; bit 13 (`:wgalltiles`) measures
+//     what stopping each warpgroup at its own diagonal bought; bits 14-16 narrow the first
+//     key tile (v11, off); bit 17 (`:earlyq`, v12) releases Q after the last S GEMM.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -57,7 +59,11 @@
 // N = 4096, 0.97-0.99x), 1.45-1.93x FA2. v11: the first key tile narrow (S only, or S and
 // P V) -3% to +2%, off; at N = 4096 the gap to cuDNN is the padding of 176-key tiles
 // (Nsight Compute); the v11 record read 16 of 24 on a machine where cuDNN ran 10-12%
-// faster than in v10's.
+// faster than in v10's. v12: on the persistent grid each consumer warpgroup releases Q after
+// its last S GEMM of an item (bit 17), so the next item's Q and first K/V tiles load under
+// this item's tail; with 128-key tiles (no padding at N = 4096) that is the d = 128 default
+// without a mask at N = 4096-8191 (+2.6-6.4% over the 176-key grid), and it rides on the
+// causal persistent default (mean +1.5%); 19 of 24 cases >= 1.0x cuDNN in the v12 record.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.

@@ -29,8 +29,9 @@
 #       changed: all GPU tests beside memcheck on sanitize_cases (stops there if either fails),
 #       flash vs SDPA at N 4096-16384 preheated with RECORD_TUNE beside the default (into
 #       $OUT/flash_vs_sdpa_ws_h200.json), then the bundled report's forward rows (figures
-#       --keep, into $OUT/tiled_vs_dense_h200.json; RECORD_FIGURES=0 skips it); about 520 s
-#       plus the start
+#       --keep, into $OUT/tiled_vs_dense_h200.json; RECORD_FIGURES=0 skips it); tests about
+#       390 s, timing and figures about 230 s: run RECORD_BENCH=0 (tests only) and then
+#       RECORD_TESTS=0 (timing only) as two calls, each plus the start
 #   bash compute/gpu/tools/devrun.sh v9       # FLASH_NOTES v9: all GPU tests beside memcheck on
 #       sanitize_cases with V9_SPECS added (stops there if either fails), flash vs SDPA at d=128
 #       without a mask, preheated, with V9_SPECS beside the default, then Nsight Compute on
@@ -244,9 +245,13 @@ if [ "$what" = mcast ]; then
     fi
 fi
 if [ "$what" = record ]; then
-    FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS= tests_beside_memcheck tests/compute/gpu \
-        "${RECORD_TEST_TIMEOUT:-240}" "${RECORD_TEST_TIMEOUT:-240}"
-    if [ $rc -eq 0 ]; then
+    # Since v12 the GPU tests take about 385 s beside memcheck, so a record is two calls:
+    # RECORD_BENCH=0 (the tests), then RECORD_TESTS=0 (the timing, on the same tree).
+    if [ "${RECORD_TESTS:-1}" != 0 ]; then
+        FLASH_TEST_CONFIGS= FLASH_SANITIZE_CONFIGS= tests_beside_memcheck tests/compute/gpu \
+            "${RECORD_TEST_TIMEOUT:-450}" "${RECORD_TEST_TIMEOUT:-450}"
+    fi
+    if [ $rc -eq 0 ] && [ "${RECORD_BENCH:-1}" != 0 ]; then
         tune=${RECORD_TUNE-"ws:128:2:128:2:pingpong ws:128:2:176:2:pingpong:lpt"}
         # shellcheck disable=SC2086
         step flash_vs_sdpa 280 python3 -m compute.gpu.tools.flash_vs_sdpa \
