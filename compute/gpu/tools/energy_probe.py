@@ -3,7 +3,7 @@
 Run on the GPU machine (needs torch beside CuPy and nvidia-smi on PATH):
 
     python -m compute.gpu.tools.energy_probe [--n 8192] [--d 128] [--dtype float16]
-        [--spec SPEC ...] [--seconds 2] [--json FILE]
+        [--causal 0|1] [--spec SPEC ...] [--seconds 2] [--json FILE]
 
 Why (FLASH_NOTES.md v8, v9): these kernels hold the H200 at its power cap, where the SM clock
 follows the power each cycle draws, so a kernel that does the same work per cycle but draws
@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_case_arguments(ap)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--causal", type=int, choices=[0, 1], default=0)
     args = ap.parse_args(argv)
-    fns, _, flops = paths(args.n, args.d, args.dtype, args.spec, ("sdpa-cudnn", "sdpa-flash"))
+    peers = ("sdpa-cudnn", "sdpa-flash")
+    fns, _, flops = paths(args.n, args.d, args.dtype, args.spec, peers, bool(args.causal))
     import cupy
 
     sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
