@@ -360,7 +360,7 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert flash.WS_MID_D128.spec() == "ws:128:2:128:2:pingpong:persist:earlyq"
     assert flash.default_config(128, 4095) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 4096, True) == replace(flash.WS_CONFIGS[64], lpt=True)
-    # d = 128 causal at N = 4096-8192: the persistent LPT grid with 176-key tiles (v10)
+    # d = 128 causal at N = 4096-8192: the persistent LPT grid with 176-key tiles (v10), early Q (v12)
     for n in (4096, 6000, 8192):
         assert flash.default_config(128, n, True) == flash.WS_CAUSAL_D128
     assert flash.WS_CAUSAL_D128.spec() == "ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
