@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from compute.attention import dense_lane
-from compute.gpu import status
+from compute.gpu import flash, status
 from compute.gpu.dtypes import device_array, float64_values
 
 _ST = status()
@@ -30,27 +31,24 @@ def _configs():
     """Kernel variants to test: the device default (None), the portable mma.sync kernel, the
     Hopper kernels (TMA + warp-specialised, and the plain wgmma fallback), and
     FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
-
-    from compute.gpu.flash import (
-        MMA_CONFIGS,
-        WGMMA_CONFIGS,
-        WS_CAUSAL_D128,
-        WS_CONFIGS,
-        WS_MID_D128,
-        WS_WIDE_D128,
-        Config,
-    )
-
-    extra = [Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
-    hopper = [*WS_CONFIGS.values(), WS_WIDE_D128, WS_MID_D128, WS_CAUSAL_D128]
-    hopper += WGMMA_CONFIGS.values()
-    return [None, *MMA_CONFIGS.values(), *hopper, *extra]
+    extra = [flash.Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
+    hopper = [*flash.WS_CONFIGS.values(), flash.WS_WIDE_D128, flash.WS_MID_D128]
+    hopper += [flash.WS_CAUSAL_D128, *flash.WGMMA_CONFIGS.values()]
+    return [None, *flash.MMA_CONFIGS.values(), *hopper, *extra]
 
 
 def _needs_hopper(config) -> bool:
     if config is None or config.kernel == "mma":
         return False
     return cp.cuda.Device().compute_capability != "90"
+
+
+def _hopper_only(cfg):
+    """`cfg` (None: the device default), with the test skipped where this GPU cannot run
+    it (not an sm_90)."""
+    if _needs_hopper(cfg):
+        pytest.skip("this kernel needs an sm_90 GPU")
+    return cfg
 
 
 def _rand(shape, dtype, rng):
@@ -81,14 +79,12 @@ def _poisoned(shape, dtype):
 
 
 def _run_case(b, h, n_q, n_k, d, dtype, causal, seed, config=None, scale=None):
-    from compute.gpu.flash import flash_attention
-
     rng = np.random.default_rng(seed)
     q, q64 = _rand((b, h, n_q, d), dtype, rng)
     k, k64 = _rand((b, h, n_k, d), dtype, rng)
     v, v64 = _rand((b, h, n_k, d), dtype, rng)
     out = _poisoned((b, h, n_q, d), dtype)
-    o, lse = flash_attention(
+    o, lse = flash.flash_attention(
         q, k, v, causal=causal, scale=scale, return_lse=True, config=config, out=out
     )
     cp.cuda.Device().synchronize()
@@ -120,8 +116,7 @@ def _run_case(b, h, n_q, n_k, d, dtype, causal, seed, config=None, scale=None):
 def test_matches_float64(config, dtype, d, causal, n_q, n_k):
     if config is not None and config.d != d:
         pytest.skip("config is for another d")
-    if _needs_hopper(config):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    _hopper_only(config)
     _run_case(
         2,
         3,
@@ -184,13 +179,7 @@ def test_ws_kernel_on_many_tiles_and_masked_blocks(d, switches, monkeypatch):
     # N_q != N_k, and causal blocks whose warpgroups see different numbers of keys; the last
     # case has more work items than SMs, so a persistent CTA draws several (some see no
     # key), and LPT sections of 3 heads leave a last section of 2 (80 heads).
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[d], **WS_SWITCHES[switches])
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[d], **WS_SWITCHES[switches]))
     monkeypatch.setattr(flash, "lpt_section", lambda n_k, d: 3)
     _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
     _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
@@ -203,15 +192,9 @@ def test_ws_padded_warpgroups_skip_exactly(switches):
     # d = 64, three consumers (192-row query blocks): N_q = 192 k + 64 leaves two warpgroups of
     # the last block with rows past N_q only, 192 k + 128 one; they skip their GEMMs (v9)
     # unless ':padrows'. Causal and not, N_k != N_q, more items than SMs in the last case.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
     extra = {"grid": {}, "persistent-lpt": {"persistent": True, "lpt": True},
              "tailsplit": {"tail_split": 3}, "padrows": {"pad_rows": True}}[switches]  # fmt: skip
-    cfg = replace(flash.WS_CONFIGS[64], **extra)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[64], **extra))
     seed = [71, len(switches)]
     _run_case(1, 2, 256, 300, 64, "float16", False, seed=seed + [0], config=cfg)
     _run_case(1, 2, 320, 320, 64, "bfloat16", True, seed=seed + [1], config=cfg)
@@ -229,13 +212,7 @@ def test_ws_persistent_panel_staged_o_exact(extra):
     # through a staging tile one panel wide (176-key tiles fit beside it); the second panel
     # must not overwrite the first before its rows are read. More items than SMs, so the
     # next item's epilogue reuses the tile; tails in N_q and N_k, causal, N_q != N_k.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[128], persistent=True, panel_o=True, **extra)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[128], persistent=True, panel_o=True, **extra))
     seed = [83, len(extra), extra["block_n"]]
     _run_case(1, 2, 300, 517, 128, "float16", False, seed=seed + [0], config=cfg)
     _run_case(1, 3, 333, 333, 128, "bfloat16", True, seed=seed + [1], config=cfg)
@@ -252,10 +229,6 @@ def test_ws_causal_warpgroups_stop_at_their_diagonal(d, switches):
     # all as before, and so does d = 128 (two consumers) with or without it.
     # Blocks whose warpgroups stop at different tiles, N_q != N_k both ways, tails, and more
     # items than SMs in the last case.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
     base = flash.WS_CAUSAL_D128 if d == 128 else replace(flash.WS_CONFIGS[64], lpt=True)
     cfg = {
         "default": base,
@@ -263,8 +236,7 @@ def test_ws_causal_warpgroups_stop_at_their_diagonal(d, switches):
         "persistent": replace(flash.WS_CONFIGS[d], persistent=True),
         "alltiles": replace(base, wg_all_tiles=True),
     }[switches]
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    _hopper_only(cfg)
     seed = [89, d, len(switches)]
     _run_case(1, 2, 1000, 1000, d, "float16", True, seed=seed + [0], config=cfg)
     _run_case(1, 3, 700, 300, d, "bfloat16", True, seed=seed + [1], config=cfg)
@@ -276,13 +248,7 @@ def test_ws_causal_warpgroups_stop_at_their_diagonal(d, switches):
 def test_ws_narrow_last_tile_exact(block_n):
     # ':narrowtail' (FLASH_NOTES v9): N_k just past a multiple of the tile and at the 64- and
     # 128-key widths' edges, a single short tile (the first step narrow), and a causal case.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[128], block_n=block_n, narrow_tail=True)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[128], block_n=block_n, narrow_tail=True))
     for i, extra in enumerate((1, 63, 64, 65, 128, 129, block_n - 1)):
         n_k = 3 * block_n + extra
         _run_case(1, 2, 200, n_k, 128, "float16", False, seed=[61, block_n, i], config=cfg)
@@ -301,17 +267,12 @@ def test_ws_narrow_first_tile_exact(extra):
     # ':narrowfirst' (FLASH_NOTES v11): the first key tile holds the remainder of N_k over
     # the tile and its S GEMM is 64 or 128 keys wide when that fits; the later tiles start
     # at j BN - shift; with ':narrowfirstpv' its P·V GEMM too, in a peeled step 1 (or the
-    # last P·V when it is the only tile). N_k at every width's edges (remainder 1, 63, 64, 65, 128, 129, BN - 1
-    # and none), a single tile, more items than SMs; causal launches (N_q != N_k both ways)
-    # run the plain variant.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
+    # last P·V when it is the only tile). N_k at every width's edges (remainder 1, 63, 64,
+    # 65, 128, 129, BN - 1 and none), a single tile, more items than SMs; causal launches
+    # (N_q != N_k both ways) run the plain variant.
     cfg = replace(flash.WS_WIDE_D128, narrow_first=True, **extra)
     assert flash.narrow_first_launch(cfg, 2 * cfg.block_n + 1, False).narrow_first
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    _hopper_only(cfg)
     bn = cfg.block_n
     seed = [97, bn, len(extra)]
     for i, rest in enumerate((1, 63, 64, 65, 128, 129, bn - 1, bn)):
@@ -327,13 +288,7 @@ def test_ws_narrow_first_tile_exact(extra):
 def test_ws_refuses_a_variant_past_the_shared_memory_limit():
     # 192-key tiles with ':persist' at d = 128: Q's staging tile beside 4 x 48 KB of K/V
     # rings is past the 227 KB a block may have; one sentence, not a driver error.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[128], block_n=192, persistent=True)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[128], block_n=192, persistent=True))
     with pytest.raises(ValueError, match="shared memory per block"):
         _run_case(1, 1, 64, 64, 128, "float16", False, seed=0, config=cfg)
 
@@ -355,13 +310,7 @@ TAIL_CASES = {
 @pytest.mark.parametrize("case", list(TAIL_CASES))
 @pytest.mark.parametrize("d", [64, 128])
 def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[d], tail_split=1, persistent=persistent)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[d], tail_split=1, persistent=persistent))
     b, h, n_q, n_k, dtype, plan = TAIL_CASES[case]
     items = -(-n_q // cfg.block_m) * b * h
     if plan is not None:
@@ -389,13 +338,7 @@ MULTICAST_CASES = {
 @pytest.mark.parametrize("block_n", [128, 176])
 @pytest.mark.parametrize("case", list(MULTICAST_CASES))
 def test_ws_multicast_pairs_share_key_tiles_exactly(case, block_n):
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[128], block_n=block_n, multicast=True)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[128], block_n=block_n, multicast=True))
     b, h, n_q, n_k, dtype = MULTICAST_CASES[case]
     seed = [41, block_n, n_q, n_k]
     _run_case(b, h, n_q, n_k, 128, dtype, False, seed=seed, config=cfg)
@@ -408,13 +351,7 @@ def test_ws_lazy_rescale_exact_when_scores_climb(d, dtype):
     # Scores that rise along the keys (0.05 log2 units per key after the scale, 6.4 per
     # 128-key tile, 35 over the row): the running max moves every other tile and between
     # moves P climbs towards its 2^8 ceiling; against float64 at the usual bars.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[d], lazy_rescale=True)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[d], lazy_rescale=True))
     rng = np.random.default_rng([51, d])
     n_q, n_k = 300, 700
     q = 1.0 + 0.05 * rng.standard_normal((1, 2, n_q, d))
@@ -438,35 +375,25 @@ def test_ws_lazy_rescale_exact_when_scores_climb(d, dtype):
 @pytest.mark.parametrize("d", [64, 128])
 def test_ws_tail_split_full_last_wave_is_not_split(d):
     # items = the SM count exactly (R = 0): tail_plan keeps every item whole.
-    from dataclasses import replace
-
-    from compute.gpu import flash
-
-    cfg = replace(flash.WS_CONFIGS[d], tail_split=1)
-    if _needs_hopper(cfg):
-        pytest.skip("this kernel needs an sm_90 GPU")
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[d], tail_split=1))
     sms = flash._sm_count()
     assert flash.tail_plan(sms, 3, sms) == (sms, 1)
     _run_case(1, sms, cfg.block_m, 300, d, "float16", False, seed=[31, d], config=cfg)
 
 
 def test_return_shapes_and_dtype():
-    from compute.gpu.flash import flash_attention
-
     q = cp.random.default_rng(5).standard_normal((1, 2, 64, 64), dtype=cp.float32)
     q = q.astype(cp.float16)
-    o = flash_attention(q, q, q)
+    o = flash.flash_attention(q, q, q)
     assert o.shape == q.shape and o.dtype == cp.float16
-    o, lse = flash_attention(q, q, q, return_lse=True)
+    o, lse = flash.flash_attention(q, q, q, return_lse=True)
     assert lse.shape == (1, 2, 64) and lse.dtype == cp.float32
 
 
 def test_rejects_bad_inputs():
-    from compute.gpu.flash import flash_attention
-
     q = cp.zeros((1, 1, 16, 96), dtype=cp.float16)
     with pytest.raises(ValueError):
-        flash_attention(q, q, q)
+        flash.flash_attention(q, q, q)
     q = cp.zeros((1, 1, 16, 64), dtype=cp.float32)
     with pytest.raises(TypeError):
-        flash_attention(q, q, q)
+        flash.flash_attention(q, q, q)
