@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_case_arguments(ap)
     ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--causal", type=int, choices=[0, 1], default=0)
     args = ap.parse_args(argv)
     peers = ("sdpa-cudnn", "sdpa-flash")
     fns, _, flops = paths(args.n, args.d, args.dtype, args.spec, peers, bool(args.causal))

@@ -5,9 +5,9 @@ Run on the GPU machine (needs torch beside CuPy), ideally beside a clock log
 --format=csv -lms 20`):
 
     python -m compute.gpu.tools.timing_probe [--n 8192] [--d 128] [--dtype float16]
-        [--json FILE]
+        [--causal 0|1] [--json FILE]
 
-One case (B·N = 16k, H·d = 2048, non-causal), the same inputs and L2 flush as the harness
+One case (B·N = 16k, H·d = 2048, non-causal unless --causal 1), the same inputs and L2 flush as the harness
 (`timing.time_cuda`). Phases, each printed with its wall-clock start so it can be lined up
 with the clock log: A, each path in one block of 60 runs, flash / cuDNN / flash / cuDNN;
 B, `timing.time_interleaved` as the comparison runs it (3 rounds of 20); C, 12 rounds of
@@ -59,10 +59,12 @@ def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn"
 
 
 def add_case_arguments(ap: argparse.ArgumentParser) -> None:
-    """--n, --d, --dtype, --spec and --json: the one case a probe runs, and where it writes."""
+    """--n, --d, --dtype, --causal, --spec and --json: the one case a probe runs, and where
+    it writes."""
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--causal", type=int, choices=[0, 1], default=0)
     ap.add_argument("--spec", nargs="*", default=[], help="flash variants beside the default")
     ap.add_argument("--json", type=Path)
 
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_case_arguments(ap)
     args = ap.parse_args(argv)
-    fns, l2, flops = paths(args.n, args.d, args.dtype, args.spec)
+    fns, l2, flops = paths(args.n, args.d, args.dtype, args.spec, causal=bool(args.causal))
     out: dict = {"case": vars(args) | {"json": None}, "phases": []}
 
     def report(phase: str, t0: float, times: dict[str, list[float]]) -> None:
