@@ -89,6 +89,12 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a fail
     tail -4 "$OUT/$name.log"
     [ $r -eq 0 ] || rc=$r
 }
+compare() {  # compare NAME TIMEOUT ARGS...: flash_vs_sdpa ARGS as step NAME, then its cases
+    local name=$1 limit=$2
+    shift 2
+    step "$name" "$limit" python3 -m compute.gpu.tools.flash_vs_sdpa "$@"
+    grep -E "^forward" "$OUT/$name.log" | sed -E 's/ \([0-9.e+-]+\)//g'
+}
 tests_beside_memcheck() {  # PATHS TEST_LIMIT MC_LIMIT: pytest -n 8 on PATHS beside memcheck
     # over sanitize_cases (FLASH_TEST_CONFIGS / FLASH_SANITIZE_* come in from the caller)
     timeout "$3" compute-sanitizer --tool memcheck --error-exitcode 1 \
@@ -202,10 +208,9 @@ if [ "$what" = tail ]; then
         "${TAIL_MC_TIMEOUT:-200}"
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa "${TAIL_TIMEOUT:-105}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+        compare flash_vs_sdpa "${TAIL_TIMEOUT:-105}" \
             --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --tune $tune \
             --json "$OUT/flash_vs_sdpa_ws_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
     fi
 fi
@@ -218,10 +223,9 @@ if [ "$what" = steady ]; then
     fi
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa "${STEADY_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+        compare flash_vs_sdpa "${STEADY_TIMEOUT:-200}" \
             --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
             --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
     fi
 fi
@@ -238,10 +242,9 @@ if [ "$what" = mcast ]; then
     if [ $rc -eq 0 ]; then
         tune=${MCAST_TUNE-"ws:128:2:176:2:pingpong $specs"}
         # shellcheck disable=SC2086
-        step flash_vs_sdpa "${MCAST_TIMEOUT:-150}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+        compare flash_vs_sdpa "${MCAST_TIMEOUT:-150}" \
             --n 4096 8192 16384 --dtype float16 bfloat16 --causal 0 --dense-max-n 0 \
             --preheat 1 --tune $tune --json "$OUT/flash_vs_sdpa_mcast_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 if [ "$what" = record ]; then
@@ -272,10 +275,9 @@ if [ "$what" = v9 ]; then
         "${V9_TEST_TIMEOUT:-300}" "${V9_TEST_TIMEOUT:-300}"
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa \
+        compare flash_vs_sdpa 150 \
             --n 4096 8192 16384 --d 128 --causal 0 --dtype float16 bfloat16 --dense-max-n 0 \
             --preheat 1 --tune $specs --json "$OUT/flash_vs_sdpa_v9_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
     sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats"
     sections="$sections --section MemoryWorkloadAnalysis_Tables --section WarpStateStats"
@@ -293,23 +295,20 @@ if [ "$what" = v9b ]; then
         tests_beside_memcheck "tests/compute/gpu/test_flash.py -k narrow" 200 200
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa 200 python3 -m compute.gpu.tools.flash_vs_sdpa \
+        compare flash_vs_sdpa 200 \
             --n 4096 8192 16384 --d 128 --dtype float16 bfloat16 --dense-max-n 0 \
             --preheat 1 --settle 0.25 --tune $specs --json "$OUT/flash_vs_sdpa_v9b_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 if [ "$what" = v9c ]; then
     specs=${V9C_SPECS-"ws:128:2:192:2:pingpong ws:128:2:192:2:pingpong:lpt"}
     common="--d 128 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
     # shellcheck disable=SC2086
-    step flash_vs_sdpa 200 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 8192 16384 \
+    compare flash_vs_sdpa 200 --n 4096 8192 16384 \
         $common --settle 0.25 --tune $specs --json "$OUT/flash_vs_sdpa_v9c_settled_h200.json"
-    grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     # shellcheck disable=SC2086
-    step unsettled 100 python3 -m compute.gpu.tools.flash_vs_sdpa --n 8192 16384 --causal 0 \
+    compare unsettled 100 --n 8192 16384 --causal 0 \
         $common --settle 0 --tune ${specs%% *} --json "$OUT/flash_vs_sdpa_v9c_unsettled_h200.json"
-    grep -E "^forward" "$OUT/unsettled.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     # shellcheck disable=SC2086
     step energy 100 python3 -m compute.gpu.tools.energy_probe --n 16384 --spec ${specs%% *} \
         --json "$OUT/energy_probe_n16384_h200.json"
@@ -324,13 +323,11 @@ if [ "$what" = v10 ]; then
     common="--n ${V10_N:-4096 8192} --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step full 200 python3 -m compute.gpu.tools.flash_vs_sdpa $common --causal 0 \
+        compare full 200 $common --causal 0 \
             --tune $full --json "$OUT/flash_vs_sdpa_v10_full_h200.json"
-        grep -E "^forward" "$OUT/full.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         # shellcheck disable=SC2086
-        step causal 200 python3 -m compute.gpu.tools.flash_vs_sdpa $common --causal 1 \
+        compare causal 200 $common --causal 1 \
             --tune $causal --json "$OUT/flash_vs_sdpa_v10_causal_h200.json"
-        grep -E "^forward" "$OUT/causal.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 if [ "$what" = v10b ]; then
@@ -341,10 +338,9 @@ if [ "$what" = v10b ]; then
     if [ $rc -eq 0 ]; then
         tune="ws:64:3:128:2:pingpong:lpt:wgalltiles ws:128:2:176:2:pingpong:persist:lpt:panelo:wgalltiles"
         # shellcheck disable=SC2086
-        step causal 250 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 8192 16384 \
+        compare causal 250 --n 4096 8192 16384 \
             --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 --causal 1 --tune $tune \
             --json "$OUT/flash_vs_sdpa_v10b_causal_h200.json"
-        grep -E "^forward" "$OUT/causal.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 if [ "$what" = v11 ]; then
@@ -354,10 +350,9 @@ if [ "$what" = v11 ]; then
         tests_beside_memcheck tests/compute/gpu/test_flash.py 240 240
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa 250 python3 -m compute.gpu.tools.flash_vs_sdpa \
+        compare flash_vs_sdpa 250 \
             --n 4096 8192 16384 --d 128 --causal "${V11_CAUSAL:-0}" --dtype float16 bfloat16 \
             --dense-max-n 0 --preheat 1 --tune $specs --json "$OUT/flash_vs_sdpa_v11_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 if [ "$what" = v11b ]; then
@@ -366,10 +361,9 @@ if [ "$what" = v11b ]; then
         tests_beside_memcheck "tests/compute/gpu/test_flash.py -k narrow_first" 150 150
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa 150 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 8192 \
+        compare flash_vs_sdpa 150 --n 4096 8192 \
             --d 128 --causal 0 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
             --tune $specs --json "$OUT/flash_vs_sdpa_v11b_h200.json"
-        grep -E "^forward" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 if [ "$what" = v12 ]; then
@@ -384,17 +378,14 @@ if [ "$what" = v12 ]; then
     common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step full 150 python3 -m compute.gpu.tools.flash_vs_sdpa $common --d 128 --causal 0 \
+        compare full 150 $common --d 128 --causal 0 \
             --tune $full --json "$OUT/flash_vs_sdpa_v12_full_h200.json"
-        grep -E "^forward" "$OUT/full.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         # shellcheck disable=SC2086
-        step causal128 100 python3 -m compute.gpu.tools.flash_vs_sdpa $common --d 128 --causal 1 \
+        compare causal128 100 $common --d 128 --causal 1 \
             --tune $causal128 --json "$OUT/flash_vs_sdpa_v12_causal128_h200.json"
-        grep -E "^forward" "$OUT/causal128.log" | sed -E 's/ \([0-9.e+-]+\)//g'
         # shellcheck disable=SC2086
-        step causal64 100 python3 -m compute.gpu.tools.flash_vs_sdpa $common --d 64 --causal 1 \
+        compare causal64 100 $common --d 64 --causal 1 \
             --tune $causal64 --json "$OUT/flash_vs_sdpa_v12_causal64_h200.json"
-        grep -E "^forward" "$OUT/causal64.log" | sed -E 's/ \([0-9.e+-]+\)//g'
     fi
 fi
 exit $rc
