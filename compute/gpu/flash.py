@@ -96,8 +96,22 @@ class Config:
     narrow_first_pv: bool = False
     # ws, persistent: each consumer warpgroup releases Q after its last S GEMM of an item
     # instead of after the item's last P·V, so the next item's Q and first K/V tiles load
-    # under this item's tail (FLASH_NOTES v12; spec ':earlyq')
+    # under this item's tail (FLASH_NOTES v12; spec ':earlyq'); with ':qreg' right after
+    # the item's Q fragments are loaded into registers, at its start (v13)
     early_q: bool = False
+    # ws, causal: query blocks aligned to end at N_q, so the partial block (N_q not a multiple
+    # of the block's rows) is the first, whose rows see the fewest keys, not the last, which
+    # sees them all (FLASH_NOTES v13; spec ':endq'); no effect without a mask. Not with
+    # ':tmastore' (it would write the rows before 0).
+    end_q: bool = False
+    # ws, measurement only: each consumer warpgroup records the SM and its clock at five
+    # points of every item into the `trace` array of flash_attention (FLASH_NOTES v13;
+    # spec ':trace'; tools/item_trace.py). Not with ':tailsplit'.
+    trace: bool = False
+    # ws, persistent: on drawing ticket t the producer prefetches into L2 the Q of ticket
+    # t + the grid's size, which some SM draws about one item later, so the Q load an item
+    # waits for reads L2 (FLASH_NOTES v13; spec ':qprefetch'). Not with ':tailsplit'.
+    q_prefetch: bool = False
 
     @property
     def block_m(self) -> int:
@@ -195,11 +209,23 @@ class Config:
             )
         if "narrowfirstpv" in flags and "narrowfirst" not in flags:
             raise ValueError(f"{spec!r}: ':narrowfirstpv' narrows ':narrowfirst's P·V GEMM")
-        if "earlyq" in flags and ("persist" not in flags or flags & {"serial", "qreg"}):
+        if "earlyq" in flags and ("persist" not in flags or "serial" in flags):
             raise ValueError(
                 f"{spec!r}: ':earlyq' releases Q early on the persistent grid, so it needs "
-                "':persist' and the overlap, without ':serial' or ':qreg'"
+                "':persist' and the overlap, without ':serial'"
             )
+        if "endq" in flags and "tmastore" in flags:
+            raise ValueError(
+                f"{spec!r}: ':endq' leaves rows before the first query row in the first block, "
+                "which a TMA store would write, so it takes no ':tmastore'"
+            )
+        if "qprefetch" in flags and ("persist" not in flags or split):
+            raise ValueError(
+                f"{spec!r}: ':qprefetch' prefetches the next items' Q on the persistent grid, "
+                "so it needs ':persist' and takes no ':tailsplit'"
+            )
+        if "trace" in flags and split:
+            raise ValueError(f"{spec!r}: ':trace' records whole items, so it takes no ':tailsplit'")
         if "panelo" in flags and "tmastore" in flags:
             raise ValueError(f"{spec!r}: ':panelo' stages O for plain stores, not ':tmastore'")
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
@@ -230,6 +256,9 @@ _WS_SWITCHES = (
     ("narrowfirst", "narrow_first", 16384),
     ("narrowfirstpv", "narrow_first_pv", 65536),
     ("earlyq", "early_q", 131072),
+    ("endq", "end_q", 262144),
+    ("trace", "trace", 524288),
+    ("qprefetch", "q_prefetch", 1048576),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -292,6 +321,19 @@ WS_CAUSAL_D128 = replace(WS_WIDE_D128, lpt=True, persistent=True, panel_o=True, 
 # +3.6% at N = 4096, -1.8% to +5.4% at 8192, 16 pairs over four calls, mean +1.5%.)
 WS_MID_D128 = replace(WS_CONFIGS[128], persistent=True, early_q=True)
 WS_MID_END = 8192
+# d = 64 causal at WS_LPT_N[0] <= N_q < WS_CAUSAL_D64_END: the persistent LPT grid with early
+# Q and end-aligned query blocks (FLASH_NOTES v13): 4096 rows leave a 64-row block, which
+# now sees one key tile instead of all 32. Same-run pairs against the LPT grid at N = 4096,
+# fp16 / bf16: +4.9% / +1.5% and +3.0% / +1.9% (without ':endq' the persistent grid loses
+# 1-2%); at 8192 +0.6% / +0.5% and -0.4% / -1.7%, so the LPT grid stays there.
+WS_CAUSAL_D64 = replace(WS_CONFIGS[64], lpt=True, persistent=True, early_q=True, end_q=True)
+WS_CAUSAL_D64_END = 8192
+# d = 128 causal at WS_LPT_N[0] <= N_q < WS_CAUSAL_MID_END: 128-key tiles on the persistent
+# grid, Q's fragments in registers and its tile released at each item's start, items in
+# head order (FLASH_NOTES v13). Against WS_CAUSAL_D128 at N = 4096 in two calls, fp16 /
+# bf16: +3.2% / +3.0% and +2.8% / +5.7%; at 8192 -0.8% / -3.9%, so WS_CAUSAL_D128 stays there.
+WS_CAUSAL_MID_D128 = replace(WS_CONFIGS[128], persistent=True, q_regs=True, early_q=True)
+WS_CAUSAL_MID_END = 8192
 
 
 @functools.cache
@@ -314,7 +356,9 @@ def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
         return WGMMA_CONFIGS[d]
     lo, hi = WS_LPT_N
     if causal and lo <= n_q <= hi:
-        return WS_CAUSAL_D128 if d == 128 else replace(WS_CONFIGS[d], lpt=True)
+        if d == 128:
+            return WS_CAUSAL_MID_D128 if n_q < WS_CAUSAL_MID_END else WS_CAUSAL_D128
+        return WS_CAUSAL_D64 if n_q < WS_CAUSAL_D64_END else replace(WS_CONFIGS[d], lpt=True)
     if d == 128 and WS_WIDE_N <= n_q < WS_MID_END:
         return WS_MID_D128
     if d == 128 and n_q >= WS_WIDE_N:
@@ -386,11 +430,15 @@ def resolve_scale(scale: float | None, d: int) -> float:
     return scale
 
 
-def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, config=None, out=None):
+def flash_attention(
+    q, k, v, *, causal=False, scale=None, return_lse=False, config=None, out=None, trace=None
+):
     """softmax(Q Kᵀ · scale [causal mask]) V on the GPU; see the module docstring.
 
     ``config`` (a :class:`Config`) overrides the kernel variant (for benchmarking); ``out``
-    (contiguous, q's shape and dtype) receives the result instead of a new array.
+    (contiguous, q's shape and dtype) receives the result instead of a new array; ``trace``
+    (with a ':trace' config only) is a contiguous 64-bit integer array of at least
+    trace_words(...) elements that the kernel fills (tools/item_trace.py reads it).
     """
     cp = _cupy()
     _check(q, k, v)
@@ -409,6 +457,16 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         cfg = replace(cfg, multicast=False)  # the pair's blocks would read different tiles
     if cfg.narrow_first:
         cfg = narrow_first_launch(cfg, n_k, causal)
+    if cfg.trace != (trace is not None):
+        raise ValueError("a ':trace' config needs a trace array, and only it takes one")
+    if trace is not None and (
+        trace.dtype.itemsize != 8 or not trace.flags.c_contiguous
+        or trace.size < trace_words(cfg, b * h, n_q)
+    ):  # fmt: skip
+        raise ValueError(
+            f"trace must be a contiguous 64-bit integer array of at least "
+            f"{trace_words(cfg, b * h, n_q)} elements for these shapes"
+        )
     q = cp.ascontiguousarray(q)
     k = cp.ascontiguousarray(k)
     v = cp.ascontiguousarray(v)
@@ -422,7 +480,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, conf
         inputs, extra, maps = (q, k, v), (), ()
         if cfg.kernel == "ws":
             # `inputs` are then pointers into `maps`, which this frame keeps alive past the launch.
-            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out, causal)
+            grid, inputs, extra, maps = _ws_launch(cfg, grid, q, k, v, out, causal, trace)
         _function(cfg, dt)(
             grid,
             (cfg.threads, 1, 1),
@@ -454,7 +512,20 @@ def narrow_first_launch(cfg: Config, n_k: int, causal: bool) -> Config:
     return replace(cfg, narrow_first=False, narrow_first_pv=False)
 
 
-def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tuple, tuple, tuple]:
+# 64-bit words per work item and consumer warpgroup of a ':trace' launch (FA_TRACE_WORDS in
+# flash_fwd_ws.cu): SM, five clock readings, key tiles computed, one unused.
+TRACE_WORDS = 8
+
+
+def trace_words(cfg: Config, heads: int, n_q: int) -> int:
+    """Length of the trace array a ':trace' launch of cfg over batch*heads `heads` and n_q
+    query rows fills: one record per work item and consumer warpgroup."""
+    return -(-n_q // cfg.block_m) * heads * cfg.warps * TRACE_WORDS
+
+
+def _ws_launch(
+    cfg: Config, grid, q, k, v, out, causal: bool, trace=None
+) -> tuple[tuple, tuple, tuple, tuple]:
     """flash_fwd_ws's grid, inputs and trailing arguments, and the TMA tensor maps (tma.py)
     its inputs point into: Q, K, V (and O, for the TMA store) go in as those maps, passed by
     value (copied at launch); the kernel also takes the query-block and head counts, the
@@ -474,6 +545,8 @@ def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool) -> tuple[tuple, tu
     tickets, ws = cp.uint64(0), cp.uint64(0)
     if cfg.persistent or split_from < items:  # zeroed: the ticket, then one counter per
         tickets = cp.zeros(1 + (items - split_from) * cfg.warps, dtype=cp.int32)  # piece's wg
+    if trace is not None:  # the kernel writes its records where the split's partials go
+        ws = trace
     if split_from < items:  # per piece and consumer thread: O's registers, m and l (fp32)
         per_piece = cfg.warps * 128 * (cfg.d // 2 + 4)
         ws = cp.empty((items - split_from) * nsplit * per_piece, dtype=cp.float32)

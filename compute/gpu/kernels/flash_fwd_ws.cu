@@ -159,6 +159,25 @@ __device__ __forceinline__ u32 fa_cluster_rank() {
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
     return r;
 }
+// Q's box of a 3-D tensor map into L2 only (no shared memory, no barrier): a hint that the
+// item this ticket names will soon load it (MODE bit 20).
+__device__ __forceinline__ void fa_tma_prefetch_l2(const FaTmap* map, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
+                     reinterpret_cast<u64>(map)),
+                 "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+// Item trace (MODE bit 19, measurement only): the SM's cycle counter and the SM's index.
+__device__ __forceinline__ u64 fa_clock() {
+    u64 c;
+    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(c)::"memory");
+    return c;
+}
+__device__ __forceinline__ u32 fa_smid() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(r));
+    return r;
+}
 __device__ __forceinline__ void fa_tma_prefetch(const FaTmap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
@@ -253,6 +272,14 @@ __device__ __forceinline__ void fa_tile(int t, int num_qb, int BH, int causal, i
     }
 }
 
+// The first row of query block qb: qb BM, or (MODE bit 18, causal) qb BM - (num_qb BM - Nq),
+// so the blocks end at Nq and the partial block is the first, whose rows see the fewest keys,
+// instead of the last, which sees them all (v13). Rows before 0 are never stored.
+template <bool ENDQ, int BM>
+__device__ __forceinline__ int fa_q0(int qb, int num_qb, int Nq, int causal) {
+    return ENDQ && causal ? qb * BM - (num_qb * BM - Nq) : qb * BM;
+}
+
 // Key tiles a query block needs: all of them, or with causal masking up to its last row's
 // diagonal (bottom-right aligned: row r sees keys c <= r + Nk - Nq); 0 if it sees none.
 template <int BM, int BN>
@@ -283,7 +310,7 @@ __device__ __forceinline__ int fa_tile_key(int j, int sh) {
 // T key tiles: tiles [p T / nsplit, (p + 1) T / nsplit), possibly none), tickets split_from +
 // nsplit * i + p, so the pieces of one item are drawn one after another by different SMs.
 // Without the split (or for an unsplit ticket) si = -1 and the range is [0, T).
-template <bool LPT, bool SPLIT, int BM, int BN>
+template <bool LPT, bool SPLIT, bool ENDQ, int BM, int BN>
 __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, int section,
                                         int split_from, int nsplit, int Nq, int Nk, int& qb,
                                         int& bh, int& j0, int& j1, int& si, int& piece) {
@@ -296,7 +323,7 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
         item = split_from + si;
     }
     fa_tile<LPT>(item, num_qb, BH, causal, section, qb, bh);
-    const int nt = fa_kv_tiles<BM, BN>(qb * BM, Nq, Nk, causal);
+    const int nt = fa_kv_tiles<BM, BN>(fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal), Nq, Nk, causal);
     j0 = si < 0 ? 0 : piece * nt / nsplit;
     j1 = si < 0 ? nt : (piece + 1) * nt / nsplit;
 }
@@ -321,7 +348,12 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // the remainder of the keys (fa_first_shift) and its S GEMM is only 64 keys wide, or 128
 // with bit 15; the host sets them only where every item's remainder fits; bit 16: its P V
 // GEMM as narrow, in a peeled step 1 (v11); bit 17: persistent, Q released after the
-// item's last S GEMM instead of its last P V (v12).
+// item's last S GEMM instead of its last P V (v12); bit 18: causal query blocks aligned to
+// end at Nq (fa_q0, v13); bit 19: the item trace (TRACE, measurement only); bit 20:
+// persistent, the Q of the item one grid ahead prefetched into L2 (QPREF, v13).
+// 64-bit words per item and consumer warpgroup that the item trace (MODE bit 19) writes.
+#define FA_TRACE_WORDS 8
+
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            const FaTmap& tmV, const FaTmap& tmO,
@@ -382,8 +414,28 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // the next item's Q, and its first K and V into the stages this item frees, under this
     // item's last softmax, P V and epilogue (O is staged in its own tile).
     constexpr bool EARLYQ = (MODE & 131072) != 0;
-    static_assert(!EARLYQ || (PERSIST && OVERLAP && !QREG && !NARROW),
+    // With Q's fragments in registers (QREG, v13) Q's tile is dead once they are loaded, at
+    // the item's start, so each warpgroup releases it there instead.
+    constexpr bool QREG_EARLY = EARLYQ && QREG;
+    static_assert(!EARLYQ || (PERSIST && OVERLAP && !NARROW),
                   "early Q release: the persistent grid with the intra-warpgroup overlap");
+    // Query blocks end-aligned when causal (MODE bit 18, v13; fa_q0): the partial block
+    // is the first. Rows before 0 are masked like rows that see no key and never stored; a
+    // TMA store would write them, so not with bit 4.
+    constexpr bool ENDQ = (MODE & 262144) != 0;
+    static_assert(!(ENDQ && TMA_STORE), "end-aligned blocks store O with guarded stores");
+    // Item trace (MODE bit 19, measurement only, v13): thread 0 of each consumer warpgroup
+    // writes FA_TRACE_WORDS 64-bit words per item into `ws` (as u64, at (ticket NC + c) *
+    // FA_TRACE_WORDS): the SM, its clock before the wait for Q, after it, after the first S
+    // GEMM, after the last P V, after the epilogue, and the key tiles it computed.
+    constexpr bool TRACE = (MODE & 524288) != 0;
+    static_assert(!(TRACE && SPLIT), "the trace indexes whole items");
+    // Persistent (MODE bit 20, v13): on drawing ticket t, the producer prefetches into L2
+    // the Q of ticket t + gridDim.x, which some SM draws about one item later, so the Q load
+    // that an item waits for at its start (3.5-5.8% of the SMs' time at N = 4096, causal;
+    // tools/item_trace.py) reads L2, not HBM.
+    constexpr bool QPREF = (MODE & 1048576) != 0;
+    static_assert(!QPREF || (PERSIST && !SPLIT), "Q prefetch: the persistent grid, whole items");
     constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
     // staging tile one panel wide, so 176-key tiles fit beside it at d = 128 (v10).
@@ -455,6 +507,18 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             // a ticket past the end still completes the phase, with no bytes, to stop them.
             for (int k = 0; PERSIST || k == 0; ++k) {
                 const int tt = PERSIST ? atomicAdd(tickets, 1) : first;
+                if constexpr (QPREF) {
+                    const int ahead = tt + static_cast<int>(gridDim.x);
+                    if (ahead < total) {
+                        int qa, ba, a0, a1, asi, ap;
+                        fa_work<LPT, false, ENDQ, BM, BN>(ahead, num_qb, BH, causal, section,
+                                                          split_from, nsplit, Nq, Nk, qa, ba,
+                                                          a0, a1, asi, ap);
+                        const int qrow = fa_q0<ENDQ, BM>(qa, num_qb, Nq, causal);
+#pragma unroll
+                        for (int p = 0; p < NP; ++p) fa_tma_prefetch_l2(&tmQ, 64 * p, qrow, ba);
+                    }
+                }
                 // Q's buffer (and `slot`) are free once every consumer is done with item k-1.
                 fa_mbar_wait(emptyQ, (k & 1) ^ 1);
                 if constexpr (PERSIST) {
@@ -465,9 +529,9 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     }
                 }
                 int qb, bh, j0, j1, si, piece;
-                fa_work<LPT, SPLIT, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
+                fa_work<LPT, SPLIT, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
                                             Nq, Nk, qb, bh, j0, j1, si, piece);
-                const int q0 = qb * BM;
+                const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
                 const int ntiles = j1 - j0;
                 const int sh = NFIRST ? fa_first_shift<BM, BN>(q0, Nq, Nk, causal) : 0;
                 fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
@@ -552,21 +616,30 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     };
 
     int it = 0;  // K/V tiles consumed so far, across items (ring slot it % ST)
+    u64 tr[5] = {0, 0, 0, 0, 0};  // TRACE: the clock at the item's five points
+    int tr_nt = 0;                // TRACE: key tiles this warpgroup computed
     for (int k = 0; PERSIST || k == 0; ++k) {
+        if constexpr (TRACE) {
+            tr[0] = fa_clock();
+            tr[2] = 0;  // stays 0 for a warpgroup that computes no tile of the item
+            tr_nt = 0;
+        }
         fa_mbar_wait(barQ, k & 1);
+        if constexpr (TRACE) tr[1] = fa_clock();
         int tt = first;
         if constexpr (PERSIST) {
             asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tt) : "r"(slot) : "memory");
             if (tt >= total) break;
         }
         int qb, bh, j0, j1, si, piece;
-        fa_work<LPT, SPLIT, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit, Nq, Nk,
+        fa_work<LPT, SPLIT, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit, Nq, Nk,
                                     qb, bh, j0, j1, si, piece);
-        const int q0 = qb * BM;
+        const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
         const int ntiles = j1 - j0;
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
         const int sh = NFIRST ? fa_first_shift<BM, BN>(q0, Nq, Nk, causal) : 0;
         if constexpr (QREG) fa_load_q_frags<D, BM>(qa, qwg, warp, g, t);
+        if constexpr (QREG_EARLY) fa_mbar_arrive(emptyQ);  // (its arrive orders the loads)
 
 #pragma unroll
         for (int i = 0; i < NO; ++i) o[i] = 0.f;
@@ -622,11 +695,11 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             }
         };
 
-        bool q_released = false;  // EARLYQ: this warpgroup has arrived on emptyQ already
+        bool q_released = QREG_EARLY;  // EARLYQ: this warpgroup has arrived on emptyQ already
         if (ntiles > 0) {
             // Key tiles this warpgroup computes; past them it only keeps the protocol (below).
             int nt = ntiles;
-            if (SKIP_IDLE && q0 + c * 64 >= Nq) nt = 0;
+            if (SKIP_IDLE && (q0 + c * 64 >= Nq || (ENDQ && q0 + c * 64 + 64 <= 0))) nt = 0;
             if (WG_DIAG && causal) {  // up to its last row's diagonal (0 if it sees no key)
                 const int kv_end = min(Nk, q0 + c * 64 + 64 + offset);
                 nt = min(nt, max(0, (kv_end + BN - 1) / BN - j0));
@@ -634,9 +707,10 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             // EARLYQ: Q is released after this warpgroup's last S GEMM (tile nt - 1), or at
             // once if it computes none (its rows past Nq, or causal past its diagonal).
             if constexpr (EARLYQ) {
-                if (nt == 0) fa_mbar_arrive(emptyQ);
+                if (!QREG && nt == 0) fa_mbar_arrive(emptyQ);
                 q_released = true;
             }
+            if constexpr (TRACE) tr_nt = nt;
             if constexpr (OVERLAP) {
                 // Tile 0: S_0, softmax, P_0 (O is still zero: no rescale).
                 auto first = [&](auto width) {
@@ -654,7 +728,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     fa_wgmma_wait<0>();
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    if (EARLYQ && nt == 1) fa_mbar_arrive(emptyQ);
+                    if constexpr (TRACE) tr[2] = fa_clock();
+                    if (EARLYQ && !QREG && nt == 1) fa_mbar_arrive(emptyQ);
                     release(emptyK + 8 * s0);
                     softmax_tile(0);
                     fa_to_a<DT, NS>(s, a);
@@ -674,7 +749,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     fa_wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
 #pragma unroll
                     for (int i = 0; i < NS; ++i) fa_reg_fence(s[i]);
-                    if (EARLYQ && j == nt - 1) fa_mbar_arrive(emptyQ);
+                    if (EARLYQ && !QREG && j == nt - 1) fa_mbar_arrive(emptyQ);
                     release(emptyK + 8 * sj);
                     softmax_tile(j);  // under the P V GEMM
                     fa_wgmma_wait<0>();
@@ -775,6 +850,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             }
             it += ntiles;
         }
+        if constexpr (TRACE) tr[3] = fa_clock();
         if constexpr (PERSIST) {
             // Every S GEMM of this item is complete (and `slot` read): the producer may load
             // the next Q now (EARLYQ: done already, in the last step).
@@ -858,7 +934,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             const float lt = fa_quad_sum(l[h]);
             inv[h] = lt > 0.f ? 1.f / lt : 0.f;
             const int row = q0 + c * 64 + warp * 16 + g + 8 * h;
-            if (LSE != nullptr && t == 0 && row < Nq) {
+            if (LSE != nullptr && t == 0 && row < Nq && (!ENDQ || row >= 0)) {
                 LSE[static_cast<long long>(bh) * Nq + row] =
                     lt > 0.f ? (m[h] + __log2f(lt)) * 0.69314718055994531f : FA_NEG_INF;
             }
@@ -901,7 +977,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     const int r = idx / CPR;
                     const int ch = idx % CPR;
                     const int row = q0 + c * 64 + r;
-                    if (row < Nq) {
+                    if (row < Nq && (!ENDQ || row >= 0)) {
                         uint4 val;
                         const u32 addr = owg + (ch >> 3) * (BM * 128) + r * 128 +
                                          (((ch & 7) ^ (r & 7)) << 4);
@@ -913,6 +989,17 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                                   (8 * p0 + ch) * 8) = val;
                     }
                 }
+            }
+        }
+        if constexpr (TRACE) {
+            tr[4] = fa_clock();
+            if (ctid == 0) {
+                u64* rec = reinterpret_cast<u64*>(ws) +
+                           (static_cast<long long>(tt) * NC + c) * FA_TRACE_WORDS;
+                rec[0] = fa_smid();
+#pragma unroll
+                for (int i = 0; i < 5; ++i) rec[1 + i] = tr[i];
+                rec[6] = static_cast<u64>(tr_nt);
             }
         }
     }
@@ -999,4 +1086,8 @@ FA_WS_INST(0, 128, 2, 176, 2, 81923)
 FA_WS_INST(1, 128, 2, 176, 2, 135183)
 FA_WS_INST(0, 64, 3, 128, 2, 131087)
 FA_WS_INST(0, 128, 2, 128, 2, 131079)
+FA_WS_INST(0, 64, 3, 128, 2, 262155)
+FA_WS_INST(1, 64, 3, 128, 2, 786447)
+FA_WS_INST(0, 128, 2, 176, 2, 659471)
+FA_WS_INST(1, 128, 2, 176, 2, 1183759)
 #endif

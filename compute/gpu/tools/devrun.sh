@@ -67,6 +67,20 @@
 #       (stops there if either fails), then flash vs SDPA at N 4096 8192, settled: d = 128 full
 #       with V12_FULL, d = 128 causal with V12_CAUSAL128, d = 64 causal with V12_CAUSAL64,
 #       each beside the default; up to 590 s plus the start
+#   bash compute/gpu/tools/devrun.sh v13      # FLASH_NOTES v13: end-aligned causal query blocks
+#       (`:endq`) and the item trace (`:trace`): their tests and the many-tiles test beside
+#       memcheck on V13_SPECS (stops there if either fails), then flash vs SDPA, d = 64 causal
+#       at N 4096 8192, settled, with V13_CAUSAL64 beside the default, then item_trace on
+#       d = 64 causal, d = 128 causal (fp16) and d = 128 full (bf16) at N 4096; logs stay in
+#       /tmp/v13 (printed), only the JSON and the trace records come back; about 480 s
+#   bash compute/gpu/tools/devrun.sh v13c     # FLASH_NOTES v13: every GPU test with V13C_SPECS
+#       (Q in registers and released at the item's start) beside memcheck on the defaults and
+#       them (stops there if either fails), then flash vs SDPA at d = 128, N 4096,
+#       settled, full and causal, with V13C_SPECS beside the default; about 500 s
+#   bash compute/gpu/tools/devrun.sh v13b     # FLASH_NOTES v13: Q prefetched into L2 (`:qprefetch`):
+#       test_flash.py -k qprefetch with V13B_SPECS beside memcheck on them (stops there if
+#       either fails), then flash vs SDPA at N 4096 8192, settled: d = 128 causal, d = 64
+#       causal and d = 128 full, each with its candidates beside the default; about 450 s
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -80,6 +94,8 @@ rc=0
 WS_DEFAULTS="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pingpong"
 WS_DEFAULTS="$WS_DEFAULTS ws:128:2:128:2:pingpong:persist:earlyq"
 WS_DEFAULTS="$WS_DEFAULTS ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
+WS_DEFAULTS="$WS_DEFAULTS ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq"
+WS_DEFAULTS="$WS_DEFAULTS ws:128:2:128:2:pingpong:persist:qreg:earlyq"
 step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a failure
     local name=$1 limit=$2
     shift 2
@@ -107,6 +123,18 @@ tests_beside_memcheck() {  # PATHS TEST_LIMIT MC_LIMIT: pytest -n 8 on PATHS bes
     echo "== memcheck rc=$r"
     grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
     [ $r -eq 0 ] || rc=$r
+}
+logs_in_tmp() {  # NAME: logs go to /tmp/NAME (printed, not fetched; eight files come back at
+    # most), JSON to $back, the fetched $OUT
+    back=$OUT
+    OUT=/tmp/$1
+    mkdir -p "$OUT"
+}
+switch_tests() {  # SPECS FILTER LIMIT: test_flash.py -k FILTER, SPECS added to its variants,
+    # beside memcheck on SPECS alone
+    PYTEST_ADDOPTS="-k '$2'" FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_TEST_CONFIGS="$1" \
+        FLASH_SANITIZE_CONFIGS="$1" tests_beside_memcheck tests/compute/gpu/test_flash.py "$3" "$3"
+    grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
 }
 if [ "$what" = check ] || [ "$what" = tests ]; then
     step pytest 180 python3 -m pytest tests/compute/gpu -q \
@@ -386,6 +414,74 @@ if [ "$what" = v12 ]; then
         # shellcheck disable=SC2086
         compare causal64 100 $common --d 64 --causal 1 \
             --tune $causal64 --json "$OUT/flash_vs_sdpa_v12_causal64_h200.json"
+    fi
+fi
+if [ "$what" = v13 ]; then
+    logs_in_tmp v13
+    specs=${V13_SPECS-"ws:64:3:128:2:pingpong:lpt:endq ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:endq"}
+    switch_tests "$specs" "endq or end_aligned or trace or many_tiles" 240
+    if [ $rc -eq 0 ]; then
+        causal64=${V13_CAUSAL64-"ws:64:3:128:2:pingpong:lpt:endq ws:64:3:128:2:pingpong:persist:lpt:endq ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq"}
+        # shellcheck disable=SC2086
+        compare causal64 150 --n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 \
+            --preheat 1 --d 64 --causal 1 --tune $causal64 \
+            --json "$back/flash_vs_sdpa_v13_causal64_h200.json"
+        trace() {  # trace NAME D CAUSAL DTYPE SPECS...
+            local name=$1 d=$2 causal=$3 dtype=$4
+            shift 4
+            step "trace_$name" 120 python3 -m compute.gpu.tools.item_trace --n 4096 --d "$d" \
+                --causal "$causal" --dtype "$dtype" --spec "$@" \
+                --json "$back/item_trace_v13_${name}_h200.json" --npz "$OUT/trace_$name.npz"
+            cat "$OUT/trace_$name.log"
+        }
+        trace d64_causal 64 1 float16 ws:64:3:128:2:pingpong:lpt ws:64:3:128:2:pingpong:lpt:endq \
+            ws:64:3:128:2:pingpong:persist:lpt ws:64:3:128:2:pingpong:persist:lpt:earlyq
+        trace d128_causal 128 1 float16 ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq \
+            ws:128:2:176:2:pingpong:lpt
+        trace d128_full 128 0 bfloat16 ws:128:2:128:2:pingpong:persist:earlyq \
+            ws:128:2:176:2:pingpong
+        tar -czf "$back/item_trace_v13_records.tgz" -C "$OUT" trace_d64_causal.npz \
+            trace_d128_causal.npz trace_d128_full.npz
+    fi
+fi
+if [ "$what" = v13c ]; then
+    logs_in_tmp v13c
+    specs=${V13C_SPECS-"ws:128:2:128:2:pingpong:persist:qreg:earlyq ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq"}
+    FLASH_TEST_CONFIGS="$specs" FLASH_SANITIZE_CONFIGS="$specs" \
+        tests_beside_memcheck tests/compute/gpu 450 450
+    grep -E "passed|failed|error" "$OUT/pytest.log" | tail -5
+    common="--n 4096 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 --d 128"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        compare full128 110 $common --causal 0 --tune $specs \
+            --json "$back/flash_vs_sdpa_v13c_full128_h200.json"
+        # shellcheck disable=SC2086
+        compare causal128 110 $common --causal 1 --tune $specs \
+            --json "$back/flash_vs_sdpa_v13c_causal128_h200.json"
+    fi
+fi
+if [ "$what" = v13b ]; then
+    logs_in_tmp v13b
+    specs=${V13B_SPECS-"ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:qprefetch ws:128:2:128:2:pingpong:persist:earlyq:qprefetch"}
+    switch_tests "$specs" qprefetch 150
+    common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        compare causal128 130 $common --d 128 --causal 1 --tune \
+            ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch \
+            ws:128:2:128:2:pingpong:persist:lpt:earlyq:qprefetch \
+            --json "$back/flash_vs_sdpa_v13b_causal128_h200.json"
+        # shellcheck disable=SC2086
+        compare causal64 130 $common --d 64 --causal 1 --tune \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:qprefetch \
+            --json "$back/flash_vs_sdpa_v13b_causal64_h200.json"
+        # shellcheck disable=SC2086
+        compare full128 130 $common --d 128 --causal 0 --tune \
+            ws:128:2:128:2:pingpong:persist:earlyq:qprefetch \
+            ws:128:2:176:2:pingpong:persist:panelo:earlyq:qprefetch \
+            --json "$back/flash_vs_sdpa_v13b_full128_h200.json"
     fi
 fi
 exit $rc

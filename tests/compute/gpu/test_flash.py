@@ -33,7 +33,8 @@ def _configs():
     FLASH_TEST_CONFIGS specs if set (e.g. "wgmma:128:2:64:1:pingpong ws:64:3:128:2:serial")."""
     extra = [flash.Config.parse(s) for s in os.environ.get("FLASH_TEST_CONFIGS", "").split()]
     hopper = [*flash.WS_CONFIGS.values(), flash.WS_WIDE_D128, flash.WS_MID_D128]
-    hopper += [flash.WS_CAUSAL_D128, *flash.WGMMA_CONFIGS.values()]
+    hopper += [flash.WS_CAUSAL_D128, flash.WS_CAUSAL_MID_D128, flash.WS_CAUSAL_D64]
+    hopper += [*flash.WGMMA_CONFIGS.values()]
     return [None, *flash.MMA_CONFIGS.values(), *hopper, *extra]
 
 
@@ -169,6 +170,22 @@ WS_SWITCHES = {
         "panel_o": True,
     },
     "persistent-tailsplit-earlyq": {"persistent": True, "tail_split": 1, "early_q": True},
+    "lpt-endq": {"lpt": True, "end_q": True},
+    "persistent-lpt-earlyq-endq": {"persistent": True, "lpt": True, "early_q": True, "end_q": True},
+    "persistent-qprefetch": {"persistent": True, "q_prefetch": True},
+    "persistent-lpt-qreg-earlyq": {
+        "persistent": True,
+        "lpt": True,
+        "q_regs": True,
+        "early_q": True,
+    },
+    "persistent-lpt-earlyq-endq-qprefetch": {
+        "persistent": True,
+        "lpt": True,
+        "early_q": True,
+        "end_q": True,
+        "q_prefetch": True,
+    },
 }
 
 
@@ -229,7 +246,7 @@ def test_ws_causal_warpgroups_stop_at_their_diagonal(d, switches):
     # all as before, and so does d = 128 (two consumers) with or without it.
     # Blocks whose warpgroups stop at different tiles, N_q != N_k both ways, tails, and more
     # items than SMs in the last case.
-    base = flash.WS_CAUSAL_D128 if d == 128 else replace(flash.WS_CONFIGS[64], lpt=True)
+    base = flash.WS_CAUSAL_D128 if d == 128 else flash.WS_CAUSAL_D64
     cfg = {
         "default": base,
         "grid-lpt": replace(flash.WS_CONFIGS[d], lpt=True),
@@ -242,6 +259,65 @@ def test_ws_causal_warpgroups_stop_at_their_diagonal(d, switches):
     _run_case(1, 3, 700, 300, d, "bfloat16", True, seed=seed + [1], config=cfg)
     _run_case(1, 2, 300, 900, d, "float16", True, seed=seed + [2], config=cfg)
     _run_case(2, 80, 450, 450, d, "bfloat16", True, seed=seed + [3], config=cfg)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("switches", ["grid-lpt", "persistent-earlyq", "keys176-persistent"])
+def test_ws_end_aligned_blocks_exact(d, switches):
+    # ':endq' (FLASH_NOTES v13): causal query blocks end at N_q, so the first block holds
+    # rows before 0 (masked, never stored: they would land in the previous head's rows).
+    # N_q leaving 24, 64, 152 and 128 such rows (warpgroups wholly and partly before 0),
+    # N_q != N_k both ways (rows that see no key), several heads, more items than SMs in the
+    # last case, and full attention, where it changes nothing.
+    extra = {"grid-lpt": {"lpt": True},
+             "persistent-earlyq": {"persistent": True, "lpt": True, "early_q": True},
+             "keys176-persistent": {"persistent": True, "block_n": 176, "panel_o": True}}[switches]  # fmt: skip
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[d], end_q=True, **extra))
+    seed = [97, d, len(switches)]
+    _run_case(1, 3, 1000, 1000, d, "float16", True, seed=seed + [0], config=cfg)
+    _run_case(1, 2, 4 * 192 + 64, 700, d, "bfloat16", True, seed=seed + [1], config=cfg)
+    _run_case(1, 2, 500, 1300, d, "float16", True, seed=seed + [2], config=cfg)
+    _run_case(2, 80, 448, 448, d, "bfloat16", True, seed=seed + [3], config=cfg)
+    _run_case(1, 2, 1000, 900, d, "float16", False, seed=seed + [4], config=cfg)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+def test_ws_trace_records_every_item_and_leaves_o_unchanged(d, persistent):
+    # ':trace' (FLASH_NOTES v13, tools/item_trace.py): one record per item and consumer
+    # warpgroup, its clocks in order, its key tiles those the warpgroup computes; O and LSE
+    # bit-identical to the variant without the trace. Causal, N_q != N_k, more items than
+    # SMs; no LPT, so ticket t is query block num_qb - 1 - t % num_qb.
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[d], persistent=persistent))
+    traced = replace(cfg, trace=True)
+    b, h, n_q, n_k = 2, 40, 700, 900
+    rng = np.random.default_rng([101, d, int(persistent)])
+    q, _ = _rand((b, h, n_q, d), "float16", rng)
+    k, _ = _rand((b, h, n_k, d), "float16", rng)
+    v, _ = _rand((b, h, n_k, d), "float16", rng)
+    want, want_lse = flash.flash_attention(q, k, v, causal=True, return_lse=True, config=cfg)
+    buf = cp.zeros(flash.trace_words(traced, b * h, n_q), dtype=cp.uint64)
+    got, got_lse = flash.flash_attention(
+        q, k, v, causal=True, return_lse=True, config=traced, trace=buf
+    )
+    assert cp.array_equal(got, want) and cp.array_equal(got_lse, want_lse)
+    rec = buf.get().reshape(-1, cfg.warps, flash.TRACE_WORDS).astype(np.int64)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    assert np.all(rec[..., 0] < sms) and np.all(rec[..., 1] > 0)
+    first_s = np.where(rec[..., 3] > 0, rec[..., 3], rec[..., 2])
+    for a, z in ((1, 2), (2, 4), (4, 5)):
+        assert np.all(rec[..., a] <= rec[..., z])
+    assert np.all(rec[..., 2] <= first_s) and np.all(first_s <= rec[..., 4])
+    num_qb = -(-n_q // cfg.block_m)
+    q0 = (num_qb - 1 - np.arange(len(rec)) % num_qb) * cfg.block_m
+    for c in range(cfg.warps):  # d = 64: each warpgroup up to its own diagonal (v10)
+        rows_end = q0 + (c + 1) * 64 if d == 64 else q0 + cfg.block_m
+        kv_end = np.minimum(n_k, rows_end + n_k - n_q)
+        tiles = np.maximum(0, -(-kv_end // cfg.block_n))
+        if d == 64:
+            tiles = np.where(q0 + c * 64 >= n_q, 0, tiles)
+        assert np.array_equal(rec[:, c, 6], tiles), c
+        assert np.all((rec[:, c, 3] > 0) == (tiles > 0))
 
 
 @pytest.mark.parametrize("block_n", [128, 176, 192])

@@ -281,6 +281,12 @@ def test_flash_config_spec_round_trips():
          "flash_fwd_ws<0,128,2,176,2,81923>"),
         ("ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq", "early_q", 1,
          "flash_fwd_ws<1,128,2,176,2,135183>"),
+        ("ws:64:3:128:2:pingpong:lpt:endq", "end_q", 0, "flash_fwd_ws<0,64,3,128,2,262155>"),
+        ("ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq", "early_q", 1,
+         "flash_fwd_ws<1,128,2,128,2,131343>"),
+        ("ws:64:3:128:2:pingpong:persist:trace", "trace", 1, "flash_fwd_ws<1,64,3,128,2,524295>"),
+        ("ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch", "q_prefetch", 1,
+         "flash_fwd_ws<1,128,2,176,2,1183759>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
@@ -324,7 +330,10 @@ def test_flash_config_spec_round_trips():
         ("ws:128:2:176:2:persist:tmastore:panelo", "not ':tmastore'"),
         ("ws:128:2:176:2:pingpong:earlyq", "needs ':persist'"),
         ("ws:128:2:128:2:persist:serial:earlyq", "needs ':persist'"),
-        ("ws:128:2:128:2:persist:qreg:earlyq", "needs ':persist'"),
+        ("ws:64:3:128:2:tmastore:endq", "takes no ':tmastore'"),
+        ("ws:128:2:128:2:tailsplit:trace", "takes no ':tailsplit'"),
+        ("ws:128:2:128:2:pingpong:qprefetch", "needs ':persist'"),
+        ("ws:128:2:128:2:persist:tailsplit:qprefetch", "needs ':persist'"),
         ("ws:128:2:128:2:persist:mcast", "takes no"),
         ("ws:128:2:128:2:tailsplit:mcast", "takes no"),
         ("wgmma:128:2:64:2:tailsplit", "is not a kernel spec"),
@@ -346,7 +355,7 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert flash.default_config(128, 4095, causal=True) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
     for d in (64, 128):  # longest-first causal order where it measured faster (v6)
-        assert flash.default_config(d, 4096, True).lpt
+        assert flash.default_config(d, 4096, True).lpt == (d == 64)  # d = 128: head order (v13)
         assert flash.default_config(d, 8192, True).lpt
         assert flash.default_config(d, 8192, True).block_n == (176 if d == 128 else 128)
         assert not flash.default_config(d, 8193, True).lpt
@@ -359,10 +368,17 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
         assert flash.default_config(128, n) == flash.WS_MID_D128
     assert flash.WS_MID_D128.spec() == "ws:128:2:128:2:pingpong:persist:earlyq"
     assert flash.default_config(128, 4095) == flash.WS_CONFIGS[128]
-    assert flash.default_config(64, 4096, True) == replace(flash.WS_CONFIGS[64], lpt=True)
-    # d = 128 causal at N = 4096-8192: the persistent LPT grid with 176-key tiles (v10), early Q (v12)
-    for n in (4096, 6000, 8192):
-        assert flash.default_config(128, n, True) == flash.WS_CAUSAL_D128
+    # d = 64 causal at N = 4096-8191: persistent, early Q, end-aligned blocks (v13)
+    for n in (4096, 6000, 8191):
+        assert flash.default_config(64, n, True) == flash.WS_CAUSAL_D64
+    assert flash.WS_CAUSAL_D64.spec() == "ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq"
+    assert flash.default_config(64, 8192, True) == replace(flash.WS_CONFIGS[64], lpt=True)
+    # d = 128 causal at N = 4096-8191: 128-key persistent tiles, Q in registers released at
+    # the item's start (v13); at 8192 the persistent LPT grid with 176-key tiles (v10-v12)
+    for n in (4096, 6000, 8191):
+        assert flash.default_config(128, n, True) == flash.WS_CAUSAL_MID_D128
+    assert flash.WS_CAUSAL_MID_D128.spec() == "ws:128:2:128:2:pingpong:persist:qreg:earlyq"
+    assert flash.default_config(128, 8192, True) == flash.WS_CAUSAL_D128
     assert flash.WS_CAUSAL_D128.spec() == "ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
     assert not flash.default_config(128, 8193, True).persistent
     assert flash.default_config(64, 16384).block_n == 128
@@ -587,3 +603,35 @@ def test_flash_vs_sdpa_preheats_forward_cases_only():
     ]  # fmt: skip
     assert got[0].flash_specs == ("ws:128:2:176:2:pingpong",) and got[2].flash_specs == ()
     assert got[0].batch_heads == 4 * 16
+
+
+def test_item_trace_summary_splits_each_sms_time_into_phases():
+    import numpy as np
+
+    from compute.gpu import flash
+    from compute.gpu.tools.item_trace import summarise
+
+    # Two SMs, two warpgroups. SM 3 runs items 0 then 2 (records out of order), SM 5 item 1.
+    # Words: SM, before Q's wait, after it, first S GEMM done (0: no tile), last P·V done,
+    # epilogue done, tiles.
+    rec = np.zeros((3, 2, flash.TRACE_WORDS), dtype=np.uint64)
+    rec[0] = [[3, 100, 110, 130, 330, 350, 4, 0], [3, 101, 112, 0, 320, 345, 0, 0]]
+    rec[1] = [[5, 10, 30, 40, 240, 250, 2, 0], [5, 10, 30, 45, 240, 252, 2, 0]]
+    rec[2] = [[3, 360, 365, 375, 475, 480, 1, 0], [3, 362, 366, 380, 470, 478, 1, 0]]
+    got = summarise(rec)
+    assert got["items"] == 3 and got["sms"] == 2
+    # item 0: q_wait 112 - 100, fill 130 - 112, body 330 - 130, epilogue 350 - 330;
+    # item 1: 30 - 10, 40 - 30, 240 - 40, 252 - 240; item 2: 366 - 360, 375 - 366,
+    # 475 - 375, 480 - 475, and a turnover of 360 - 350 after item 0 on SM 3.
+    want = {"turnover": 10, "q_wait": 12 + 20 + 6, "fill": 18 + 10 + 9,
+            "body": 200 + 200 + 100, "epilogue": 20 + 12 + 5}  # fmt: skip
+    span = (480 - 100) + (252 - 10)
+    for phase, total in want.items():
+        assert got["mean_cycles"][phase] == pytest.approx(total / 3)
+        assert got["share"][phase] == pytest.approx(total / span)
+    # body per tile of the busiest warpgroup: 200 / 4, 200 / 2, 100 / 1
+    assert got["body_cycles_per_tile"] == pytest.approx((50 + 100 + 100) / 3)
+    assert got["mean_tiles"] == pytest.approx(7 / 3)
+    # one record per item and warpgroup, TRACE_WORDS words each
+    cfg = flash.Config.parse("ws:64:3:128:2:pingpong:trace")
+    assert flash.trace_words(cfg, 10, 1000) == 6 * 10 * 3 * flash.TRACE_WORDS
