@@ -36,7 +36,10 @@
 //     (`:padrows`) only measures what skipping padded warpgroups bought; bit 12 (`:panelo`,
 //     v10) stages O one panel at a time when persistent; bit 13 (`:wgalltiles`) measures
 //     what stopping each warpgroup at its own diagonal bought; bits 14-16 narrow the first
-//     key tile (v11, off); bit 17 (`:earlyq`, v12) releases Q after the last S GEMM.
+//     key tile (v11, off); bit 17 (`:earlyq`, v12) releases Q after the last S GEMM (with
+//     bit 8, v13: once Q's fragments are in registers); bit 18 (`:endq`, v13) ends causal
+//     query blocks at Nq; bit 19 (`:trace`) records each item's clocks; bit 20
+//     (`:qprefetch`, v13, off) prefetches the next items' Q into L2.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -64,6 +67,12 @@
 // this item's tail; with 128-key tiles (no padding at N = 4096) that is the d = 128 default
 // without a mask at N = 4096-8191 (+2.6-6.4% over the 176-key grid), and it rides on the
 // causal persistent default (mean +1.5%); 19 of 24 cases >= 1.0x cuDNN in the v12 record.
+// v13: a clock trace per item (bit 19) put 87-97% of the SMs' time in item bodies; causal
+// at N = 4096-8191 now runs, at d = 64, the persistent grid with early Q and blocks ending at
+// Nq (bit 18: the partial block is the one that sees one key tile, not all of them; +1.5% to
+// +4.9%) and, at d = 128, 128-key persistent tiles with Q in registers released at the
+// item's start (+2.8% to +5.7% in seven of eight pairs); Q prefetched into L2 lost (-3.4% to
+// +1.4%); 20 of 24 cases >= 1.0x cuDNN in the v13 record, every causal one among them.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.
