@@ -72,15 +72,16 @@
 #       memcheck on V13_SPECS (stops there if either fails), then flash vs SDPA, d = 64 causal
 #       at N 4096 8192, settled, with V13_CAUSAL64 beside the default, then item_trace on
 #       d = 64 causal, d = 128 causal (fp16) and d = 128 full (bf16) at N 4096; logs stay in
-#       /tmp/v13 (printed), only the JSON and the trace records come back; about 480 s
+#       /tmp/v13 (printed), only the JSON and the trace records come back; 277 s (call 1)
+#   bash compute/gpu/tools/devrun.sh v13b     # FLASH_NOTES v13: Q prefetched into L2
+#       (`:qprefetch`): test_flash.py -k qprefetch with V13B_SPECS beside memcheck on them
+#       (stops there if either fails), then flash vs SDPA at N 4096 8192, settled: d = 128
+#       causal, d = 64 causal and d = 128 full, each with its candidates beside the default;
+#       138 s (call 2)
 #   bash compute/gpu/tools/devrun.sh v13c     # FLASH_NOTES v13: every GPU test with V13C_SPECS
 #       (Q in registers and released at the item's start) beside memcheck on the defaults and
-#       them (stops there if either fails), then flash vs SDPA at d = 128, N 4096,
-#       settled, full and causal, with V13C_SPECS beside the default; about 500 s
-#   bash compute/gpu/tools/devrun.sh v13b     # FLASH_NOTES v13: Q prefetched into L2 (`:qprefetch`):
-#       test_flash.py -k qprefetch with V13B_SPECS beside memcheck on them (stops there if
-#       either fails), then flash vs SDPA at N 4096 8192, settled: d = 128 causal, d = 64
-#       causal and d = 128 full, each with its candidates beside the default; about 450 s
+#       them (stops there if either fails), then flash vs SDPA at d = 128, N 4096, settled,
+#       full and causal, with V13C_SPECS beside the default; 472 s (call 3)
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
