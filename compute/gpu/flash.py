@@ -325,14 +325,16 @@ WS_MID_END = 8192
 # Q and end-aligned query blocks (FLASH_NOTES v13): 4096 rows leave a 64-row block, which
 # now sees one key tile instead of all 32. Same-run pairs against the LPT grid at N = 4096,
 # fp16 / bf16: +4.9% / +1.5% and +3.0% / +1.9% (without ':endq' the persistent grid loses
-# 1-2%); at 8192 +0.6% / +0.5% and -0.4% / -1.7%, so the LPT grid stays there.
+# 1-2%); at 8192 +0.6% / +0.5% and -0.4% / -1.7%, so the LPT grid stays there. (Equal LPT
+# sections, lpt_section, added +2.9% / +3.8% at 4096 in call 8.)
 WS_CAUSAL_D64 = replace(WS_CONFIGS[64], lpt=True, persistent=True, early_q=True, end_q=True)
 WS_CAUSAL_D64_END = 8192
 # d = 128 causal at WS_LPT_N[0] <= N_q < WS_CAUSAL_MID_END: 128-key tiles on the persistent
-# grid, Q's fragments in registers and its tile released at each item's start, items in
-# head order (FLASH_NOTES v13). Against WS_CAUSAL_D128 at N = 4096 in two calls, fp16 /
-# bf16: +3.2% / +3.0% and +2.8% / +5.7%; at 8192 -0.8% / -3.9%, so WS_CAUSAL_D128 stays there.
-WS_CAUSAL_MID_D128 = replace(WS_CONFIGS[128], persistent=True, q_regs=True, early_q=True)
+# LPT grid, Q's fragments in registers and its tile released at each item's start (FLASH_NOTES
+# v13). In head order against WS_CAUSAL_D128 at N = 4096 in two calls, fp16 / bf16: +3.2% /
+# +3.0% and +2.8% / +5.7% (at 8192 -0.8% / -3.9%, so WS_CAUSAL_D128 stays there); with the
+# LPT order over balanced sections (lpt_section) +1.0% / +4.8% over head order (call 8).
+WS_CAUSAL_MID_D128 = replace(WS_CONFIGS[128], persistent=True, lpt=True, q_regs=True, early_q=True)
 WS_CAUSAL_MID_END = 8192
 
 
@@ -561,8 +563,9 @@ def _ws_launch(
         tma.tiled_map(out, 64),  # one box per consumer warpgroup's 64 rows and panel
     )
     inputs = tuple(tma.kernel_arg(m) for m in maps)
+    section = lpt_section(k.shape[2], cfg.d, heads)
     extra = (
-        cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(lpt_section(k.shape[2], cfg.d)),
+        cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(section),
         ws, cp.int32(split_from), cp.int32(nsplit),
     )  # fmt: skip
     return grid, inputs, extra, (*maps, tickets, ws)
@@ -611,10 +614,21 @@ def _tail_makespan(tail: int, tiles: int, sms: int, pieces: int) -> float:
     return max(free)
 
 
-def lpt_section(n_k: int, d: int) -> int:
-    """Heads per section of the LPT order: as many as have their K and V (16-bit) in half of
-    L2 together, so the blocks running at once re-read K and V from L2, not from HBM."""
+def lpt_section_cap(n_k: int, d: int) -> int:
+    """The most heads an LPT section may hold: as many as have their K and V (16-bit) in half
+    of L2 together, so the blocks running at once re-read K and V from L2, not from HBM."""
     return max(1, (_l2_bytes() // 2) // max(1, 2 * n_k * d * 2))
+
+
+def lpt_section(n_k: int, d: int, heads: int) -> int:
+    """Heads per section of the LPT order over `heads` heads: the fewest sections of at most
+    lpt_section_cap heads, made as equal as they can be. The schedule's tail is the last
+    section's light blocks; a last section of a few heads (64 heads in sections of 15 leave
+    4) has fewer blocks than SMs, so its heavy and light blocks run side by side and the
+    SMs finish 5% apart (FLASH_NOTES v13, the item trace)."""
+    cap = lpt_section_cap(n_k, d)
+    sections = -(-max(1, heads) // cap)
+    return -(-max(1, heads) // sections)
 
 
 @functools.cache

@@ -72,7 +72,9 @@
 // Nq (bit 18: the partial block is the one that sees one key tile, not all of them; +1.5% to
 // +4.9%) and, at d = 128, 128-key persistent tiles with Q in registers released at the
 // item's start (+2.8% to +5.7% in seven of eight pairs); Q prefetched into L2 lost (-3.4% to
-// +1.4%); 20 of 24 cases >= 1.0x cuDNN in the v13 record, every causal one among them.
+// +1.4%); LPT sections of equal size (a host change, flash.lpt_section) cut the SMs'
+// uneven finish from 5% to 2.5% at d = 128 causal (+2-7%), and d = 128 causal at N = 4096
+// takes the LPT order again; 21 of 24 cases >= 1.0x cuDNN, every causal one among them.
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.

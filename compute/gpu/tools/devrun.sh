@@ -82,6 +82,10 @@
 #       (Q in registers and released at the item's start) beside memcheck on the defaults and
 #       them (stops there if either fails), then flash vs SDPA at d = 128, N 4096, settled,
 #       full and causal, with V13C_SPECS beside the default; 472 s (call 3)
+#   bash compute/gpu/tools/devrun.sh v13d     # FLASH_NOTES v13: balanced LPT sections against
+#       sections filled to the L2 cap (tools/section_probe.py), causal, d = 128 and d = 64 at
+#       N = 4096 and d = 64 at 8192, then item_trace of the LPT and head-order d = 128
+#       candidates at N = 4096; JSON only comes back; about 200 s
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -96,7 +100,7 @@ WS_DEFAULTS="ws:64:3:128:2:pingpong ws:64:3:128:2:pingpong:lpt ws:128:2:176:2:pi
 WS_DEFAULTS="$WS_DEFAULTS ws:128:2:128:2:pingpong:persist:earlyq"
 WS_DEFAULTS="$WS_DEFAULTS ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
 WS_DEFAULTS="$WS_DEFAULTS ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq"
-WS_DEFAULTS="$WS_DEFAULTS ws:128:2:128:2:pingpong:persist:qreg:earlyq"
+WS_DEFAULTS="$WS_DEFAULTS ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq"
 step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a failure
     local name=$1 limit=$2
     shift 2
@@ -460,6 +464,30 @@ if [ "$what" = v13c ]; then
         compare causal128 110 $common --causal 1 --tune $specs \
             --json "$back/flash_vs_sdpa_v13c_causal128_h200.json"
     fi
+fi
+if [ "$what" = v13d ]; then
+    logs_in_tmp v13d
+    probe() {  # probe N D DTYPE SPECS...
+        local n=$1 d=$2 dtype=$3
+        shift 3
+        step "probe_${d}_${n}_$dtype" 120 python3 -m compute.gpu.tools.section_probe --n "$n" \
+            --d "$d" --dtype "$dtype" --causal 1 --spec "$@" \
+            --json "$back/section_probe_v13_d${d}_n${n}_${dtype}_h200.json"
+        grep -E "TFLOP|balanced against" "$OUT/probe_${d}_${n}_$dtype.log"
+    }
+    d128="ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
+    # shellcheck disable=SC2086
+    probe 4096 128 float16 $d128
+    # shellcheck disable=SC2086
+    probe 4096 128 bfloat16 $d128
+    probe 4096 64 float16 ws:64:3:128:2:pingpong:lpt
+    probe 4096 64 bfloat16 ws:64:3:128:2:pingpong:lpt
+    probe 8192 64 float16 ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq
+    step trace 120 python3 -m compute.gpu.tools.item_trace --n 4096 --d 128 --causal 1 \
+        --spec ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq \
+        ws:128:2:128:2:pingpong:persist:qreg:earlyq \
+        --json "$back/item_trace_v13_call8_causal_h200.json"
+    cat "$OUT/trace.log"
 fi
 if [ "$what" = v13b ]; then
     logs_in_tmp v13b

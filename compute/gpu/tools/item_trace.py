@@ -39,8 +39,10 @@ def summarise(records: np.ndarray) -> dict:
     An item's phases take the earliest warpgroup's clock where it starts and the latest's
     where it ends; the turnover is the gap from an item's end to the next item's start on
     the same SM. Returns the item count, the mean cycles per item of each phase, their
-    shares of the summed SM time (first start to last end, per SM), and the body's cycles
-    per key tile of the warpgroup that computed the most."""
+    shares of the summed SM time (first start to last end, per SM), the body's cycles
+    per key tile of the warpgroup that computed the most, and the tail: how far the SMs'
+    spans fall short of the longest, on average, as a share of it (the SMs start together,
+    so that is the time they sit idle at the end)."""
     rec = records.astype(np.int64)
     sm = rec[:, 0, 0]
     wait0 = rec[:, :, 1].min(axis=1)
@@ -52,12 +54,13 @@ def summarise(records: np.ndarray) -> dict:
     epi = rec[:, :, 5].max(axis=1)
     tiles = rec[:, :, 6].max(axis=1)
     turnover = np.zeros(len(rec), dtype=np.int64)
-    span = 0
+    spans = []
     for s in np.unique(sm):
         idx = np.flatnonzero(sm == s)
         idx = idx[np.argsort(wait0[idx], kind="stable")]
         turnover[idx[1:]] = wait0[idx[1:]] - epi[idx[:-1]]
-        span += int(epi[idx].max() - wait0[idx].min())
+        spans.append(int(epi[idx].max() - wait0[idx].min()))
+    span = sum(spans)
     phases = {
         "turnover": turnover,
         "q_wait": q_in - wait0,
@@ -75,17 +78,18 @@ def summarise(records: np.ndarray) -> dict:
         if busy.any()
         else 0.0,
         "mean_tiles": float(tiles.mean()),
+        "tail": 1.0 - float(np.mean(spans)) / max(spans) if spans and max(spans) else 0.0,
     }
 
 
 def _table(rows: dict[str, dict]) -> str:
     head = f"{'variant':52s} {'items':>6s} {'tiles':>6s} " + " ".join(f"{p:>15s}" for p in PHASES)
-    lines = [head + f" {'cyc/tile':>9s}"]
+    lines = [head + f" {'cyc/tile':>9s} {'tail':>6s}"]
     for name, s in rows.items():
         cells = " ".join(f"{s['mean_cycles'][p]:8.0f} {100 * s['share'][p]:5.1f}%" for p in PHASES)
         lines.append(
             f"{name:52s} {s['items']:6d} {s['mean_tiles']:6.1f} {cells} "
-            f"{s['body_cycles_per_tile']:9.0f}"
+            f"{s['body_cycles_per_tile']:9.0f} {100 * s['tail']:5.1f}%"
         )
     return "\n".join(lines)
 

@@ -197,7 +197,7 @@ def test_ws_kernel_on_many_tiles_and_masked_blocks(d, switches, monkeypatch):
     # case has more work items than SMs, so a persistent CTA draws several (some see no
     # key), and LPT sections of 3 heads leave a last section of 2 (80 heads).
     cfg = _hopper_only(replace(flash.WS_CONFIGS[d], **WS_SWITCHES[switches]))
-    monkeypatch.setattr(flash, "lpt_section", lambda n_k, d: 3)
+    monkeypatch.setattr(flash, "lpt_section", lambda n_k, d, heads: 3)
     _run_case(1, 2, 1500, 1700, d, "float16", False, seed=21, config=cfg)
     _run_case(1, 2, 1700, 1500, d, "bfloat16", True, seed=22, config=cfg)
     _run_case(1, 1, 700, 5, d, "float16", True, seed=23, config=cfg)  # most rows see no key

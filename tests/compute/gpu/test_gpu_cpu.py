@@ -355,7 +355,7 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert flash.default_config(128, 4095, causal=True) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
     for d in (64, 128):  # longest-first causal order where it measured faster (v6)
-        assert flash.default_config(d, 4096, True).lpt == (d == 64)  # d = 128: head order (v13)
+        assert flash.default_config(d, 4096, True).lpt
         assert flash.default_config(d, 8192, True).lpt
         assert flash.default_config(d, 8192, True).block_n == (176 if d == 128 else 128)
         assert not flash.default_config(d, 8193, True).lpt
@@ -377,7 +377,7 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     # the item's start (v13); at 8192 the persistent LPT grid with 176-key tiles (v10-v12)
     for n in (4096, 6000, 8191):
         assert flash.default_config(128, n, True) == flash.WS_CAUSAL_MID_D128
-    assert flash.WS_CAUSAL_MID_D128.spec() == "ws:128:2:128:2:pingpong:persist:qreg:earlyq"
+    assert flash.WS_CAUSAL_MID_D128.spec() == "ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq"
     assert flash.default_config(128, 8192, True) == flash.WS_CAUSAL_D128
     assert flash.WS_CAUSAL_D128.spec() == "ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq"
     assert not flash.default_config(128, 8193, True).persistent
@@ -632,6 +632,39 @@ def test_item_trace_summary_splits_each_sms_time_into_phases():
     # body per tile of the busiest warpgroup: 200 / 4, 200 / 2, 100 / 1
     assert got["body_cycles_per_tile"] == pytest.approx((50 + 100 + 100) / 3)
     assert got["mean_tiles"] == pytest.approx(7 / 3)
+    assert got["tail"] == pytest.approx(1 - (380 + 242) / 2 / 380)  # SM 5 idles at the end
     # one record per item and warpgroup, TRACE_WORDS words each
     cfg = flash.Config.parse("ws:64:3:128:2:pingpong:trace")
     assert flash.trace_words(cfg, 10, 1000) == 6 * 10 * 3 * flash.TRACE_WORDS
+
+
+def test_lpt_sections_are_balanced_under_the_l2_cap(monkeypatch):
+    from compute.gpu import flash
+
+    monkeypatch.setattr(flash, "_l2_bytes", lambda: 60 << 20)  # the H200's L2
+    # d = 128, N_k = 4096: 2 MB of K and V per head, 15 heads in half of L2; 64 heads in five
+    # sections of 13 (12 in the last) instead of four of 15 and one of 4 (FLASH_NOTES v13)
+    assert flash.lpt_section_cap(4096, 128) == 15
+    assert flash.lpt_section(4096, 128, 64) == 13
+    assert flash.lpt_section(4096, 64, 128) == 26  # cap 30: 30, 30, 30, 30, 8 before
+    assert flash.lpt_section(8192, 128, 32) == 7  # cap 7: already balanced (7 x 4 + 4)
+    assert flash.lpt_section(4096, 128, 4) == 4  # fewer heads than the cap: one section
+    assert flash.lpt_section(4096, 128, 15) == 15 and flash.lpt_section(4096, 128, 16) == 8
+    assert flash.lpt_section(1 << 24, 128, 3) == 1  # a head larger than half of L2
+    for heads in range(1, 200):
+        section = flash.lpt_section(4096, 128, heads)
+        sections = -(-heads // section)
+        assert 1 <= section <= 15 and sections == -(-heads // 15)
+        assert heads - (sections - 1) * section >= section - sections  # last one nearly full
+
+
+def test_section_probe_launches_capped_sections_then_restores_equal_ones(monkeypatch):
+    from compute.gpu import flash
+    from compute.gpu.tools.section_probe import capped
+
+    monkeypatch.setattr(flash, "_l2_bytes", lambda: 60 << 20)
+    seen = []
+    run = capped(lambda x: seen.append((x, flash.lpt_section(4096, 128, 64))))
+    run("launch")
+    assert seen == [("launch", 15)]  # the rule before v13: sections filled to the cap
+    assert flash.lpt_section(4096, 128, 64) == 13  # and the equal sections again after it
