@@ -521,10 +521,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                 if constexpr (QPREF) {
                     const int ahead = tt + static_cast<int>(gridDim.x);
                     if (ahead < total) {
-                        int qa, ba, a0, a1, asi, ap;
-                        fa_work<LPT, false, ENDQ, BM, BN>(ahead, num_qb, BH, causal, section,
-                                                          split_from, nsplit, Nq, Nk, qa, ba,
-                                                          a0, a1, asi, ap);
+                        int qa, ba;  // (no split with QPREF: tickets are items)
+                        fa_tile<LPT>(ahead, num_qb, BH, causal, section, qa, ba);
                         const int qrow = fa_q0<ENDQ, BM>(qa, num_qb, Nq, causal);
 #pragma unroll
                         for (int p = 0; p < NP; ++p) fa_tma_prefetch_l2(&tmQ, 64 * p, qrow, ba);

@@ -449,6 +449,30 @@ if [ "$what" = v13 ]; then
             trace_d128_causal.npz trace_d128_full.npz
     fi
 fi
+if [ "$what" = v13b ]; then
+    logs_in_tmp v13b
+    specs=${V13B_SPECS-"ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:qprefetch ws:128:2:128:2:pingpong:persist:earlyq:qprefetch"}
+    switch_tests "$specs" qprefetch 150
+    common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
+    if [ $rc -eq 0 ]; then
+        # shellcheck disable=SC2086
+        compare causal128 130 $common --d 128 --causal 1 --tune \
+            ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch \
+            ws:128:2:128:2:pingpong:persist:lpt:earlyq:qprefetch \
+            --json "$back/flash_vs_sdpa_v13b_causal128_h200.json"
+        # shellcheck disable=SC2086
+        compare causal64 130 $common --d 64 --causal 1 --tune \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:qprefetch \
+            --json "$back/flash_vs_sdpa_v13b_causal64_h200.json"
+        # shellcheck disable=SC2086
+        compare full128 130 $common --d 128 --causal 0 --tune \
+            ws:128:2:128:2:pingpong:persist:earlyq:qprefetch \
+            ws:128:2:176:2:pingpong:persist:panelo:earlyq:qprefetch \
+            --json "$back/flash_vs_sdpa_v13b_full128_h200.json"
+    fi
+fi
 if [ "$what" = v13c ]; then
     logs_in_tmp v13c
     specs=${V13C_SPECS-"ws:128:2:128:2:pingpong:persist:qreg:earlyq ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq"}
@@ -488,29 +512,5 @@ if [ "$what" = v13d ]; then
         ws:128:2:128:2:pingpong:persist:qreg:earlyq \
         --json "$back/item_trace_v13_call8_causal_h200.json"
     cat "$OUT/trace.log"
-fi
-if [ "$what" = v13b ]; then
-    logs_in_tmp v13b
-    specs=${V13B_SPECS-"ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:qprefetch ws:128:2:128:2:pingpong:persist:earlyq:qprefetch"}
-    switch_tests "$specs" qprefetch 150
-    common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
-    if [ $rc -eq 0 ]; then
-        # shellcheck disable=SC2086
-        compare causal128 130 $common --d 128 --causal 1 --tune \
-            ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch \
-            ws:128:2:128:2:pingpong:persist:lpt:earlyq:qprefetch \
-            --json "$back/flash_vs_sdpa_v13b_causal128_h200.json"
-        # shellcheck disable=SC2086
-        compare causal64 130 $common --d 64 --causal 1 --tune \
-            ws:64:3:128:2:pingpong:persist:lpt:earlyq \
-            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq \
-            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:qprefetch \
-            --json "$back/flash_vs_sdpa_v13b_causal64_h200.json"
-        # shellcheck disable=SC2086
-        compare full128 130 $common --d 128 --causal 0 --tune \
-            ws:128:2:128:2:pingpong:persist:earlyq:qprefetch \
-            ws:128:2:176:2:pingpong:persist:panelo:earlyq:qprefetch \
-            --json "$back/flash_vs_sdpa_v13b_full128_h200.json"
-    fi
 fi
 exit $rc

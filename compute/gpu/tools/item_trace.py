@@ -5,7 +5,7 @@ Run on the GPU machine:
     python -m compute.gpu.tools.item_trace [--n 4096] [--d 64] [--dtype float16]
         [--causal 0|1] [--spec SPEC ...] [--json FILE] [--npz FILE]
 
-One case (B·N = 16k, H·d = 2048) per spec (the default variant when none is given), each
+One case (B·N = 16k, H·d = 2048, timing_probe.case_inputs) per spec (the default variant when none is given), each
 launched with ':trace' added: thread 0 of every consumer warpgroup records the SM and the
 SM's clock before and after its wait for Q, after its first S GEMM, after its last P·V and
 after the epilogue (flash_fwd_ws.cu, MODE bit 19). `summarise` turns the records into the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .timing_probe import add_case_arguments
+from .timing_probe import add_case_arguments, case_inputs
 
 PHASES = ("turnover", "q_wait", "fill", "body", "epilogue")
 
@@ -103,19 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
 
     from .. import flash
-    from ..dtypes import device_array
     from ..timing import time_cuda
-    from .flash_vs_sdpa import MODEL_DIM, TOKENS
 
     causal = bool(args.causal)
     n, d = args.n, args.d
-    bh = (TOKENS // n) * (MODEL_DIM // d)
-    l2 = int(cupy.cuda.Device().attributes["L2CacheSize"])
-    rng = cupy.random.default_rng(0)
-    q, k, v = (
-        device_array(rng.standard_normal((1, bh, n, d), dtype=cupy.float32), args.dtype)
-        for _ in range(3)
-    )
+    bh, l2, sets = case_inputs(n, d, args.dtype)
     specs = args.spec or [flash.default_config(d, n, causal).spec()]
     rows, raw, timings = {}, {}, {}
     for spec in specs:
@@ -124,18 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         buf = cupy.zeros(flash.trace_words(traced, bh, n), dtype=cupy.uint64)
 
         def plain(q, k, v, cfg=cfg):
-            return flash.flash_attention(q, k, v, causal=causal, config=cfg)
+            return flash.flash_attention(q[None], k[None], v[None], causal=causal, config=cfg)
 
         def with_trace(q, k, v, cfg=traced, buf=buf):
-            return flash.flash_attention(q, k, v, causal=causal, config=cfg, trace=buf)
+            return flash.flash_attention(
+                q[None], k[None], v[None], causal=causal, config=cfg, trace=buf
+            )
 
         ms = {}
         for label, fn in (("plain", plain), ("traced", with_trace), ("plain again", plain)):
             ms[label] = statistics.median(
-                time_cuda(fn, [(q, k, v)], warmup=5, repeats=30, l2_bytes=l2).times_ms
+                time_cuda(fn, sets, warmup=5, repeats=30, l2_bytes=l2).times_ms
             )
         buf.fill(0)
-        with_trace(q, k, v)
+        with_trace(*sets[0])
         records = cupy.asnumpy(buf).reshape(-1, cfg.warps, flash.TRACE_WORDS)
         rows[spec] = summarise(records)
         raw[spec] = records

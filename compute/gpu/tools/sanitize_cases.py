@@ -49,9 +49,9 @@ def main() -> int:
                 )
                 mine = [c for c in extra if c.d == d]
                 ours = () if only_extra else (WS_CONFIGS[d], WGMMA_CONFIGS[d], MMA_CONFIGS[d])
-                if d == 128 and not only_extra:  # the defaults from N = 4096 on (v8-v12)
-                    ours += (flash.WS_WIDE_D128, flash.WS_MID_D128, flash.WS_CAUSAL_D128)
-                    ours += (flash.WS_CAUSAL_MID_D128,)  # v13
+                if d == 128 and not only_extra:  # the defaults from N = 4096 on (v8-v13)
+                    ours += (flash.WS_WIDE_D128, flash.WS_MID_D128, flash.WS_CAUSAL_D128,
+                             flash.WS_CAUSAL_MID_D128)  # fmt: skip
                 if d == 64 and not only_extra:  # causal at N = 4096-8191 (v13)
                     ours += (flash.WS_CAUSAL_D64,)
                 for cfg in (*ours, *mine):

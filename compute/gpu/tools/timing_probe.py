@@ -28,13 +28,11 @@ from ..timing import rotation_count, time_cuda, time_interleaved
 from .flash_vs_sdpa import MODEL_DIM, TOKENS
 
 
-def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn",),
-          causal: bool = False):  # fmt: skip
-    """{name: (fn, rotated input sets)} of our default, each spec and each SDPA peer on one
-    case (non-causal unless asked); with the L2 size and the case's FLOPs."""
+def case_inputs(n: int, d: int, dtype: str) -> tuple[int, int, list]:
+    """One case's batch*heads (B·N = 16k, H·d = 2048), the L2 size, and its seeded (q, k, v)
+    sets, each (batch*heads, n, d), rotated over more than L2."""
     import cupy
 
-    from .. import flash, peers
     from ..dtypes import device_array
 
     bh = (TOKENS // n) * (MODEL_DIM // d)
@@ -45,6 +43,16 @@ def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn"
     for _ in range(rotation_count(3 * bh * n * d * 2, l2)):
         sets.append(tuple(device_array(rng.standard_normal(shape, dtype=cupy.float32), dtype)
                           for _ in range(3)))  # fmt: skip
+    return bh, l2, sets
+
+
+def paths(n: int, d: int, dtype: str, specs: list[str], peer_names=("sdpa-cudnn",),
+          causal: bool = False):  # fmt: skip
+    """{name: (fn, rotated input sets)} of our default, each spec and each SDPA peer on one
+    case (non-causal unless asked); with the L2 size and the case's FLOPs."""
+    from .. import flash, peers
+
+    bh, l2, sets = case_inputs(n, d, dtype)
     fns = {}
     for spec in ["default", *specs]:
         cfg = flash.default_config(d, n, causal) if spec == "default" else flash.Config.parse(spec)
