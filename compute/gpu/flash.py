@@ -112,6 +112,12 @@ class Config:
     # t + the grid's size, which some SM draws about one item later, so the Q load an item
     # waits for reads L2 (FLASH_NOTES v13; spec ':qprefetch'). Not with ':tailsplit'.
     q_prefetch: bool = False
+    # ws, persistent, non-causal: the last, partial wave's items run as one stream of key
+    # tiles cut into one slot per CTA of nearly equal length (stream-K over the tail), each
+    # slot at most two pieces combined like the tail split's, so every SM's share of the
+    # launch differs by at most a tile (FLASH_NOTES v14; spec ':sktail'). Not with
+    # ':tailsplit', ':trace' or ':qprefetch'; causal launches run it without the split.
+    stream_k_tail: bool = False
 
     @property
     def block_m(self) -> int:
@@ -224,6 +230,13 @@ class Config:
                 f"{spec!r}: ':qprefetch' prefetches the next items' Q on the persistent grid, "
                 "so it needs ':persist' and takes no ':tailsplit'"
             )
+        if "sktail" in flags and (
+            "persist" not in flags or split or flags & {"trace", "qprefetch", "mcast"}
+        ):
+            raise ValueError(
+                f"{spec!r}: ':sktail' splits the persistent grid's last wave, so it needs "
+                "':persist' and takes no ':tailsplit', ':trace', ':qprefetch' or ':mcast'"
+            )
         if "trace" in flags and split:
             raise ValueError(f"{spec!r}: ':trace' records whole items, so it takes no ':tailsplit'")
         if "panelo" in flags and "tmastore" in flags:
@@ -259,6 +272,7 @@ _WS_SWITCHES = (
     ("endq", "end_q", 262144),
     ("trace", "trace", 524288),
     ("qprefetch", "q_prefetch", 1048576),
+    ("sktail", "stream_k_tail", 2097152),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -544,13 +558,21 @@ def _ws_launch(
         tail = items % _sm_count()
         if cfg.tail_split > 1 and tail:  # a fixed piece count for the same tail (measurements)
             split_from, nsplit = items - tail, cfg.tail_split
+    slots = 0
+    if cfg.stream_k_tail:
+        split_from, slots = stream_k_plan(items, -(-k.shape[2] // cfg.block_n), _sm_count())
+        if causal:  # unequal items: the plain persistent schedule (the kernel sees no tail)
+            split_from, slots = items, 0
+        nsplit = slots
     tickets, ws = cp.uint64(0), cp.uint64(0)
     if cfg.persistent or split_from < items:  # zeroed: the ticket, then one counter per
         tickets = cp.zeros(1 + (items - split_from) * cfg.warps, dtype=cp.int32)  # piece's wg
     if trace is not None:  # the kernel writes its records where the split's partials go
         ws = trace
-    if split_from < items:  # per piece and consumer thread: O's registers, m and l (fp32)
-        per_piece = cfg.warps * 128 * (cfg.d // 2 + 4)
+    per_piece = cfg.warps * 128 * (cfg.d // 2 + 4)  # per consumer thread: O, m and l (fp32)
+    if slots:  # two pieces' partials per slot
+        ws = cp.empty(2 * slots * per_piece, dtype=cp.float32)
+    elif split_from < items:
         ws = cp.empty((items - split_from) * nsplit * per_piece, dtype=cp.float32)
         grid = (split_from + (items - split_from) * nsplit, 1, 1)  # one block per ticket
     if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
@@ -612,6 +634,17 @@ def _tail_makespan(tail: int, tiles: int, sms: int, pieces: int) -> float:
         for c in cost:
             heapq.heappush(free, heapq.heappop(free) + c)
     return max(free)
+
+
+def stream_k_plan(items: int, tiles: int, sms: int) -> tuple[int, int]:
+    """(split_from, slots) of the stream-K tail: the last items % sms items run as one stream
+    of their tiles key tiles each, cut into `sms` slots (one per persistent CTA); (items, 0),
+    no split, when the last wave is full, when there is no second wave for the slots to
+    follow, or when a slot would be shorter than one key tile."""
+    tail = items % sms
+    if items <= sms or tail == 0 or tail * tiles < sms:
+        return items, 0
+    return items - tail, sms
 
 
 def lpt_section_cap(n_k: int, d: int) -> int:

@@ -39,7 +39,8 @@
 //     key tile (v11, off); bit 17 (`:earlyq`, v12) releases Q after the last S GEMM (with
 //     bit 8, v13: once Q's fragments are in registers); bit 18 (`:endq`, v13) ends causal
 //     query blocks at Nq; bit 19 (`:trace`) records each item's clocks; bit 20
-//     (`:qprefetch`, v13, off) prefetches the next items' Q into L2.
+//     (`:qprefetch`, v13, off) prefetches the next items' Q into L2; bit 21 (`:sktail`,
+//     v14, off, not yet run on a GPU) cuts the last wave into one equal slot per CTA.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -321,14 +322,60 @@ __device__ __forceinline__ int fa_tile_key(int j, int sh) {
 // T key tiles: tiles [p T / nsplit, (p + 1) T / nsplit), possibly none), tickets split_from +
 // nsplit * i + p, so the pieces of one item are drawn one after another by different SMs.
 // Without the split (or for an unsplit ticket) si = -1 and the range is [0, T).
-template <bool LPT, bool SPLIT, bool ENDQ, int BM, int BN>
+//
+// Stream-K tail (MODE bit 21, v14; full attention, persistent): the R = total - split_from
+// items of the last, partial wave are one run of R T key tiles (every item has T), cut into
+// S = nsplit slots of nearly equal length, slot s holding tiles [b_s, b_s+1), b_s = s R T / S,
+// so every SM's share of the whole launch differs by at most one tile. A slot shorter than
+// an item (R < S) crosses at most one item boundary, so it is at most two pieces: the part
+// of the item where it starts (virtual ticket split_from + 2 s) and, if it runs on, the first
+// tiles of the next item (split_from + 2 s + 1). The producer draws slot s from the counter
+// and hands both pieces to its own consumers, so the slot's length is one SM's work. A
+// piece's partial goes to workspace slot 2 s + p (`piece`); si is its item's index in the
+// tail.
+__device__ __forceinline__ long long fa_sk_bound(int s, long long rt, int slots) {
+    return s * rt / slots;  // b_s, the first tail tile of slot s
+}
+// The slot that holds tail tile x: the last s with b_s <= x.
+__device__ __forceinline__ int fa_sk_slot(long long x, long long rt, int slots) {
+    return static_cast<int>(((x + 1) * slots - 1) / rt);
+}
+// Whether slot s runs past the end of the item it starts in (then it has a second piece).
+__device__ __forceinline__ bool fa_sk_second(int s, long long rt, int slots, int T) {
+    const long long b0 = fa_sk_bound(s, rt, slots);
+    return fa_sk_bound(s + 1, rt, slots) > (b0 / T + 1) * T;
+}
+
+template <bool LPT, bool SPLIT, bool SK, bool ENDQ, int BM, int BN>
 __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, int section,
                                         int split_from, int nsplit, int Nq, int Nk, int& qb,
                                         int& bh, int& j0, int& j1, int& si, int& piece) {
     int item = tt;
     si = -1;
     piece = 0;
-    if (SPLIT && tt >= split_from) {
+    if (SK && tt >= split_from) {
+        const int T = fa_kv_tiles<BM, BN>(0, Nq, Nk, 0);
+        const long long rt = static_cast<long long>(num_qb * BH - split_from) * T;
+        const int v = tt - split_from;
+        const int s = v >> 1;
+        const long long b0 = fa_sk_bound(s, rt, nsplit);
+        const long long b1 = fa_sk_bound(s + 1, rt, nsplit);
+        const int i0 = static_cast<int>(b0 / T);
+        piece = v;
+        if ((v & 1) == 0) {
+            si = i0;
+            j0 = static_cast<int>(b0 - static_cast<long long>(i0) * T);
+            j1 = static_cast<int>(min(b1, static_cast<long long>(i0 + 1) * T) -
+                                  static_cast<long long>(i0) * T);
+        } else {
+            si = i0 + 1;
+            j0 = 0;
+            j1 = static_cast<int>(b1 - static_cast<long long>(i0 + 1) * T);
+        }
+        fa_tile<LPT>(split_from + si, num_qb, BH, causal, section, qb, bh);
+        return;
+    }
+    if (SPLIT && !SK && tt >= split_from) {
         si = (tt - split_from) / nsplit;
         piece = tt - split_from - si * nsplit;
         item = split_from + si;
@@ -361,7 +408,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // GEMM as narrow, in a peeled step 1 (v11); bit 17: persistent, Q released after the
 // item's last S GEMM instead of its last P V (v12); bit 18: causal query blocks aligned to
 // end at Nq (fa_q0, v13); bit 19: the item trace (TRACE, measurement only); bit 20:
-// persistent, the Q of the item one grid ahead prefetched into L2 (QPREF, v13).
+// persistent, the Q of the item one grid ahead prefetched into L2 (QPREF, v13); bit 21:
+// persistent, full attention, the stream-K tail (SK, fa_work; v14).
 // 64-bit words per item and consumer warpgroup that the item trace (MODE bit 19) writes.
 #define FA_TRACE_WORDS 8
 
@@ -382,7 +430,12 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     constexpr bool PERSIST = (MODE & 4) != 0;
     constexpr bool LPT = (MODE & 8) != 0;
     constexpr bool TMA_STORE = (MODE & 16) != 0;
-    constexpr bool SPLIT = (MODE & 32) != 0;
+    // The tail split (bit 5, v7) or the stream-K tail (bit 21, v14; fa_work): both publish a
+    // piece's partial and let the last piece's warpgroup combine.
+    constexpr bool SK = (MODE & 2097152) != 0;
+    constexpr bool SPLIT = (MODE & 32) != 0 || SK;
+    static_assert(!SK || ((MODE & 32) == 0 && (MODE & 4) != 0),
+                  "the stream-K tail: the persistent grid, not with the tail split");
     constexpr bool MCAST = (MODE & 64) != 0;
     constexpr bool LAZY = (MODE & 128) != 0;  // fa_softmax_lazy: O rescaled only when m moves
     constexpr bool QREG = (MODE & 256) != 0;  // Q's A fragments in registers (fa_issue_s_rk)
@@ -476,8 +529,11 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
-    // Tickets: whole items, plus nsplit - 1 more per split item.
-    const int total = SPLIT ? split_from + (num_qb * BH - split_from) * nsplit : num_qb * BH;
+    // Tickets: whole items, plus nsplit - 1 more per split item; stream-K, two virtual
+    // tickets per slot (the producer draws slots from the counter: see below).
+    const int total = SK      ? split_from + 2 * nsplit
+                      : SPLIT ? split_from + (num_qb * BH - split_from) * nsplit
+                              : num_qb * BH;
     // The grid's item (ignored when persistent): blocks are dispatched in linear order (a
     // 1-D grid of `total` tickets with the tail split).
     const int first = blockIdx.y * num_qb + blockIdx.x;
@@ -513,11 +569,32 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             fa_tma_prefetch(&tmK);
             fa_tma_prefetch(&tmV);
             int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
+            int pending = -1;  // SK: the second piece of the slot drawn last, if it has one
+            const long long sk_rt =  // SK: key tiles in the tail (R items of T)
+                SK ? static_cast<long long>(num_qb * BH - split_from) *
+                         fa_kv_tiles<BM, BN>(0, Nq, Nk, 0)
+                   : 0;
             // Item k: Q lands on barQ phase k; persistent, the consumers learn the item from
             // `slot`, written before that phase's arrive (release; their wait acquires), and
             // a ticket past the end still completes the phase, with no bytes, to stop them.
             for (int k = 0; PERSIST || k == 0; ++k) {
-                const int tt = PERSIST ? atomicAdd(tickets, 1) : first;
+                int tt = first;
+                if constexpr (SK) {
+                    if (pending >= 0) {
+                        tt = pending;
+                        pending = -1;
+                    } else {
+                        tt = atomicAdd(tickets, 1);
+                        const int sl = tt - split_from;  // a slot of the tail, or past it
+                        if (sl >= 0) {
+                            tt = sl < nsplit ? split_from + 2 * sl : total;
+                            const int T = fa_kv_tiles<BM, BN>(0, Nq, Nk, 0);
+                            if (sl < nsplit && fa_sk_second(sl, sk_rt, nsplit, T)) pending = tt + 1;
+                        }
+                    }
+                } else if constexpr (PERSIST) {
+                    tt = atomicAdd(tickets, 1);
+                }
                 if constexpr (QPREF) {
                     const int ahead = tt + static_cast<int>(gridDim.x);
                     if (ahead < total) {
@@ -538,7 +615,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     }
                 }
                 int qb, bh, j0, j1, si, piece;
-                fa_work<LPT, SPLIT, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from,
+                fa_work<LPT, SPLIT, SK, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from,
                                                   nsplit, Nq, Nk, qb, bh, j0, j1, si, piece);
                 const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
                 const int ntiles = j1 - j0;
@@ -641,7 +718,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             if (tt >= total) break;
         }
         int qb, bh, j0, j1, si, piece;
-        fa_work<LPT, SPLIT, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
+        fa_work<LPT, SPLIT, SK, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
                                           Nq, Nk, qb, bh, j0, j1, si, piece);
         const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
         const int ntiles = j1 - j0;
@@ -878,7 +955,25 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                 // quad-reduced; every piece's layout is the same thread for thread), then the
                 // warpgroup that arrives last combines all pieces; the others are done.
                 constexpr int WS = (NO + 4) * 128;  // floats per piece and warpgroup
-                float* mine = ws + (static_cast<long long>(si * nsplit + piece) * NC + c) * WS;
+                // The item's pieces and the workspace slot of its q-th: nsplit consecutive
+                // ones, or (SK) one per slot from the slot holding its first tile to the one
+                // holding its last, the first one that slot's second piece unless the slot
+                // starts with the item.
+                int npieces = nsplit, s_lo = 0, p_lo = 0;
+                if constexpr (SK) {
+                    const int T = fa_kv_tiles<BM, BN>(0, Nq, Nk, 0);
+                    const long long rt = static_cast<long long>(num_qb * BH - split_from) * T;
+                    const long long x0 = static_cast<long long>(si) * T;
+                    s_lo = fa_sk_slot(x0, rt, nsplit);
+                    npieces = fa_sk_slot(x0 + T - 1, rt, nsplit) - s_lo + 1;
+                    p_lo = fa_sk_bound(s_lo, rt, nsplit) < x0 ? 1 : 0;
+                }
+                auto part = [&](int q) {
+                    const int idx = SK ? 2 * (s_lo + q) + (q == 0 ? p_lo : 0) : si * nsplit + q;
+                    return ws + (static_cast<long long>(idx) * NC + c) * WS;
+                };
+                float* mine = ws + (static_cast<long long>(SK ? piece : si * nsplit + piece) * NC +
+                                    c) * WS;
 #pragma unroll
                 for (int i = 0; i < NO; ++i) mine[i * 128 + ctid] = o[i];
 #pragma unroll
@@ -897,32 +992,31 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                 int before;
                 asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(before) : "r"(flags + 4 * c)
                              : "memory");
-                if (before != nsplit - 1) continue;  // another piece's warpgroup combines
+                if (before != npieces - 1) continue;  // another piece's warpgroup combines
                 __threadfence();
                 // O = sum_p 2^(m_p - M) O_p, l = sum_p 2^(m_p - M) l_p, M = max_p m_p (the
                 // exp2 domain of fa_softmax); a piece that saw no key (m_p = -inf) weighs 0.
-                const float* all = ws + static_cast<long long>(si * nsplit) * NC * WS + c * WS;
                 float mx[2] = {FA_NEG_INF, FA_NEG_INF};
-                for (int p = 0; p < nsplit; ++p) {
+                for (int p = 0; p < npieces; ++p) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
-                        mx[h] = fmaxf(mx[h], __ldcg(all + p * NC * WS + (NO + h) * 128 + ctid));
+                        mx[h] = fmaxf(mx[h], __ldcg(part(p) + (NO + h) * 128 + ctid));
                 }
 #pragma unroll
                 for (int i = 0; i < NO; ++i) o[i] = 0.f;
                 l[0] = l[1] = 0.f;
-                for (int p = 0; p < nsplit; ++p) {
-                    const float* part = all + p * NC * WS;
+                for (int p = 0; p < npieces; ++p) {
+                    const float* pp = part(p);
                     float w[2];
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const float mp = __ldcg(part + (NO + h) * 128 + ctid);
+                        const float mp = __ldcg(pp + (NO + h) * 128 + ctid);
                         w[h] = mp == FA_NEG_INF ? 0.f : fa_exp2(mp - mx[h]);
-                        l[h] += w[h] * __ldcg(part + (NO + 2 + h) * 128 + ctid);
+                        l[h] += w[h] * __ldcg(pp + (NO + 2 + h) * 128 + ctid);
                     }
 #pragma unroll
                     for (int i = 0; i < NO; ++i)
-                        o[i] += w[(i >> 1) & 1] * __ldcg(part + i * 128 + ctid);
+                        o[i] += w[(i >> 1) & 1] * __ldcg(pp + i * 128 + ctid);
                 }
                 m[0] = mx[0];
                 m[1] = mx[1];
@@ -1099,4 +1193,6 @@ FA_WS_INST(0, 64, 3, 128, 2, 262155)
 FA_WS_INST(1, 64, 3, 128, 2, 786447)
 FA_WS_INST(0, 128, 2, 176, 2, 659471)
 FA_WS_INST(1, 128, 2, 176, 2, 1183759)
+FA_WS_INST(0, 128, 2, 128, 2, 2228231)
+FA_WS_INST(1, 128, 2, 176, 2, 2232327)
 #endif

@@ -86,6 +86,10 @@
 #       sections filled to the L2 cap (tools/section_probe.py), causal, d = 128 and d = 64 at
 #       N = 4096 and d = 64 at 8192, then item_trace of the LPT and head-order d = 128
 #       candidates at N = 4096; JSON only comes back; about 200 s
+#   bash compute/gpu/tools/devrun.sh v14      # FLASH_NOTES v14: the stream-K tail (`:sktail`):
+#       its tests with V14_SPECS beside memcheck on them (stops there if either fails), then
+#       flash vs SDPA at d = 128 without a mask, N 4096-16384, settled, with each candidate
+#       beside its twin without the switch; JSON only comes back
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -512,5 +516,18 @@ if [ "$what" = v13d ]; then
         ws:128:2:128:2:pingpong:persist:qreg:earlyq \
         --json "$back/item_trace_v13_call8_causal_h200.json"
     cat "$OUT/trace.log"
+fi
+if [ "$what" = v14 ]; then
+    logs_in_tmp v14
+    specs=${V14_SPECS-"ws:128:2:128:2:pingpong:persist:earlyq:sktail ws:128:2:176:2:pingpong:persist:panelo:earlyq:sktail ws:64:3:128:2:pingpong:persist:sktail"}
+    switch_tests "$specs" "stream_k or sktail" 240
+    if [ $rc -eq 0 ]; then
+        compare full128 240 --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 \
+            --preheat 1 --d 128 --causal 0 --tune ws:128:2:128:2:pingpong:persist:earlyq \
+            ws:128:2:128:2:pingpong:persist:earlyq:sktail \
+            ws:128:2:176:2:pingpong:persist:panelo:earlyq \
+            ws:128:2:176:2:pingpong:persist:panelo:earlyq:sktail \
+            --json "$back/flash_vs_sdpa_v14_full128_h200.json"
+    fi
 fi
 exit $rc

@@ -8,7 +8,9 @@ FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") ad
 beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels;
 with FLASH_SANITIZE_ONLY_EXTRA=1 only those variants run (no defaults, tiled or backward).
 A variant with `:tailsplit` runs each shape twice: with tail_plan's own split and with
-every item cut into five pieces (pieces with no key tile where N_k < 5 tiles). CuPy's memory pool is
+every item cut into five pieces (pieces with no key tile where N_k < 5 tiles); with any
+`:sktail` variant one more shape runs, whose last wave the stream-K tail cuts (slots of
+about one key tile, 132 SMs). CuPy's memory pool is
 switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
@@ -24,6 +26,7 @@ import numpy as np
 
 # (heads, N_q, N_k); the last has more work items than SMs for the persistent ws variants
 CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200), (150, 130, 260)]
+STREAM_K_CASE = (150, 130, 1000)  # 150 or 300 items: a partial wave of 18 or 36 behind 132
 
 
 def main() -> int:
@@ -40,7 +43,8 @@ def main() -> int:
 
     cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
     rng = np.random.default_rng(0)
-    for h, n_q, n_k in CASES:
+    cases = CASES + [STREAM_K_CASE] * any(c.stream_k_tail for c in extra)
+    for h, n_q, n_k in cases:
         for d in (64, 128):
             for dtype in ("float16", "bfloat16"):
                 q, k, v = (

@@ -170,6 +170,7 @@ WS_SWITCHES = {
         "panel_o": True,
     },
     "persistent-tailsplit-earlyq": {"persistent": True, "tail_split": 1, "early_q": True},
+    "persistent-earlyq-sktail": {"persistent": True, "early_q": True, "stream_k_tail": True},
     "lpt-endq": {"lpt": True, "end_q": True},
     "persistent-lpt-earlyq-endq": {"persistent": True, "lpt": True, "early_q": True, "end_q": True},
     "persistent-qprefetch": {"persistent": True, "q_prefetch": True},
@@ -398,6 +399,42 @@ def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
     _run_case(b, h, n_q, n_k, d, dtype, False, seed=seed, config=cfg)
     # causal with the switch on: no split (the host keeps causal items whole)
     _run_case(b, h, n_q, n_k, d, dtype, True, seed=seed + [1], config=cfg)
+
+
+# The stream-K tail (FLASH_NOTES v14): (b, h, n_q, n_k, dtype) as functions of the SM count,
+# each with a partial last wave behind a full one. The slots run from one key tile (an item
+# cut into as many pieces as it has tiles, most slots crossing an item boundary) to about
+# half an item; tails in N_q and N_k, N_q != N_k, both head sizes' block heights.
+STREAM_K_CASES = {
+    "one-tile-slots": lambda sms: (1, sms + 2, 100, 128 * (sms // 2), "float16"),
+    "short-slots-key-tail": lambda sms: (2, (sms + 12) // 2, 1000, 1333, "bfloat16"),
+    "many-pieces": lambda sms: (1, sms // 4 + 3, 700, 1500, "float16"),
+    "half-item-slots": lambda sms: (2, 32, 1024, 2000, "bfloat16"),
+}
+
+
+@pytest.mark.parametrize("early_q", [False, True], ids=["persistent", "persistent-earlyq"])
+@pytest.mark.parametrize("case", list(STREAM_K_CASES))
+@pytest.mark.parametrize("d", [64, 128])
+def test_ws_stream_k_tail_pieces_combine_exactly(d, case, early_q):
+    base = flash.WS_CONFIGS[d]
+    cfg = _hopper_only(replace(base, persistent=True, early_q=early_q, stream_k_tail=True))
+    sms = flash._sm_count()
+    b, h, n_q, n_k, dtype = STREAM_K_CASES[case](sms)
+    items = -(-n_q // cfg.block_m) * b * h
+    split_from, slots = flash.stream_k_plan(items, -(-n_k // cfg.block_n), sms)
+    assert slots == sms and split_from < items, "the case must cut a tail, or it tests nothing"
+    seed = [61, d, n_q, n_k, int(early_q)]
+    _run_case(b, h, n_q, n_k, d, dtype, False, seed=seed, config=cfg)
+    # causal with the switch on: no split (the host keeps causal items whole)
+    _run_case(b, h, n_q, n_k, d, dtype, True, seed=seed + [1], config=cfg)
+
+
+def test_ws_stream_k_tail_full_last_wave_is_not_split():
+    cfg = _hopper_only(replace(flash.WS_CONFIGS[128], persistent=True, stream_k_tail=True))
+    sms = flash._sm_count()
+    assert flash.stream_k_plan(2 * sms, 3, sms) == (2 * sms, 0)
+    _run_case(2, sms, cfg.block_m, 300, 128, "float16", False, seed=[62], config=cfg)
 
 
 # K/V multicast in clusters of two (FLASH_NOTES v8): (b, h, n_q, n_k, dtype); every case

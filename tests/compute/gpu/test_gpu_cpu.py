@@ -260,6 +260,9 @@ def test_flash_config_spec_round_trips():
         == "flash_fwd_ws<0,128,2,128,2,35>"
     )
     assert Config.parse("ws:64:3:128:2:pingpong:tailsplit5").tail_split == 5
+    sk = Config.parse("ws:128:2:128:2:pingpong:persist:earlyq:sktail")
+    assert sk.stream_k_tail and sk.spec() == "ws:128:2:128:2:pingpong:persist:earlyq:sktail"
+    assert sk.name(0) == "flash_fwd_ws<0,128,2,128,2,2228231>"  # bit 21 on the default's 131079
     mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
     assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
     assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
@@ -336,6 +339,10 @@ def test_flash_config_spec_round_trips():
         ("ws:128:2:128:2:persist:tailsplit:qprefetch", "needs ':persist'"),
         ("ws:128:2:128:2:persist:mcast", "takes no"),
         ("ws:128:2:128:2:tailsplit:mcast", "takes no"),
+        ("ws:128:2:128:2:pingpong:sktail", "needs ':persist'"),
+        ("ws:128:2:128:2:persist:tailsplit:sktail", "needs ':persist'"),
+        ("ws:128:2:128:2:persist:sktail:trace", "takes no ':tailsplit', ':trace'"),
+        ("ws:128:2:128:2:persist:sktail:qprefetch", "takes no ':tailsplit', ':trace'"),
         ("wgmma:128:2:64:2:tailsplit", "is not a kernel spec"),
         ("ws:128:2:128:2:tailsplit1", "is not a kernel spec"),
         ("ws:64:3:128:2:tailsplitx", "is not a kernel spec"),
@@ -385,6 +392,18 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
     monkeypatch.setattr(flash, "_is_hopper", lambda: False)
     assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
+
+
+def test_stream_k_plan_cuts_only_a_partial_last_wave_behind_a_full_one():
+    from compute.gpu.flash import stream_k_plan
+
+    # d = 128 at batch*N = 16k: 2048 items, 68 in the last wave, one slot per SM
+    assert stream_k_plan(2048, 32, 132) == (2048 - 68, 132)
+    assert stream_k_plan(2048, 47, 132) == (2048 - 68, 132)  # 176-key tiles at N = 8192
+    assert stream_k_plan(264, 32, 132) == (264, 0)  # the last wave is full
+    assert stream_k_plan(100, 32, 132) == (100, 0)  # one wave only: nothing to even out
+    assert stream_k_plan(133, 131, 132) == (133, 0)  # a slot would be under one tile
+    assert stream_k_plan(133, 132, 132) == (132, 132)  # one tile per slot
 
 
 def test_tail_plan_splits_only_a_partial_last_wave():
