@@ -615,8 +615,9 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                     }
                 }
                 int qb, bh, j0, j1, si, piece;
-                fa_work<LPT, SPLIT, SK, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from,
-                                                  nsplit, Nq, Nk, qb, bh, j0, j1, si, piece);
+                fa_work<LPT, SPLIT, SK, ENDQ, BM, BN>(tt, num_qb, BH, causal, section,
+                                                      split_from, nsplit, Nq, Nk, qb, bh, j0, j1,
+                                                      si, piece);
                 const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
                 const int ntiles = j1 - j0;
                 const int sh = NFIRST ? fa_first_shift<BM, BN>(q0, Nq, Nk, causal) : 0;
@@ -718,8 +719,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             if (tt >= total) break;
         }
         int qb, bh, j0, j1, si, piece;
-        fa_work<LPT, SPLIT, SK, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from, nsplit,
-                                          Nq, Nk, qb, bh, j0, j1, si, piece);
+        fa_work<LPT, SPLIT, SK, ENDQ, BM, BN>(tt, num_qb, BH, causal, section, split_from,
+                                              nsplit, Nq, Nk, qb, bh, j0, j1, si, piece);
         const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
         const int ntiles = j1 - j0;
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
