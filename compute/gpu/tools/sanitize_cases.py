@@ -9,8 +9,8 @@ beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync 
 with FLASH_SANITIZE_ONLY_EXTRA=1 only those variants run (no defaults, tiled or backward).
 A variant with `:tailsplit` runs each shape twice: with tail_plan's own split and with
 every item cut into five pieces (pieces with no key tile where N_k < 5 tiles); with any
-`:sktail` variant one more shape runs, whose last wave the stream-K tail cuts (slots of
-about one key tile, 132 SMs). CuPy's memory pool is
+`:sktail` variant one more shape runs, whose last wave the stream-K tail cuts (slots of 1.1
+and 2.2 key tiles on 132 SMs). CuPy's memory pool is
 switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger

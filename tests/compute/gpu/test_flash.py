@@ -403,13 +403,13 @@ def test_ws_tail_split_pieces_combine_exactly(d, case, persistent, monkeypatch):
 
 # The stream-K tail (FLASH_NOTES v14): (b, h, n_q, n_k, dtype) as functions of the SM count,
 # each with a partial last wave behind a full one. The slots run from one key tile (an item
-# cut into as many pieces as it has tiles, most slots crossing an item boundary) to about
-# half an item; tails in N_q and N_k, N_q != N_k, both head sizes' block heights.
+# cut into as many pieces as it has tiles, most slots crossing an item boundary) to nearly a
+# whole item; tails in N_q and N_k, N_q != N_k, both head sizes' block heights.
 STREAM_K_CASES = {
     "one-tile-slots": lambda sms: (1, sms + 2, 100, 128 * (sms // 2), "float16"),
     "short-slots-key-tail": lambda sms: (2, (sms + 12) // 2, 1000, 1333, "bfloat16"),
     "many-pieces": lambda sms: (1, sms // 4 + 3, 700, 1500, "float16"),
-    "half-item-slots": lambda sms: (2, 32, 1024, 2000, "bfloat16"),
+    "long-slots": lambda sms: (2, 32, 1024, 2000, "bfloat16"),
 }
 
 
