@@ -118,6 +118,12 @@ class Config:
     # launch differs by at most a tile (FLASH_NOTES v14; spec ':sktail'). Not with
     # ':tailsplit', ':trace' or ':qprefetch'; causal launches run it without the split.
     stream_k_tail: bool = False
+    # ws: each item's ticket and the K/V ring counter shuffled from lane 0 at the item's
+    # start, so the compiler sees them warp-uniform and keeps the key-tile loop's stage
+    # addresses and wgmma descriptors on the uniform datapath (FLASH_NOTES v14; spec
+    # ':uniform'; tools/sass_loop.py shows the difference). Always on with ':tailsplit' or
+    # ':sktail'; not yet timed on a GPU.
+    uniform_counters: bool = False
 
     @property
     def block_m(self) -> int:
@@ -273,6 +279,7 @@ _WS_SWITCHES = (
     ("trace", "trace", 524288),
     ("qprefetch", "q_prefetch", 1048576),
     ("sktail", "stream_k_tail", 2097152),
+    ("uniform", "uniform_counters", 4194304),
 )
 # Spec flags of the ws kernel only ('tailsplit[K]' is matched by _is_split_flag).
 _WS_FLAGS = ("serial", *(flag for flag, _, _ in _WS_SWITCHES if flag != "tailsplit"))
@@ -640,9 +647,11 @@ def stream_k_plan(items: int, tiles: int, sms: int) -> tuple[int, int]:
     """(split_from, slots) of the stream-K tail: the last items % sms items run as one stream
     of their tiles key tiles each, cut into `sms` slots (one per persistent CTA); (items, 0),
     no split, when the last wave is full, when there is no second wave for the slots to
-    follow, or when a slot would be shorter than one key tile."""
+    follow, when a slot would be shorter than one key tile, or past the kernel's 32-bit
+    slot arithmetic."""
     tail = items % sms
-    if items <= sms or tail == 0 or tail * tiles < sms:
+    # (the kernel's slot arithmetic is 32-bit: slot * tail * tiles must stay below 2^31)
+    if items <= sms or tail == 0 or tail * tiles < sms or sms * tail * tiles >= 2**31:
         return items, 0
     return items - tail, sms
 

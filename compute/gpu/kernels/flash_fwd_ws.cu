@@ -40,7 +40,10 @@
 //     bit 8, v13: once Q's fragments are in registers); bit 18 (`:endq`, v13) ends causal
 //     query blocks at Nq; bit 19 (`:trace`) records each item's clocks; bit 20
 //     (`:qprefetch`, v13, off) prefetches the next items' Q into L2; bit 21 (`:sktail`,
-//     v14, off, not yet run on a GPU) cuts the last wave into one equal slot per CTA.
+//     v14, off, not yet run on a GPU) cuts the last wave into one equal slot per CTA; bit 22
+//     (`:uniform`, v14, off, not yet run on a GPU) shows the compiler that the ticket and
+//     the ring counter are warp-uniform (the persistent d = 64 loop's wgmma descriptors
+//     then stay on the uniform datapath: tools/sass_loop.py).
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -333,17 +336,18 @@ __device__ __forceinline__ int fa_tile_key(int j, int sh) {
 // and hands both pieces to its own consumers, so the slot's length is one SM's work. A
 // piece's partial goes to workspace slot 2 s + p (`piece`); si is its item's index in the
 // tail.
-__device__ __forceinline__ long long fa_sk_bound(int s, long long rt, int slots) {
+// 32-bit arithmetic (the host keeps slots R T below 2^31): a 64-bit division is a call,
+// whose results the compiler no longer knows to be warp-uniform.
+__device__ __forceinline__ int fa_sk_bound(int s, int rt, int slots) {
     return s * rt / slots;  // b_s, the first tail tile of slot s
 }
 // The slot that holds tail tile x: the last s with b_s <= x.
-__device__ __forceinline__ int fa_sk_slot(long long x, long long rt, int slots) {
-    return static_cast<int>(((x + 1) * slots - 1) / rt);
+__device__ __forceinline__ int fa_sk_slot(int x, int rt, int slots) {
+    return ((x + 1) * slots - 1) / rt;
 }
 // Whether slot s runs past the end of the item it starts in (then it has a second piece).
-__device__ __forceinline__ bool fa_sk_second(int s, long long rt, int slots, int T) {
-    const long long b0 = fa_sk_bound(s, rt, slots);
-    return fa_sk_bound(s + 1, rt, slots) > (b0 / T + 1) * T;
+__device__ __forceinline__ bool fa_sk_second(int s, int rt, int slots, int T) {
+    return fa_sk_bound(s + 1, rt, slots) > (fa_sk_bound(s, rt, slots) / T + 1) * T;
 }
 
 template <bool LPT, bool SPLIT, bool SK, bool ENDQ, int BM, int BN>
@@ -355,22 +359,21 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
     piece = 0;
     if (SK && tt >= split_from) {
         const int T = fa_kv_tiles<BM, BN>(0, Nq, Nk, 0);
-        const long long rt = static_cast<long long>(num_qb * BH - split_from) * T;
+        const int rt = (num_qb * BH - split_from) * T;
         const int v = tt - split_from;
         const int s = v >> 1;
-        const long long b0 = fa_sk_bound(s, rt, nsplit);
-        const long long b1 = fa_sk_bound(s + 1, rt, nsplit);
-        const int i0 = static_cast<int>(b0 / T);
+        const int b0 = fa_sk_bound(s, rt, nsplit);
+        const int b1 = fa_sk_bound(s + 1, rt, nsplit);
+        const int i0 = b0 / T;
         piece = v;
         if ((v & 1) == 0) {
             si = i0;
-            j0 = static_cast<int>(b0 - static_cast<long long>(i0) * T);
-            j1 = static_cast<int>(min(b1, static_cast<long long>(i0 + 1) * T) -
-                                  static_cast<long long>(i0) * T);
+            j0 = b0 - i0 * T;
+            j1 = min(b1, (i0 + 1) * T) - i0 * T;
         } else {
             si = i0 + 1;
             j0 = 0;
-            j1 = static_cast<int>(b1 - static_cast<long long>(i0 + 1) * T);
+            j1 = b1 - (i0 + 1) * T;
         }
         fa_tile<LPT>(split_from + si, num_qb, BH, causal, section, qb, bh);
         return;
@@ -409,7 +412,8 @@ __device__ __forceinline__ void fa_work(int tt, int num_qb, int BH, int causal, 
 // item's last S GEMM instead of its last P V (v12); bit 18: causal query blocks aligned to
 // end at Nq (fa_q0, v13); bit 19: the item trace (TRACE, measurement only); bit 20:
 // persistent, the Q of the item one grid ahead prefetched into L2 (QPREF, v13); bit 21:
-// persistent, full attention, the stream-K tail (SK, fa_work; v14).
+// persistent, full attention, the stream-K tail (SK, fa_work; v14); bit 22: the ticket and
+// ring counter shuffled from lane 0 at each item's start (UNIFORM, v14; implied by a split).
 // 64-bit words per item and consumer warpgroup that the item trace (MODE bit 19) writes.
 #define FA_TRACE_WORDS 8
 
@@ -499,6 +503,14 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // that an item waits for at its start (3.5-5.8% of the SMs' time at N = 4096, causal;
     // tools/item_trace.py) reads L2, not HBM.
     constexpr bool QPREF = (MODE & 1048576) != 0;
+    // The item's ticket and the K/V ring counter shuffled from lane 0 at each item's start
+    // (MODE bit 22, v14; always with a split). Both are the same in every lane, but the
+    // compiler cannot prove it for a ticket read from shared memory or a counter carried
+    // across items, and then computes the pipelined loop's stage addresses and wgmma
+    // descriptors per thread and moves them to uniform registers (R2UR) at every key tile:
+    // tools/sass_loop.py counts 32 R2UR and 4-5 uniform-datapath instructions per tile in the
+    // persistent d = 64 loop against 9 and 74 on the grid, 48 and 1-2 with the tail split.
+    constexpr bool UNIFORM = (MODE & 4194304) != 0 || SPLIT;
     static_assert(!QPREF || (PERSIST && !SPLIT), "Q prefetch: the persistent grid, whole items");
     constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all of them, or (MODE bit 12, persistent) one, in a
@@ -570,10 +582,9 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             fa_tma_prefetch(&tmV);
             int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
             int pending = -1;  // SK: the second piece of the slot drawn last, if it has one
-            const long long sk_rt =  // SK: key tiles in the tail (R items of T)
-                SK ? static_cast<long long>(num_qb * BH - split_from) *
-                         fa_kv_tiles<BM, BN>(0, Nq, Nk, 0)
-                   : 0;
+            // SK: key tiles in the tail (R items of T)
+            const int sk_rt = SK ? (num_qb * BH - split_from) * fa_kv_tiles<BM, BN>(0, Nq, Nk, 0)
+                                 : 0;
             // Item k: Q lands on barQ phase k; persistent, the consumers learn the item from
             // `slot`, written before that phase's arrive (release; their wait acquires), and
             // a ticket past the end still completes the phase, with no bytes, to stop them.
@@ -716,6 +727,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         int tt = first;
         if constexpr (PERSIST) {
             asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(tt) : "r"(slot) : "memory");
+            if constexpr (UNIFORM) tt = __shfl_sync(0xffffffffu, tt, 0);
             if (tt >= total) break;
         }
         int qb, bh, j0, j1, si, piece;
@@ -723,6 +735,7 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                               nsplit, Nq, Nk, qb, bh, j0, j1, si, piece);
         const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
         const int ntiles = j1 - j0;
+        if constexpr (UNIFORM) it = __shfl_sync(0xffffffffu, it, 0);
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
         const int sh = NFIRST ? fa_first_shift<BM, BN>(q0, Nq, Nk, causal) : 0;
         if constexpr (QREG) fa_load_q_frags<D, BM>(qa, qwg, warp, g, t);
@@ -963,8 +976,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                 int npieces = nsplit, s_lo = 0, p_lo = 0;
                 if constexpr (SK) {
                     const int T = fa_kv_tiles<BM, BN>(0, Nq, Nk, 0);
-                    const long long rt = static_cast<long long>(num_qb * BH - split_from) * T;
-                    const long long x0 = static_cast<long long>(si) * T;
+                    const int rt = (num_qb * BH - split_from) * T;
+                    const int x0 = si * T;
                     s_lo = fa_sk_slot(x0, rt, nsplit);
                     npieces = fa_sk_slot(x0 + T - 1, rt, nsplit) - s_lo + 1;
                     p_lo = fa_sk_bound(s_lo, rt, nsplit) < x0 ? 1 : 0;
@@ -1196,4 +1209,5 @@ FA_WS_INST(0, 128, 2, 176, 2, 659471)
 FA_WS_INST(1, 128, 2, 176, 2, 1183759)
 FA_WS_INST(0, 128, 2, 128, 2, 2228231)
 FA_WS_INST(1, 128, 2, 176, 2, 2232327)
+FA_WS_INST(0, 64, 3, 128, 2, 4587535)
 #endif

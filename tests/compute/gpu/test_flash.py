@@ -171,6 +171,13 @@ WS_SWITCHES = {
     },
     "persistent-tailsplit-earlyq": {"persistent": True, "tail_split": 1, "early_q": True},
     "persistent-earlyq-sktail": {"persistent": True, "early_q": True, "stream_k_tail": True},
+    "persistent-lpt-earlyq-endq-uniform": {
+        "persistent": True,
+        "lpt": True,
+        "early_q": True,
+        "end_q": True,
+        "uniform_counters": True,
+    },
     "lpt-endq": {"lpt": True, "end_q": True},
     "persistent-lpt-earlyq-endq": {"persistent": True, "lpt": True, "early_q": True, "end_q": True},
     "persistent-qprefetch": {"persistent": True, "q_prefetch": True},

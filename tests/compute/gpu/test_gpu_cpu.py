@@ -263,6 +263,8 @@ def test_flash_config_spec_round_trips():
     sk = Config.parse("ws:128:2:128:2:pingpong:persist:earlyq:sktail")
     assert sk.stream_k_tail and sk.spec() == "ws:128:2:128:2:pingpong:persist:earlyq:sktail"
     assert sk.name(0) == "flash_fwd_ws<0,128,2,128,2,2228231>"  # bit 21 on the default's 131079
+    un = Config.parse("ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform")
+    assert un.uniform_counters and un.name(1) == "flash_fwd_ws<1,64,3,128,2,4587535>"  # bit 22
     mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
     assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
     assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
@@ -687,3 +689,46 @@ def test_section_probe_launches_capped_sections_then_restores_equal_ones(monkeyp
     run("launch")
     assert seen == [("launch", 15)]  # the rule before v13: sections filled to the cap
     assert flash.lpt_section(4096, 128, 64) == 13  # and the equal sections again after it
+
+
+# A hand-made cuobjdump -sass excerpt: a setup block, an outer loop (back to 0x0010) around
+# an inner one (back to 0x0040) that holds the wgmma, and a later loop with none.
+_SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x0 */
+        /*0010*/                   S2R R0, SR_TID.X ;                     /* 0x0 */
+        /*0020*/                   R2UR UR4, R0 ;                         /* 0x0 */
+        /*0030*/                   UIADD3 UR5, UR4, 0x10, URZ ;           /* 0x0 */
+        /*0040*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR5+0x30010], R3 ;
+        /*0050*/                   R2UR UR6, R4 ;                         /* 0x0 */
+        /*0060*/                   HGMMA.64x128x16.F32 R88, gdesc[UR4], R88 ;
+        /*0070*/                   MUFU.EX2 R5, R5 ;                      /* 0x0 */
+        /*0080*/                   FFMA R6, R6, UR6, -R7 ;                /* 0x0 */
+        /*0090*/               @P1 BRA 0x40 ;                             /* 0x0 */
+        /*00a0*/              @!P2 BRA 0x10 ;                             /* 0x0 */
+        /*00b0*/                   IADD3 R8, R8, 0x1, RZ ;                /* 0x0 */
+        /*00c0*/               @P3 BRA 0xb0 ;                             /* 0x0 */
+        /*00d0*/                   EXIT ;                                 /* 0x0 */
+"""
+
+
+def test_sass_loop_finds_the_innermost_wgmma_loop_and_counts_it(monkeypatch):
+    from compute.gpu.tools import sass_loop
+    from compute.gpu.tools.sass_loop import _mangled_key, _spills, innermost_wgmma_loop, loop_stats
+
+    assert innermost_wgmma_loop(_SASS) is None  # one exp2: no softmax, not the key-tile step
+    monkeypatch.setattr(sass_loop, "_MIN_EXP", 1)
+    body = innermost_wgmma_loop(_SASS)
+    assert body[0].startswith("SYNCS.PHASECHK") and body[-1] == "@P1 BRA 0x40"
+    assert loop_stats(body) == {
+        "instructions": 6, "hgmma": 1, "r2ur": 1, "uniform": 0, "mufu": 1, "ffma": 1,
+        "bar_sync": 0,
+    }  # fmt: skip
+    assert innermost_wgmma_loop(_SASS.replace("HGMMA.64x128x16.F32", "FMUL")) is None
+    key = _mangled_key("flash_fwd_ws<0,128,2,128,2,2228231>")
+    assert key == "flash_fwd_wsILi0ELi128ELi2ELi128ELi2ELi2228231EEv"
+    log = (
+        f"ptxas info    : Compiling entry function '_Z12{key}6FaTmapS0_' for 'sm_90a'\n"
+        "ptxas info    : Function properties for x\n"
+        "    24 bytes stack frame, 64 bytes spill stores, 68 bytes spill loads\n"
+    )
+    assert _spills(log) == {key: 64}
