@@ -86,11 +86,15 @@
 #       sections filled to the L2 cap (tools/section_probe.py), causal, d = 128 and d = 64 at
 #       N = 4096 and d = 64 at 8192, then item_trace of the LPT and head-order d = 128
 #       candidates at N = 4096; JSON only comes back; about 200 s
-#   bash compute/gpu/tools/devrun.sh v14      # FLASH_NOTES v14: the stream-K tail (`:sktail`)
-#       and warp-uniform counters (`:uniform`): their tests with V14_SPECS beside memcheck on
-#       them (stops there if either fails), then flash vs SDPA, settled, each candidate
-#       beside its twin without the switch: d = 128 without a mask at N 4096-16384, d = 64
-#       causal and without a mask at N 4096 8192; JSON only comes back; about 500 s planned
+#   bash compute/gpu/tools/devrun.sh v14      # FLASH_NOTES v14: the stream-K tail (`:sktail`):
+#       its tests with V14_SPECS beside memcheck on them (stops there if either fails), then
+#       flash vs SDPA at d = 128 without a mask, N 4096-16384, settled, each candidate beside
+#       its twin without the switch; JSON only comes back; about 400 s planned (not yet run)
+#   bash compute/gpu/tools/devrun.sh v14b     # FLASH_NOTES v14: warp-uniform counters
+#       (`:uniform`): their tests with V14B_SPECS beside memcheck on them (stops there if
+#       either fails), the item trace of the d = 64 causal default with and without it
+#       (body cycles per key tile) beside the LPT grid, then flash vs SDPA at d = 64, N 4096
+#       8192, settled, causal and without a mask, each beside its twin; about 350 s planned
 #       (not yet run)
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
@@ -521,25 +525,38 @@ if [ "$what" = v13d ]; then
 fi
 if [ "$what" = v14 ]; then
     logs_in_tmp v14
-    specs=${V14_SPECS-"ws:128:2:128:2:pingpong:persist:earlyq:sktail ws:128:2:176:2:pingpong:persist:panelo:earlyq:sktail ws:64:3:128:2:pingpong:persist:sktail ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq:uniform"}
-    switch_tests "$specs" "stream_k or sktail or uniform" 240
-    common="--dtype float16 bfloat16 --dense-max-n 0 --preheat 1"
+    specs=${V14_SPECS-"ws:128:2:128:2:pingpong:persist:earlyq:sktail ws:128:2:176:2:pingpong:persist:panelo:earlyq:sktail ws:64:3:128:2:pingpong:persist:sktail"}
+    switch_tests "$specs" "stream_k or sktail" 240
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        compare full128 240 --n 4096 8192 16384 $common --d 128 --causal 0 --tune \
+        compare full128 240 --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 \
+            --preheat 1 --d 128 --causal 0 --tune \
             ws:128:2:128:2:pingpong:persist:earlyq ws:128:2:128:2:pingpong:persist:earlyq:sktail \
             ws:128:2:176:2:pingpong:persist:panelo:earlyq \
             ws:128:2:176:2:pingpong:persist:panelo:earlyq:sktail \
             --json "$back/flash_vs_sdpa_v14_full128_h200.json"
+    fi
+fi
+if [ "$what" = v14b ]; then
+    logs_in_tmp v14b
+    specs=${V14B_SPECS-"ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform ws:64:3:128:2:pingpong:persist:uniform ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq:uniform"}
+    switch_tests "$specs" "uniform" 200
+    common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 --d 64"
+    if [ $rc -eq 0 ]; then
+        step trace 120 python3 -m compute.gpu.tools.item_trace --n 4096 --d 64 --causal 1 \
+            --spec ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq \
+            ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform ws:64:3:128:2:pingpong:lpt \
+            --json "$back/item_trace_v14_uniform_d64_causal_h200.json"
+        cat "$OUT/trace.log"
         # shellcheck disable=SC2086
-        compare causal64 120 --n 4096 8192 $common --d 64 --causal 1 --tune \
+        compare causal64 120 $common --causal 1 --tune \
             ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq \
             ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform \
-            --json "$back/flash_vs_sdpa_v14_causal64_h200.json"
+            --json "$back/flash_vs_sdpa_v14b_causal64_h200.json"
         # shellcheck disable=SC2086
-        compare full64 120 --n 4096 8192 $common --d 64 --causal 0 --tune \
+        compare full64 120 $common --causal 0 --tune \
             ws:64:3:128:2:pingpong:persist ws:64:3:128:2:pingpong:persist:uniform \
-            --json "$back/flash_vs_sdpa_v14_full64_h200.json"
+            --json "$back/flash_vs_sdpa_v14b_full64_h200.json"
     fi
 fi
 exit $rc
