@@ -7,13 +7,13 @@ Run where nvcc (12.8 or later, for sm_90a) and cuobjdump are (cuobjdump also com
         ws:128:2:128:2:pingpong:persist:earlyq:sktail [--dtype float16] [--json F]
 
 Each spec's instantiation is compiled to a cubin as flash.py's NVRTC build does (sm_90a,
-FA_FORCE_WGMMA), and its SASS is searched for the innermost loop that issues a wgmma (the
-steady-state step that runs once per key tile, with its softmax). For that loop it prints the instruction
-count, the wgmmas, the R2UR moves and the instructions of the uniform datapath (wgmma
-descriptors and stage addresses are warp-uniform: when the compiler cannot prove a value
-that feeds them uniform, it computes them per thread and moves them across, FLASH_NOTES
-v14), the MUFU and FFMA of the softmax, and ptxas's spill bytes for the whole kernel.
-A static look: it says what each step issues, not how long it takes.
+FA_FORCE_WGMMA), and its SASS is searched for the innermost loop that issues a wgmma and a
+softmax (the steady-state step that runs once per key tile). For that loop it prints the
+instruction count, the wgmmas, the R2UR moves and the instructions of the uniform datapath
+(wgmma descriptors and stage addresses are warp-uniform: when the compiler cannot prove a
+value that feeds them uniform, it computes them per thread and moves them across,
+FLASH_NOTES v14), the MUFU and FFMA of the softmax, and ptxas's spill bytes for the whole
+kernel. A static look: it says what each step issues, not how long it takes.
 """
 
 from __future__ import annotations
