@@ -565,12 +565,10 @@ def _ws_launch(
         tail = items % _sm_count()
         if cfg.tail_split > 1 and tail:  # a fixed piece count for the same tail (measurements)
             split_from, nsplit = items - tail, cfg.tail_split
-    slots = 0
-    if cfg.stream_k_tail:
-        split_from, slots = stream_k_plan(items, -(-k.shape[2] // cfg.block_n), _sm_count())
-        if causal:  # unequal items: the plain persistent schedule (the kernel sees no tail)
-            split_from, slots = items, 0
-        nsplit = slots
+    if cfg.stream_k_tail:  # causal items are unequal: the plain persistent schedule (no slots)
+        tiles = -(-k.shape[2] // cfg.block_n)
+        split_from, nsplit = (items, 0) if causal else stream_k_plan(items, tiles, _sm_count())
+    slots = nsplit if cfg.stream_k_tail else 0
     tickets, ws = cp.uint64(0), cp.uint64(0)
     if cfg.persistent or split_from < items:  # zeroed: the ticket, then one counter per
         tickets = cp.zeros(1 + (items - split_from) * cfg.warps, dtype=cp.int32)  # piece's wg

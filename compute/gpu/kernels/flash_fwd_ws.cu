@@ -582,9 +582,9 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             fa_tma_prefetch(&tmV);
             int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
             int pending = -1;  // SK: the second piece of the slot drawn last, if it has one
-            // SK: key tiles in the tail (R items of T)
-            const int sk_rt = SK ? (num_qb * BH - split_from) * fa_kv_tiles<BM, BN>(0, Nq, Nk, 0)
-                                 : 0;
+            // SK: key tiles per item and in the tail (R items of T)
+            const int sk_T = SK ? fa_kv_tiles<BM, BN>(0, Nq, Nk, 0) : 0;
+            const int sk_rt = (num_qb * BH - split_from) * sk_T;
             // Item k: Q lands on barQ phase k; persistent, the consumers learn the item from
             // `slot`, written before that phase's arrive (release; their wait acquires), and
             // a ticket past the end still completes the phase, with no bytes, to stop them.
@@ -599,8 +599,8 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                         const int sl = tt - split_from;  // a slot of the tail, or past it
                         if (sl >= 0) {
                             tt = sl < nsplit ? split_from + 2 * sl : total;
-                            const int T = fa_kv_tiles<BM, BN>(0, Nq, Nk, 0);
-                            if (sl < nsplit && fa_sk_second(sl, sk_rt, nsplit, T)) pending = tt + 1;
+                            if (sl < nsplit && fa_sk_second(sl, sk_rt, nsplit, sk_T))
+                                pending = tt + 1;
                         }
                     }
                 } else if constexpr (PERSIST) {
@@ -1155,8 +1155,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__((NC + 1) * 128, 1)
     fa_ws_body<DT, D, NC, BN, ST, MODE>(FA_WS_ARGS);
 }
 
-#ifdef COMPILE_CHECK
-// nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash.py uses, so CI type-checks them.
+// Explicit instantiation of one variant (the COMPILE_CHECK list below; tools/sass_loop.py).
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
@@ -1167,6 +1166,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__((NC + 1) * 128, 1)
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
         int, float, int, int, int, int*, int, float*, int, int);
+
+#ifdef COMPILE_CHECK
+// nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash.py uses, so CI type-checks them.
 FA_WS_MC_INST(0, 128, 2, 176, 2, 67)
 FA_WS_MC_INST(1, 128, 2, 128, 2, 67)
 FA_WS_MC_INST(0, 64, 3, 128, 2, 67)

@@ -100,19 +100,12 @@ def _cuobjdump() -> str | None:
     if found:
         return found
     wheel = Path(sysconfig.get_paths()["purelib"]) / "nvidia"
-    for cand in sorted(wheel.glob("cu*/bin/cuobjdump")):
-        return str(cand)
-    return None
+    return next((str(p) for p in sorted(wheel.glob("cu*/bin/cuobjdump"))), None)
 
 
 def _instantiation(name: str) -> str:
-    """An explicit instantiation of flash.Config.name()'s template, with its parameters."""
-    params = (
-        "const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, "
-        "const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int, "
-        "int, float, int, int, int, int*, int, float*, int, int"
-    )
-    return f"template __global__ void {name}({params});\n"
+    """flash.Config.name()'s template as the kernel file's own FA_WS_INST(...) line."""
+    return "FA_WS_INST(" + name.split("<", 1)[1].rstrip(">") + ")\n"
 
 
 def compile_and_measure(specs: list[str], dt: int) -> list[dict]:
