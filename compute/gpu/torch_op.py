@@ -12,7 +12,8 @@ The op is registered with ``torch.library`` (``fa_explorer::attention_forward`` 
 ``fa_explorer::attention_backward``, with fake implementations and registered autograd), so
 ``torch.compile(..., fullgraph=True)`` traces through it. In eager mode the call goes through
 an ``autograd.Function`` instead, which runs the same functions with less Python dispatch
-(the benchmark, ``tools/torch_op_bench.py``, times both).
+(the benchmark, ``tools/torch_op_bench.py``, times both), or, when no input needs a
+gradient, straight to them.
 
 What is copied, and why: the kernels read row-major (batch·heads, N, d) memory, 16-byte
 aligned, so an input that is not (e.g. SDPA's (batch, heads, N, d) view of (batch, N,
@@ -272,7 +273,10 @@ def torch_attention(
     if torch.compiler.is_compiling() and _register_ops():
         op = getattr(torch.ops, NAMESPACE).attention_forward
         return op(q, k, v, bool(is_causal), scale, causal_align)[0]
-    return _function().apply(q, k, v, bool(is_causal), scale, causal_align)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _function().apply(q, k, v, bool(is_causal), scale, causal_align)
+    # No graph to record (inference): skip the autograd.Function's own host cost.
+    return _forward(*_prepare(q, k, v, is_causal, causal_align), bool(is_causal), scale)[0]
 
 
 def register_ops() -> None:

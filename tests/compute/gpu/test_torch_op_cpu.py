@@ -152,6 +152,7 @@ def test_matches_float64_sdpa_semantics(
         tol = 1e-12 if name == "O" else 1e-6  # the backward reads the float32 LSE
         assert _rel(g, w) < tol, f"{name}: {_rel(g, w):.2e}"
     assert got[0].is_contiguous()
+    assert torch.equal(torch_op.torch_attention(q, k, v, **kw), got[0])  # no-grad path
 
 
 def test_no_copies_where_the_kernels_read_the_tensors(stand_in, float64_ok):
