@@ -19,9 +19,10 @@ import argparse
 import copy
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
+
+from .torch_op_bench import import_for_gpu
 
 SEQ = 4096
 VOCAB = 32000
@@ -90,15 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
     args = ap.parse_args(argv)
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        print("llama_train_bench needs torch and transformers installed.", file=sys.stderr)
+    mods = import_for_gpu("llama_train_bench", "torch", "transformers")
+    if mods is None:
         return 2
-    if not torch.cuda.is_available():
-        print("llama_train_bench needs a CUDA GPU; none is visible.", file=sys.stderr)
-        return 2
+    torch, transformers = mods
     rows = []
     for head_dim in args.head_dims:
         row = _compare(torch, transformers, head_dim, args.steps, args.rounds)
