@@ -17,9 +17,10 @@ gradient, straight to them.
 
 What is copied, and why: the kernels read row-major (batch·heads, N, d) memory, 16-byte
 aligned, so an input that is not (e.g. SDPA's (batch, heads, N, d) view of (batch, N,
-heads, d) memory) is copied once (``contiguous()``) in the forward and again in the
-backward, as is a non-contiguous upstream gradient; the output is contiguous (batch, heads,
-N, d). Taking those layouts without the copy needs the kernels to take the row and head
+heads, d) memory) is copied (``contiguous()``) in the forward; the eager path saves the
+copies for the backward, while under torch.compile the op's autograd saves its inputs, so
+the backward copies them again. A non-contiguous upstream gradient is copied too; the
+output is contiguous (batch, heads, N, d). Taking those layouts without the copy needs the kernels to take the row and head
 strides (the TMA maps' strides and the pointer kernels' offsets), which they do not yet.
 
 GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA; query head h

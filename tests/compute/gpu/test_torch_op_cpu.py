@@ -12,6 +12,7 @@ backend in float64 on fresh seeded inputs. Needs torch (CPU build is enough).
 from __future__ import annotations
 
 import copy
+import gc
 import subprocess
 import sys
 import weakref
@@ -172,11 +173,14 @@ def test_no_copies_where_the_kernels_read_the_tensors(stand_in, float64_ok):
     ((_, (fq, fk, fv, *_)),) = stand_in
     assert [t.data_ptr() for t in (fq, fk, fv)] == [t.data_ptr() for t in leaves]
     stand_in.clear()
-    qs, ks, vs, _ = _inputs(1, 4, 4, 40, 40, 64, seed=4, layout="bnhd")
-    torch_op.torch_attention(qs, ks, vs)
-    ((_, (fq, fk, fv, *_)),) = stand_in
+    qs, ks, vs, dos = _inputs(1, 4, 4, 40, 40, 64, seed=4, layout="bnhd")
+    _run(qs, ks, vs, dos)
+    (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, _, bdo, _, *_)) = stand_in
     assert all(t.is_contiguous() for t in (fq, fk, fv))
     assert fq.data_ptr() != qs.data_ptr()
+    # the eager backward reuses the forward's copies; only the strided dO is copied anew
+    assert [t.data_ptr() for t in (bq, bk, bv)] == [t.data_ptr() for t in (fq, fk, fv)]
+    assert bdo.is_contiguous() and not dos.is_contiguous()
 
 
 def test_refusals_are_one_sentence():
@@ -305,4 +309,5 @@ def test_cupy_alias_describes_the_tensor_memory(dtype):
     assert a.data.mem.size == (last + 1) * size
     assert alive() is not None  # the alias holds the tensor
     del a
+    gc.collect()
     assert alive() is None
