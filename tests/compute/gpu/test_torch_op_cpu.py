@@ -311,3 +311,18 @@ def test_cupy_alias_describes_the_tensor_memory(dtype):
     del a
     gc.collect()
     assert alive() is None
+
+
+def test_torch_export_records_the_library_op(stand_in, float64_ok):
+    """torch.export of a module calling the op: one fa_explorer node, and the exported
+    program computes what eager mode does."""
+
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch_op.torch_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    q, k, v, _ = _inputs(1, 4, 2, 48, 48, 64, seed=12)
+    program = torch.export.export(Block(), (q, k, v))
+    ops = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert torch.ops.fa_explorer.attention_forward.default in ops
+    assert torch.equal(program.module()(q, k, v), Block()(q, k, v))
