@@ -11,7 +11,7 @@ times. With `pass_name="backward"` every path times its backward pass instead, a
 "training" forward and backward together (bench_backward.py), against that pass's ledger;
 the sweep then times the teaching kernel's backward (or training step) at each tile size.
 Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked for). The
-CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call this; the GPU
+CLI, the desktop panel, lab/figures.py and lab/flash_vs_sdpa.py all call this; the GPU
 tests share its reference, dtypes and dense path.
 """
 

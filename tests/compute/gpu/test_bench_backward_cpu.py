@@ -98,7 +98,7 @@ def test_version_2_reports_read_as_forward_and_sweeps_match_their_pass():
 
 
 def test_figures_add_backward_passes_to_kept_forward_reports(monkeypatch):
-    from compute.gpu.tools import figures
+    from compute.gpu.lab import figures
 
     runs = []
 
