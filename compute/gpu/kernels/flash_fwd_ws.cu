@@ -22,6 +22,9 @@
 //     ending at Nq (FA_WS_ENDQ); Q in registers (FA_WS_QREG); O staged a panel at a time
 //     (FA_WS_PANELO). ws_traits.cuh names them; flash_select.py says where each is used, and
 //     FLASH_NOTES.md records the measurements and the variants that were removed.
+// Parts: ws_traits.cuh (the traits and static shape), ws_pipeline.cuh (TMA, mbarriers, named
+// barriers, shared-memory layout), ws_scheduler.cuh (work items), ws_producer.cuh (the
+// producer warpgroup); the consumers are below.
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent).
 //
@@ -31,7 +34,7 @@
 
 #include "common.cuh"
 #include "ws_pipeline.cuh"
-#include "ws_scheduler.cuh"
+#include "ws_producer.cuh"
 #include "ws_traits.cuh"
 
 // The persistent grid: gridDim.x CTAs, one per SM; the producer draws each next work item
@@ -48,39 +51,10 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
                                            int BH, int* __restrict__ tickets, int section,
                                            float* __restrict__ ws, int split_from, int nsplit) {
 #if FA_HAVE_WGMMA
-    using T = FaWsTraits<D, NC, BN, MODE>;
-    constexpr bool OVERLAP = T::OVERLAP;
-    constexpr bool SCHED = T::SCHED;
-    constexpr bool PERSIST = T::PERSIST;
-    constexpr bool LPT = T::LPT;
-    constexpr bool QREG = T::QREG;
-    constexpr bool EARLYQ = T::EARLYQ;
-    constexpr bool QREG_EARLY = T::QREG_EARLY;
-    constexpr bool ENDQ = T::ENDQ;
-    constexpr bool SKIP_IDLE = T::SKIP_IDLE;
-    constexpr bool WG_DIAG = T::WG_DIAG;
-    constexpr int NP = T::NP;
-    constexpr int SP = T::SP;
-    using L = FaSmem<D, NC, BN, ST, PERSIST ? SP : 0>;
-    constexpr int BM = L::BM;
-    constexpr int NS = BN / 2;  // S accumulator registers per thread
-    constexpr int NO = D / 2;   // O accumulator registers per thread
-    constexpr int NCT = NC * 128;  // consumer threads
-
+    using K = FaWsKernel<DT, D, NC, BN, ST, MODE>;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     const u32 base = (fa_smem_addr(fa_smem) + 1023u) & ~1023u;
-    const u32 sQ = base;
-    const u32 sK = base + L::K_OFF;
-    const u32 sV = base + L::V_OFF;
-    const u32 sO = base + L::O_OFF;
-    const u32 barQ = base + L::BAR_OFF;
-    const u32 emptyQ = barQ + 8;
-    const u32 fullK = emptyQ + 8;
-    const u32 fullV = fullK + 8 * ST;
-    const u32 emptyK = fullV + 8 * ST;
-    const u32 emptyV = emptyK + 8 * ST;
-    const u32 slot = emptyV + 8 * ST;  // persistent: the current item's ticket
-
+    const FaWsAddrs A = fa_ws_addrs<typename K::L, ST>(base);
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1..NC: consumers
     const int total = num_qb * BH;
@@ -88,66 +62,38 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     const int first = blockIdx.y * num_qb + blockIdx.x;
 
     if (tid == 0) {
-        fa_mbar_init(barQ, 1);
-        fa_mbar_init(emptyQ, NCT);
+        fa_mbar_init(A.barQ, 1);
+        fa_mbar_init(A.emptyQ, K::NCT);
         for (int s = 0; s < ST; ++s) {
-            fa_mbar_init(fullK + 8 * s, 1);
-            fa_mbar_init(fullV + 8 * s, 1);
-            fa_mbar_init(emptyK + 8 * s, NCT);
-            fa_mbar_init(emptyV + 8 * s, NCT);
+            fa_mbar_init(A.fullK + 8 * s, 1);
+            fa_mbar_init(A.fullV + 8 * s, 1);
+            fa_mbar_init(A.emptyK + 8 * s, K::NCT);
+            fa_mbar_init(A.emptyV + 8 * s, K::NCT);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();  // the last block-wide barrier: roles split below
 
     if (wg == 0) {
-        // ---------------- producer ----------------
-        fa_setmaxnreg_dec<FaRegs<NC>::PRODUCER>();
-        if (tid == 0) {
-            fa_tma_prefetch(&tmQ);
-            fa_tma_prefetch(&tmK);
-            fa_tma_prefetch(&tmV);
-            int it = 0;  // K/V tiles issued so far (ring slot it % ST, round it / ST)
-            // Item k: Q lands on barQ phase k; persistent, the consumers learn the item from
-            // `slot`, written before that phase's arrive (release; their wait acquires), and
-            // a ticket past the end still completes the phase, with no bytes, to stop them.
-            for (int k = 0; PERSIST || k == 0; ++k) {
-                int tt = first;
-                if constexpr (PERSIST) tt = atomicAdd(tickets, 1);
-                // Q's buffer (and `slot`) are free once every consumer is done with item k-1.
-                fa_mbar_wait(emptyQ, (k & 1) ^ 1);
-                if constexpr (PERSIST) {
-                    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot), "r"(tt) : "memory");
-                    if (tt >= total) {
-                        fa_mbar_arrive(barQ);
-                        break;
-                    }
-                }
-                int qb, bh;
-                fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
-                const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
-                const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
-                fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
-#pragma unroll
-                for (int p = 0; p < NP; ++p)
-                    fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, bh, barQ);
-                for (int j = 0; j < ntiles; ++j, ++it) {
-                    const int s = it % ST;
-                    const u32 round_parity = ((it / ST) & 1) ^ 1;
-                    fa_mbar_wait(emptyK + 8 * s, round_parity);
-                    fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
-                    const int key0 = j * BN;
-                    fa_load_kv<NP, BN>(sK + s * L::KV_BYTES, &tmK, key0, bh, fullK + 8 * s);
-                    fa_mbar_wait(emptyV + 8 * s, round_parity);
-                    fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
-                    fa_load_kv<NP, BN>(sV + s * L::KV_BYTES, &tmV, key0, bh, fullV + 8 * s);
-                }
-            }
-        }
+        fa_ws_producer<K>(A, tmQ, tmK, tmV, tid, first, total, tickets, num_qb, BH, causal,
+                          section, Nq, Nk);
         return;
     }
-
     // ---------------- consumers ----------------
+    // The consumers' main loop, masking rules and epilogue stay in this function: moved into
+    // functions of their own (headers), they changed the compiler's register numbering and
+    // address arithmetic (locals move when a function is inlined), and the kernel's PTX is
+    // kept byte-identical to the measured build (FLASH_NOTES.md, "PTX of the shipped
+    // defaults"; lab/ptx_hashes.py).
+    constexpr int BM = K::BM, NS = K::NS, NO = K::NO, NP = K::NP, SP = K::SP;
+    constexpr bool OVERLAP = K::OVERLAP, SCHED = K::SCHED, PERSIST = K::PERSIST;
+    constexpr bool LPT = K::LPT, QREG = K::QREG, EARLYQ = K::EARLYQ;
+    constexpr bool QREG_EARLY = K::QREG_EARLY, ENDQ = K::ENDQ;
+    constexpr bool SKIP_IDLE = K::SKIP_IDLE, WG_DIAG = K::WG_DIAG;
+    using L = typename K::L;
+    const u32 sQ = A.sQ, sK = A.sK, sV = A.sV, sO = A.sO, barQ = A.barQ, emptyQ = A.emptyQ;
+    const u32 fullK = A.fullK, fullV = A.fullV, emptyK = A.emptyK, emptyV = A.emptyV;
+    const u32 slot = A.slot;
     fa_setmaxnreg_inc<FaRegs<NC>::CONSUMER>();
     const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the query block
     const int ctid = tid - 128 * wg;
@@ -218,8 +164,6 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
         auto issue_pv = [&](int slot) { fa_issue_pv<DT, D, BN, BN / 16>(o, a, sV + slot * L::KV_BYTES); };
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
             const int n0 = j * BN;
-            // Warpgroup-uniform test: the tile runs past Nk, or past the diagonal of this
-            // warpgroup's first row (q0 + 64 c); other tiles need no mask.
             if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
                 fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
             fa_softmax<NS>(s, m, l, alpha, scale_log2);
@@ -353,7 +297,6 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
             // The previous item's O in the staging tile has been read by the threads' loads.
             fa_bar_sync(1 + NC + c, 128);
         }
-
         // ---------------- epilogue ----------------
         // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's rows
         // of the staging tile (persistent) or of the Q panels (dead since its last S GEMM

@@ -98,3 +98,24 @@ struct FaSmem {
     // spare bytes (the host's Config.smem_bytes counts the same)
     static constexpr u32 BYTES = BAR_OFF + 8 * (2 + 4 * ST) + 8 + 16;
 };
+
+// The shared-memory addresses of one CTA (from the 1024-byte aligned base, layout L).
+struct FaWsAddrs {
+    u32 sQ, sK, sV, sO, barQ, emptyQ, fullK, fullV, emptyK, emptyV, slot;
+};
+template <class L, int ST>
+__device__ __forceinline__ FaWsAddrs fa_ws_addrs(u32 base) {
+    FaWsAddrs a;
+    a.sQ = base;
+    a.sK = base + L::K_OFF;
+    a.sV = base + L::V_OFF;
+    a.sO = base + L::O_OFF;
+    a.barQ = base + L::BAR_OFF;
+    a.emptyQ = a.barQ + 8;
+    a.fullK = a.emptyQ + 8;
+    a.fullV = a.fullK + 8 * ST;
+    a.emptyK = a.fullV + 8 * ST;
+    a.emptyV = a.emptyK + 8 * ST;
+    a.slot = a.emptyV + 8 * ST;  // persistent: the current item's ticket
+    return a;
+}

@@ -5,6 +5,8 @@
 // removed, with what each measured: FLASH_NOTES.md, "Removed variants".
 #pragma once
 
+#include "ws_pipeline.cuh"
+
 enum : int {
     FA_WS_OVERLAP = 1,        // S_{j+1} issued before the softmax of tile j (intra-warpgroup)
     FA_WS_PINGPONG = 2,       // consumer warpgroups take turns at the tensor cores
@@ -44,4 +46,17 @@ struct FaWsTraits {
     static constexpr int NP = D / 64;  // 64-column panels per row
     // Panels of O staged at a time: all, or one in a tile one panel wide (FA_WS_PANELO).
     static constexpr int SP = (MODE & FA_WS_PANELO) != 0 && PERSIST ? 1 : NP;
+};
+
+// Everything a part of the kernel knows at compile time: element type, shape, traits, the
+// shared-memory layout and the accumulator sizes.
+template <int DT_, int D_, int NC_, int BN_, int ST_, int MODE>
+struct FaWsKernel : FaWsTraits<D_, NC_, BN_, MODE> {
+    using T = FaWsTraits<D_, NC_, BN_, MODE>;
+    static constexpr int DT = DT_, D = D_, NC = NC_, BN = BN_, ST = ST_;
+    using L = FaSmem<D, NC, BN, ST, T::PERSIST ? T::SP : 0>;
+    static constexpr int BM = L::BM;
+    static constexpr int NS = BN / 2;      // S accumulator registers per thread
+    static constexpr int NO = D / 2;       // O accumulator registers per thread
+    static constexpr int NCT = NC * 128;  // consumer threads
 };
