@@ -27,9 +27,10 @@ from __future__ import annotations
 import math
 
 from .flash_launch import LOG2E as _LOG2E
+from .flash_launch import compiled as _function
 from .flash_launch import cupy as _cupy
 from .flash_launch import is_hopper as _is_hopper
-from .flash_launch import launch
+from .flash_launch import launch, ws_arguments
 from .flash_plan import lpt_section, lpt_section_cap
 from .flash_select import (
     MMA_CONFIGS,
@@ -50,9 +51,15 @@ __all__ = [
     "MMA_CONFIGS", "SUPPORTED_HEAD_DIMS", "WGMMA_CONFIGS", "WS_CAUSAL_D128", "WS_CAUSAL_D64",
     "WS_CAUSAL_MID_D128", "WS_CONFIGS", "WS_MID_D128", "WS_WIDE_D128", "Config",
     "default_config", "flash_attention", "lpt_section", "lpt_section_cap", "resolve_scale",
-    # for flash_backward.py
-    "_LOG2E", "_check", "_cupy", "_dtype_code", "_is_hopper",
+    # for flash_backward.py and torch_launch.py
+    "_LOG2E", "_check", "_cupy", "_dtype_code", "_function", "_is_hopper", "_ws_launch",
 ]  # fmt: skip
+
+
+def _ws_launch(cfg: Config, grid, q, k, v, out, causal: bool = False):
+    """flash_launch.ws_arguments under its former name and signature (the mask no longer
+    changes the arguments)."""
+    return ws_arguments(cfg, grid, q, k, v, out)
 
 
 def _dtype_code(a) -> int:

@@ -73,7 +73,7 @@ def launch(cfg: Config, dt: int, q, k, v, out, lse, scale: float, causal: bool) 
     inputs, extra, keep = (q, k, v), (), ()
     if cfg.kernel == "ws":
         # `inputs` point into `keep`, which this frame holds past the launch.
-        grid, inputs, extra, keep = ws_arguments(cfg, grid, q, k, v)
+        grid, inputs, extra, keep = ws_arguments(cfg, grid, q, k, v, out)
     compiled(cfg, dt)(
         grid,
         (cfg.threads, 1, 1),
@@ -92,13 +92,14 @@ def launch(cfg: Config, dt: int, q, k, v, out, lse, scale: float, causal: bool) 
     del keep
 
 
-def ws_arguments(cfg: Config, grid, q, k, v) -> tuple[tuple, tuple, tuple, tuple]:
-    """flash_fwd_ws's grid, inputs and trailing arguments, and what its inputs point into.
+def ws_arguments(cfg: Config, grid, q, k, v, out) -> tuple[tuple, tuple, tuple, tuple]:
+    """flash_fwd_ws's grid, inputs and trailing arguments, and what its inputs point into
+    (the tensor maps of Q, K, V and O, then the ticket counter).
 
-    Q, K and V go in as TMA tensor maps passed by value (copied at launch); the kernel also
+    Q, K, V and O go in as TMA tensor maps passed by value (copied at launch); the kernel also
     takes the query-block and head counts, the ticket counter of the persistent schedule
-    and the heads per LPT section. Its four parameters left from removed variants (an O map,
-    a workspace and two counts: kernels/flash_fwd_ws.cu) get Q's map and zeros."""
+    and the heads per LPT section. O's map and the last three arguments (a workspace and two
+    counts) are left from removed variants and unused by the kernel (kernels/flash_fwd_ws.cu)."""
     from . import tma
 
     cp = cupy()
@@ -106,9 +107,13 @@ def ws_arguments(cfg: Config, grid, q, k, v) -> tuple[tuple, tuple, tuple, tuple
     tickets = cp.zeros(1, dtype=cp.int32) if cfg.persistent else cp.uint64(0)
     if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
         grid = (min(grid[0] * grid[1], sm_count()), 1, 1)
-    maps = (tma.tiled_map(q, cfg.block_m), tma.tiled_map(k, cfg.block_n),
-            tma.tiled_map(v, cfg.block_n))  # fmt: skip
-    inputs = (*(tma.kernel_arg(m) for m in maps), tma.kernel_arg(maps[0]))
+    maps = (
+        tma.tiled_map(q, cfg.block_m),
+        tma.tiled_map(k, cfg.block_n),
+        tma.tiled_map(v, cfg.block_n),
+        tma.tiled_map(out, 64),
+    )
+    inputs = tuple(tma.kernel_arg(m) for m in maps)
     section = lpt_section(k.shape[2], cfg.d, heads, l2_bytes())
     extra = (
         cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(section),
