@@ -106,7 +106,7 @@ class Config:
     end_q: bool = False
     # ws, measurement only: each consumer warpgroup records the SM and its clock at five
     # points of every item into the `trace` array of flash_attention (FLASH_NOTES v13;
-    # spec ':trace'; tools/item_trace.py). Not with ':tailsplit'.
+    # spec ':trace'; lab/item_trace.py). Not with ':tailsplit'.
     trace: bool = False
     # ws, persistent: on drawing ticket t the producer prefetches into L2 the Q of ticket
     # t + the grid's size, which some SM draws about one item later, so the Q load an item
@@ -121,7 +121,7 @@ class Config:
     # ws: each item's ticket and the K/V ring counter shuffled from lane 0 at the item's
     # start, so the compiler sees them warp-uniform and keeps the key-tile loop's stage
     # addresses and wgmma descriptors on the uniform datapath (FLASH_NOTES v14; spec
-    # ':uniform'; tools/sass_loop.py shows the difference). Always on with ':tailsplit' or
+    # ':uniform'; lab/sass_loop.py shows the difference). Always on with ':tailsplit' or
     # ':sktail'; not yet timed on a GPU.
     uniform_counters: bool = False
 
@@ -461,7 +461,7 @@ def flash_attention(
     ``config`` (a :class:`Config`) overrides the kernel variant (for benchmarking); ``out``
     (contiguous, q's shape and dtype) receives the result instead of a new array; ``trace``
     (with a ':trace' config only) is a contiguous 64-bit integer array of at least
-    trace_words(...) elements that the kernel fills (tools/item_trace.py reads it).
+    trace_words(...) elements that the kernel fills (lab/item_trace.py reads it).
     """
     cp = _cupy()
     _check(q, k, v)

@@ -6,7 +6,7 @@ the tools write them. Both carry `version`: 3 adds the passes (config `pass_name
 "backward" or "training"; every row and a sweep carry their `pass`), 2 named the
 tensor-core kernel's rows "flash", version 1 said "fast"; `split_reports` reads all three
 (an older report is a forward one) and refuses, with what to run instead, the backward
-comparison that tools/flash_bwd_vs_sdpa writes (BWD_COMPARISON_FORMAT, rows of another
+comparison that lab/flash_bwd_vs_sdpa writes (BWD_COMPARISON_FORMAT, rows of another
 shape). `bundled_report()` reads the
 H200 recording shipped inside the package (the desktop panel opens on it).
 Also the plain-text tables `flash-explorer bench` prints.
@@ -19,7 +19,7 @@ from importlib import resources
 
 BENCH_FORMAT = "flash-explorer-gpu-bench"
 FIGURES_FORMAT = "flash-explorer-gpu-figures"
-# tools/flash_bwd_vs_sdpa's comparison (rows of its own shape, no device block): not a report
+# lab/flash_bwd_vs_sdpa's comparison (rows of its own shape, no device block): not a report
 # the panel can show; files written before it had its own name claim FIGURES_FORMAT.
 BWD_COMPARISON_FORMAT = "flash-explorer-bwd-comparison"
 _NOT_A_REPORT = (

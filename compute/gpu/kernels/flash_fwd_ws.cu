@@ -43,7 +43,7 @@
 //     v14, off, not yet run on a GPU) cuts the last wave into one equal slot per CTA; bit 22
 //     (`:uniform`, v14, off, not yet run on a GPU) shows the compiler that the ticket and
 //     the ring counter are warp-uniform (the persistent d = 64 loop's wgmma descriptors
-//     then stay on the uniform datapath: tools/sass_loop.py).
+//     then stay on the uniform datapath: lab/sass_loop.py).
 // No block-wide barrier is executed after the roles split; the O epilogue goes through each
 // consumer warpgroup's own (dead) rows of the Q tile (or a separate tile when persistent)
 // and plain 16-byte stores, or a TMA store.
@@ -501,14 +501,14 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
     // Persistent (MODE bit 20, v13): on drawing ticket t, the producer prefetches into L2
     // the Q of ticket t + gridDim.x, which some SM draws about one item later, so the Q load
     // that an item waits for at its start (3.5-5.8% of the SMs' time at N = 4096, causal;
-    // tools/item_trace.py) reads L2, not HBM.
+    // lab/item_trace.py) reads L2, not HBM.
     constexpr bool QPREF = (MODE & 1048576) != 0;
     // The item's ticket and the K/V ring counter shuffled from lane 0 at each item's start
     // (MODE bit 22, v14; always with a split). Both are the same in every lane, but the
     // compiler cannot prove it for a ticket read from shared memory or a counter carried
     // across items, and then computes the pipelined loop's stage addresses and wgmma
     // descriptors per thread and moves them to uniform registers (R2UR) at every key tile:
-    // tools/sass_loop.py counts 32 R2UR and 4-5 uniform-datapath instructions per tile in the
+    // lab/sass_loop.py counts 32 R2UR and 4-5 uniform-datapath instructions per tile in the
     // persistent d = 64 loop against 9 and 74 on the grid, 48 and 1-2 with the tail split.
     constexpr bool UNIFORM = (MODE & 4194304) != 0 || SPLIT;
     static_assert(!QPREF || (PERSIST && !SPLIT), "Q prefetch: the persistent grid, whole items");
@@ -1155,7 +1155,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__((NC + 1) * 128, 1)
     fa_ws_body<DT, D, NC, BN, ST, MODE>(FA_WS_ARGS);
 }
 
-// Explicit instantiation of one variant (the COMPILE_CHECK list below; tools/sass_loop.py).
+// Explicit instantiation of one variant (the COMPILE_CHECK list below; lab/sass_loop.py).
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \

@@ -292,7 +292,7 @@ def test_ws_end_aligned_blocks_exact(d, switches):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
 def test_ws_trace_records_every_item_and_leaves_o_unchanged(d, persistent):
-    # ':trace' (FLASH_NOTES v13, tools/item_trace.py): one record per item and consumer
+    # ':trace' (FLASH_NOTES v13, lab/item_trace.py): one record per item and consumer
     # warpgroup, its clocks in order, its key tiles those the warpgroup computes; O and LSE
     # bit-identical to the variant without the trace. Causal, N_q != N_k, more items than
     # SMs; no LPT, so ticket t is query block num_qb - 1 - t % num_qb.

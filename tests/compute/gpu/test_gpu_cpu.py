@@ -173,7 +173,7 @@ def test_bfloat16_rounding_is_compute_attentions():
 def test_energy_probe_reads_nvidia_smi_samples_and_skips_the_rest():
     import datetime as dt
 
-    from compute.gpu.tools.energy_probe import _samples
+    from compute.gpu.lab.energy_probe import _samples
 
     text = (
         "2026/11/29 22:10:01.120, 1755, 699.12\n"
@@ -578,7 +578,7 @@ def test_wheel_ships_kernels_and_reports_but_not_tools():
 
     root = Path(__file__).resolve().parents[3]
     setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "compute.gpu.tools*" in setup["packages"]["find"]["exclude"]
+    assert "compute.gpu.lab*" in setup["packages"]["find"]["exclude"]
     data = setup["package-data"]["compute.gpu"]
     assert {"kernels/*.cu", "kernels/*.cuh", "reports/*.json"} <= set(data)
     assert (root / "compute" / "gpu" / "reports" / "tiled_vs_dense_h200.json").is_file()
@@ -613,7 +613,7 @@ def test_one_scale_rule_for_the_forward_and_the_backward():
 
 
 def test_flash_vs_sdpa_preheats_forward_cases_only():
-    from compute.gpu.tools.flash_vs_sdpa import cases
+    from compute.gpu.lab.flash_vs_sdpa import cases
 
     got = list(cases([4096], [128], ["float16"], [False, True], 0, 5, 20,
                      ["ws:128:2:176:2:pingpong", "ws:64:3:128:2"], ("forward", "backward"), 1.5,
@@ -630,7 +630,7 @@ def test_item_trace_summary_splits_each_sms_time_into_phases():
     import numpy as np
 
     from compute.gpu import flash
-    from compute.gpu.tools.item_trace import summarise
+    from compute.gpu.lab.item_trace import summarise
 
     # Two SMs, two warpgroups. SM 3 runs items 0 then 2 (records out of order), SM 5 item 1.
     # Words: SM, before Q's wait, after it, first S GEMM done (0: no tile), last P·V done,
@@ -681,7 +681,7 @@ def test_lpt_sections_are_balanced_under_the_l2_cap(monkeypatch):
 
 def test_section_probe_launches_capped_sections_then_restores_equal_ones(monkeypatch):
     from compute.gpu import flash
-    from compute.gpu.tools.section_probe import capped
+    from compute.gpu.lab.section_probe import capped
 
     monkeypatch.setattr(flash, "_l2_bytes", lambda: 60 << 20)
     seen = []
@@ -712,8 +712,8 @@ _SASS = """
 
 
 def test_sass_loop_finds_the_innermost_wgmma_loop_and_counts_it(monkeypatch):
-    from compute.gpu.tools import sass_loop
-    from compute.gpu.tools.sass_loop import _mangled_key, _spills, innermost_wgmma_loop, loop_stats
+    from compute.gpu.lab import sass_loop
+    from compute.gpu.lab.sass_loop import _mangled_key, _spills, innermost_wgmma_loop, loop_stats
 
     assert innermost_wgmma_loop(_SASS) is None  # one exp2: no softmax, not the key-tile step
     monkeypatch.setattr(sass_loop, "_MIN_EXP", 1)

@@ -4,7 +4,7 @@ Run on the GPU machine under ncu, one path per run, e.g. (FLASH_NOTES.md v9):
 
     ncu --kernel-name regex:flash_fwd_ws --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section InstructionStats \\
-        python -m compute.gpu.tools.profile_pair --path ours --spec ws:128:2:176:2:pingpong
+        python -m compute.gpu.lab.profile_pair --path ours --spec ws:128:2:176:2:pingpong
     ncu --kernel-name regex:cudnn --launch-skip 2 --launch-count 1 ... --path cudnn
 
 Both paths get the same inputs and shapes as flash_vs_sdpa (B·N = 16k, H·d = 2048), so the

@@ -5,7 +5,7 @@ source edit is worth making (TILED_NOTES.md records the variants tried so far). 
 experiment needs no switch in the kernel itself); every variant's output is checked
 against the committed kernel's before it is timed. Prints one table:
 
-    python -m compute.gpu.tools.tune_tiled [--n 4096] [--dtype float32]
+    python -m compute.gpu.lab.tune_tiled [--n 4096] [--dtype float32]
 """
 
 from __future__ import annotations

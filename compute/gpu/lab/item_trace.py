@@ -2,7 +2,7 @@
 
 Run on the GPU machine:
 
-    python -m compute.gpu.tools.item_trace [--n 4096] [--d 64] [--dtype float16]
+    python -m compute.gpu.lab.item_trace [--n 4096] [--d 64] [--dtype float16]
         [--causal 0|1] [--spec SPEC ...] [--json FILE] [--npz FILE]
 
 One case (B·N = 16k, H·d = 2048, timing_probe.case_inputs) per spec (the default variant when none is given), each

@@ -2,7 +2,7 @@
 
 Run on the GPU machine after changing `kernels/flash_bwd_wgmma.cu` (needs torch beside CuPy):
 
-    python -m compute.gpu.tools.flash_bwd_vs_sdpa [--n 4096 16384] [--json FILE]
+    python -m compute.gpu.lab.flash_bwd_vs_sdpa [--n 4096 16384] [--json FILE]
 
 Setup as flash_vs_sdpa (batch*N = 16384 tokens, heads*d = 2048; its `TOKENS`, `MODEL_DIM`,
 `ERR_BAR`, `PEERS`). Per case the three paths are timed by `timing.time_cuda` (CUDA events,
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "format": BWD_COMPARISON_FORMAT,
         "version": VERSION,
-        "command": "python -m compute.gpu.tools.flash_bwd_vs_sdpa " + " ".join(sys.argv[1:]),
+        "command": "python -m compute.gpu.lab.flash_bwd_vs_sdpa " + " ".join(sys.argv[1:]),
         "flops_formula": "2.5 * 4*B*H*N^2*d (x0.5 causal)",
         "default_mode": _default_mode(),
         "gpu_before": identity(),

@@ -1,96 +1,96 @@
 #!/usr/bin/env bash
 # One device-machine call: run from the repository root on the GPU machine; logs and JSON
 # land in $OUT. Use it whenever a kernel, the harness or a GPU test changed:
-#   bash compute/gpu/tools/devrun.sh check    # tests, memcheck, CLI, flash vs SDPA (N 4096, 16384)
-#   bash compute/gpu/tools/devrun.sh tests    # GPU tests and the nvcc compile checks only
-#   bash compute/gpu/tools/devrun.sh figures  # the README's tiled-vs-dense figures (tools/figures.py)
-#   bash compute/gpu/tools/devrun.sh cli      # the bench CLI twice (float16 sweep; float32 causal)
-#   bash compute/gpu/tools/devrun.sh tune     # the CLI with a sweep, tiled source variants, one ncu pass
-#   bash compute/gpu/tools/devrun.sh ws       # the TMA + warp-specialised kernel: a smoke test
+#   bash compute/gpu/lab/devrun.sh check    # tests, memcheck, CLI, flash vs SDPA (N 4096, 16384)
+#   bash compute/gpu/lab/devrun.sh tests    # GPU tests and the nvcc compile checks only
+#   bash compute/gpu/lab/devrun.sh figures  # the README's tiled-vs-dense figures (lab/figures.py)
+#   bash compute/gpu/lab/devrun.sh cli      # the bench CLI twice (float16 sweep; float32 causal)
+#   bash compute/gpu/lab/devrun.sh tune     # the CLI with a sweep, tiled source variants, one ncu pass
+#   bash compute/gpu/lab/devrun.sh ws       # the TMA + warp-specialised kernel: a smoke test
 #       of its switches first (stops there if it fails or hangs), then the GPU tests with
 #       WS_VARIANTS and memcheck side by side, then flash vs SDPA at WS_N with every
 #       WS_VARIANTS spec timed beside the default
-#   bash compute/gpu/tools/devrun.sh bwd      # the tensor-core backward: its tests (stops there
+#   bash compute/gpu/lab/devrun.sh bwd      # the tensor-core backward: its tests (stops there
 #       if they fail), memcheck on sanitize_cases' backward launches, racecheck on one shape,
 #       then flash_bwd_vs_sdpa at BWD_N (default 4096 16384) into $OUT/flash_bwd_vs_sdpa_h200.json
-#   bash compute/gpu/tools/devrun.sh tail     # the forward's tail split (FLASH_NOTES v7): test_flash.py
+#   bash compute/gpu/lab/devrun.sh tail     # the forward's tail split (FLASH_NOTES v7): test_flash.py
 #       with the `:tailsplit` variants beside memcheck on odd shapes of two of them only
 #       (stops there if either fails), then flash vs SDPA (interleaved timing) at N 4096-16384
 #       with three of them timed beside the default into $OUT/flash_vs_sdpa_ws_h200.json;
 #       plan about 330 s of command time (tests up to 200 s, timing up to 105 s) plus the start
-#   bash compute/gpu/tools/devrun.sh steady   # FLASH_NOTES v8: test_flash.py with STEADY_TESTS
+#   bash compute/gpu/lab/devrun.sh steady   # FLASH_NOTES v8: test_flash.py with STEADY_TESTS
 #       beside memcheck on them, then flash vs SDPA at N 4096-16384 with a 1 s untimed
 #       preheat per case (timed at the power-capped clock) and STEADY_TUNE timed beside the
 #       default into $OUT/flash_vs_sdpa_ws_h200.json; about 300 s plus the start
-#   bash compute/gpu/tools/devrun.sh mcast    # K/V multicast (FLASH_NOTES v8): its tests (stops
+#   bash compute/gpu/lab/devrun.sh mcast    # K/V multicast (FLASH_NOTES v8): its tests (stops
 #       there if they fail or hang), memcheck on the :mcast variants, then flash vs SDPA,
 #       non-causal, preheated, with MCAST_TUNE beside the default; about 200 s plus the start
-#   bash compute/gpu/tools/devrun.sh record   # the recorded forward comparison after a default
+#   bash compute/gpu/lab/devrun.sh record   # the recorded forward comparison after a default
 #       changed: all GPU tests beside memcheck on sanitize_cases (stops there if either fails),
 #       flash vs SDPA at N 4096-16384 preheated with RECORD_TUNE beside the default (into
 #       $OUT/flash_vs_sdpa_ws_h200.json), then the bundled report's forward rows (figures
 #       --keep, into $OUT/tiled_vs_dense_h200.json; RECORD_FIGURES=0 skips it); tests about
 #       390 s, timing and figures about 230 s: run RECORD_BENCH=0 (tests only) and then
 #       RECORD_TESTS=0 (timing only) as two calls, each plus the start
-#   bash compute/gpu/tools/devrun.sh v9       # FLASH_NOTES v9: all GPU tests beside memcheck on
+#   bash compute/gpu/lab/devrun.sh v9       # FLASH_NOTES v9: all GPU tests beside memcheck on
 #       sanitize_cases with V9_SPECS added (stops there if either fails), flash vs SDPA at d=128
 #       without a mask, preheated, with V9_SPECS beside the default, then Nsight Compute on
 #       our default and on cuDNN's kernel (profile_pair, N 8192 fp16); about 450 s plus the start
-#   bash compute/gpu/tools/devrun.sh v9b      # FLASH_NOTES v9: test_flash.py -k narrow beside
+#   bash compute/gpu/lab/devrun.sh v9b      # FLASH_NOTES v9: test_flash.py -k narrow beside
 #       memcheck on the V9B_SPECS variants, then flash vs SDPA at d=128, settled, with V9B_SPECS
 #       beside the default; about 200 s plus the start
-#   bash compute/gpu/tools/devrun.sh v9c      # FLASH_NOTES v9, third call: flash vs SDPA at d=128
+#   bash compute/gpu/lab/devrun.sh v9c      # FLASH_NOTES v9, third call: flash vs SDPA at d=128
 #       with each slice settled on its own path (--settle 0.25) and V9C_SPECS beside the
 #       default, the non-causal half again without settling (the order bias it removes), then
 #       energy_probe at N 16384 fp16 with FA2 beside cuDNN; about 200 s plus the start
-#   bash compute/gpu/tools/devrun.sh v10      # FLASH_NOTES v10: test_flash.py -k panel beside
+#   bash compute/gpu/lab/devrun.sh v10      # FLASH_NOTES v10: test_flash.py -k panel beside
 #       memcheck on the V10_SPECS variants (stops there if either fails), then flash vs SDPA at
 #       N 4096 8192, settled, full attention with V10_FULL beside the default and causal with
 #       V10_CAUSAL; about 300 s plus the start
-#   bash compute/gpu/tools/devrun.sh v10b     # FLASH_NOTES v10: the causal warpgroups' own
+#   bash compute/gpu/lab/devrun.sh v10b     # FLASH_NOTES v10: the causal warpgroups' own
 #       diagonal: test_flash.py's float64 comparison and the diagonal, padded-warpgroup and
 #       panel-staging tests beside memcheck on the ws
 #       defaults (stops there if either fails), then flash vs SDPA causal at N 4096-16384,
 #       settled, with `:wgalltiles` (every warpgroup computes all tiles) beside the default;
 #       about 250 s plus the start
-#   bash compute/gpu/tools/devrun.sh v11      # FLASH_NOTES v11: the narrow first key tile:
+#   bash compute/gpu/lab/devrun.sh v11      # FLASH_NOTES v11: the narrow first key tile:
 #       test_flash.py with V11_SPECS beside memcheck on the ws defaults and V11_SPECS (stops
 #       there if either fails), then flash vs SDPA at d = 128, N 4096-16384, settled, without
 #       a mask (V11_CAUSAL=1: causal), with V11_SPECS beside the default; about 260 s plus
 #       the start
-#   bash compute/gpu/tools/devrun.sh v11b     # FLASH_NOTES v11: test_flash.py -k narrow_first
+#   bash compute/gpu/lab/devrun.sh v11b     # FLASH_NOTES v11: test_flash.py -k narrow_first
 #       beside memcheck on the `:narrowfirst` variants only, then flash vs SDPA at d = 128
 #       without a mask, N 4096 8192, settled, with them beside the default; about 150 s
-#   bash compute/gpu/tools/devrun.sh v12      # FLASH_NOTES v12: Q released early on the
+#   bash compute/gpu/lab/devrun.sh v12      # FLASH_NOTES v12: Q released early on the
 #       persistent grid (`:earlyq`): test_flash.py's float64 comparison with V12_SPECS and
 #       the many-tiles test of every switch, beside memcheck on the ws defaults and V12_SPECS
 #       (stops there if either fails), then flash vs SDPA at N 4096 8192, settled: d = 128 full
 #       with V12_FULL, d = 128 causal with V12_CAUSAL128, d = 64 causal with V12_CAUSAL64,
 #       each beside the default; up to 590 s plus the start
-#   bash compute/gpu/tools/devrun.sh v13      # FLASH_NOTES v13: end-aligned causal query blocks
+#   bash compute/gpu/lab/devrun.sh v13      # FLASH_NOTES v13: end-aligned causal query blocks
 #       (`:endq`) and the item trace (`:trace`): their tests and the many-tiles test beside
 #       memcheck on V13_SPECS (stops there if either fails), then flash vs SDPA, d = 64 causal
 #       at N 4096 8192, settled, with V13_CAUSAL64 beside the default, then item_trace on
 #       d = 64 causal, d = 128 causal (fp16) and d = 128 full (bf16) at N 4096; logs stay in
 #       /tmp/v13 (printed), only the JSON and the trace records come back; 277 s (call 1)
-#   bash compute/gpu/tools/devrun.sh v13b     # FLASH_NOTES v13: Q prefetched into L2
+#   bash compute/gpu/lab/devrun.sh v13b     # FLASH_NOTES v13: Q prefetched into L2
 #       (`:qprefetch`): test_flash.py -k qprefetch with V13B_SPECS beside memcheck on them
 #       (stops there if either fails), then flash vs SDPA at N 4096 8192, settled: d = 128
 #       causal, d = 64 causal and d = 128 full, each with its candidates beside the default;
 #       138 s (call 2)
-#   bash compute/gpu/tools/devrun.sh v13c     # FLASH_NOTES v13: every GPU test with V13C_SPECS
+#   bash compute/gpu/lab/devrun.sh v13c     # FLASH_NOTES v13: every GPU test with V13C_SPECS
 #       (Q in registers and released at the item's start) beside memcheck on the defaults and
 #       them (stops there if either fails), then flash vs SDPA at d = 128, N 4096, settled,
 #       full and causal, with V13C_SPECS beside the default; 472 s (call 3)
-#   bash compute/gpu/tools/devrun.sh v13d     # FLASH_NOTES v13: balanced LPT sections against
-#       sections filled to the L2 cap (tools/section_probe.py), causal, d = 128 and d = 64 at
+#   bash compute/gpu/lab/devrun.sh v13d     # FLASH_NOTES v13: balanced LPT sections against
+#       sections filled to the L2 cap (lab/section_probe.py), causal, d = 128 and d = 64 at
 #       N = 4096 and d = 64 at 8192, then item_trace of the LPT and head-order d = 128
 #       candidates at N = 4096; JSON only comes back; about 200 s
-#   bash compute/gpu/tools/devrun.sh v14      # FLASH_NOTES v14: the stream-K tail (`:sktail`):
+#   bash compute/gpu/lab/devrun.sh v14      # FLASH_NOTES v14: the stream-K tail (`:sktail`):
 #       its tests with V14_SPECS beside memcheck on them (stops there if either fails), then
 #       flash vs SDPA at d = 128 without a mask, N 4096-16384, settled, each candidate beside
 #       its twin without the switch; JSON only comes back; about 400 s planned (not yet run)
-#   bash compute/gpu/tools/devrun.sh v14b     # FLASH_NOTES v14: warp-uniform counters
+#   bash compute/gpu/lab/devrun.sh v14b     # FLASH_NOTES v14: warp-uniform counters
 #       (`:uniform`): their tests with V14B_SPECS beside memcheck on them (stops there if
 #       either fails), the item trace of the d = 64 causal default with and without it
 #       (body cycles per key tile) beside the LPT grid, then flash vs SDPA at d = 64, N 4096
@@ -123,13 +123,13 @@ step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, remember a fail
 compare() {  # compare NAME TIMEOUT ARGS...: flash_vs_sdpa ARGS as step NAME, then its cases
     local name=$1 limit=$2
     shift 2
-    step "$name" "$limit" python3 -m compute.gpu.tools.flash_vs_sdpa "$@"
+    step "$name" "$limit" python3 -m compute.gpu.lab.flash_vs_sdpa "$@"
     grep -E "^forward" "$OUT/$name.log" | sed -E 's/ \([0-9.e+-]+\)//g'
 }
 tests_beside_memcheck() {  # PATHS TEST_LIMIT MC_LIMIT: pytest -n 8 on PATHS beside memcheck
     # over sanitize_cases (FLASH_TEST_CONFIGS / FLASH_SANITIZE_* come in from the caller)
     timeout "$3" compute-sanitizer --tool memcheck --error-exitcode 1 \
-        python3 -m compute.gpu.tools.sanitize_cases >"$OUT/memcheck.log" 2>&1 &
+        python3 -m compute.gpu.lab.sanitize_cases >"$OUT/memcheck.log" 2>&1 &
     local mc=$!
     # shellcheck disable=SC2086
     step pytest "$2" python3 -m pytest $1 -q -p no:cacheprovider -n 8
@@ -157,17 +157,17 @@ if [ "$what" = check ] || [ "$what" = tests ]; then
 fi
 if [ "$what" = check ]; then
     step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 1 \
-        python3 -m compute.gpu.tools.sanitize_cases
+        python3 -m compute.gpu.lab.sanitize_cases
     grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
     step cli 60 python3 -m compute.gpu.bench_cli --n 2048 --dtype float16 --kernel all \
         --block-q 128 --block-k 64 --json "$OUT/bench_cli_float16_n2048_h200.json"
-    step flash_vs_sdpa 120 python3 -m compute.gpu.tools.flash_vs_sdpa --n 4096 16384 \
+    step flash_vs_sdpa 120 python3 -m compute.gpu.lab.flash_vs_sdpa --n 4096 16384 \
         --json "$OUT/flash_vs_sdpa_n4096_16384_h200.json"
     cat "$OUT/cli.log" | grep -v "^\[" | head -20
     sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log"
 fi
 if [ "$what" = figures ]; then
-    step figures "${FIG_TIMEOUT:-300}" python3 -m compute.gpu.tools.figures \
+    step figures "${FIG_TIMEOUT:-300}" python3 -m compute.gpu.lab.figures \
         --out "$OUT/tiled_vs_dense_h200.json"
     sed -n '/^dtype  N/,$p' "$OUT/figures.log"
 fi
@@ -182,7 +182,7 @@ if [ "$what" = tune ]; then
     step cli 150 python3 -m compute.gpu.bench_cli --n 4096 --dtype float16 --kernel all \
         --sweep-blocks --json "$OUT/bench_cli_sweep.json"
     for dt in float32 float16; do
-        step "tune_$dt" 90 python3 -m compute.gpu.tools.tune_tiled --dtype $dt
+        step "tune_$dt" 90 python3 -m compute.gpu.lab.tune_tiled --dtype $dt
     done
     step ncu 150 ncu --clock-control none --kernel-name regex:tiled_q_outer --launch-skip 3 \
         --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
@@ -209,7 +209,7 @@ if [ "$what" = ws ]; then
     fi
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_vs_sdpa "${WS_TIMEOUT:-200}" python3 -m compute.gpu.tools.flash_vs_sdpa \
+        step flash_vs_sdpa "${WS_TIMEOUT:-200}" python3 -m compute.gpu.lab.flash_vs_sdpa \
             --n ${WS_N:-4096 16384} --dtype ${WS_DTYPE:-float16 bfloat16} \
             --tune $variants ${WS_EXTRA_TUNE:-} --json "$OUT/${WS_JSON:-flash_ws_h200.json}"
         grep -E "^(float16|bfloat16)" "$OUT/flash_vs_sdpa.log" | sed -E 's/ \([0-9.e+-]+\)//g'
@@ -217,7 +217,7 @@ if [ "$what" = ws ]; then
     fi
 fi
 if [ "$what" = bwd ]; then
-    cases="import numpy as np; from compute.gpu.tools import sanitize_cases as s"
+    cases="import numpy as np; from compute.gpu.lab import sanitize_cases as s"
     step pytest_bwd 240 python3 -m pytest tests/compute/gpu/test_flash_backward.py \
         tests/compute/gpu/test_cuda_sources_compile.py -q -p no:cacheprovider -n 8
     if [ $rc -eq 0 ]; then
@@ -230,7 +230,7 @@ if [ "$what" = bwd ]; then
     fi
     if [ $rc -eq 0 ]; then
         # shellcheck disable=SC2086
-        step flash_bwd_vs_sdpa "${BWD_TIMEOUT:-240}" python3 -m compute.gpu.tools.flash_bwd_vs_sdpa \
+        step flash_bwd_vs_sdpa "${BWD_TIMEOUT:-240}" python3 -m compute.gpu.lab.flash_bwd_vs_sdpa \
             --n ${BWD_N:-4096 16384} --json "$OUT/flash_bwd_vs_sdpa_h200.json"
         grep -E "^(float16|bfloat16)|MET|MISS" "$OUT/flash_bwd_vs_sdpa.log"
     fi
@@ -279,7 +279,7 @@ if [ "$what" = mcast ]; then
     if [ $rc -eq 0 ]; then
         FLASH_SANITIZE_ONLY_EXTRA=1 FLASH_SANITIZE_CONFIGS="$specs" step memcheck 150 \
             compute-sanitizer --tool memcheck --error-exitcode 1 \
-            python3 -m compute.gpu.tools.sanitize_cases
+            python3 -m compute.gpu.lab.sanitize_cases
         grep -E "ERROR SUMMARY" "$OUT/memcheck.log"
     fi
     if [ $rc -eq 0 ]; then
@@ -300,12 +300,12 @@ if [ "$what" = record ]; then
     if [ $rc -eq 0 ] && [ "${RECORD_BENCH:-1}" != 0 ]; then
         tune=${RECORD_TUNE-"ws:128:2:128:2:pingpong ws:128:2:176:2:pingpong:lpt"}
         # shellcheck disable=SC2086
-        step flash_vs_sdpa 280 python3 -m compute.gpu.tools.flash_vs_sdpa \
+        step flash_vs_sdpa 280 python3 -m compute.gpu.lab.flash_vs_sdpa \
             --n 4096 8192 16384 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 \
             --tune $tune --json "$OUT/flash_vs_sdpa_ws_h200.json"
         sed -n '/^summary/,$p' "$OUT/flash_vs_sdpa.log" | grep -v "rel err.* ok"
         if [ "${RECORD_FIGURES:-1}" != 0 ]; then  # 0: no default of the report's cases changed
-            step figures 150 python3 -m compute.gpu.tools.figures \
+            step figures 150 python3 -m compute.gpu.lab.figures \
                 --keep compute/gpu/reports/tiled_vs_dense_h200.json \
                 --out "$OUT/tiled_vs_dense_h200.json"
             sed -n '/^dtype  N/,$p' "$OUT/figures.log" | head -30
@@ -329,7 +329,7 @@ if [ "$what" = v9 ]; then
         [ $path = cudnn ] && regex=cudnn_generated
         # shellcheck disable=SC2086
         step "ncu_$path" 120 ncu $sections --kernel-name "regex:$regex" --launch-skip 2 \
-            --launch-count 1 python3 -m compute.gpu.tools.profile_pair --path $path
+            --launch-count 1 python3 -m compute.gpu.lab.profile_pair --path $path
     done
 fi
 if [ "$what" = v9b ]; then
@@ -353,7 +353,7 @@ if [ "$what" = v9c ]; then
     compare unsettled 100 --n 8192 16384 --causal 0 \
         $common --settle 0 --tune ${specs%% *} --json "$OUT/flash_vs_sdpa_v9c_unsettled_h200.json"
     # shellcheck disable=SC2086
-    step energy 100 python3 -m compute.gpu.tools.energy_probe --n 16384 --spec ${specs%% *} \
+    step energy 100 python3 -m compute.gpu.lab.energy_probe --n 16384 --spec ${specs%% *} \
         --json "$OUT/energy_probe_n16384_h200.json"
     cat "$OUT/energy.log"
 fi
@@ -444,7 +444,7 @@ if [ "$what" = v13 ]; then
         trace() {  # trace NAME D CAUSAL DTYPE SPECS...
             local name=$1 d=$2 causal=$3 dtype=$4
             shift 4
-            step "trace_$name" 120 python3 -m compute.gpu.tools.item_trace --n 4096 --d "$d" \
+            step "trace_$name" 120 python3 -m compute.gpu.lab.item_trace --n 4096 --d "$d" \
                 --causal "$causal" --dtype "$dtype" --spec "$@" \
                 --json "$back/item_trace_v13_${name}_h200.json" --npz "$OUT/trace_$name.npz"
             cat "$OUT/trace_$name.log"
@@ -504,7 +504,7 @@ if [ "$what" = v13d ]; then
     probe() {  # probe N D DTYPE SPECS...
         local n=$1 d=$2 dtype=$3
         shift 3
-        step "probe_${d}_${n}_$dtype" 120 python3 -m compute.gpu.tools.section_probe --n "$n" \
+        step "probe_${d}_${n}_$dtype" 120 python3 -m compute.gpu.lab.section_probe --n "$n" \
             --d "$d" --dtype "$dtype" --causal 1 --spec "$@" \
             --json "$back/section_probe_v13_d${d}_n${n}_${dtype}_h200.json"
         grep -E "TFLOP|balanced against" "$OUT/probe_${d}_${n}_$dtype.log"
@@ -517,7 +517,7 @@ if [ "$what" = v13d ]; then
     probe 4096 64 float16 ws:64:3:128:2:pingpong:lpt
     probe 4096 64 bfloat16 ws:64:3:128:2:pingpong:lpt
     probe 8192 64 float16 ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq
-    step trace 120 python3 -m compute.gpu.tools.item_trace --n 4096 --d 128 --causal 1 \
+    step trace 120 python3 -m compute.gpu.lab.item_trace --n 4096 --d 128 --causal 1 \
         --spec ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq \
         ws:128:2:128:2:pingpong:persist:qreg:earlyq \
         --json "$back/item_trace_v13_call8_causal_h200.json"
@@ -543,7 +543,7 @@ if [ "$what" = v14b ]; then
     switch_tests "$specs" "uniform" 200
     common="--n 4096 8192 --dtype float16 bfloat16 --dense-max-n 0 --preheat 1 --d 64"
     if [ $rc -eq 0 ]; then
-        step trace 120 python3 -m compute.gpu.tools.item_trace --n 4096 --d 64 --causal 1 \
+        step trace 120 python3 -m compute.gpu.lab.item_trace --n 4096 --d 64 --causal 1 \
             --spec ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq \
             ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform ws:64:3:128:2:pingpong:lpt \
             --json "$back/item_trace_v14_uniform_d64_causal_h200.json"

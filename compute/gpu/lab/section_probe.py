@@ -2,7 +2,7 @@
 
 Run on the GPU machine (needs torch beside CuPy):
 
-    python -m compute.gpu.tools.section_probe [--n 4096] [--d 128] [--dtype float16]
+    python -m compute.gpu.lab.section_probe [--n 4096] [--d 128] [--dtype float16]
         [--causal 0|1] [--spec SPEC ...] [--json FILE]
 
 One case (B·N = 16k, H·d = 2048, as flash_vs_sdpa), our default and each spec launched

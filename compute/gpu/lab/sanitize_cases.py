@@ -2,7 +2,7 @@
 
 Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize does):
 
-    compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.tools.sanitize_cases
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.lab.sanitize_cases
 
 FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") adds variants
 beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels;

@@ -7,7 +7,7 @@ then at each N the tiled kernel (both loop orders, same blocks), the dense path 
 flash kernel are measured, plus one causal pair at N = 4096. Writes one JSON holding
 every report:
 
-    python -m compute.gpu.tools.figures --out compute/gpu/reports/tiled_vs_dense_h200.json
+    python -m compute.gpu.lab.figures --out compute/gpu/reports/tiled_vs_dense_h200.json
 
 With `--passes backward training` it measures those passes instead, at N = 4096 (full and
 causal): per dtype a sweep of the teaching kernel's backward picks its blocks, then the
@@ -15,7 +15,7 @@ teaching kernel, dense, the tensor-core kernel and (in float16) SDPA's FLASH and
 backends are timed in each pass. `--keep FILE` starts from FILE's reports of the other
 passes, so the bundled report gains the backward rows without re-measuring the forward:
 
-    python -m compute.gpu.tools.figures --passes backward training \\
+    python -m compute.gpu.lab.figures --passes backward training \\
         --keep compute/gpu/reports/tiled_vs_dense_h200.json --out tiled_vs_dense_h200.json
 """
 
@@ -107,7 +107,7 @@ def figures(
     data = {
         "format": FIGURES_FORMAT,
         "version": VERSION,
-        "command": "python -m compute.gpu.tools.figures " + " ".join(sys.argv[1:]),
+        "command": "python -m compute.gpu.lab.figures " + " ".join(sys.argv[1:]),
         "reports": reports,
         "summary": [],
     }

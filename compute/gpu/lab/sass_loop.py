@@ -3,7 +3,7 @@
 Run where nvcc (12.8 or later, for sm_90a) and cuobjdump are (cuobjdump also comes in the
 `nvidia-cuda-cuobjdump` wheel, which this finds in the running Python's site-packages):
 
-    python -m compute.gpu.tools.sass_loop ws:128:2:128:2:pingpong:persist:earlyq \\
+    python -m compute.gpu.lab.sass_loop ws:128:2:128:2:pingpong:persist:earlyq \\
         ws:128:2:128:2:pingpong:persist:earlyq:sktail [--dtype float16] [--json F]
 
 Each spec's instantiation is compiled to a cubin as flash.py's NVRTC build does (sm_90a,
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "command": "python -m compute.gpu.tools.sass_loop "
+                    "command": "python -m compute.gpu.lab.sass_loop "
                     + " ".join(argv if argv is not None else sys.argv[1:]),
                     "dtype": args.dtype,
                     "rows": rows,

@@ -3,7 +3,7 @@
 Run on the GPU machine after changing `kernels/flash_fwd_*.cu` or `flash.py`'s defaults, to
 re-measure the README's "Tensor-core kernel" table (needs torch beside CuPy):
 
-    python -m compute.gpu.tools.flash_vs_sdpa [--quick] [--json FILE] [--tune SPEC ...]
+    python -m compute.gpu.lab.flash_vs_sdpa [--quick] [--json FILE] [--tune SPEC ...]
         [--pass forward backward training]
 
 Setup as the FlashAttention papers: batch*N = 16384 tokens, heads*d = 2048; every case is
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "format": FIGURES_FORMAT,
         "version": VERSION,
-        "command": "python -m compute.gpu.tools.flash_vs_sdpa " + " ".join(sys.argv[1:]),
+        "command": "python -m compute.gpu.lab.flash_vs_sdpa " + " ".join(sys.argv[1:]),
         "flops_formula": "4*B*H*N^2*d (x0.5 causal; x2.5 backward, x3.5 training)",
         "gpu_before": identity(),
         "reports": [],

@@ -8,7 +8,7 @@ reference (`compute.attention_backward`) on head 0. One call also proves the cou
 build equal to the backward ledger at N = 1024. `--smoke` runs a few odd shapes once
 (for compute-sanitizer) and times nothing.
 
-    python -m compute.gpu.tools.time_backward --json assets/benchmarks/gpu_backward_h200.json
+    python -m compute.gpu.lab.time_backward --json assets/benchmarks/gpu_backward_h200.json
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return smoke()
     bq, bk = args.blocks
     data = {"format": "flash-explorer-gpu-backward", "version": 1, "device": st.to_dict(),
-            "command": "python -m compute.gpu.tools.time_backward " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m compute.gpu.lab.time_backward " + " ".join(argv or sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "rows": [], "counts": []}  # fmt: skip
     data["counts"].append(counts_check(1024, 4, args.d, bq, bk, causal=True))
     print(f"counting build vs ledger (N=1024, causal): match={data['counts'][0]['counts_match']}")

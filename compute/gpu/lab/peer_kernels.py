@@ -2,7 +2,7 @@
 
 Run on the GPU machine (needs torch):
 
-    python -m compute.gpu.tools.peer_kernels [--n 4096 8192] [--d 64 128] [--dtype float16]
+    python -m compute.gpu.lab.peer_kernels [--n 4096 8192] [--d 64 128] [--dtype float16]
 
 The names of cuDNN's generated kernels carry their tile shapes, which is how FLASH_NOTES.md
 compares our kernel's shape with the peer's. Same setup as flash_vs_sdpa: B·N = 16k,

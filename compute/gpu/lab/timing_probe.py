@@ -4,7 +4,7 @@ Run on the GPU machine (needs torch beside CuPy), ideally beside a clock log
 (`nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active
 --format=csv -lms 20`):
 
-    python -m compute.gpu.tools.timing_probe [--n 8192] [--d 128] [--dtype float16]
+    python -m compute.gpu.lab.timing_probe [--n 8192] [--d 128] [--dtype float16]
         [--causal 0|1] [--json FILE]
 
 One case (B·N = 16k, H·d = 2048, non-causal unless --causal 1), the same inputs and L2 flush as the harness

@@ -2,7 +2,7 @@
 
 Run on the GPU machine (needs torch beside CuPy and nvidia-smi on PATH):
 
-    python -m compute.gpu.tools.energy_probe [--n 8192] [--d 128] [--dtype float16]
+    python -m compute.gpu.lab.energy_probe [--n 8192] [--d 128] [--dtype float16]
         [--causal 0|1] [--spec SPEC ...] [--seconds 2] [--json FILE]
 
 Why (FLASH_NOTES.md v8, v9): these kernels hold the H200 at its power cap, where the SM clock
