@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .dtypes import FLASH_DTYPES
-from .gpu_identity import identity
+from ..dtypes import FLASH_DTYPES
+from ..gpu_identity import identity
 
 MODE_NAMES = {0: "ours-red", 4: "ours-bulk", 5: "ours-det"}
 
@@ -41,7 +41,7 @@ def _fa4_prepare(func: Any, q: Any, k: Any, v: Any, do: Any, causal: bool):
     """FA4's backward alone on (1, BH, N, d) CuPy arrays: a zero-argument callable."""
     import torch
 
-    from .peers import torch_view
+    from ..peers import torch_view
 
     tq, tk, tv = (
         torch_view(torch, x)[0].transpose(0, 1).contiguous()[None].requires_grad_()
@@ -61,7 +61,7 @@ def _fa4_grads(func: Any, q: Any, k: Any, v: Any, do: Any, causal: bool):
     """FA4's (dq, dk, dv) for (1, 1, N, d) inputs, as CuPy arrays shaped like ours."""
     import torch
 
-    from .peers import cupy_view
+    from ..peers import cupy_view
 
     grads = _fa4_prepare(func, q, k, v, do, causal)()
     return tuple(cupy_view(torch, g[0].transpose(0, 1).contiguous())[None] for g in grads)
@@ -72,14 +72,14 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     """One case: per path median ms, TFLOP/s and errors vs float64."""
     import cupy as cp
 
-    from .dense_backward import dense_attention_backward_gpu
-    from .device import status
-    from .dtypes import float64_values
-    from .flash_backward import backward_mode
-    from .peers import sdpa_backward
-    from .timing import rotation_count, time_interleaved
-    from .tools.flash_bwd_vs_sdpa import _errors, _inputs
-    from .tools.flash_vs_sdpa import MODEL_DIM, TOKENS
+    from ..dense_backward import dense_attention_backward_gpu
+    from ..device import status
+    from ..dtypes import float64_values
+    from ..flash_backward import backward_mode
+    from ..peers import sdpa_backward
+    from ..timing import rotation_count, time_interleaved
+    from .flash_bwd_vs_sdpa import _errors, _inputs
+    from .flash_vs_sdpa import MODEL_DIM, TOKENS
 
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes
