@@ -30,6 +30,7 @@ from .backward_rows import default_do
 from .full_pass import FullPass, full_pass
 from .inputs import HISTORY_BLOCKS, validate_inputs
 from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_ledger
+from .problem import Problem
 from .recurrence import TileCursor, block_history
 from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
@@ -131,6 +132,15 @@ class Trace(BackwardNumbers):
     def cached(self, name: str) -> int:
         """How many values of one cache are held (tests: nothing computed early)."""
         return len(self._caches.get(name, ()))
+
+    @property
+    def problem(self) -> Problem:
+        """This trace's problem (compute.problem): sizes, dtype, mask, order and blocks."""
+        s = self.schedule
+        return Problem.of_shapes(
+            (s.n_q, s.d), (s.n_k, s.d_v), block_q=s.block_q, block_k=s.block_k,
+            dtype=self.dtype, causal=s.causal, order=s.order, save_lse=s.save_lse,
+        )  # fmt: skip
 
     # ---- the timeline ----------------------------------------------------------------
     @property
@@ -360,9 +370,10 @@ def build_trace(
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
+    problem: Problem | None = None,
     *,
-    block_q: int,
-    block_k: int,
+    block_q: int | None = None,
+    block_k: int | None = None,
     order: str = "q-outer",
     causal: bool = False,
     sram_capacity: int | None = None,
@@ -376,9 +387,21 @@ def build_trace(
 
     pass_name "backward" or "training" (forward then backward) adds the backward's
     schedules; its tiled forward saves L (the backward reads it), so save_lse is set. dO
-    defaults to compute.backward_rows.default_do (seeded standard normal).
+    defaults to compute.backward_rows.default_do (seeded standard normal). `problem`
+    (compute.problem.Problem) gives the blocks, order, mask, dtype and save_lse at once;
+    its sizes must be the inputs'.
     """
     q, k, v = validate_inputs(q, k, v)
+    if problem is not None:
+        if (problem.n, problem.d, problem.n_k, problem.d_v) != (*q.shape, *v.shape):
+            raise ValueError(
+                f"The problem is N = {problem.n}, d = {problem.d}, N_k = {problem.n_k}, "
+                f"d_v = {problem.d_v} but the inputs are Q {q.shape} and V {v.shape}."
+            )
+        block_q, block_k, order = problem.block_q, problem.block_k, problem.order
+        causal, dtype, save_lse = problem.causal, problem.dtype, problem.save_lse
+    if block_q is None or block_k is None:
+        raise ValueError("build_trace needs block_q and block_k (or a problem).")
     n_q, d = q.shape
     n_k, d_v = v.shape
     if pass_name not in ("forward", "backward", "training"):

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 import compute
-from compute import InputError, Inputs, Trace
+from compute import InputError, Inputs, Problem, Trace
 from compute.inputs import check_memory_budget, memory_estimate
 from compute.schedule import Schedule
 
@@ -49,17 +49,19 @@ class Config:
         """The number of keys: N_keys when set, else N."""
         return self.n if self.n_keys is None else self.n_keys
 
+    @property
+    def problem(self) -> Problem:
+        """The compute.Problem this config shows (sizes as asked; `conform` takes a file's)."""
+        return Problem(
+            n=self.n, d=self.d, block_q=self.block_q, block_k=self.block_k,
+            n_keys=None if self.n_keys == self.n else self.n_keys,
+            dv=None if self.dv == self.d else self.dv, dtype=self.dtype,
+            causal=self.causal, order=self.order, save_lse=self.save_lse,
+        )  # fmt: skip
+
     def core_options(self) -> dict[str, object]:
         """The keywords the core's ledger and trace take from this config, named as they are."""
-        return {
-            "block_q": self.block_q,
-            "block_k": self.block_k,
-            "order": self.order,
-            "causal": self.causal,
-            "save_lse": self.save_lse,
-            "dtype": self.dtype,
-            "sram_capacity": self.sram,
-        }
+        return {**self.problem.options(), "sram_capacity": self.sram}
 
     def replace(self, **changes: object) -> Config:
         return dataclasses.replace(self, **changes)
@@ -239,18 +241,9 @@ def ledger_for(config: Config, pass_name: str | None = None) -> compute.Ledger:
     None means the config's own pass.
     """
     pass_name = config.pass_name if pass_name is None else pass_name
-    n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
     if config.input != "random":
-        inputs = make_inputs(config)
-        (n_q, d), (n_k, dv) = inputs.q.shape, inputs.v.shape
-    return compute.pass_ledger(
-        pass_name,
-        n_q,
-        n_k,
-        d,
-        dv,
-        **config.core_options(),
-    )
+        config = conform(config, make_inputs(config))
+    return compute.problem_ledger(config.problem, pass_name, sram_capacity=config.sram)
 
 
 def conform(config: Config, inputs: Inputs) -> Config:
@@ -272,8 +265,9 @@ def build(config: Config) -> tuple[Config, Trace]:
             inputs.q,
             inputs.k,
             inputs.v,
+            config.problem,
             pass_name=config.pass_name,
-            **config.core_options(),
+            sram_capacity=config.sram,
         )
     except InputError:
         raise
