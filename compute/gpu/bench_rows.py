@@ -24,11 +24,11 @@ def path_refusal(kernel: str, dtype: str, d: int, d_v: int) -> str | None:
     if kernel in ("tiled", "dense") and dtype not in KERNEL_DTYPES:
         return f"the {kernel} path takes {' or '.join(KERNEL_DTYPES)}, not {dtype}"
     if kernel == "flash" or kernel.startswith("flash["):
-        if dtype not in FLASH_DTYPES:
-            return f"the flash kernel takes {' or '.join(FLASH_DTYPES)}, not {dtype}"
         if d != d_v or d not in SUPPORTED_HEAD_DIMS:
             dims = " or ".join(map(str, SUPPORTED_HEAD_DIMS))
             return f"the flash kernel takes d = d_v = {dims}, not d = {d}, d_v = {d_v}"
+        if dtype not in FLASH_DTYPES:
+            return f"the flash kernel takes {' or '.join(FLASH_DTYPES)}, not {dtype}"
     if kernel in PEERS and dtype not in FLASH_DTYPES:
         return f"SDPA is compared in {' or '.join(FLASH_DTYPES)}, not {dtype}"
     return None

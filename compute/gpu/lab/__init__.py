@@ -1,6 +1,9 @@
-"""Developer scripts for the GPU machine: figures, peer comparison, tuning, code generation.
+"""The GPU lab notebook: experiments, probes and developer scripts (not in the wheel).
 
-Nobody using the app runs these, so this package is left out of the wheel (pyproject's
-package list names compute.gpu but not compute.gpu.lab). Each module's docstring says
-when to run it; all measure through compute.gpu.bench, the one harness.
+Nothing shipped imports this package (an import-linter contract in pyproject.toml), and
+pyproject's package list leaves it out of the wheel (.ci/run checks the wheel's files).
+Each module's docstring says when to run it; the measuring ones go through
+compute.gpu.bench, the one harness. The runner for the device machine is gpu_run.sh
+(tests, sanitize, bench, compare); ptx_hashes.py proves a kernel refactor changed no
+shipped PTX; gen_wgmma_wrappers.py writes kernels/wgmma_wrappers.cuh.
 """

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
 
-from .. import flash
+from .. import flash, flash_select
 from ..sources import KERNEL_DIR
 
 _N_Q = (1, 1024, 2047, 2048, 4095, 4096, 8191, 8192, 16384, 1 << 30)
@@ -35,7 +35,7 @@ def shipped_configs() -> list:
     wgmma variants flash_attention falls back to when there are no keys."""
     found = list(flash.WGMMA_CONFIGS.values())
     for hopper in (True, False):
-        with mock.patch.object(flash, "_is_hopper", lambda h=hopper: h):
+        with mock.patch.object(flash_select, "is_hopper", lambda h=hopper: h):
             for d in flash.SUPPORTED_HEAD_DIMS:
                 for n_q in _N_Q:
                     for causal in (False, True):

@@ -1,17 +1,13 @@
 """Launch every production kernel once on odd shapes, for compute-sanitizer to watch.
 
-Run on the GPU machine after editing any file under kernels/ (devrun.sh sanitize does):
+Run on the GPU machine after editing any file under kernels/ (lab/gpu_run.sh sanitize does):
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m compute.gpu.lab.sanitize_cases
 
 FLASH_SANITIZE_CONFIGS (kernel specs, space-separated, e.g. "ws:128:2:176:2") adds variants
 beside each head dim's warp-specialised (the sm_90 default), wgmma and mma.sync kernels;
 with FLASH_SANITIZE_ONLY_EXTRA=1 only those variants run (no defaults, tiled or backward).
-A variant with `:tailsplit` runs each shape twice: with tail_plan's own split and with
-every item cut into five pieces (pieces with no key tile where N_k < 5 tiles); with any
-`:sktail` variant one more shape runs, whose last wave the stream-K tail cuts (slots of 1.1
-and 2.2 key tiles on 132 SMs). CuPy's memory pool is
-switched off first, so each array is its own cudaMalloc and an
+CuPy's memory pool is switched off first, so each array is its own cudaMalloc and an
 out-of-bounds access lands outside an allocation, where memcheck sees it. Shapes: tails in
 both N_q and N_k, N_q != N_k, causal rows that see no key, a single row, tiles larger
 than N. Prints one line per launch; the outputs are checked against float64 elsewhere.
@@ -26,7 +22,6 @@ import numpy as np
 
 # (heads, N_q, N_k); the last has more work items than SMs for the persistent ws variants
 CASES = [(1, 77, 300), (2, 190, 60), (1, 1, 513), (3, 200, 200), (150, 130, 260)]
-STREAM_K_CASE = (150, 130, 1000)  # 150 or 300 items: a partial wave of 18 or 36 behind 132
 
 
 def main() -> int:
@@ -39,12 +34,10 @@ def main() -> int:
 
     extra = [Config.parse(s) for s in os.environ.get("FLASH_SANITIZE_CONFIGS", "").split()]
     only_extra = os.environ.get("FLASH_SANITIZE_ONLY_EXTRA") == "1"
-    model_plan = flash.tail_plan
 
     cupy.cuda.set_allocator(None)  # plain cudaMalloc per array: memcheck sees every bound
     rng = np.random.default_rng(0)
-    cases = CASES + [STREAM_K_CASE] * any(c.stream_k_tail for c in extra)
-    for h, n_q, n_k in cases:
+    for h, n_q, n_k in CASES:
         for d in (64, 128):
             for dtype in ("float16", "bfloat16"):
                 q, k, v = (
@@ -59,19 +52,10 @@ def main() -> int:
                 if d == 64 and not only_extra:  # causal at N = 4096-8191 (v13)
                     ours += (flash.WS_CAUSAL_D64,)
                 for cfg in (*ours, *mine):
-                    plans = {"": model_plan}
-                    if cfg.tail_split:
-                        plans[" split-all-in-5"] = lambda items, tiles, sms: (0, 5)
-                    for label, plan in plans.items():
-                        flash.tail_plan = plan
-                        for causal in (False, True):
-                            flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
-                            cupy.cuda.Device().synchronize()
-                            print(
-                                f"flash {cfg.spec()}{label} {dtype} h={h} {n_q}x{n_k} "
-                                f"causal={causal}"
-                            )
-                    flash.tail_plan = model_plan
+                    for causal in (False, True):
+                        flash_attention(q, k, v, causal=causal, return_lse=True, config=cfg)
+                        cupy.cuda.Device().synchronize()
+                        print(f"flash {cfg.spec()} {dtype} h={h} {n_q}x{n_k} causal={causal}")
         if only_extra:
             continue
         for order in ("q-outer", "kv-outer"):

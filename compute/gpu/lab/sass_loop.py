@@ -4,7 +4,7 @@ Run where nvcc (12.8 or later, for sm_90a) and cuobjdump are (cuobjdump also com
 `nvidia-cuda-cuobjdump` wheel, which this finds in the running Python's site-packages):
 
     python -m compute.gpu.lab.sass_loop ws:128:2:128:2:pingpong:persist:earlyq \\
-        ws:128:2:128:2:pingpong:persist:earlyq:sktail [--dtype float16] [--json F]
+        ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq [--dtype float16] [--json F]
 
 Each spec's instantiation is compiled to a cubin as flash.py's NVRTC build does (sm_90a,
 FA_FORCE_WGMMA), and its SASS is searched for the innermost loop that issues a wgmma and a
@@ -28,7 +28,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from ..flash import KERNEL_DIR, Config
+from ..flash import Config
+from ..sources import KERNEL_DIR
 
 # One instruction line of cuobjdump -sass: /*addr*/  [@P0] OPCODE operands ;
 _INSTRUCTION = re.compile(r"^\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
@@ -119,8 +120,8 @@ def compile_and_measure(specs: list[str], dt: int) -> list[dict]:
             "nvidia-cuda-cuobjdump` for cuobjdump) or run this on the GPU machine"
         )
     configs = [Config.parse(s) for s in specs]
-    if any(c.kernel != "ws" or c.multicast for c in configs):
-        raise RuntimeError("sass_loop reads the ws kernel's variants only, without ':mcast'")
+    if any(c.kernel != "ws" for c in configs):
+        raise RuntimeError("sass_loop reads the ws kernel's variants only")
     names = [c.name(dt) for c in configs]
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "inst.cu"
