@@ -19,8 +19,9 @@ import numpy as np
 from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
 from .backward_schedule import backward_sram_elements
-from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+from .full_pass import CHUNK_ELEMENTS, BlockMeans
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
+from .numbers import SHARED
 
 DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
 
@@ -97,12 +98,8 @@ class BackwardNumbers:
     def reference_D(self) -> np.ndarray:
         """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
 
-        def run():
-            d = np.sum(self._need_do() * self.reference, axis=1)
-            d.setflags(write=False)
-            return d
-
-        return self._memo("D_ref", 1, None, run)
+        self._need_do()
+        return self.dense_pass(DISPLAY_CAP).backward.D
 
     def backward_block(self, block: int) -> BackwardBlock:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
@@ -189,56 +186,39 @@ class BackwardNumbers:
         return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap))
 
     def _backward_summary(self, cap: int) -> BackwardSummary:
-        s, do = self.schedule, self._need_do()
-        dp_means, ds_means = _Means(s.n_q, s.n_k, cap), _Means(s.n_q, s.n_k, cap)
-        chunk = max(1, CHUNK_ELEMENTS // s.n_k)
-        chunk = max(dp_means.fr, chunk - chunk % dp_means.fr)  # aligned to display cells
-        stride = max(1, (s.n_q * s.n_k) // 16384)
-        samples = []
-        dq = np.empty((s.n_q, s.d))
-        dk, dv = np.zeros((s.n_k, s.d)), np.zeros((s.n_k, s.d_v))
-        # The tiled lane's operands: inputs, O and dO rounded to the dtype, statistics and
-        # accumulators in the statistics dtype, L from its forward (as compute.backward).
-        ops = self._operands()
-        acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
-        lse, d_t, sc_t = ops.lse_a, ops.D, ops.acc(self.scale)  # lse_a: P̃ = 0 on −∞ rows
-        tq = np.empty((s.n_q, s.d), dtype=acc)
-        tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
-        f = self.summary()
-        exact = self.dtype == "float64"  # no rounding: S computed once serves both lanes
+        self._need_do()
+        dense = self.dense_pass(cap).backward  # the same pass as the forward's S and P
+        tiled = SHARED.value(
+            "tiled_backward",
+            (*self._tiled_key(), self.do_key),
+            lambda: tiled_backward(self._operands(), self.schedule, self.scale, self.dtype),
+        )
+        return BackwardSummary(dense.dp_small, dense.ds_small, dense.sample, dense.gradients, tiled)
+
+
+def tiled_backward(
+    ops: Operands, s, scale: float, dtype: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tiled lane's (dQ, dK, dV) in its output dtype, over row chunks: inputs, O and dO
+    rounded to the dtype, statistics and accumulators in the statistics dtype, P̃ =
+    exp(S − L) from its forward's L (as compute.backward), P̃ and dS rounded before their
+    matmuls as a kernel does. Only the order of the additions differs from the tile loop."""
+    acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
+    lse, d_t, sc_t = ops.lse_a, ops.D, acc(scale)  # lse_a: P̃ = 0 on −∞ rows
+    tq = np.empty((s.n_q, s.d), dtype=acc)
+    tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
+    chunk = max(1, CHUNK_ELEMENTS // s.n_k)
+    with np.errstate(over="ignore", invalid="ignore"):
         for r0 in range(0, s.n_q, chunk):
             r1 = min(s.n_q, r0 + chunk)
-            # Dense, float64: P = softmax(S), then the five products of the standard backward.
-            s64 = self._scores(r0, r1, 0, s.n_k)  # S = Q Kᵀ · scale (−∞ where masked)
-            m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
-            p = np.exp(s64 - np.where(np.isfinite(m), m, 0.0))
-            np.divide(p, l, out=p, where=l > 0)  # P = softmax(S); a fully masked row is exp(−∞) = 0
-            dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
-            ds = p * (dp - self.reference_D[r0:r1, None])  # dS = P ∘ (dP − D)
-            dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
-            dq[r0:r1] = (ds @ self.k) * self.scale  # dQ = dS K · scale
-            dk += (ds.T @ self.q[r0:r1]) * self.scale  # dK = dSᵀ Q · scale
-            # Tiled: P̃ = exp(S − L) recomputed from the saved L; P̃ and dS rounded to the
-            # dtype before their matmuls, as a kernel does.
-            if exact:  # float64: the tiled lane's scores are the dense ones
-                st = s64
-            else:
-                st = _tile_scores(
-                    qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal
-                )
+            st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal)
             pt = np.exp(st - lse[r0:r1, None])
-            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), self.dtype).astype(acc)
-            tv += round_to(pt, self.dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
+            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), dtype).astype(acc)
+            tv += round_to(pt, dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
             tq[r0:r1] = (dst @ kd) * sc_t  # dQ_i = Σ_j dS_ij K_j · scale
             tk += (dst.T @ qd[r0:r1]) * sc_t  # dK_j += dS_ijᵀ Q_i · scale
-            dp_means.add(r0, dp, all_finite=True)
-            ds_means.add(r0, ds, all_finite=True)
-            first = (-(r0 * s.n_k)) % stride
-            samples += [np.abs(dp.ravel()[first::stride]), np.abs(ds.ravel()[first::stride])]
-        out = output_dtype(self.dtype)  # gradients leave the kernel in the input dtype
-        tiled = tuple(round_to(g, self.dtype).astype(out) for g in (tq, tk, tv))
-        for x in (dq, dk, dv, *tiled):
-            x.setflags(write=False)
-        return BackwardSummary(
-            dp_means.result(), ds_means.result(), np.concatenate(samples), (dq, dk, dv), tiled
-        )
+    out = output_dtype(dtype)  # gradients leave the kernel in the input dtype
+    tiled = tuple(round_to(g, dtype).astype(out) for g in (tq, tk, tv))
+    for x in tiled:
+        x.setflags(write=False)
+    return tiled

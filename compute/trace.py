@@ -17,7 +17,7 @@ they never compute attention.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -27,15 +27,17 @@ from .attention import RowHistory, causal_mask, default_scale, round_to, stats_d
 from .backward_ledger import PassLedger
 from .backward_numbers import BackwardNumbers
 from .backward_rows import default_do
-from .full_pass import FullPass, full_pass
+from .full_pass import DensePass, FullPass, TiledPass, combine, dense_pass, tiled_pass
 from .inputs import HISTORY_BLOCKS, validate_inputs
 from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_ledger
+from .numbers import SHARED
 from .problem import Problem
 from .recurrence import TileCursor, block_history
 from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
 
 DISPLAY_CELLS = 256  # S and P are summarised at this many cells a side unless asked
+DEFAULT_DO_KEY = ("default dO",)  # compute.backward_rows.default_do, the same for a shape
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ class Trace(BackwardNumbers):
     lanes: dict[str, LaneTimeline] = field(repr=False)
     pass_name: str = "forward"  # "forward", "backward" or "training" (forward then backward)
     do: np.ndarray | None = field(default=None, repr=False)  # dO, for a backward
+    # What the inputs (and dO) are, for compute.numbers: equal keys promise equal arrays.
+    inputs_key: Hashable = field(default_factory=object, repr=False)
+    do_key: Hashable = field(default_factory=object, repr=False)
 
     def __post_init__(self) -> None:
         # Per-trace caches of computed numbers (a frozen dataclass: set once, here). They
@@ -170,12 +175,46 @@ class Trace(BackwardNumbers):
         return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap))
 
     def _summary_uncached(self, cap: int) -> FullPass:
-        # Inputs or scores beyond a narrow dtype give inf/NaN, as on a GPU; the app
-        # reports that once (attention.overflow_notice), not as NumPy warnings per chunk.
-        with np.errstate(over="ignore", invalid="ignore"):
-            return full_pass(
-                self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype, cap=cap
-            )
+        return combine(self.dense_pass(cap), self.tiled_pass())
+
+    def _dense_key(self, cap: int) -> tuple:
+        return (self.inputs_key, self.schedule.causal, self.scale, cap)
+
+    def dense_pass(self, cap: int = DISPLAY_CELLS) -> DensePass:
+        """The dense lane's numbers (and, with a backward, its backward's, from the same
+        S and P): shared through compute.numbers by every trace of these inputs and mask."""
+        key = self._dense_key(cap)
+        if self.do is None:  # a backward's pass of the same inputs holds the forward's too
+            found = SHARED.get("dense", (*key, DEFAULT_DO_KEY))
+            if found is not None:
+                return found
+        do_key = None if self.do is None else self.do_key
+
+        def run() -> DensePass:
+            # Scores beyond a narrow dtype give inf/NaN, as on a GPU; the app reports that
+            # once (attention.overflow_notice), not as NumPy warnings per chunk.
+            with np.errstate(over="ignore", invalid="ignore"):
+                return dense_pass(
+                    self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale,
+                    cap=cap, do=self.do,
+                )  # fmt: skip
+
+        return SHARED.value("dense", (*key, do_key), run)
+
+    def _tiled_key(self) -> tuple:
+        s = self.schedule  # not B_r: each row's closed form is its own
+        return (self.inputs_key, s.causal, self.scale, s.block_k, s.order, self.dtype)
+
+    def tiled_pass(self) -> TiledPass:
+        """The tiled lane's output, L and final state, shared as `dense_pass` is."""
+
+        def run() -> TiledPass:
+            with np.errstate(over="ignore", invalid="ignore"):
+                return tiled_pass(
+                    self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype
+                )
+
+        return SHARED.value("tiled", self._tiled_key(), run)
 
     @property
     def reference(self) -> np.ndarray:
@@ -382,6 +421,7 @@ def build_trace(
     scale: float | None = None,
     pass_name: str = "forward",
     do: np.ndarray | None = None,
+    inputs_key: Hashable | None = None,
 ) -> Trace:
     """Both lanes' timelines on the same inputs; numbers follow when first asked for.
 
@@ -389,7 +429,9 @@ def build_trace(
     schedules; its tiled forward saves L (the backward reads it), so save_lse is set. dO
     defaults to compute.backward_rows.default_do (seeded standard normal). `problem`
     (compute.problem.Problem) gives the blocks, order, mask, dtype and save_lse at once;
-    its sizes must be the inputs'.
+    its sizes must be the inputs'. `inputs_key` names the inputs (equal keys promise
+    equal arrays; compute.numbers): traces of the same key share the numbers that do not
+    depend on their blocks, order, dtype or pass.
     """
     q, k, v = validate_inputs(q, k, v)
     if problem is not None:
@@ -406,8 +448,11 @@ def build_trace(
     n_k, d_v = v.shape
     if pass_name not in ("forward", "backward", "training"):
         raise ValueError(f"pass must be forward, backward or training, not {pass_name!r}.")
+    do_key: Hashable = object()
     if pass_name != "forward":
         save_lse = True
+        if do is None:
+            do_key = DEFAULT_DO_KEY
         do = default_do(n_q, d_v) if do is None else np.asarray(do, dtype=np.float64)
         if do.shape != (n_q, d_v):
             raise ValueError(f"dO has shape {do.shape} but the output O has shape {(n_q, d_v)}.")
@@ -428,4 +473,6 @@ def build_trace(
         lanes={lane: LaneTimeline(schedule, lane, pass_name) for lane in LANES},
         pass_name=pass_name,
         do=do,
+        inputs_key=(object() if inputs_key is None else inputs_key, n_q, n_k, d, d_v),
+        do_key=do_key,
     )

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Problem, Trace
 from compute.inputs import check_memory_budget, memory_estimate
+from compute.numbers import NumberCache
 from compute.schedule import Schedule
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
@@ -221,8 +224,42 @@ def check_config_memory(config: Config) -> None:
     check_memory_budget(*args, **kwargs)
 
 
+def inputs_key(config: Config) -> Hashable:
+    """What the inputs of `config` are, by source: equal keys give equal arrays (so
+    compute.numbers shares what depends on them). A file is named by its path and stat,
+    so a file saved again is read again; a file that cannot be stat'ed gets a key of its
+    own (load_inputs then says what is wrong)."""
+    if config.input == "seed":
+        return ("seed",)
+    if config.input == "file":
+        try:
+            st = os.stat(config.file)
+        except (OSError, ValueError):
+            return object()
+        path = os.path.realpath(config.file)
+        return ("file", path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    c = config
+    return ("random", c.seed, c.input_scale, c.n, c.n_k, c.d, c.dv)
+
+
+_INPUTS = NumberCache(entries=2)  # the last two sources (a drag between two sizes)
+
+
 def make_inputs(config: Config) -> Inputs:
-    """The inputs a Config names; shapes follow the inputs for seed and file sources."""
+    """The inputs a Config names (the same read-only arrays while its source is the
+    same); shapes follow the inputs for seed and file sources."""
+    key = inputs_key(config)
+
+    def load() -> Inputs:
+        inputs = _make_inputs(config)
+        for a in (inputs.q, inputs.k, inputs.v):
+            a.setflags(write=False)
+        return inputs
+
+    return _INPUTS.value("inputs", key, load)
+
+
+def _make_inputs(config: Config) -> Inputs:
     if config.input == "seed":
         return compute.seed_example()
     if config.input == "file":
@@ -257,6 +294,7 @@ def conform(config: Config, inputs: Inputs) -> Config:
 def build(config: Config) -> tuple[Config, Trace]:
     """Inputs and Trace for a config; raises InputError with one user-facing sentence."""
     config = config.validated()
+    key = inputs_key(config)
     inputs = make_inputs(config)
     config = conform(config, inputs)
     check_config_memory(config)
@@ -268,6 +306,7 @@ def build(config: Config) -> tuple[Config, Trace]:
             config.problem,
             pass_name=config.pass_name,
             sram_capacity=config.sram,
+            inputs_key=key,
         )
     except InputError:
         raise
