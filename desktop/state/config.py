@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Problem, Trace
-from compute.inputs import check_memory_budget, memory_estimate
+from compute.inputs import _LOWER, CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, memory_terms
 from compute.numbers import NumberCache
 from compute.schedule import Schedule
 
@@ -212,16 +212,42 @@ def _memory_args(config: Config) -> tuple[tuple, dict]:
     }
 
 
-def config_memory(config: Config) -> int:
-    """Bytes the trace and views of `config` hold (compute.inputs.memory_terms)."""
+# What the process itself holds before any array: the interpreter, Qt, pyqtgraph and
+# NumPy (an offscreen export of the N = 6 reference example peaks at 144 MiB of RSS).
+PROCESS_BYTES = 150 * 2**20
+_LOWER_EXTRA = {"process": "lower N or d", "backward_chunk": "lower N or N_keys"}
+
+
+def config_memory_terms(config: Config) -> dict[str, int]:
+    """Bytes by what holds them for `config`: compute.inputs.memory_terms (the arrays of
+    the trace and its caches at capacity), the process itself, and with a backward the
+    second chunk of temporaries its pass over S holds (dP, dS beside S and P)."""
     args, kwargs = _memory_args(config)
-    return memory_estimate(*args, **kwargs)
+    terms = dict(memory_terms(*args, **kwargs))
+    terms["process"] = PROCESS_BYTES
+    terms["backward_chunk"] = CHUNK_BYTES if config.pass_name != "forward" else 0
+    return terms
+
+
+def config_memory(config: Config) -> int:
+    """Bytes a process showing or exporting `config` holds at most (config_memory_terms);
+    the memory budget is checked against this."""
+    return sum(config_memory_terms(config).values())
 
 
 def check_config_memory(config: Config) -> None:
     """One sentence, before allocating, if `config` would pass the memory budget."""
-    args, kwargs = _memory_args(config)
-    check_memory_budget(*args, **kwargs)
+    terms = config_memory_terms(config)
+    need = sum(terms.values())
+    if need > DEFAULT_MEMORY_BUDGET_BYTES:
+        biggest = max(terms, key=terms.get)
+        lower = _LOWER_EXTRA.get(biggest) or _LOWER[biggest]
+        raise InputError(
+            f"N_q = {config.n:,}, N_k = {config.n_k:,}, d = {config.d:,}, d_v = {config.dv:,} "
+            f"with {config.block_q}×{config.block_k} blocks ({config.pass_name}) need about "
+            f"{need / 2**20:,.0f} MiB, over the {DEFAULT_MEMORY_BUDGET_BYTES / 2**20:,.0f} MiB "
+            f"memory budget; {lower}."
+        )
 
 
 def inputs_key(config: Config) -> Hashable:
