@@ -1,4 +1,7 @@
-"""The Trace's backward numbers, computed when a view asks and then kept (a Trace mixin).
+"""The backward's numbers of one trace, computed when a view asks and then kept.
+
+A number service composed into compute.trace.Trace beside compute.forward_numbers (it
+owns its caches and reads the forward's numbers through that service).
 
 Everything here is derived from Q, K, V, dO and the forward's O and L, on demand:
 - the gradients of both lanes (`compute.attention_backward`: dense in float64, the
@@ -18,12 +21,10 @@ import numpy as np
 
 from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
-from .backward_schedule import backward_sram_elements
+from .forward_numbers import DISPLAY_CELLS, ForwardNumbers, Memo
 from .full_pass import CHUNK_ELEMENTS, BlockMeans
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 from .numbers import SHARED
-
-DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,21 @@ class BackwardSummary:
     tiled_gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # the tiled lane's, its dtype
 
 
-class BackwardNumbers:
-    """Methods of Trace (it provides q, k, v, do, schedule, scale, dtype, _memo, ...)."""
+class BackwardNumbers(Memo):
+    """The backward's numbers of one trace (see the module); `forward` is its forward's."""
+
+    def __init__(self, forward: ForwardNumbers) -> None:
+        super().__init__()
+        if forward.do is None:
+            raise ValueError("This trace has no backward pass (dO was not given).")
+        self.forward = f = forward
+        self.q, self.k, self.v, self.do, self.schedule = f.q, f.k, f.v, f.do, f.schedule
+        self.scale, self.dtype, self.tiled_lane, self.do_key = (
+            f.scale,
+            f.dtype,
+            f.tiled_lane,
+            f.do_key,
+        )
 
     def _need_do(self) -> np.ndarray:
         if self.do is None:
@@ -72,7 +86,7 @@ class BackwardNumbers:
         """The backward's operands, prepared once (compute.backward_rows.Operands)."""
 
         def run():
-            f = self.summary()
+            f = self.forward.summary()
             return operands(
                 self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype
             )
@@ -86,7 +100,7 @@ class BackwardNumbers:
         over row chunks instead of tile by tile, so they equal compute.attention_backward's
         up to the order of the additions (a test holds them within rounding), and a large
         N with tiny blocks costs no Python loop over thousands of tiles."""
-        g = self.backward_summary(DISPLAY_CAP)
+        g = self.backward_summary(DISPLAY_CELLS)
         return g.gradients if lane == "dense" else g.tiled_gradients
 
     @property
@@ -99,7 +113,7 @@ class BackwardNumbers:
         """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
 
         self._need_do()
-        return self.dense_pass(DISPLAY_CAP).backward.D
+        return self.forward.dense_pass(DISPLAY_CELLS).backward.D
 
     def backward_block(self, block: int) -> BackwardBlock:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
@@ -108,7 +122,7 @@ class BackwardNumbers:
             "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
                 self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
-                p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
+                p_reference=self.forward._probs(r0, r1, 0, self.schedule.n_k),
             ),
         )  # fmt: skip
 
@@ -119,7 +133,7 @@ class BackwardNumbers:
             "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
-                p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,
+                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1), o_reference=self.forward.reference,
             ),
         )  # fmt: skip
 
@@ -140,14 +154,14 @@ class BackwardNumbers:
     def backward_tiles_done(self, row: int, step: int) -> int:
         """How many key tiles the tiled lane's backward has added into dQ of `row` after
         step `step`: tiles are visited in order, so the count is the last tile seen + 1."""
-        steps, tiles = self.lanes["tiled"].steps_of("bwd_update", row // self.schedule.block_q)
+        steps, tiles = self.tiled_lane.steps_of("bwd_update", row // self.schedule.block_q)
         n = int(np.searchsorted(steps, step, side="right"))
         return int(tiles[n - 1]) + 1 if n else 0
 
     def backward_blocks_done(self, col: int, step: int) -> int:
         """How many query blocks (by index) have added into dK, dV of key `col` after step
         `step`: key tile j's segment visits its blocks in order, three steps each."""
-        s, lane = self.schedule, self.lanes["tiled"]
+        s, lane = self.schedule, self.tiled_lane
         j = col // s.block_k
         p = len(lane.parts) - 1  # the backward's K/V-outer loop is the lane's last part
         part = lane.parts[p]
@@ -158,14 +172,6 @@ class BackwardNumbers:
         n = int(np.searchsorted(updates, step, side="right"))
         return int(lo[j]) + n if n else 0
 
-    def sram_need(self, lane: str) -> int:
-        """Peak SRAM working set of `lane` over this trace's pass, in elements."""
-        forward = self.schedule.sram_elements(lane)
-        if self.pass_name == "forward":
-            return forward
-        backward = backward_sram_elements(self.schedule, lane)
-        return backward if self.pass_name == "backward" else max(forward, backward)
-
     # ---- the dense lane's dP and dS ---------------------------------------------------
     def grad_region(self, name: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """The dense lane's dP (= dO Vᵀ) or dS (= P ∘ (dP − D)) over a region, float64."""
@@ -175,7 +181,7 @@ class BackwardNumbers:
             dp = do[r0:r1] @ self.v[c0:c1].T  # dP = dO Vᵀ
             out = dp
             if name == "dS":  # dS = P ∘ (dP − D), D = rowsum(dO ∘ O)
-                out = self._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
+                out = self.forward._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
             out.setflags(write=False)
             return out
 
@@ -187,10 +193,10 @@ class BackwardNumbers:
 
     def _backward_summary(self, cap: int) -> BackwardSummary:
         self._need_do()
-        dense = self.dense_pass(cap).backward  # the same pass as the forward's S and P
+        dense = self.forward.dense_pass(cap).backward  # the same pass as the forward's S and P
         tiled = SHARED.value(
             "tiled_backward",
-            (*self._tiled_key(), self.do_key),
+            (*self.forward._tiled_key(), self.do_key),
             lambda: tiled_backward(self._operands(), self.schedule, self.scale, self.dtype),
         )
         return BackwardSummary(dense.dp_small, dense.ds_small, dense.sample, dense.gradients, tiled)
