@@ -239,6 +239,7 @@ def main(argv: Sequence[str]) -> int:
     window.state.sigError.disconnect(window.show_error)
     window.bench_refusals = []
     window.state.sigError.connect(window.bench_refusals.append)
+    window.state.sigRefused.connect(lambda text: text and window.bench_refusals.append(text))
     window.show()
     _settle(app, window.state)
     results = []

@@ -235,14 +235,20 @@ def config_memory(config: Config) -> int:
     return sum(config_memory_terms(config).values())
 
 
+class BudgetError(InputError):
+    """A configuration over the memory budget (one sentence, as every InputError). The
+    GUI treats it apart: the user may be passing through it on the way to one that fits."""
+
+
 def check_config_memory(config: Config) -> None:
-    """One sentence, before allocating, if `config` would pass the memory budget."""
+    """One sentence (a BudgetError), before allocating, if `config` would pass the
+    memory budget."""
     terms = config_memory_terms(config)
     need = sum(terms.values())
     if need > DEFAULT_MEMORY_BUDGET_BYTES:
         biggest = max(terms, key=terms.get)
         lower = _LOWER_EXTRA.get(biggest) or _LOWER[biggest]
-        raise InputError(
+        raise BudgetError(
             f"N_q = {config.n:,}, N_k = {config.n_k:,}, d = {config.d:,}, d_v = {config.dv:,} "
             f"with {config.block_q}×{config.block_k} blocks ({config.pass_name}) need about "
             f"{need / 2**20:,.0f} MiB, over the {DEFAULT_MEMORY_BUDGET_BYTES / 2**20:,.0f} MiB "
