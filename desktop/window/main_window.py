@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QScrollArea,
     QSplitter,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -139,7 +140,7 @@ class MainWindow(QMainWindow):
             self._restore(config)
 
     def _build_centre(self) -> QSplitter:
-        """The two lanes (HBM above SRAM each), the legend and the playback bar."""
+        """The two lanes (HBM above SRAM each) and the legend; the playback bar below all."""
         self.lanes = {lane: LaneView(self.state, lane) for lane in ("dense", "tiled")}
         self.legend = Legend(self.state)
         self.bar = PlaybackBar(self.state, self.playback)
@@ -153,8 +154,17 @@ class MainWindow(QMainWindow):
         layout.setSpacing(2)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.legend)
-        layout.addWidget(self.bar)
         self.setCentralWidget(central)
+        # The bar spans the window's whole width, under the docks: between them the lanes
+        # are about 550 px wide on a 1280 x 720 screen, which left the scrubber, the main
+        # control of an animation, a few pixels once the buttons and read-outs had theirs.
+        bar = QToolBar("Playback")
+        bar.setObjectName("playback_bar")  # saveState needs stable names
+        bar.setMovable(False)
+        bar.setFloatable(False)
+        bar.toggleViewAction().setVisible(False)  # never hidden by a stray right click
+        bar.addWidget(self.bar)
+        self.addToolBar(Qt.ToolBarArea.BottomToolBarArea, bar)
         return splitter
 
     def _build_docks(self) -> None:
