@@ -62,3 +62,37 @@ def test_nothing_cut_or_overlapping_at_each_screen_size(qtbot, dialogs, name):
             ]
     w.close()
     assert found == []
+
+
+@pytest.mark.parametrize("pass_name", ["forward", "backward", "training"])
+def test_tensor_labels_fit_and_cells_hold_numbers_at_each_size(qtbot, dialogs, pass_name):
+    from PySide6.QtGui import QFontMetricsF
+
+    from desktop.lanes.hbm import LABEL_SPILL, tensor_label
+    from desktop.lanes.painting import NUMBER_MIN_H, NUMBER_MIN_W
+    from desktop.scene import geometry as geo
+
+    w = MainWindow(Config(pass_name=pass_name), persist=False, build_inline=True)
+    qtbot.addWidget(w)
+    w.show()
+    trace = w.state.trace
+    for width, height in SIZES:
+        w.fit_to(QRect(0, 0, width, height))
+        QApplication.processEvents()
+        for lane in w.lanes.values():
+            rects = lane._layout()
+            boxes = []
+            for name, rows, cols in geo.hbm_slots(trace):
+                r = rects[name]
+                room = r.width() + 2 * LABEL_SPILL
+                text, font = tensor_label(geo.SYMBOL.get(name, name), rows, cols, room, lane.font())
+                assert QFontMetricsF(font).horizontalAdvance(text) <= room, (width, name, text)
+                boxes.append((r.left() - LABEL_SPILL, r.right() + LABEL_SPILL))
+                # The reference example's cells are large enough for their numbers (the
+                # backward's sixteen tensors share the lane: from 1600 px wide).
+                if pass_name == "forward" or width >= 1600:
+                    assert r.width() / cols >= NUMBER_MIN_W, (width, name)
+                    assert r.height() / rows >= NUMBER_MIN_H, (width, name)
+            for (_l0, r0), (l1, _r1) in zip(boxes, boxes[1:], strict=False):
+                assert r0 < l1  # two labels never touch ("1024×1024P", "dO_iD_i")
+    w.close()
