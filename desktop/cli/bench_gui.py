@@ -5,8 +5,9 @@ the reference example and lands on each configuration at once (AppState.set_conf
 path every control writes through: no intermediate configuration is built, so none can
 be refused on the way), then times changes of two kinds, `--repeats` each way:
 
-- "inputs": N moved one position and back (new inputs, so nothing can be reused);
-- "blocks": B_r moved to another size and back (the inputs stay).
+- "inputs": a new seed each time (new inputs of the same sizes: nothing can be reused);
+- "blocks": B_r and B_c moved to another size and back (the inputs stay; going back
+  finds what the first visit computed, as a drag back and forth does).
 
 For each change: first_ms, from the change until the event loop has painted the new
 configuration's first tier (its timeline, ledger and the numbers shown at once);
@@ -129,17 +130,17 @@ def measure(window, app, cfg, repeats: int, frames: int) -> dict:
     if refused or state.config is None:
         return {"config": cfg.to_dict(), "refused": refused[-1] if refused else "not shown"}
     shown = state.config
+    other = _other_block(shown.block_q)
     kinds = {
-        "inputs": (shown.replace(n=shown.n - 1 if shown.n > 1 else 2), True),
-        "blocks": (shown.replace(block_q=_other_block(shown.block_q)), False),
+        "inputs": ([shown.replace(seed=shown.seed + 1 + k) for k in range(2 * repeats)], True),
+        "blocks": ([shown.replace(block_q=other, block_k=other), shown] * repeats, False),
     }
     result: dict = {"config": {k: v for k, v in shown.to_dict().items() if k != "file"}}
     every = {"first_ms": [], "complete_ms": [], "floor_ms": []}
     result["changes"] = {}
-    for kind, (other, dense) in kinds.items():
+    for kind, (targets, dense) in kinds.items():
         samples = {"first_ms": [], "complete_ms": [], "floor_ms": []}
-        for k in range(2 * repeats):  # there and back
-            target = other if k % 2 == 0 else shown
+        for target in targets:
             for name, value in zip(samples, _time_change(window, app, target, dense), strict=True):
                 samples[name].append(value)
                 every[name].append(value)
@@ -147,6 +148,7 @@ def measure(window, app, cfg, repeats: int, frames: int) -> dict:
         if refused:
             return {"config": cfg.to_dict(), "refused": refused[-1]}
     result.update({name: _ms(values) for name, values in every.items()})
+    state.set_config(shown)
     _settle(app, state, shown)
     trace = state.trace
     stride = grouping_for(trace).stride
@@ -237,6 +239,7 @@ def main(argv: Sequence[str]) -> int:
     window.state.sigError.disconnect(window.show_error)
     window.bench_refusals = []
     window.state.sigError.connect(window.bench_refusals.append)
+    window.state.sigRefused.connect(lambda text: text and window.bench_refusals.append(text))
     window.show()
     _settle(app, window.state)
     results = []

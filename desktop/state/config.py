@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Problem, Trace
-from compute.inputs import check_memory_budget, memory_estimate
+from compute.inputs import _LOWER, CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, memory_terms
+from compute.numbers import NumberCache
 from compute.schedule import Schedule
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
@@ -209,20 +212,86 @@ def _memory_args(config: Config) -> tuple[tuple, dict]:
     }
 
 
-def config_memory(config: Config) -> int:
-    """Bytes the trace and views of `config` hold (compute.inputs.memory_terms)."""
+# What the process itself holds before any array: the interpreter, Qt, pyqtgraph and
+# NumPy (an offscreen export of the N = 6 reference example peaks at 144 MiB of RSS).
+PROCESS_BYTES = 150 * 2**20
+_LOWER_EXTRA = {"process": "lower N or d", "backward_chunk": "lower N or N_keys"}
+
+
+def config_memory_terms(config: Config) -> dict[str, int]:
+    """Bytes by what holds them for `config`: compute.inputs.memory_terms (the arrays of
+    the trace and its caches at capacity), the process itself, and with a backward the
+    second chunk of temporaries its pass over S holds (dP, dS beside S and P)."""
     args, kwargs = _memory_args(config)
-    return memory_estimate(*args, **kwargs)
+    terms = dict(memory_terms(*args, **kwargs))
+    terms["process"] = PROCESS_BYTES
+    terms["backward_chunk"] = CHUNK_BYTES if config.pass_name != "forward" else 0
+    return terms
+
+
+def config_memory(config: Config) -> int:
+    """Bytes a process showing or exporting `config` holds at most (config_memory_terms);
+    the memory budget is checked against this."""
+    return sum(config_memory_terms(config).values())
+
+
+class BudgetError(InputError):
+    """A configuration over the memory budget (one sentence, as every InputError). The
+    GUI treats it apart: the user may be passing through it on the way to one that fits."""
 
 
 def check_config_memory(config: Config) -> None:
-    """One sentence, before allocating, if `config` would pass the memory budget."""
-    args, kwargs = _memory_args(config)
-    check_memory_budget(*args, **kwargs)
+    """One sentence (a BudgetError), before allocating, if `config` would pass the
+    memory budget."""
+    terms = config_memory_terms(config)
+    need = sum(terms.values())
+    if need > DEFAULT_MEMORY_BUDGET_BYTES:
+        biggest = max(terms, key=terms.get)
+        lower = _LOWER_EXTRA.get(biggest) or _LOWER[biggest]
+        raise BudgetError(
+            f"N_q = {config.n:,}, N_k = {config.n_k:,}, d = {config.d:,}, d_v = {config.dv:,} "
+            f"with {config.block_q}×{config.block_k} blocks ({config.pass_name}) need about "
+            f"{need / 2**20:,.0f} MiB, over the {DEFAULT_MEMORY_BUDGET_BYTES / 2**20:,.0f} MiB "
+            f"memory budget; {lower}."
+        )
+
+
+def inputs_key(config: Config) -> Hashable:
+    """What the inputs of `config` are, by source: equal keys give equal arrays (so
+    compute.numbers shares what depends on them). A file is named by its path and stat,
+    so a file saved again is read again; a file that cannot be stat'ed gets a key of its
+    own (load_inputs then says what is wrong)."""
+    if config.input == "seed":
+        return ("seed",)
+    if config.input == "file":
+        try:
+            st = os.stat(config.file)
+        except (OSError, ValueError):
+            return object()
+        path = os.path.realpath(config.file)
+        return ("file", path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    c = config
+    return ("random", c.seed, c.input_scale, c.n, c.n_k, c.d, c.dv)
+
+
+_INPUTS = NumberCache(entries=2)  # the last two sources (a drag between two sizes)
 
 
 def make_inputs(config: Config) -> Inputs:
-    """The inputs a Config names; shapes follow the inputs for seed and file sources."""
+    """The inputs a Config names (the same read-only arrays while its source is the
+    same); shapes follow the inputs for seed and file sources."""
+    key = inputs_key(config)
+
+    def load() -> Inputs:
+        inputs = _make_inputs(config)
+        for a in (inputs.q, inputs.k, inputs.v):
+            a.setflags(write=False)
+        return inputs
+
+    return _INPUTS.value("inputs", key, load)
+
+
+def _make_inputs(config: Config) -> Inputs:
     if config.input == "seed":
         return compute.seed_example()
     if config.input == "file":
@@ -257,6 +326,7 @@ def conform(config: Config, inputs: Inputs) -> Config:
 def build(config: Config) -> tuple[Config, Trace]:
     """Inputs and Trace for a config; raises InputError with one user-facing sentence."""
     config = config.validated()
+    key = inputs_key(config)
     inputs = make_inputs(config)
     config = conform(config, inputs)
     check_config_memory(config)
@@ -268,6 +338,7 @@ def build(config: Config) -> tuple[Config, Trace]:
             config.problem,
             pass_name=config.pass_name,
             sram_capacity=config.sram,
+            inputs_key=key,
         )
     except InputError:
         raise
