@@ -17,6 +17,7 @@ import compute
 from compute import InputError, Inputs, Problem, Trace
 from compute import numbers as numbers_cache
 from compute.forward_numbers import DISPLAY_CELLS
+from compute.full_pass import CHUNK_ELEMENTS
 from compute.inputs import _LOWER, CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, memory_terms
 from compute.numbers import NumberCache
 from compute.schedule import Schedule
@@ -231,9 +232,20 @@ def config_memory_terms(config: Config) -> dict[str, int]:
     args, kwargs = _memory_args(config)
     terms = dict(memory_terms(*args, **kwargs))
     terms["process"] = PROCESS_BYTES
-    terms["backward_chunk"] = CHUNK_BYTES if config.pass_name != "forward" else 0
+    # compute.inputs counts the pass over S's chunk as CHUNK_BYTES whatever the sizes;
+    # it holds about three float64 arrays of the chunk's scores at once (S, P and one
+    # temporary), and the backward's fused pass three more (dP, dS, a product).
+    chunk = 24 * _chunk_elements(config)
+    terms["rows"] += chunk - CHUNK_BYTES
+    terms["backward_chunk"] = chunk if config.pass_name != "forward" else 0
     terms["cached"] = _cached_bytes(config)
     return terms
+
+
+def _chunk_elements(config: Config) -> int:
+    """Scores in one chunk of compute.full_pass's rows (aligned up to a display cell)."""
+    rows = max(1, CHUNK_ELEMENTS // config.n_k) + math.ceil(config.n / DISPLAY_CELLS)
+    return min(config.n, rows) * config.n_k
 
 
 def _cached_bytes(config: Config) -> int:
