@@ -71,31 +71,33 @@ class _Means:
         self.count = np.zeros((self.hr, self.hc))
         self.masked = np.zeros((self.hr, self.hc))
 
+    def _cells(self, x: np.ndarray) -> np.ndarray:
+        """Per-cell sums of a row chunk, zero-padded where the cells overhang the matrix."""
+        n = x.shape[0]
+        h = math.ceil(n / self.fr)
+        if n == h * self.fr and self.cols == self.hc * self.fc:
+            blocks = x  # cells divide the chunk: a view, no copy
+        else:
+            blocks = np.zeros((h * self.fr, self.hc * self.fc), dtype=x.dtype)
+            blocks[:n, : self.cols] = x
+        return blocks.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+
     def add(self, r0: int, chunk: np.ndarray, all_finite: bool = False) -> None:
         n = chunk.shape[0]
         h = math.ceil(n / self.fr)
         c0 = r0 // self.fr
         if all_finite:
-            # No −∞ anywhere (no mask, or P): block sums, zero-padded where the cells
-            # overhang the matrix; each cell counts the entries it really covers.
-            if n == h * self.fr and self.cols == self.hc * self.fc:
-                blocks = chunk  # cells divide the chunk: a view, no copy
-            else:
-                blocks = np.zeros((h * self.fr, self.hc * self.fc))
-                blocks[:n, : self.cols] = chunk
-            sums = blocks.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+            # No −∞ anywhere (no mask, or P): each cell counts the entries it covers.
             in_rows = np.minimum(self.fr, n - np.arange(h) * self.fr)
             in_cols = np.minimum(self.fc, self.cols - np.arange(self.hc) * self.fc)
-            self.total[c0 : c0 + h] += sums
+            self.total[c0 : c0 + h] += self._cells(chunk)
             self.count[c0 : c0 + h] += np.outer(in_rows, in_cols)
             return
-        pad = np.full((h * self.fr, self.hc * self.fc), np.nan)
-        pad[:n, : self.cols] = chunk
-        blocks = pad.reshape(h, self.fr, self.hc, self.fc)
-        finite = np.isfinite(blocks)
-        self.count[c0 : c0 + h] += finite.sum(axis=(1, 3))
-        self.total[c0 : c0 + h] += np.where(finite, blocks, 0.0).sum(axis=(1, 3))
-        self.masked[c0 : c0 + h] += np.isneginf(blocks).sum(axis=(1, 3))
+        # Finite entries summed and counted, −∞ (masked) counted: three cell sums.
+        finite = np.isfinite(chunk)
+        self.total[c0 : c0 + h] += self._cells(np.where(finite, chunk, 0.0))
+        self.count[c0 : c0 + h] += self._cells(finite.view(np.uint8))
+        self.masked[c0 : c0 + h] += self._cells(np.isneginf(chunk).view(np.uint8))
 
     def result(self) -> BlockMeans:
         mean = np.divide(

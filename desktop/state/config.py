@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import compute
 from compute import InputError, Inputs, Problem, Trace
+from compute import numbers as numbers_cache
+from compute.forward_numbers import DISPLAY_CELLS
+from compute.full_pass import CHUNK_ELEMENTS
 from compute.inputs import _LOWER, CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, memory_terms
 from compute.numbers import NumberCache
 from compute.schedule import Schedule
@@ -215,7 +218,11 @@ def _memory_args(config: Config) -> tuple[tuple, dict]:
 # What the process itself holds before any array: the interpreter, Qt, pyqtgraph and
 # NumPy (an offscreen export of the N = 6 reference example peaks at 144 MiB of RSS).
 PROCESS_BYTES = 150 * 2**20
-_LOWER_EXTRA = {"process": "lower N or d", "backward_chunk": "lower N or N_keys"}
+_LOWER_EXTRA = {
+    "process": "lower N or d",
+    "backward_chunk": "lower N or N_keys",
+    "cached": "lower N, d or d_v",
+}
 
 
 def config_memory_terms(config: Config) -> dict[str, int]:
@@ -225,8 +232,35 @@ def config_memory_terms(config: Config) -> dict[str, int]:
     args, kwargs = _memory_args(config)
     terms = dict(memory_terms(*args, **kwargs))
     terms["process"] = PROCESS_BYTES
-    terms["backward_chunk"] = CHUNK_BYTES if config.pass_name != "forward" else 0
+    # compute.inputs counts the pass over S's chunk as CHUNK_BYTES whatever the sizes;
+    # it holds about three float64 arrays of the chunk's scores at once (S, P and one
+    # temporary), and the backward's fused pass three more (dP, dS, a product).
+    chunk = 24 * _chunk_elements(config)
+    terms["rows"] += chunk - CHUNK_BYTES
+    terms["backward_chunk"] = chunk if config.pass_name != "forward" else 0
+    terms["cached"] = _cached_bytes(config)
     return terms
+
+
+def _chunk_elements(config: Config) -> int:
+    """Scores in one chunk of compute.full_pass's rows (aligned up to a display cell)."""
+    rows = max(1, CHUNK_ELEMENTS // config.n_k) + math.ceil(config.n / DISPLAY_CELLS)
+    return min(config.n, rows) * config.n_k
+
+
+def _cached_bytes(config: Config) -> int:
+    """compute.numbers' shared cache (at most ENTRIES values of this config's size per
+    kind, never over MAX_BYTES) and the previous inputs kept by source (float64)."""
+    n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
+    cells = min(DISPLAY_CELLS, n) * min(DISPLAY_CELLS, n_k)  # S and P at display size
+    dense = 8 * n * (2 + d_v) + 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
+    tiled = 16 * n * d_v + 24 * n
+    if config.pass_name != "forward":
+        grads = 8 * (n + n * d + n_k * (d + d_v))
+        dense += grads + 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
+        tiled += grads
+    numbers = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * (dense + tiled))
+    return numbers + 8 * (n * d + n_k * (d + d_v))
 
 
 def config_memory(config: Config) -> int:
@@ -274,7 +308,7 @@ def inputs_key(config: Config) -> Hashable:
     return ("random", c.seed, c.input_scale, c.n, c.n_k, c.d, c.dv)
 
 
-_INPUTS = NumberCache(entries=2)  # the last two sources (a drag between two sizes)
+_INPUTS = NumberCache(entries=2, max_bytes=None)  # the last two sources (config_memory)
 
 
 def make_inputs(config: Config) -> Inputs:

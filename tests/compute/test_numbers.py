@@ -110,3 +110,12 @@ def test_the_cache_keeps_the_newest_entries():
     for i in range(3):
         assert c.value("k", i, lambda i=i: [i]) == [i]
     assert c.held("k") == 2 and c.get("k", 0) is None and c.get("k", 2) == [2]
+
+
+def test_the_cache_holds_at_most_its_bytes_and_always_the_newest():
+    c = NumberCache(entries=10, max_bytes=100)
+    for i in range(3):
+        c.put("a" if i % 2 else "b", i, np.zeros(5))  # 40 bytes each
+    assert c.bytes_held <= 100 and c.get("b", 2) is not None
+    c.put("a", "big", np.zeros(50))  # 400 bytes: over on its own, kept as the newest
+    assert c.get("a", "big") is not None and c.bytes_held == 400

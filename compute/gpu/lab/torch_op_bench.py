@@ -135,21 +135,33 @@ def _training_paths(torch, F, strided):
     }
 
 
+def import_for_gpu(tool: str, *names: str) -> tuple | None:
+    """The modules `names` (torch first), or None after one sentence on stderr saying what
+    is missing: a module, or a visible CUDA GPU."""
+    import importlib
+
+    try:
+        mods = tuple(importlib.import_module(name) for name in names)
+    except ImportError as exc:
+        print(f"{tool} needs {', '.join(names)} installed ({exc.name} is not).", file=sys.stderr)
+        return None
+    if not mods[0].cuda.is_available():
+        print(f"{tool} needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return None
+    return mods
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, default=Path("torch_op_h200.json"))
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args(argv)
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        print("torch_op_bench needs torch with CUDA (pip install torch).", file=sys.stderr)
+    mods = import_for_gpu("torch_op_bench", "torch")
+    if mods is None:
         return 2
-    if not torch.cuda.is_available():
-        print("torch_op_bench needs a CUDA GPU; none is visible.", file=sys.stderr)
-        return 2
+    (torch,) = mods
+    F = torch.nn.functional
     from compute.gpu.gpu_identity import identity
 
     rows = []

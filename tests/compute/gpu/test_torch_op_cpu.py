@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+import weakref
 
 import pytest
 
@@ -274,3 +275,34 @@ def test_transformers_llama_with_the_backend_matches_sdpa(stand_in, float64_ok):
     padded[0, :5] = 0
     with pytest.raises(ValueError, match="^the fa_explorer attention takes no explicit mask"):
         ours(input_ids=ids, attention_mask=padded)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_cupy_alias_describes_the_tensor_memory(dtype):
+    """The backward's CuPy alias of a tensor: its address, shape, strides in bytes, bf16 as
+    uint16 bits, and the memory extent the strides reach (CuPy needs no GPU to build it; the
+    address is made up, nothing reads it here)."""
+    cupy = pytest.importorskip("cupy")
+    from types import SimpleNamespace
+
+    t = torch.zeros(2, 5, 4, 64, dtype=getattr(torch, dtype)).transpose(1, 2)[:, :3]
+
+    class Fake(SimpleNamespace):  # a tensor's attributes, weak-referenceable
+        pass
+
+    fake = Fake(
+        dtype=t.dtype, shape=t.shape, stride=t.stride, element_size=t.element_size,
+        numel=t.numel, data_ptr=lambda: 1 << 20, device=SimpleNamespace(index=0),
+    )  # fmt: skip
+    a = torch_launch.cupy_alias(torch, fake)
+    alive = weakref.ref(fake)
+    del fake
+    size = t.element_size()
+    assert a.shape == tuple(t.shape) and a.data.ptr == 1 << 20
+    assert a.dtype == (cupy.uint16 if dtype == "bfloat16" else getattr(cupy, dtype))
+    assert a.strides == tuple(s * size for s in t.stride())
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    assert a.data.mem.size == (last + 1) * size
+    assert alive() is not None  # the alias holds the tensor
+    del a
+    assert alive() is None
