@@ -21,6 +21,13 @@ def is_dark(palette: QPalette) -> bool:
     return palette.color(QPalette.ColorRole.Window).lightness() < 128
 
 
+def accent(palette: QPalette) -> QColor:
+    """Text that stands out (the step's sentence, its recurrence): the highlight colour,
+    or on a dark palette the lighter link colour (the highlight is a dim blue there)."""
+    role = QPalette.ColorRole.Link if is_dark(palette) else QPalette.ColorRole.Highlight
+    return palette.color(role)
+
+
 def dark_palette() -> QPalette:
     """The dark theme's colours (also what a dark export is painted with)."""
     p = QPalette()

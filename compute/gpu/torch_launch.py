@@ -26,7 +26,7 @@ import ctypes
 import functools
 import threading
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -173,10 +173,6 @@ def _make_plan(q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool, scale: fl
     cfg = flash.default_config(d, n_q, causal)
     if cfg.kernel == "ws" and n_k == 0:
         cfg = flash.WGMMA_CONFIGS[d]
-    if cfg.multicast and (causal or -(-n_q // cfg.block_m) % 2):
-        cfg = replace(cfg, multicast=False)
-    if cfg.narrow_first:
-        cfg = flash.narrow_first_launch(cfg, n_k, causal)
     grid = (-(-n_q // cfg.block_m), b * h, 1)
     consts = (
         np.int32(n_q), np.int32(n_k), np.float32(scale * flash._LOG2E), np.int32(int(causal)),

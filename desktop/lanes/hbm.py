@@ -7,8 +7,9 @@ live KV-outer state, veils over not-yet-written cells and the row outline are dr
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtGui import QColor, QFont, QFontInfo, QFontMetricsF, QPainter, QPalette, QPen, QPixmap
 
 from compute import Trace
 from desktop.lanes.context import LaneContext
@@ -19,6 +20,28 @@ from desktop.scene.render import NUMBERS_CAP, ColorScale, downsample, kv_outer_h
 from desktop.theme import qimage
 
 NO_SCALE = ColorScale(float("inf"))  # numbers in dark text on a neutral tint
+# A label may reach this far past its tensor's edge: less than half the gap between
+# neighbouring tensors, so two labels always keep a few pixels between them.
+LABEL_SPILL = geo.GAP / 2 - 2
+LABEL_MIN_PX = 7  # the smallest label font: below it a label is not read, only seen
+MARK_MIN = 6.0  # px: the written rows' mark is never thinner (N = 4096: 64 rows ≈ 2 px)
+
+
+def tensor_label(sym: str, rows: int, cols: int, room: float, font: QFont) -> tuple[str, QFont]:
+    """The label over a tensor that fits `room` px: the name and shape, else the name,
+    at the lane's font or, for a narrow column, smaller down to LABEL_MIN_PX."""
+    fm = QFontMetricsF(font)
+    for text in (f"{sym}  {rows}×{cols}", f"{sym} {rows}×{cols}", sym):
+        if fm.horizontalAdvance(text) <= room:
+            return text, font
+    small = QFont(font)
+    px = QFontInfo(font).pixelSize()
+    while px > LABEL_MIN_PX:
+        px -= 1
+        small.setPixelSize(px)
+        if QFontMetricsF(small).horizontalAdvance(sym) <= room:
+            break
+    return sym, small
 
 
 def paint_frame(p: QPainter, ctx: LaneContext, rect: QRectF, label: str) -> None:
@@ -83,9 +106,11 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
         p.setFont(ctx.font)
         sym = geo.SYMBOL.get(name, name)
         rows, cols = img.shape if img else (s.n_q, s.n_k if name in NK_TENSORS else 1)
-        label = f"{sym}  {rows}×{cols}" if r.width() > 56 else sym
-        label_rect = QRectF(r.left() - 6, r.top() - 20, r.width() + 12, 18)
+        label_rect = QRectF(r.left() - LABEL_SPILL, r.top() - 20, r.width() + 2 * LABEL_SPILL, 18)
+        label, font = tensor_label(sym, rows, cols, label_rect.width(), ctx.font)
+        p.setFont(font)
         p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
+        p.setFont(ctx.font)
         if ghost:
             paint_ghost(p, ctx, r, name)
             continue
@@ -114,8 +139,9 @@ def paint_live(p: QPainter, ctx: LaneContext, trace: Trace, step: int) -> None:
     """KV-outer's O, m, ℓ as HBM holds them now (they are rewritten on every visit)."""
     if not ctx.live:
         return
-    scale = ctx.state.images.scale
+    images = ctx.state.images
     for name, values in kv_outer_hbm(trace, step).items():
+        scale = images.scale_for(name)
         r = ctx.rects.get(name)
         if r is None:
             continue
@@ -130,19 +156,43 @@ def paint_live(p: QPainter, ctx: LaneContext, trace: Trace, step: int) -> None:
 
 
 def paint_veils(p: QPainter, ctx: LaneContext, step: int) -> None:
-    """Cover what is not in HBM yet: opaque if never written, translucent if not final."""
+    """Cover what is not in HBM yet: opaque if never written, translucent if not final.
+
+    Every tensor keeps its outline at its full extent (an N × N matrix is that size in
+    HBM from the first step, written or not), and a bar beside a tensor being written
+    marks the rows written so far, at least MARK_MIN px tall however large N is."""
     never, partial = veil_colors(ctx)
+    outline = QPen(ctx.palette.color(QPalette.ColorRole.Mid), 1)
+    mark = ctx.palette.color(QPalette.ColorRole.Highlight)
     for name, img in ctx.state.images.lanes[ctx.lane].items():
-        if name in ctx.live:
-            continue  # drawn as they are at this step; nothing to veil
-        veils = img.veils(step)
         r = ctx.rects.get(name)
-        if veils is None or r is None:
+        if r is None:
             continue
-        for mask, color in zip(veils, (never, partial), strict=True):
-            if mask.any():
-                # 1 px wider: scaled heatmap edges otherwise peek out
-                draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(mask, color))
+        veils = None if name in ctx.live else img.veils(step)  # live: drawn as they are
+        if veils is not None:
+            for mask, color in zip(veils, (never, partial), strict=True):
+                if mask.any():
+                    # 1 px wider: scaled heatmap edges otherwise peek out
+                    draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(mask, color))
+        p.setPen(outline)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRect(r.adjusted(-0.5, -0.5, 0.5, 0.5))
+        if veils is not None and veils[0].any():
+            paint_written_rows(p, r, ~veils[0], mark)
+
+
+def paint_written_rows(p: QPainter, r: QRectF, written, color: QColor) -> None:
+    """A bar right of `r` over each run of display rows holding any written cell."""
+    rows = written.any(axis=1)
+    if not rows.any():
+        return
+    h = r.height() / len(rows)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], rows.astype(np.int8), [0]])))
+    for start, stop in zip(edges[::2], edges[1::2], strict=True):
+        top, height = r.top() + start * h, (stop - start) * h
+        if height < MARK_MIN:
+            top, height = min(top, r.bottom() - MARK_MIN), MARK_MIN
+        p.fillRect(QRectF(r.right() + 1.5, top, 3.5, height), color)
 
 
 def paint_ghost(p: QPainter, ctx: LaneContext, r: QRectF, name: str) -> None:
@@ -152,11 +202,20 @@ def paint_ghost(p: QPainter, ctx: LaneContext, r: QRectF, name: str) -> None:
     p.drawRect(r)
     p.setPen(ctx.palette.color(QPalette.ColorRole.PlaceholderText))
     if name in NK_TENSORS:
-        msg = f"{name} is never\nwritten to HBM" if r.width() > 90 else "never\nwritten"
+        forms = (f"{name} is never\nwritten to HBM", "never\nwritten", "never")
     else:
-        # Too narrow for words: the dashed outline and the label above say enough.
-        msg = "on\nchip\nonly" if r.height() > 50 and r.width() >= 28 else ""
-    p.drawText(r, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, msg)
+        forms = ("on\nchip\nonly",)
+    # The first form whose lines fit the outline; too small for any, the dashed outline
+    # and the label above say enough.
+    fm = p.fontMetrics()
+
+    def lines_fit(t: str) -> bool:
+        lines = t.split("\n")
+        wide = max(fm.horizontalAdvance(x) for x in lines)
+        return wide <= r.width() - 4 and fm.lineSpacing() * len(lines) <= r.height() - 4
+
+    msg = next((t for t in forms if lines_fit(t)), "")
+    p.drawText(r, Qt.AlignmentFlag.AlignCenter, msg)
 
 
 def paint_row(p: QPainter, ctx: LaneContext, trace: Trace) -> None:

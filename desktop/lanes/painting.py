@@ -26,7 +26,12 @@ from PySide6.QtGui import (
 from desktop.scene.render import ColorScale
 from desktop.theme import qimage
 
-NUMBER_MIN_W, NUMBER_MIN_H = 24.0, 12.0
+# Numbers go in cells wherever a 7 px digit fits: a cell at least NUMBER_MIN_H tall,
+# and per cell a form of its value that leaves NUMBER_GAP px to each neighbour; a cell
+# too narrow for any form stays a colour (never text running into the next one).
+NUMBER_MIN_PX, NUMBER_MAX_PX = 7, 12
+NUMBER_MIN_W, NUMBER_MIN_H = 9.0, 9.0
+NUMBER_GAP = 1.5
 NEUTRAL = QColor(225, 225, 215)  # matches the ℓ and L columns in HBM
 
 
@@ -60,17 +65,17 @@ def format_number(x: float, width: float, advance: Callable[[str], float] | None
     forms = number_forms(x, width)
     if advance is None:
         return forms[0]
-    # A pixel of margin each side, so neighbouring numbers never touch. A paint writes up
-    # to 4096 cells and the plain forms nearly always fit: the exponent forms are made and
-    # measured only when they do not.
+    # NUMBER_GAP of margin each side, so neighbouring numbers never touch. A paint writes
+    # up to 4096 cells and the plain forms nearly always fit: the exponent forms are made
+    # and measured only when they do not.
+    room = width - 2 * NUMBER_GAP
     for form in forms:
-        if advance(form) <= width - 2:
+        if advance(form) <= room:
             return form
     if math.isinf(x):
-        return forms[0]
+        return forms[0] if advance(forms[0]) <= room else ""
     short = [f.replace("-", "−") for f in _exponent_forms(x)]
-    fit = next((f for f in short if advance(f) <= width - 2), None)
-    return fit if fit is not None else min(forms + short, key=len)
+    return next((f for f in short if advance(f) <= room), "")
 
 
 VECTOR_CELLS_MAX = 64 * 64  # on SVG/PDF, heatmaps up to 64x64 cells are drawn as rectangles
@@ -139,7 +144,7 @@ def draw_numbers(
     if cw < NUMBER_MIN_W or ch < NUMBER_MIN_H or rows * cols > 4096:
         return
     f = QFont(font)
-    f.setPixelSize(max(8, min(12, int(ch * 0.5), int(cw / 3.2))))
+    f.setPixelSize(number_px(cw, ch))
     painter.setFont(f)
     advance = QFontMetricsF(f).horizontalAdvance
     for r in range(rows):
@@ -149,8 +154,16 @@ def draw_numbers(
             x = float(values[r, c])
             dark_cell = math.isfinite(x) and abs(x) / scale.vmax > 0.55
             painter.setPen(QColor("white") if dark_cell else QColor(20, 20, 20))
-            cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
-            painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, format_number(x, cw, advance))
+            text = format_number(x, cw, advance)
+            if text:
+                cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
+                painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, text)
+
+
+def number_px(cw: float, ch: float) -> int:
+    """The numbers' pixel size in cells of cw × ch px: as large as reads well, not below
+    NUMBER_MIN_PX (a digit is about 0.6 of it wide; "0.53" about 2.5 of it)."""
+    return int(max(NUMBER_MIN_PX, min(NUMBER_MAX_PX, ch * 0.6, cw / 2.8)))
 
 
 def draw_matrix(

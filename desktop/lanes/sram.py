@@ -20,8 +20,10 @@ from desktop.lanes.painting import (
 )
 from desktop.scene import geometry as geo
 from desktop.scene.equations import step_equation
-from desktop.theme import READ, WRITE, qimage
+from desktop.scene.render import P_TILDE
+from desktop.theme import READ, WRITE, accent, qimage
 
+CAPTION_H = 30.0  # two lines of the step's recurrence at the wrapped size, under the tiles
 # Where each SRAM tile was drawn: (tile, its column slot, its cells); views hit-test on it.
 PlacedTiles = list[tuple[geo.SramTile, QRectF, QRectF]]
 
@@ -49,7 +51,7 @@ def paint_sram(
 ) -> PlacedTiles:
     """Paint the tiles on chip at `step`, the capacity bar and the step's equation."""
     tiles = geo.tiled_sram(trace, step) if ctx.lane == "tiled" else geo.dense_sram(trace, step)
-    inner = area.adjusted(0, 4, 0, -22)
+    inner = area.adjusted(0, 4, 0, -CAPTION_H)  # the tiles end where the caption begins
     slots = geo.layout_sram(tiles, ctx.rects, inner)
     pal = ctx.palette
     images = ctx.state.images
@@ -71,7 +73,7 @@ def paint_sram(
             if tile.note:
                 p.drawText(rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note)
             continue
-        scale = images.prob_scale if tile.probabilities else images.scale_for(tile.tensor)
+        scale = tile_scale(images, tile)
         draw_matrix(
             p,
             rect,
@@ -85,6 +87,13 @@ def paint_sram(
     paint_capacity(p, ctx, trace, area)
     paint_equation(p, ctx, trace, step, area)
     return placed
+
+
+def tile_scale(images, tile: geo.SramTile):
+    """The colour scale a tile is drawn on: P̃ (values up to 1) has its own, P its own."""
+    if "P̃" in tile.label:
+        return P_TILDE
+    return images.prob_scale if tile.probabilities else images.scale_for(tile.tensor)
 
 
 def tile_rect(tile: geo.SramTile, box: QRectF) -> QRectF:
@@ -105,18 +114,20 @@ def paint_equation(p: QPainter, ctx: LaneContext, trace: Trace, step: int, area:
     if trace.sram_capacity is not None:
         reserve = 345.0
     else:
-        reserve = p.fontMetrics().horizontalAdvance(capacity_text(ctx, trace)) + 40.0
-    line = QRectF(area.left() + 22, area.bottom() - 24, area.width() - 22 - reserve, 23)
+        reserve = p.fontMetrics().horizontalAdvance(capacity_text(ctx, trace)) + 24.0
+    line = QRectF(
+        area.left() + 22, area.bottom() - CAPTION_H + 1, area.width() - 22 - reserve, CAPTION_H - 2
+    )
     if line.width() < 80:
         return
     text = step_equation(trace, ctx.lane, step, ctx.state.row)
-    p.setPen(ctx.palette.color(QPalette.ColorRole.Highlight))
+    p.setPen(accent(ctx.palette))
     draw_fitted_text(p, line, text, Qt.AlignmentFlag.AlignLeft)  # whole, wrapped if need be
 
 
 def capacity_text(ctx: LaneContext, trace: Trace) -> str:
     """The working-set sentence shown when M is not set (of this pass, as the bar's)."""
-    return f"peak working set {trace.sram_need(ctx.lane):,} elements (M not set)"
+    return f"peak working set {trace.sram_need(ctx.lane):,} (M not set)"
 
 
 def paint_capacity(p: QPainter, ctx: LaneContext, trace: Trace, area: QRectF) -> None:

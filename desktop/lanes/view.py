@@ -21,7 +21,7 @@ from desktop.lanes.painting import draw_fitted_text
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
-from desktop.theme import qimage
+from desktop.theme import accent, qimage
 
 ARROW_GAP = 26.0  # room between HBM and SRAM for the transfer arrows
 HBM_MIN, SRAM_MIN = 80.0, 52.0  # the frames' least heights: tiles, labels and a text line
@@ -174,7 +174,7 @@ class LaneView(QWidget):
         p.drawText(line, right, total)
         if room > 60:
             p.setFont(italic)
-            p.setPen(self.palette().color(QPalette.ColorRole.Highlight))
+            p.setPen(accent(self.palette()))
             # The whole sentence: wrapped onto two smaller lines when one is too short.
             draw_fitted_text(
                 p, QRectF(line.left() + title_w, 0, room, 26), now, Qt.AlignmentFlag.AlignLeft

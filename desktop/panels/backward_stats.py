@@ -12,6 +12,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QSizePolicy, QSpinBox, QVBoxLayout
 
+from desktop.panels.fit_label import FitLabel
 from desktop.scene.row_series import MAX_COLOURED, STEP_X, fmt, fmt_vec
 from desktop.state.app_state import AppState
 from desktop.theme import FollowsPalette, style_plot
@@ -48,7 +49,7 @@ class BackwardStats(FollowsPalette, QGroupBox):
         self.key_spin.setObjectName("key_spin")
         self.key_spin.setToolTip("Key row whose dK, dV are followed (or click a K/V row)")
         self.key_spin.valueChanged.connect(state.set_key)
-        self.labels = {k: QLabel() for k in FORMULAS}
+        self.labels = {k: FitLabel() for k in FORMULAS}
         grid = QGridLayout()
         places = {"L": (0, 0), "D": (0, 2), "p_diff": (1, 0), "dq": (2, 0), "dq_ref": (3, 0)}
         places |= {"dq_err": (4, 0), "dk": (6, 0), "dv": (7, 0)}

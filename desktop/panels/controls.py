@@ -9,6 +9,7 @@ formula.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
@@ -97,11 +98,13 @@ class ControlsPanel(QWidget):
         self.open_button.setToolTip(
             "A .npz with arrays q, k, v, or a .npy stacking Q, K, V as (3, N, d)"
         )
-        # One line beside Source when a shape change had to switch it (never silently).
+        # A line under Source when a shape change had to switch it (never silently). Its
+        # two lines are always reserved: a note that appeared would move every control
+        # below it under the pointer, and the next click would hit the wrong one.
         self.source_note = QLabel()
         self.source_note.setWordWrap(True)
         self.source_note.setStyleSheet("color: #b9770e;")
-        self.source_note.hide()
+        self.source_note.setMinimumHeight(2 * self.source_note.fontMetrics().lineSpacing() + 2)
 
     def _build_shape(self) -> None:
         self.n_slider = QSlider(Qt.Orientation.Horizontal)
@@ -289,12 +292,13 @@ class ControlsPanel(QWidget):
                 if base.input == "seed"
                 else "a file fixes the shapes"
             )
-            self.source_note.setText(f"Source is now Seeded random: {what}.")
-            self.source_note.show()
+            self.source_note.setText(f"Now Seeded random: {what}.")
+        if "d" in changes and base.dv == base.d:
+            changes["dv"] = changes["d"]  # d_v follows d until the user sets it apart
         self.state.set_config(base.replace(input="random", **changes))
 
     def _input_chosen(self, _index: int) -> None:
-        self.source_note.hide()  # the user chose the source themselves
+        self.source_note.clear()  # the user chose the source themselves
         mode = self.input_combo.currentData()
         if mode == "file":
             self.open_file()
@@ -367,11 +371,26 @@ class ControlsPanel(QWidget):
         ):
             with QSignalBlocker(combo):
                 combo.setCurrentIndex(combo.findData(value))
+        self._name_file(cfg)
         for check, value in ((self.causal_check, cfg.causal), (self.lse_check, cfg.save_lse)):
             with QSignalBlocker(check):
                 check.setChecked(value)
         self.paper_button.setEnabled(bool(cfg.sram))
         self._show_fits()
+
+    def _name_file(self, cfg: Config) -> None:
+        """Source names the open file (elided to the box), not "File…"."""
+        index = self.input_combo.findData("file")
+        if cfg.input != "file" or not cfg.file:
+            self.input_combo.setItemText(index, INPUT_LABELS["file"])
+            self.input_combo.setItemData(index, None, Qt.ItemDataRole.ToolTipRole)
+            return
+        room = max(self.input_combo.width(), 140) - 30
+        name = self.input_combo.fontMetrics().elidedText(
+            Path(cfg.file).name, Qt.TextElideMode.ElideMiddle, room
+        )
+        self.input_combo.setItemText(index, name)
+        self.input_combo.setItemData(index, cfg.file, Qt.ItemDataRole.ToolTipRole)
 
     def _show_fits(self) -> None:
         trace = self.state.trace

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.panels.backward_stats import BackwardStats
+from desktop.panels.fit_label import FitLabel
 from desktop.panels.sparse_axis import SparseAxis
 from desktop.scene.row_series import (
     FORMULAS,
@@ -107,7 +108,7 @@ class StatsPanel(FollowsPalette, QWidget):
             "Query row whose online-softmax state is plotted (or click a row in a lane)"
         )
         self.row_spin.valueChanged.connect(self.state.set_row)
-        self.labels = {k: QLabel() for k in READOUTS}
+        self.labels = {k: FitLabel() for k in READOUTS}
         for lab in self.labels.values():
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             # Long vectors must not widen the dock: let the label be clipped instead.

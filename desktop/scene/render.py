@@ -114,23 +114,36 @@ class TensorImage:
 
 @dataclass
 class LaneImages:
-    """All tensors of both lanes for one trace, with their two shared colour scales.
+    """All tensors of both lanes for one trace, with the colour scale of each quantity.
 
-    Values (Q, K, V, S, O, the tiles) share one symmetric scale. Probabilities P get
-    their own: they are about 1/N_k, so on the values' scale they fade to white as N grows.
+    V and the outputs (O, a) share one symmetric scale; Q and K have theirs (the input
+    scale multiplies them, not V) and the scores (S, m) theirs, which grow as the square
+    of it: at scale 10, on one shared scale, Q and K washed out and V turned white. Probabilities P get theirs: they are about 1/N_k,
+    so on the values' scale they fade to white as N grows; P̃ = exp(S − m) in SRAM runs
+    up to 1 and has P_TILDE. Gradients (backward) have their own magnitude.
     """
 
     scale: ColorScale
     prob_scale: ColorScale = field(default_factory=lambda: ColorScale(1.0))
     lanes: dict[str, dict[str, TensorImage]] = field(default_factory=dict)
     grad_scale: ColorScale | None = None  # dO and the gradients (backward only)
+    score_scale: ColorScale | None = None  # S and m (None: the values' scale)
+    qk_scale: ColorScale | None = None  # Q and K (None: the values' scale)
 
     def scale_for(self, tensor: str) -> ColorScale:
         if tensor == "P":
             return self.prob_scale
         if tensor in GRAD_SLOTS and self.grad_scale is not None:
             return self.grad_scale  # gradients have their own magnitude
+        if tensor in SCORE_TENSORS and self.score_scale is not None:
+            return self.score_scale
+        if tensor in ("Q", "K") and self.qk_scale is not None:
+            return self.qk_scale
         return self.scale
+
+
+SCORE_TENSORS = frozenset({"S", "m"})
+P_TILDE = ColorScale(1.0)  # P̃ = exp(S − m_new) lies in [0, 1], its row maximum is 1
 
 
 NEVER = np.iinfo(np.int32).max
@@ -145,10 +158,10 @@ def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
     """The scale's half-width: the largest |value| for small examples (every cell carries
     its number), the 99.5th percentile for large ones, so a few extremes do not wash
     every heatmap out (cells beyond it saturate). Default parts: the values, not P
-    (S enters as the full pass's strided sample of |S|: all of S when it is small)."""
+    (V and the outputs; Q, K and S have scales of their own)."""
     if parts is None:
         summary = trace.summary(DISPLAY_CAP)
-        parts = [trace.q, trace.k, trace.v, summary.reference, summary.scores_sample]
+        parts = [trace.v, summary.reference]
     flat = np.abs(np.concatenate([np.ravel(p) for p in parts]))
     flat = flat[np.isfinite(flat)]
     if flat.size == 0:
@@ -227,6 +240,9 @@ def prepare_images(trace: Trace) -> LaneImages:
     images = LaneImages(
         ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [summary.probs_sample]))
     )
+    # S enters as the full pass's strided sample of |S|: all of S when it is small.
+    images.score_scale = ColorScale(_shared_vmax(trace, [summary.scores_sample]))
+    images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
     if trace.pass_name != "forward":
         bwd = trace.backward_summary(DISPLAY_CAP)
         grads = [trace.do, *trace.gradients("dense"), bwd.sample]

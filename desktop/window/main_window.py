@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QScrollArea,
     QSplitter,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -53,7 +54,7 @@ from desktop.window.saved_settings import (
 LEDGER_HEIGHT = 290  # the bottom dock: table and sweep; the lanes keep the rest
 STATS_BAR_W = 16  # the statistics dock's scroll bar beside its rows
 DESIGN_SIZE = (1600, 1000)  # the window's size where the screen allows it
-COMPACT_HEIGHT = 900  # below this available height the bottom dock joins the right one
+COMPACT_HEIGHT = 960  # below this available height the bottom dock joins the right one
 SCREEN_MARGIN = (16, 48)  # room for the window manager's frame and title bar
 HINT = "Space plays · click a row to follow it"
 ORGANISATION, APPLICATION = "FlashAttentionExplorer", "flash-explorer"
@@ -139,7 +140,7 @@ class MainWindow(QMainWindow):
             self._restore(config)
 
     def _build_centre(self) -> QSplitter:
-        """The two lanes (HBM above SRAM each), the legend and the playback bar."""
+        """The two lanes (HBM above SRAM each); the legend and the playback bar below all."""
         self.lanes = {lane: LaneView(self.state, lane) for lane in ("dense", "tiled")}
         self.legend = Legend(self.state)
         self.bar = PlaybackBar(self.state, self.playback)
@@ -152,9 +153,27 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addWidget(splitter, 1)
-        layout.addWidget(self.legend)
-        layout.addWidget(self.bar)
         self.setCentralWidget(central)
+        # The bar spans the window's whole width, under the docks: between them the lanes
+        # are about 550 px wide on a 1280 x 720 screen, which left the scrubber, the main
+        # control of an animation, a few pixels once the buttons and read-outs had theirs.
+        bar = QToolBar("Playback")
+        bar.setObjectName("playback_bar")  # saveState needs stable names
+        bar.setMovable(False)
+        bar.setFloatable(False)
+        bar.toggleViewAction().setVisible(False)  # never hidden by a stray right click
+        bar.addWidget(self.bar)
+        # The legend too: between the docks it wrapped onto four lines at 1280 x 720,
+        # taken from the lanes' height.
+        legend = QToolBar("Legend")
+        legend.setObjectName("legend_bar")
+        legend.setMovable(False)
+        legend.setFloatable(False)
+        legend.toggleViewAction().setVisible(False)
+        legend.addWidget(self.legend)
+        self.addToolBar(Qt.ToolBarArea.BottomToolBarArea, legend)
+        self.addToolBarBreak(Qt.ToolBarArea.BottomToolBarArea)
+        self.addToolBar(Qt.ToolBarArea.BottomToolBarArea, bar)
         return splitter
 
     def _build_docks(self) -> None:
@@ -185,9 +204,14 @@ class MainWindow(QMainWindow):
             stats_scroll,
             Qt.DockWidgetArea.RightDockWidgetArea,
         )
-        self._dock(
-            "ledger", "HBM ledger", self.ledger_panel, Qt.DockWidgetArea.BottomDockWidgetArea
-        )
+        # The ledger scrolls too: its table and sweep wanted 250 px (400 stacked in the
+        # narrow right column), which made the window taller than a 1280 x 720 screen.
+        ledger_scroll = QScrollArea()
+        ledger_scroll.setWidget(self.ledger_panel)
+        ledger_scroll.setWidgetResizable(True)
+        ledger_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        ledger_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._dock("ledger", "HBM ledger", ledger_scroll, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
 

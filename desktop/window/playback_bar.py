@@ -48,6 +48,12 @@ def transport_icon(kind: str, color: QColor, dpr: float = 1.0) -> QIcon:
     return QIcon(pix)
 
 
+def speed_text(speed: float, stride: int) -> str:
+    """A speed in what it plays: steps, or frames where a frame groups `stride` steps
+    (the bar's read-out says what a frame holds)."""
+    return f"{speed:g} steps/s" if stride <= 1 else f"{speed:g} frames/s"
+
+
 class PlaybackBar(QWidget):
     def __init__(self, state: AppState, playback: Playback, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -108,9 +114,10 @@ class PlaybackBar(QWidget):
         self.step_label = QLabel()
         self.step_label.setMinimumWidth(110)
         self.speed_combo = QComboBox()
+        self.speed_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.speed_combo.addItem(f"whole run in {AUTO_SECONDS:g} s", AUTO)
         for s in SPEEDS:
-            self.speed_combo.addItem(f"{s:g} steps/s", s)
+            self.speed_combo.addItem(speed_text(s, 1), s)
         self.speed_combo.setToolTip("Playback speed; slow frames skip steps rather than drift")
         self.speed_combo.currentIndexChanged.connect(
             lambda _i: self.playback.set_speed(self.speed_combo.currentData())
@@ -143,12 +150,27 @@ class PlaybackBar(QWidget):
     def _on_trace(self, _trace: object) -> None:
         with QSignalBlocker(self.scrubber):
             self.scrubber.setRange(0, max(0, self.state.n_steps - 1))
+        trace = self.state.trace
+        stride = grouping_for(trace).stride if trace is not None else 1
+        for i in range(self.speed_combo.count()):
+            speed = self.speed_combo.itemData(i)
+            if speed != AUTO:
+                self.speed_combo.setItemText(i, speed_text(speed, stride))
+        # Wide enough for the longest read-out of this trace, so the scrubber keeps one
+        # width while the step's digits grow.
+        n = self.state.n_steps
+        self.step_label.setMinimumWidth(
+            self.step_label.fontMetrics().horizontalAdvance(self._text(n - 1)) + 8
+        )
         self._on_step(self.state.step)
+
+    def _text(self, step: int) -> str:
+        text = f"step {step + 1:,} / {self.state.n_steps:,}"
+        trace = self.state.trace
+        group = grouping_for(trace).describe() if trace is not None else ""
+        return f"{text} · {group}" if group else text
 
     def _on_step(self, step: int) -> None:
         with QSignalBlocker(self.scrubber):
             self.scrubber.setValue(step)
-        text = f"step {step + 1:,} / {self.state.n_steps:,}"
-        trace = self.state.trace
-        group = grouping_for(trace).describe() if trace is not None else ""
-        self.step_label.setText(f"{text} · {group}" if group else text)
+        self.step_label.setText(self._text(step))

@@ -5,6 +5,9 @@ it) and again with -DCOUNT_TRANSFERS, with the kernels folder on the include pat
 has it (flash.py passes -I kernels/ for common.cuh and wgmma_wrappers.cuh). A file may name
 another target in a line `// compile-check-arch: sm_90a` (wgmma needs it); the default is
 sm_90. The generated wgmma wrappers must equal their generator's output.
+
+The nvcc runs are the `compile` group: the default run skips them, .ci/run runs them
+(`pytest -m compile`).
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ def test_local_includes_live_in_the_kernel_folder(source):
 
 
 def test_wgmma_wrappers_are_the_generators_output():
-    from compute.gpu.tools.gen_wgmma_wrappers import HEADER, generate
+    from compute.gpu.lab.gen_wgmma_wrappers import HEADER, generate
 
-    assert HEADER.read_text() == generate(), "run python -m compute.gpu.tools.gen_wgmma_wrappers"
+    assert HEADER.read_text() == generate(), "run python -m compute.gpu.lab.gen_wgmma_wrappers"
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("flags", [(), ("-DCOUNT_TRANSFERS",)], ids=["plain", "counted"])
 @pytest.mark.parametrize("source", KERNELS, ids=lambda p: p.name)

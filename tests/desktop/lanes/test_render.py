@@ -87,11 +87,26 @@ def test_probabilities_have_their_own_scale():
     images = prepare_images(trace)
     assert images.scale_for("P") is images.prob_scale
     assert images.prob_scale.vmax == pytest.approx(trace.probs.max())
-    values = [trace.q, trace.k, trace.v, trace.reference, trace.scores]
+    values = [trace.v, trace.reference]
     assert images.scale.vmax == pytest.approx(max(float(abs(v).max()) for v in values))
+    qk = max(float(abs(trace.q).max()), float(abs(trace.k).max()))
+    assert images.scale_for("Q").vmax == images.scale_for("K").vmax == pytest.approx(qk)
+    assert images.scale_for("S").vmax == pytest.approx(float(abs(trace.scores).max()))
     # On its own scale the largest probability is fully saturated, not near white.
     top = images.prob_scale.rgba(np.array([[trace.probs.max()]]))[0, 0, :3]
     assert top.min() < 120
+
+
+def test_inputs_keep_their_colours_when_the_scores_grow():
+    # Scale 10: S is about 100 times the inputs; on one shared scale Q and K were white.
+    s = compute.random_inputs(16, 4, 4, seed=2, scale=10.0)
+    trace = compute.build_trace(s.q, s.k, s.v, block_q=4, block_k=4)
+    images = prepare_images(trace)
+    assert images.scale_for("S").vmax > 20 * images.scale_for("V").vmax
+    for name in ("Q", "K", "V"):
+        rgb = images.lanes["dense"][name].rgba[..., :3].astype(int)
+        white = np.abs(rgb - 247).max(axis=-1) < 20
+        assert white.mean() < 0.5, name  # shows its values, not a white block
 
 
 @pytest.mark.parametrize("order", ["q-outer", "kv-outer"])

@@ -163,14 +163,29 @@ def test_users_blocks_survive_n_going_up_and_back_down(window, qtbot):
 
 def test_changing_n_says_why_the_source_changed(window, qtbot):
     st, c = window.state, window.controls
-    assert st.config.input == "seed" and c.source_note.isHidden()
+    before = {w: w.mapTo(c, w.rect().topLeft()) for w in (c.n_spin, c.d_spin, c.bq_spin)}
+    assert st.config.input == "seed" and c.source_note.text() == ""
     c.n_spin.setValue(9)
     assert st.config.input == "random" and c.input_combo.currentData() == "random"
-    assert not c.source_note.isHidden()
     assert "reference example is fixed at N = 6" in c.source_note.text()
+    qtbot.wait(20)
+    # The note's room was there before it: no control moved under the pointer.
+    assert {w: w.mapTo(c, w.rect().topLeft()) for w in before} == before
     c.input_combo.setCurrentIndex(c.input_combo.findData("seed"))
     c.input_combo.activated.emit(c.input_combo.currentIndex())
-    assert st.config.input == "seed" and st.config.n == 6 and c.source_note.isHidden()
+    assert st.config.input == "seed" and st.config.n == 6 and c.source_note.text() == ""
+
+
+def test_d_v_follows_d_until_set_apart(window, qtbot):
+    st, c = window.state, window.controls
+    c.d_spin.setValue(64)
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.d == 64, timeout=60000)
+    assert st.config.dv == 64 and c.dv_spin.value() == 64
+    c.dv_spin.setValue(8)
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.dv == 8, timeout=60000)
+    c.d_spin.setValue(32)
+    qtbot.waitUntil(lambda: not st.builder.busy and st.config.d == 32, timeout=60000)
+    assert st.config.dv == 8  # set apart by the user: stays
 
 
 def test_controls_have_stable_object_names(window):

@@ -212,6 +212,7 @@ def test_dropping_an_npz_opens_it(window, tmp_path):
     assert window._dropped_file(other) is None
     window.state.update_config(input="file", file=window._dropped_file(mime))
     assert window.state.trace.schedule.n_q == 4
+    assert window.controls.input_combo.currentText() == "drop.npz"  # not "File…"
 
 
 def test_ledger_shows_running_and_final_totals(window):
