@@ -148,7 +148,9 @@ def _stream(torch: Any, device: int) -> Any:
     if stream is None:
         import cupy
 
-        with warnings.catch_warnings():  # CuPy 14 prefers Stream.from_external (see torch_op)
+        # CuPy 14 deprecates ExternalStream for Stream.from_external, which wants the CUDA
+        # stream protocol that not every torch version's stream has; the pointer works with both.
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             stream = _STREAMS[ptr] = cupy.cuda.ExternalStream(ptr)
     return stream

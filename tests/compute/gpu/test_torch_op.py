@@ -166,7 +166,7 @@ def test_gqa_and_mask_alignments_match_float64(dtype, h, hk, n_q, n_k, causal, a
     [
         (1, 3, 77, 77, 64, False),  # the plain wgmma kernel
         (2, 4, 1000, 1000, 128, True),  # ws, causal defaults
-        (2, 16, 2048, 2048, 128, False),  # ws, full attention (multicast / narrow first)
+        (2, 16, 2048, 2048, 128, False),  # the ws grid, full attention
         (1, 16, 4096, 4096, 64, True),  # the persistent LPT grid (ticket counter)
         (3, 5, 700, 300, 128, False),
         (1, 2, 64, 0, 64, False),  # no key
