@@ -5,7 +5,8 @@
   and their combine (the forward's α-rescale across splits).
 - walk: each schedule as declared HBM actions.
 - ledger: bytes per generated token, counted from the walk and in closed form.
-- roofline: bound time and which bound applies on the H200.
+- roofline: bound time and which bound applies on the H200; the summary of a step.
+- statistics: one query row's split statistics and their merge, for a panel.
 """
 
 from .attention import (
@@ -33,9 +34,12 @@ from .roofline import (
     H200_NOMINAL_BANDWIDTH,
     H200_SMS,
     RooflinePoint,
+    bandwidth_fraction,
     decode_roofline,
+    decode_summary,
     roofline_point,
 )
+from .statistics import SplitRow, SplitTable, split_table
 from .walk import TENSORS, DecodeAction, decode_walk
 
 __all__ = [
@@ -52,6 +56,9 @@ __all__ = [
     "Merge",
     "RooflinePoint",
     "SplitPartials",
+    "SplitRow",
+    "SplitTable",
+    "bandwidth_fraction",
     "closed_form_decode_ledger",
     "combine",
     "decode_attention",
@@ -60,6 +67,7 @@ __all__ = [
     "decode_ledger",
     "decode_ledgers",
     "decode_roofline",
+    "decode_summary",
     "decode_walk",
     "dense_decode",
     "merge_states",
@@ -67,4 +75,5 @@ __all__ = [
     "roofline_point",
     "split_kv_decode",
     "split_partials",
+    "split_table",
 ]

@@ -5,17 +5,18 @@ F / peak). Its arithmetic intensity F / B against the ridge peak / bandwidth say
 bound applies: decode's intensity is about 2 · G · N_q FLOPs per K/V element (at most a
 few hundred), so with few new tokens it sits far left of the ridge, memory-bound.
 The constants are the H200's: 4.8 TB/s nominal HBM bandwidth, 4.3 TB/s measured
-device-to-device copy and 790 TFLOP/s measured bf16 dense matmul
-(/work/shared/notes/gpu-anchors.md). The bound ignores parallelism: a schedule with
+device-to-device copy and 790 TFLOP/s measured bf16 dense matmul (the floors of
+compute/gpu/FLASH_NOTES.md). The bound ignores parallelism: a schedule with
 fewer blocks than SMs may not reach the bandwidth at all, which is what split-KV's
 H_kv · S' blocks are for (`DecodeLedger.blocks` against `H200_SMS`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from .ledger import DecodeLedger
+from .ledger import DecodeLedger, decode_ledgers
+from .problem import DecodeProblem
 
 H200_NOMINAL_BANDWIDTH = 4.8e12  # bytes/s, the data sheet's HBM3e figure
 H200_COPY_BANDWIDTH = 4.3e12  # bytes/s, measured device-to-device copy
@@ -104,3 +105,33 @@ def decode_roofline(
 ) -> RooflinePoint:
     """Where one schedule's decode step sits: its ledger's bytes and the step's FLOPs."""
     return roofline_point(ledger.total_bytes, ledger.flops, bandwidth=bandwidth, peak=peak)
+
+
+def bandwidth_fraction(
+    n_bytes: int, seconds: float, *, ceiling: float = H200_COPY_BANDWIDTH
+) -> float:
+    """Achieved bandwidth (bytes moved over a measured time) as a fraction of `ceiling`."""
+    if not seconds > 0:
+        raise ValueError(f"A measured time must be a positive number of seconds, not {seconds}.")
+    return n_bytes / seconds / ceiling
+
+
+def decode_summary(
+    problem: DecodeProblem,
+    *,
+    bandwidth: float = H200_COPY_BANDWIDTH,
+    peak: float = H200_MATMUL_PEAK,
+) -> dict:
+    """Every schedule's ledger and roofline for one decode step, as plain data (JSON-ready)."""
+    config = asdict(problem) | {
+        "group": problem.group,
+        "t_c": problem.t_c,
+        "splits_used": problem.splits_used,
+    }
+    schedules = {
+        name: led.to_dict()
+        | {"roofline": decode_roofline(led, bandwidth=bandwidth, peak=peak).to_dict()}
+        for name, led in decode_ledgers(problem).items()
+    }
+    machine = {"bandwidth": bandwidth, "peak": peak, "sms": H200_SMS}
+    return {"config": config, "machine": machine, "schedules": schedules}

@@ -1,6 +1,7 @@
 """Decode: every schedule against an independent float64 reference, the splits' partials
 and their combine, the counted walk against the closed form, the roofline."""
 
+import json
 import math
 
 import numpy as np
@@ -14,17 +15,20 @@ from compute.decode import (
     SCHEDULES,
     TENSORS,
     DecodeProblem,
+    bandwidth_fraction,
     closed_form_decode_ledger,
     combine,
     decode_attention,
     decode_inputs,
     decode_ledger,
     decode_roofline,
+    decode_summary,
     decode_walk,
     one_pass_decode,
     roofline_point,
     split_kv_decode,
     split_partials,
+    split_table,
 )
 
 FAST = settings(max_examples=25, deadline=None, derandomize=True)
@@ -296,3 +300,47 @@ def test_inputs_of_the_wrong_shape_are_refused():
         split_kv_decode(p, q, k[:1], v)
     with pytest.raises(ValueError, match="schedule must be"):
         decode_attention(p, "paged", q, k, v)
+
+
+def test_the_split_table_lists_one_rows_partials_and_their_merge():
+    p = DecodeProblem(n_q=3, n_k=23, d=4, d_v=3, h_q=4, h_kv=2, block_k=5, splits=3)
+    q, k, v = decode_inputs(p, seed=5)
+    parts = split_partials(p, q, k, v)
+    merged = combine(parts.o, parts.lse)
+    table = split_table(parts, merged, head=3, row=1)
+    assert [s.keys for s in table.splits] == [(0, 5), (5, 15), (15, 23)]
+    # Head 3 reads K/V head 1; token 1 sees keys 0..21.
+    keys = np.arange(22)
+    scores = k[1, keys] @ q[3, 1] / 2.0
+    assert table.lse == pytest.approx(np.log(np.exp(scores).sum()), rel=1e-12)
+    for row in table.splits:
+        c0, c1 = row.keys
+        part = scores[c0 : min(c1, 22)]
+        assert row.lse == pytest.approx(np.log(np.exp(part).sum()), rel=1e-12)
+        assert row.m == pytest.approx(part.max()) and row.weight == pytest.approx(
+            math.exp(row.lse - table.lse)
+        )
+        assert row.alpha == pytest.approx(math.exp(row.lse - table.m))
+    assert table.m == max(s.lse for s in table.splits)
+    assert sum(s.weight for s in table.splits) == pytest.approx(1)
+    with pytest.raises(ValueError, match="outside the 4 heads"):
+        split_table(parts, merged, head=4, row=0)
+
+
+def test_the_summary_is_json_and_matches_the_ledgers():
+    p = DecodeProblem(n_q=2, n_k=7, d=3, d_v=2, h_q=4, h_kv=2, block_k=3, splits=5, dtype="float16")
+    summary = json.loads(json.dumps(decode_summary(p)))
+    assert summary["config"]["splits_used"] == 3 and summary["config"]["group"] == 2
+    for name in SCHEDULES:
+        entry = summary["schedules"][name]
+        assert entry["total_bytes"] == decode_ledger(p, name).total_bytes
+        assert entry["roofline"]["bound"] == "memory"
+        assert entry["roofline"]["time_s"] == entry["total_bytes"] / H200_COPY_BANDWIDTH
+    assert summary["schedules"]["split-kv"]["blocks"] == 6
+
+
+def test_bandwidth_fraction():
+    assert bandwidth_fraction(43 * 10**9, 0.01) == pytest.approx(1.0)
+    assert bandwidth_fraction(43 * 10**9, 0.02, ceiling=4.3e12) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        bandwidth_fraction(10, 0.0)
