@@ -57,7 +57,9 @@ class Merge:
     lse: np.ndarray
 
 
-def check_decode_inputs(problem: DecodeProblem, q, k, v) -> None:
+def check_decode_inputs(
+    problem: DecodeProblem, q: np.ndarray, k: np.ndarray, v: np.ndarray
+) -> None:
     """One sentence if q, k, v do not have the problem's shapes."""
     for name, x, shape in zip("qkv", (q, k, v), problem.input_shapes(), strict=True):
         if np.shape(x) != shape:
@@ -81,7 +83,14 @@ def _frozen(*arrays: np.ndarray) -> None:
 class _Streamer:
     """The inputs rounded to the dtype once, and one block's pass over a run of tiles."""
 
-    def __init__(self, problem: DecodeProblem, q, k, v, scale: float | None) -> None:
+    def __init__(
+        self,
+        problem: DecodeProblem,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        scale: float | None,
+    ) -> None:
         check_decode_inputs(problem, q, k, v)
         scale = default_scale(problem.d) if scale is None else scale
         self.p = problem
@@ -120,7 +129,12 @@ class _Streamer:
 
 
 def dense_decode(
-    problem: DecodeProblem, q, k, v, *, scale: float | None = None
+    problem: DecodeProblem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The dense schedule: S (−∞ where masked), P (H_q, N_q, N_k) and O, all float64,
     each query head against its K/V head (compute.attention.dense_lane)."""
@@ -135,7 +149,12 @@ def dense_decode(
 
 
 def one_pass_decode(
-    problem: DecodeProblem, q, k, v, *, scale: float | None = None
+    problem: DecodeProblem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One-pass FlashAttention: one block per K/V head streams the whole cache.
     Returns O (H_q, N_q, d_v) in the dtype's output type and L (H_q, N_q)."""
@@ -147,7 +166,14 @@ def one_pass_decode(
     return out, lse
 
 
-def split_partials(problem: DecodeProblem, q, k, v, *, scale: float | None = None) -> SplitPartials:
+def split_partials(
+    problem: DecodeProblem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
+) -> SplitPartials:
     """Each of the S' splits of every K/V head streams its tiles; its partial state."""
     st = _Streamer(problem, q, k, v, scale)
     states = [st.every_head(*problem.split_tiles(s)) for s in range(problem.splits_used)]
@@ -159,7 +185,9 @@ def split_partials(problem: DecodeProblem, q, k, v, *, scale: float | None = Non
     return parts
 
 
-def merge_states(m: np.ndarray, l: np.ndarray, a: np.ndarray):
+def merge_states(
+    m: np.ndarray, l: np.ndarray, a: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The recurrence's α-rescale across axis 0: states (m_s, ℓ_s, a_s) to one (m, ℓ, a)
     and the α_s each was rescaled by."""
     m_new = np.max(m, axis=0, initial=-np.inf)  # m = max_s m_s
@@ -184,7 +212,12 @@ def combine(o_s: np.ndarray, lse_s: np.ndarray) -> Merge:
 
 
 def split_kv_decode(
-    problem: DecodeProblem, q, k, v, *, scale: float | None = None
+    problem: DecodeProblem,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split-KV (Flash-Decoding): the splits' partials, then the combine.
     Returns O (H_q, N_q, d_v) in the dtype's output type and L (H_q, N_q)."""
@@ -196,7 +229,13 @@ def split_kv_decode(
 
 
 def decode_attention(
-    problem: DecodeProblem, schedule: str, q, k, v, *, scale: float | None = None
+    problem: DecodeProblem,
+    schedule: str,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float | None = None,
 ) -> np.ndarray:
     """O (H_q, N_q, d_v) by `schedule` ("dense", "one-pass" or "split-kv")."""
     if schedule == "dense":
