@@ -12,7 +12,7 @@ The op is registered with ``torch.library`` (``fa_explorer::attention_forward`` 
 ``fa_explorer::attention_backward``, with fake implementations and registered autograd), so
 ``torch.compile(..., fullgraph=True)`` traces through it. In eager mode the call goes through
 an ``autograd.Function`` instead, which runs the same functions with less Python dispatch
-(the benchmark, ``tools/torch_op_bench.py``, times both), or, when no input needs a
+(the benchmark, ``lab/torch_op_bench.py``, times both), or, when no input needs a
 gradient, straight to them.
 
 What is copied, and why: the kernels read row-major (batch·heads, N, d) memory, 16-byte
