@@ -16,6 +16,7 @@ from desktop.cli.args import (
     OneLineParser,
     add_config_arguments,
     fail,
+    notice,
     ranged_float,
     ranged_int,
     requested_config,
@@ -164,7 +165,7 @@ def _export(argv: list[str]) -> int:
     except MemoryError:
         return fail(OUT_OF_MEMORY, parser.prog)
     if not args.quiet:
-        print(f"wrote {path} ({what})")
+        notice(f"wrote {path} ({what})")
     return 0
 
 
@@ -197,5 +198,5 @@ def _export_ledger(argv: list[str]) -> int:
         return fail(str(exc), parser.prog)
     except MemoryError:
         return fail(OUT_OF_MEMORY, parser.prog)
-    print(f"wrote {path}")
+    notice(f"wrote {path}")
     return 0
