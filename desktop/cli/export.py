@@ -124,9 +124,9 @@ def _export(argv: list[str]) -> int:
                 f"Row {args.row} does not exist; choose a query row from 0 to "
                 f"{window.state.trace.schedule.n_q - 1}."
             )
-        notice = window.overflow_text()
-        if notice:
-            print(f"warning: {notice}", file=sys.stderr)
+        overflow = window.overflow_text()
+        if overflow:
+            print(f"warning: {overflow}", file=sys.stderr)
         steps = parse_steps(args.steps, window.state.n_steps)
         target = args.lane
         if args.storyboard is not None:

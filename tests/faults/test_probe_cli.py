@@ -107,6 +107,15 @@ def test_export_ledger_with_stdout_on_a_full_disk_still_succeeds(tmp_path):
     assert (tmp_path / "c.csv").read_text().startswith("lane,tensor")
 
 
+@pytestmark_full
+@pytest.mark.parametrize("out", ["x.png", "x.gif"])
+def test_export_with_stdout_on_a_full_disk_still_succeeds(tmp_path, out):
+    result = _to_dev_full("export", "--out", out, "--steps", "1:2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out}" in _one_line(result) and "stdout could not be written" in result.stderr
+    assert (tmp_path / out).stat().st_size > 100
+
+
 def test_bench_gui_json_to_dev_full_is_one_sentence(tmp_path):
     result = run_cli("bench-gui", "--repeats", "1", "--frames", "1", "--json", "/dev/full",
                      cwd=tmp_path, timeout=300)  # fmt: skip
