@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -154,7 +155,10 @@ def _finish(report: dict, json_path: Path | None) -> int:
     if json_path is not None:
         try:
             tmp = json_path.with_suffix(json_path.suffix + ".tmp")
-            tmp.write_text(json.dumps(report, indent=1))
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(json.dumps(report, indent=1))
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename: a crash keeps one whole file
             tmp.replace(json_path)  # atomic: a reader never sees half a report
         except OSError as exc:
             print(f"flash-explorer bench: could not write {json_path}: {exc}", file=sys.stderr)

@@ -104,7 +104,7 @@ HEADER = [
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [
-        max(len(header[i]), *(len(r[i]) for r in rows if i < len(r))) for i in range(len(header))
+        max([len(header[i]), *(len(r[i]) for r in rows if i < len(r))]) for i in range(len(header))
     ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     for r in rows:

@@ -155,6 +155,18 @@ def fail(message: str, prog: str = "flash-explorer") -> int:
     return 1
 
 
+def notice(text: str) -> None:
+    """Print a success line ("wrote FILE"); if stdout cannot take it (a full disk, a
+    closed pipe), the file is still written: one warning on stderr instead of an error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        print(f"flash-explorer: warning: {text}, but stdout could not be written ({exc.strerror}).",
+              file=sys.stderr)  # fmt: skip
+
+
 def requested_config(args: argparse.Namespace) -> Config:
     """The configuration the flags ask for, with `--open FILE` as the input source."""
     return config_from_args(args, args.open)

@@ -266,8 +266,11 @@ def main(argv: Sequence[str]) -> int:
             "command": "flash-explorer bench-gui " + " ".join(argv),
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        from desktop.export.atomic import write_text_atomic
+        from desktop.export.atomic import ExportError, write_text_atomic
 
-        write_text_atomic(args.json, json.dumps(payload, indent=2) + "\n")  # checked, fsynced
+        try:
+            write_text_atomic(args.json, json.dumps(payload, indent=2) + "\n")  # checked, fsynced
+        except ExportError as exc:
+            return fail(str(exc), parser.prog)
         print(f"wrote {args.json}")
     return 0

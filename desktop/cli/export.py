@@ -16,6 +16,7 @@ from desktop.cli.args import (
     OneLineParser,
     add_config_arguments,
     fail,
+    notice,
     ranged_float,
     ranged_int,
     requested_config,
@@ -123,9 +124,9 @@ def _export(argv: list[str]) -> int:
                 f"Row {args.row} does not exist; choose a query row from 0 to "
                 f"{window.state.trace.schedule.n_q - 1}."
             )
-        notice = window.overflow_text()
-        if notice:
-            print(f"warning: {notice}", file=sys.stderr)
+        overflow = window.overflow_text()
+        if overflow:
+            print(f"warning: {overflow}", file=sys.stderr)
         steps = parse_steps(args.steps, window.state.n_steps)
         target = args.lane
         if args.storyboard is not None:
@@ -164,7 +165,7 @@ def _export(argv: list[str]) -> int:
     except MemoryError:
         return fail(OUT_OF_MEMORY, parser.prog)
     if not args.quiet:
-        print(f"wrote {path} ({what})")
+        notice(f"wrote {path} ({what})")
     return 0
 
 
@@ -197,5 +198,5 @@ def _export_ledger(argv: list[str]) -> int:
         return fail(str(exc), parser.prog)
     except MemoryError:
         return fail(OUT_OF_MEMORY, parser.prog)
-    print(f"wrote {path}")
+    notice(f"wrote {path}")
     return 0

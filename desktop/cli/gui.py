@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName(ORGANISATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName("FlashAttention Explorer")
+    from desktop.window.saved_settings import widget_range_problem
+
+    problem = widget_range_problem(requested_config(args))
+    if problem:
+        print(f"flash-explorer: error: {problem}", file=sys.stderr)
+        return 2
     if args.screenshot:
         return _screenshot(args, MainWindow)
     config = requested_config(args) if flags_given(argv) else saved_config() or Config()
@@ -86,7 +92,30 @@ def main(argv: list[str] | None = None) -> int:
         window.set_theme(args.theme)
     window.show()
     window.raise_()
+    quit_on_signals(app, window)
     return app.exec()
+
+
+def quit_on_signals(app, window) -> None:
+    """SIGINT (Ctrl+C) and SIGTERM close the window as its Quit does (settings saved) and
+    exit 130 or 143. Python runs signal handlers only between bytecodes, so a timer
+    hands it control while Qt's loop waits; the handler itself only queues the close."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def close(signum: int) -> None:
+        window.close()
+        app.exit(128 + signum)
+
+    def handler(signum: int, _frame) -> None:
+        QTimer.singleShot(0, lambda: close(signum))
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    ticker = QTimer(window, interval=200)
+    ticker.timeout.connect(lambda: None)
+    ticker.start()
 
 
 def _screenshot(args: argparse.Namespace, window_class) -> int:

@@ -7,6 +7,7 @@ the GUI and exports import Qt only when asked for.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -150,11 +151,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command = SUBCOMMANDS.get(argv[0], run_gui) if argv else run_gui
     try:
-        return command(argv[1:] if command is not run_gui else argv)
+        status = command(argv[1:] if command is not run_gui else argv)
+        sys.stdout.flush()  # a full disk shows here, not as a traceback at exit
+        return status
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away; that is not an error of ours.
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (what was buffered is lost anyway)
+        except OSError:
+            pass
+        return fail(
+            f"the output could not be written ({exc.strerror}); "
+            "free some space or send it elsewhere."
+        )
 
 
 if __name__ == "__main__":

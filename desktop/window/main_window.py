@@ -43,6 +43,7 @@ from desktop.window.export_dialogs import Exports
 from desktop.window.menus import build_menus
 from desktop.window.playback_bar import PlaybackBar
 from desktop.window.saved_settings import (
+    check_saved,
     parse_bytes,
     parse_config_json,
     parse_row,
@@ -469,4 +470,5 @@ class MainWindow(QMainWindow):
             s.setValue("speed", self.playback.speed)
             s.setValue("theme", self.theme)
             s.setValue("hint_used", self.hint_label.isHidden())
+            check_saved(s)
         super().closeEvent(event)

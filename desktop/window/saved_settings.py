@@ -29,7 +29,7 @@ def read_value(settings, key: str, parse: Callable[[object], T], default: T) -> 
         return default
     try:
         return parse(raw)
-    except (TypeError, ValueError, OverflowError, AttributeError):
+    except (TypeError, ValueError, OverflowError, AttributeError, RecursionError):
         warn(f"the saved setting {key}={raw!r} is not valid; using {default!r}")
         return default
 
@@ -69,7 +69,44 @@ def parse_config_json(raw: object):
     from desktop.state.config import Config
 
     data = json.loads(_scalar(raw))
-    return Config.from_dict(data, warn=warn)
+    config = Config.from_dict(data, warn=warn)
+    if widget_range_problem(config):
+        raise ValueError
+    return config
+
+
+# The window's spin boxes hold C ints: a larger value (the ledger takes up to 10^12)
+# would stop show_config part-way, leaving controls and lanes on different configs.
+WIDGET_MAX = 2**31 - 1
+WIDGET_FIELDS = ("n", "n_keys", "d", "dv", "block_q", "block_k", "sram", "seed")
+
+
+def widget_range_problem(config) -> str | None:
+    """One sentence if a field of `config` is larger than the window's controls hold."""
+    for name in WIDGET_FIELDS:
+        value = getattr(config, name, None)
+        if value is not None and value > WIDGET_MAX:
+            return (
+                f"--{name.replace('_', '-')} {value:,} is more than the window's controls hold "
+                f"(at most {WIDGET_MAX:,}); use `flash-explorer ledger` for larger values."
+            )
+    return None
+
+
+_save_warned = False
+
+
+def check_saved(settings) -> None:
+    """Write `settings` out now; if that fails (a read-only folder, a full disk), say so
+    once per session, since the next launch will not find this one's settings."""
+    global _save_warned
+    settings.sync()
+    if settings.status() != type(settings).Status.NoError and not _save_warned:
+        _save_warned = True
+        warn(
+            f"the settings could not be saved to {settings.fileName()}; make that folder "
+            "writable to keep them for the next launch"
+        )
 
 
 def parse_bytes(raw: object):

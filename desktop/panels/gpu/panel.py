@@ -12,9 +12,10 @@ with its NVRTC log, out of device memory, tiles too large) becomes a message her
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QThread, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QThread, QTimer, Signal
 from PySide6.QtWidgets import (
     QBoxLayout,
     QCheckBox,
@@ -49,6 +50,7 @@ from compute.gpu.report import (
 from compute.gpu.report import sweep_for as find_sweep
 from desktop.panels.gpu.bench_thread import BenchThread, Runner
 from desktop.panels.gpu.sweep import SweepView
+from desktop.state.app_state import AppState
 
 DEBOUNCE_MS = 600  # sliders must rest this long before an automatic re-run
 COUNT_HEADER = ["tensor", "dir", "kernel-counted", "ledger", "equal"]
@@ -62,12 +64,18 @@ class GpuPanel(QWidget):
 
     def __init__(
         self,
+        state: AppState | None = None,
         parent: QWidget | None = None,
         *,
         device: DeviceStatus | None = None,
         runner: Runner = run_bench,
     ) -> None:
+        """With `state` (the app's AppState, as every panel takes), the sweep mark follows
+        its block sizes and order and the pass selector its pass; N, batch·heads and the
+        dtype are the benchmark's own (a GPU measures N = 4096 in float16 while the
+        explorer shows N = 6 in float64)."""
         super().__init__(parent)
+        self.state = state
         self.device = device if device is not None else status()
         self._runner = runner
         self._thread: BenchThread | None = None
@@ -80,6 +88,17 @@ class GpuPanel(QWidget):
         self._debounce.timeout.connect(self.run_current)
         self._build()
         self._show_device()
+        if state is not None:
+            state.sigConfigChanged.connect(self.follow)
+            if state.config is not None:
+                self.follow(state.config)
+
+    def follow(self, config) -> None:
+        """The app's configuration changed: mark its blocks; show its pass."""
+        self.set_blocks(config.block_q, config.block_k, config.order)
+        pass_name = getattr(config, "pass_name", None)
+        if pass_name in PASSES and pass_name != self.pass_combo.currentText():
+            self.pass_combo.setCurrentText(pass_name)
 
     # -- layout ------------------------------------------------------------------------
     def _build(self) -> None:
@@ -121,7 +140,10 @@ class GpuPanel(QWidget):
         files = QHBoxLayout()
         files.addWidget(self.open_button)
         files.addWidget(self.pass_combo)
-        files.addWidget(self.selector, 1)
+        files.addStretch(1)
+        # The report's name on a row of its own: beside the buttons a side dock cut it.
+        picker = QHBoxLayout()
+        picker.addWidget(self.selector, 1)
         shape = QHBoxLayout()  # two rows, so the panel fits a side dock's width
         for text, w in (("N", self.n_spin), ("batch·heads", self.bh_spin), ("", self.dtype_combo)):
             if text:
@@ -135,6 +157,7 @@ class GpuPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.device_label)
         layout.addLayout(files)
+        layout.addLayout(picker)
         layout.addWidget(self.recorded_label)
         layout.addLayout(shape)
         layout.addLayout(run)
@@ -181,7 +204,12 @@ class GpuPanel(QWidget):
         if self.device.usable:
             self.device_label.setText(f"This machine: {self.device.describe()}")
         else:
-            self.device_label.setText(f"No GPU benchmark here: {self.device.reason}")
+            self.device_label.setText(no_gpu_text(self.device))
+        # What only a run uses cannot be changed where nothing can run.
+        why = "" if self.device.usable else "Needs an NVIDIA GPU with CUDA on this machine."
+        for w in (self.n_spin, self.bh_spin, self.dtype_combo, self.auto_check, self.sweep_check):
+            w.setEnabled(self.device.usable)
+            w.setToolTip(why)
         self._set_running(False)
 
     def _set_running(self, running: bool) -> None:
@@ -245,7 +273,10 @@ class GpuPanel(QWidget):
         self._shown = [i for i, r in enumerate(self.reports) if pass_of(r) == chosen]
         self.selector.blockSignals(True)  # programmatic change: show once, below
         self.selector.clear()
-        self.selector.addItems([report_label(self.reports[i]) for i in self._shown])
+        labels = [report_label(self.reports[i]) for i in self._shown]
+        self.selector.addItems(labels)
+        for i, label in enumerate(labels):  # the whole name, where the dock is narrow
+            self.selector.setItemData(i, label, Qt.ItemDataRole.ToolTipRole)
         self.show_message("")
         if not self._shown:
             self.selector.blockSignals(False)
@@ -344,7 +375,7 @@ class GpuPanel(QWidget):
     def run_current(self) -> bool:
         """Start a benchmark of the current settings in a worker thread."""
         if not self.device.usable:
-            self.show_message(f"No GPU benchmark here: {self.device.reason}")
+            self.show_message(no_gpu_text(self.device))
             return False
         if self._thread is not None:
             self._thread.cancel()  # the newest request wins; the old one stops at its next step
@@ -432,6 +463,25 @@ class _CloseWatcher(QObject):
         return False
 
 
+def nvidia_gpu_present() -> bool:
+    """Whether this machine shows an NVIDIA driver or device (without CuPy)."""
+    import shutil
+
+    paths = ("/proc/driver/nvidia/gpus", "/dev/nvidia0", "/dev/nvidiactl")
+    return any(os.path.exists(p) for p in paths) or shutil.which("nvidia-smi") is not None
+
+
+def no_gpu_text(device: DeviceStatus) -> str:
+    """Why nothing can run here, in words that help: installing CuPy does not help a
+    machine that has no NVIDIA GPU."""
+    if device.reason.startswith("CuPy is not installed") and not nvidia_gpu_present():
+        return (
+            "This machine has no NVIDIA GPU with CUDA, so the benchmark cannot run here; "
+            "the reports below were recorded on one."
+        )
+    return f"No GPU benchmark here: {device.reason}"
+
+
 def fit_rows(table: QTableWidget) -> None:
     """Cap a table at its rows' height, so the sweep heatmap below gets the rest."""
     rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
@@ -447,15 +497,8 @@ def attach_gpu_panel(window, title: str = "GPU benchmark") -> GpuPanel:
     The panel is a tab beside the statistics: that area is tall enough to show the
     results, the kernel counts and the sweep heatmap together.
     """
-    panel = GpuPanel()
+    panel = GpuPanel(window.state)
     window.add_side_panel(panel, title, "gpu", beside="stats")
     panel.set_reports(split_reports(bundled_report()))  # the H200 recording shipped in the package
-
-    def follow(config) -> None:
-        panel.set_blocks(config.block_q, config.block_k, config.order)
-
-    window.state.sigConfigChanged.connect(follow)
-    if getattr(window.state, "config", None) is not None:
-        follow(window.state.config)
     _CloseWatcher(panel, window)
     return panel

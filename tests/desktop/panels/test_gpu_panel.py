@@ -325,3 +325,54 @@ def test_every_panel_colours_the_fastest_cell_brightest(panel_factory):
     luts = [np.asarray(p.sweep_view.image.lut) for p in (first, second)]
     np.testing.assert_array_equal(luts[0], luts[1])
     assert luts[0][0].sum() > luts[0][-1].sum()  # low ms (fast) maps to the bright end
+
+
+NO_CUPY = DeviceStatus(
+    False, "CuPy is not installed, so the GPU backend is off (pip install cupy-cuda13x)."
+)
+
+
+def test_without_an_nvidia_gpu_it_says_so_and_disables_what_only_a_run_uses(panel_factory):
+    from desktop.panels.gpu.panel import nvidia_gpu_present
+
+    if nvidia_gpu_present():
+        pytest.skip("this machine has an NVIDIA GPU: the CuPy hint is the right one here")
+    panel = panel_factory(device=NO_CUPY)
+    text = panel.device_label.text()
+    assert "no NVIDIA GPU" in text and "pip install" not in text
+    for w in (panel.run_button, panel.auto_check, panel.sweep_check, panel.n_spin, panel.bh_spin):
+        assert not w.isEnabled()
+    assert panel.open_button.isEnabled() and panel.pass_combo.isEnabled()
+
+
+def test_the_report_picker_shows_the_whole_name_in_a_side_dock(panel_factory, qtbot):
+    panel = panel_factory()
+    panel.set_reports(_bundled_reports())
+    panel.resize(430, 900)
+    panel.show()
+    qtbot.waitExposed(panel)
+    longest = max(panel.selector.itemText(i) for i in range(panel.selector.count()))
+    fm = panel.selector.fontMetrics()
+    assert fm.horizontalAdvance(longest) + 40 <= panel.selector.width()  # text + arrow
+    assert panel.selector.itemData(0, 3) == panel.selector.itemText(0)  # the tooltip: all of it
+    header = panel.table.horizontalHeader()
+    for i in range(panel.table.columnCount()):
+        label = panel.table.horizontalHeaderItem(i).text()
+        assert header.fontMetrics().horizontalAdvance(label) <= header.sectionSize(i)
+
+
+def test_the_panel_takes_the_app_state_and_follows_its_blocks_and_pass(qtbot):
+    from desktop.panels.gpu.panel import GpuPanel
+    from desktop.state.app_state import AppState
+    from desktop.state.config import Config
+
+    state = AppState()
+    state.builder.force_inline = True
+    state.set_config(Config(block_q=4, block_k=3, order="kv-outer", pass_name="backward"))
+    panel = GpuPanel(state, device=NO_GPU)
+    qtbot.addWidget(panel)
+    assert (panel.blocks, panel.order) == ((4, 3), "kv-outer")
+    assert panel.pass_combo.currentText() == "backward"
+    state.set_config(Config(block_q=2, block_k=2))
+    assert panel.blocks == (2, 2) and panel.pass_combo.currentText() == "forward"
+    panel.shutdown()
