@@ -170,6 +170,7 @@ class StatsPanel(FollowsPalette, QWidget):
             # for 60 fps playback (measured offscreen, desktop.cli.bench_gui).
             item.setMenuEnabled(False)
             item.hideButtons()
+            item.setMouseEnabled(x=False, y=False)  # the view follows the step, not the wheel
             if k:
                 item.setXLink(self._items["m"])
             if k < len(PLOTS) - 1:

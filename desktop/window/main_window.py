@@ -316,7 +316,7 @@ class MainWindow(QMainWindow):
         )
         self.tabifyDockWidget(self.docks[beside], dock)
         self.docks[beside].raise_()
-        self._view_menu.addAction(dock.toggleViewAction())
+        self._view_menu.insertAction(self.panels_separator, dock.toggleViewAction())
         return dock
 
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
@@ -352,7 +352,7 @@ class MainWindow(QMainWindow):
 
     # ---- behaviour -----------------------------------------------------------------
     def _show_title(self, cfg: Config) -> None:
-        source = {"seed": "seed example", "random": f"random (seed {cfg.seed})"}.get(
+        source = {"seed": "reference example", "random": f"random (seed {cfg.seed})"}.get(
             cfg.input, Path(cfg.file).name
         )
         # Qt appends the application's display name ("— FlashAttention Explorer").
