@@ -92,6 +92,13 @@ class StatsPanel(FollowsPalette, QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(grid)
         layout.addWidget(self.plots, 1)
+        # Which colour is which component of a and a/ℓ (the plots draw no legend over
+        # the curves).
+        self.components_label = QLabel()
+        self.components_label.setObjectName("components_legend")
+        self.components_label.setWordWrap(True)
+        self.components_label.setTextFormat(Qt.TextFormat.RichText)
+        layout.addWidget(self.components_label)
         self.backward = BackwardStats(state)  # shown in the backward and a training step
         self.backward.hide()
         layout.addWidget(self.backward, 1)
@@ -227,7 +234,7 @@ class StatsPanel(FollowsPalette, QWidget):
             self.row_spin.setRange(0, trace.schedule.n_q - 1)
             self.row_spin.setValue(row)
         forward = trace.pass_name != "backward"  # a backward alone shows no forward state
-        for w in (self.plots, *self._forward_widgets):
+        for w in (self.plots, self.components_label, *self._forward_widgets):
             w.setVisible(forward)
         self._set_outputs(trace, row)
         if not forward:  # the row's online-softmax history would only feed hidden plots
@@ -245,6 +252,7 @@ class StatsPanel(FollowsPalette, QWidget):
         ref = trace.reference[row]
         span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
         d_v = trace.schedule.d_v
+        self.components_label.setText(components_legend(d_v))
         if d_v <= MAX_COLOURED:
             # One coloured curve per component; the same colour for a, a/ℓ and its target.
             for k, curve in enumerate(self._curves_for("a", d_v)):
@@ -329,6 +337,22 @@ def _cache_lines(line: pg.PlotDataItem) -> None:
     pen or the view range changes; zoom_window moves the range in quarter-span jumps, so
     during playback that is every few frames at most."""
     line.curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+
+
+def components_legend(d_v: int) -> str:
+    """Rich text naming the colour of each component of a and a/ℓ (one colour for all
+    when there are more than MAX_COLOURED)."""
+    if d_v > MAX_COLOURED:
+        return (
+            f"a, a/ℓ: all {d_v} components in one colour; "
+            "<span style='color:#c85040'>╍╍</span> their float64 targets"
+        )
+    marks = " ".join(
+        f"<span style='white-space:nowrap'><span style='color:"
+        f"{pg.intColor(k, hues=MAX_COLOURED).name()}; font-weight:bold'>━━</span>&nbsp;{k}</span>"
+        for k in range(d_v)
+    )
+    return f"a, a/ℓ components: {marks} (dashed: targets)"
 
 
 def error_text(row_error: float, all_error: float, dtype: str) -> str:
