@@ -6,7 +6,7 @@ imports CuPy lazily), so it runs on a GPU server with no display.
 
 from .attention import DTYPES, ORDERS, dense_attention, tiled_attention
 from .backward import attention_backward
-from .backward_ledger import pass_ledger
+from .backward_ledger import pass_ledger, problem_ledger
 from .backward_schedule import PASS_TENSORS, PASSES
 from .inputs import InputError, Inputs, load_inputs, random_inputs, seed_example, validate_inputs
 from .ledger import (
@@ -17,6 +17,7 @@ from .ledger import (
     paper_block_sizes,
     theorem2_bound,
 )
+from .problem import DType, Problem
 from .schedule import DIRECTIONS, TENSORS, Action, Region
 from .trace import Step, Trace, build_trace
 
@@ -26,8 +27,10 @@ __all__ = [
     "ORDERS",
     "PASSES",
     "PASS_TENSORS",
+    "Problem",
     "TENSORS",
     "Action",
+    "DType",
     "InputError",
     "Inputs",
     "Ledger",
@@ -43,6 +46,7 @@ __all__ = [
     "load_inputs",
     "paper_block_sizes",
     "pass_ledger",
+    "problem_ledger",
     "random_inputs",
     "seed_example",
     "theorem2_bound",

@@ -19,12 +19,14 @@ from typing import Literal
 
 import numpy as np
 
+from .dtypes import DTYPE_NAMES, DType
+
 Order = Literal["q-outer", "kv-outer"]
 ORDERS: tuple[str, ...] = ("q-outer", "kv-outer")
-DTYPES: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16")
+DTYPES: tuple[str, ...] = DTYPE_NAMES
 
 # Bytes per element of each input dtype; statistics are float32 unless inputs are float64.
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {name: DType.of(name).bytes for name in DTYPE_NAMES}
 
 
 def default_scale(d: int) -> float:

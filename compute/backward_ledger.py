@@ -30,6 +30,7 @@ from .ledger import (
     ledger,
     visited_rows,
 )
+from .problem import Problem
 from .schedule import DIRECTIONS, LANES, Schedule
 
 
@@ -154,3 +155,13 @@ def pass_ledger(
         lane: LaneLedger(lane, counts[lane], dtype, sram[lane], sram_capacity) for lane in LANES
     }
     return PassLedger(s, dtype, MappingProxyType(lanes), sram_capacity, pass_name)
+
+
+def problem_ledger(
+    problem: Problem, pass_name: str = "forward", *, sram_capacity: int | None = None
+) -> Ledger:
+    """`pass_ledger` of a compute.problem.Problem (the closed form)."""
+    return pass_ledger(
+        pass_name, problem.n, problem.n_k, problem.d, problem.d_v,
+        **problem.options(), sram_capacity=sram_capacity,
+    )  # fmt: skip

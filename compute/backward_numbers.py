@@ -1,4 +1,7 @@
-"""The Trace's backward numbers, computed when a view asks and then kept (a Trace mixin).
+"""The backward's numbers of one trace, computed when a view asks and then kept.
+
+A number service composed into compute.trace.Trace beside compute.forward_numbers (it
+owns its caches and reads the forward's numbers through that service).
 
 Everything here is derived from Q, K, V, dO and the forward's O and L, on demand:
 - the gradients of both lanes (`compute.attention_backward`: dense in float64, the
@@ -18,11 +21,10 @@ import numpy as np
 
 from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
-from .backward_schedule import backward_sram_elements
-from .full_pass import CHUNK_ELEMENTS, BlockMeans, _Means
+from .forward_numbers import DISPLAY_CELLS, ForwardNumbers, Memo
+from .full_pass import CHUNK_ELEMENTS, BlockMeans
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
-
-DISPLAY_CAP = 256  # as compute.trace: the display summary's cells a side
+from .numbers import SHARED
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,21 @@ class BackwardSummary:
     tiled_gradients: tuple[np.ndarray, np.ndarray, np.ndarray]  # the tiled lane's, its dtype
 
 
-class BackwardNumbers:
-    """Methods of Trace (it provides q, k, v, do, schedule, scale, dtype, _memo, ...)."""
+class BackwardNumbers(Memo):
+    """The backward's numbers of one trace (see the module); `forward` is its forward's."""
+
+    def __init__(self, forward: ForwardNumbers) -> None:
+        super().__init__()
+        if forward.do is None:
+            raise ValueError("This trace has no backward pass (dO was not given).")
+        self.forward = f = forward
+        self.q, self.k, self.v, self.do, self.schedule = f.q, f.k, f.v, f.do, f.schedule
+        self.scale, self.dtype, self.tiled_lane, self.do_key = (
+            f.scale,
+            f.dtype,
+            f.tiled_lane,
+            f.do_key,
+        )
 
     def _need_do(self) -> np.ndarray:
         if self.do is None:
@@ -71,7 +86,7 @@ class BackwardNumbers:
         """The backward's operands, prepared once (compute.backward_rows.Operands)."""
 
         def run():
-            f = self.summary()
+            f = self.forward.summary()
             return operands(
                 self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype
             )
@@ -85,7 +100,7 @@ class BackwardNumbers:
         over row chunks instead of tile by tile, so they equal compute.attention_backward's
         up to the order of the additions (a test holds them within rounding), and a large
         N with tiny blocks costs no Python loop over thousands of tiles."""
-        g = self.backward_summary(DISPLAY_CAP)
+        g = self.backward_summary(DISPLAY_CELLS)
         return g.gradients if lane == "dense" else g.tiled_gradients
 
     @property
@@ -97,12 +112,8 @@ class BackwardNumbers:
     def reference_D(self) -> np.ndarray:
         """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
 
-        def run():
-            d = np.sum(self._need_do() * self.reference, axis=1)
-            d.setflags(write=False)
-            return d
-
-        return self._memo("D_ref", 1, None, run)
+        self._need_do()
+        return self.forward.dense_pass(DISPLAY_CELLS).backward.D
 
     def backward_block(self, block: int) -> BackwardBlock:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
@@ -111,7 +122,7 @@ class BackwardNumbers:
             "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
                 self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
-                p_reference=self._probs(r0, r1, 0, self.schedule.n_k),
+                p_reference=self.forward._probs(r0, r1, 0, self.schedule.n_k),
             ),
         )  # fmt: skip
 
@@ -122,7 +133,7 @@ class BackwardNumbers:
             "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
-                p_reference=self._probs(0, self.schedule.n_q, c0, c1), o_reference=self.reference,
+                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1), o_reference=self.forward.reference,
             ),
         )  # fmt: skip
 
@@ -143,14 +154,14 @@ class BackwardNumbers:
     def backward_tiles_done(self, row: int, step: int) -> int:
         """How many key tiles the tiled lane's backward has added into dQ of `row` after
         step `step`: tiles are visited in order, so the count is the last tile seen + 1."""
-        steps, tiles = self.lanes["tiled"].steps_of("bwd_update", row // self.schedule.block_q)
+        steps, tiles = self.tiled_lane.steps_of("bwd_update", row // self.schedule.block_q)
         n = int(np.searchsorted(steps, step, side="right"))
         return int(tiles[n - 1]) + 1 if n else 0
 
     def backward_blocks_done(self, col: int, step: int) -> int:
         """How many query blocks (by index) have added into dK, dV of key `col` after step
         `step`: key tile j's segment visits its blocks in order, three steps each."""
-        s, lane = self.schedule, self.lanes["tiled"]
+        s, lane = self.schedule, self.tiled_lane
         j = col // s.block_k
         p = len(lane.parts) - 1  # the backward's K/V-outer loop is the lane's last part
         part = lane.parts[p]
@@ -161,14 +172,6 @@ class BackwardNumbers:
         n = int(np.searchsorted(updates, step, side="right"))
         return int(lo[j]) + n if n else 0
 
-    def sram_need(self, lane: str) -> int:
-        """Peak SRAM working set of `lane` over this trace's pass, in elements."""
-        forward = self.schedule.sram_elements(lane)
-        if self.pass_name == "forward":
-            return forward
-        backward = backward_sram_elements(self.schedule, lane)
-        return backward if self.pass_name == "backward" else max(forward, backward)
-
     # ---- the dense lane's dP and dS ---------------------------------------------------
     def grad_region(self, name: str, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         """The dense lane's dP (= dO Vᵀ) or dS (= P ∘ (dP − D)) over a region, float64."""
@@ -178,7 +181,7 @@ class BackwardNumbers:
             dp = do[r0:r1] @ self.v[c0:c1].T  # dP = dO Vᵀ
             out = dp
             if name == "dS":  # dS = P ∘ (dP − D), D = rowsum(dO ∘ O)
-                out = self._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
+                out = self.forward._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
             out.setflags(write=False)
             return out
 
@@ -189,56 +192,39 @@ class BackwardNumbers:
         return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap))
 
     def _backward_summary(self, cap: int) -> BackwardSummary:
-        s, do = self.schedule, self._need_do()
-        dp_means, ds_means = _Means(s.n_q, s.n_k, cap), _Means(s.n_q, s.n_k, cap)
-        chunk = max(1, CHUNK_ELEMENTS // s.n_k)
-        chunk = max(dp_means.fr, chunk - chunk % dp_means.fr)  # aligned to display cells
-        stride = max(1, (s.n_q * s.n_k) // 16384)
-        samples = []
-        dq = np.empty((s.n_q, s.d))
-        dk, dv = np.zeros((s.n_k, s.d)), np.zeros((s.n_k, s.d_v))
-        # The tiled lane's operands: inputs, O and dO rounded to the dtype, statistics and
-        # accumulators in the statistics dtype, L from its forward (as compute.backward).
-        ops = self._operands()
-        acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
-        lse, d_t, sc_t = ops.lse_a, ops.D, ops.acc(self.scale)  # lse_a: P̃ = 0 on −∞ rows
-        tq = np.empty((s.n_q, s.d), dtype=acc)
-        tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
-        f = self.summary()
-        exact = self.dtype == "float64"  # no rounding: S computed once serves both lanes
+        self._need_do()
+        dense = self.forward.dense_pass(cap).backward  # the same pass as the forward's S and P
+        tiled = SHARED.value(
+            "tiled_backward",
+            (*self.forward._tiled_key(), self.do_key),
+            lambda: tiled_backward(self._operands(), self.schedule, self.scale, self.dtype),
+        )
+        return BackwardSummary(dense.dp_small, dense.ds_small, dense.sample, dense.gradients, tiled)
+
+
+def tiled_backward(
+    ops: Operands, s, scale: float, dtype: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tiled lane's (dQ, dK, dV) in its output dtype, over row chunks: inputs, O and dO
+    rounded to the dtype, statistics and accumulators in the statistics dtype, P̃ =
+    exp(S − L) from its forward's L (as compute.backward), P̃ and dS rounded before their
+    matmuls as a kernel does. Only the order of the additions differs from the tile loop."""
+    acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
+    lse, d_t, sc_t = ops.lse_a, ops.D, acc(scale)  # lse_a: P̃ = 0 on −∞ rows
+    tq = np.empty((s.n_q, s.d), dtype=acc)
+    tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
+    chunk = max(1, CHUNK_ELEMENTS // s.n_k)
+    with np.errstate(over="ignore", invalid="ignore"):
         for r0 in range(0, s.n_q, chunk):
             r1 = min(s.n_q, r0 + chunk)
-            # Dense, float64: P = softmax(S), then the five products of the standard backward.
-            s64 = self._scores(r0, r1, 0, s.n_k)  # S = Q Kᵀ · scale (−∞ where masked)
-            m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
-            p = np.exp(s64 - np.where(np.isfinite(m), m, 0.0))
-            np.divide(p, l, out=p, where=l > 0)  # P = softmax(S); a fully masked row is exp(−∞) = 0
-            dp = do[r0:r1] @ self.v.T  # dP = dO Vᵀ
-            ds = p * (dp - self.reference_D[r0:r1, None])  # dS = P ∘ (dP − D)
-            dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
-            dq[r0:r1] = (ds @ self.k) * self.scale  # dQ = dS K · scale
-            dk += (ds.T @ self.q[r0:r1]) * self.scale  # dK = dSᵀ Q · scale
-            # Tiled: P̃ = exp(S − L) recomputed from the saved L; P̃ and dS rounded to the
-            # dtype before their matmuls, as a kernel does.
-            if exact:  # float64: the tiled lane's scores are the dense ones
-                st = s64
-            else:
-                st = _tile_scores(
-                    qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal
-                )
+            st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal)
             pt = np.exp(st - lse[r0:r1, None])
-            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), self.dtype).astype(acc)
-            tv += round_to(pt, self.dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
+            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), dtype).astype(acc)
+            tv += round_to(pt, dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
             tq[r0:r1] = (dst @ kd) * sc_t  # dQ_i = Σ_j dS_ij K_j · scale
             tk += (dst.T @ qd[r0:r1]) * sc_t  # dK_j += dS_ijᵀ Q_i · scale
-            dp_means.add(r0, dp, all_finite=True)
-            ds_means.add(r0, ds, all_finite=True)
-            first = (-(r0 * s.n_k)) % stride
-            samples += [np.abs(dp.ravel()[first::stride]), np.abs(ds.ravel()[first::stride])]
-        out = output_dtype(self.dtype)  # gradients leave the kernel in the input dtype
-        tiled = tuple(round_to(g, self.dtype).astype(out) for g in (tq, tk, tv))
-        for x in (dq, dk, dv, *tiled):
-            x.setflags(write=False)
-        return BackwardSummary(
-            dp_means.result(), ds_means.result(), np.concatenate(samples), (dq, dk, dv), tiled
-        )
+    out = output_dtype(dtype)  # gradients leave the kernel in the input dtype
+    tiled = tuple(round_to(g, dtype).astype(out) for g in (tq, tk, tv))
+    for x in tiled:
+        x.setflags(write=False)
+    return tiled

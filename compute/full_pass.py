@@ -71,31 +71,33 @@ class _Means:
         self.count = np.zeros((self.hr, self.hc))
         self.masked = np.zeros((self.hr, self.hc))
 
+    def _cells(self, x: np.ndarray) -> np.ndarray:
+        """Per-cell sums of a row chunk, zero-padded where the cells overhang the matrix."""
+        n = x.shape[0]
+        h = math.ceil(n / self.fr)
+        if n == h * self.fr and self.cols == self.hc * self.fc:
+            blocks = x  # cells divide the chunk: a view, no copy
+        else:
+            blocks = np.zeros((h * self.fr, self.hc * self.fc), dtype=x.dtype)
+            blocks[:n, : self.cols] = x
+        return blocks.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+
     def add(self, r0: int, chunk: np.ndarray, all_finite: bool = False) -> None:
         n = chunk.shape[0]
         h = math.ceil(n / self.fr)
         c0 = r0 // self.fr
         if all_finite:
-            # No −∞ anywhere (no mask, or P): block sums, zero-padded where the cells
-            # overhang the matrix; each cell counts the entries it really covers.
-            if n == h * self.fr and self.cols == self.hc * self.fc:
-                blocks = chunk  # cells divide the chunk: a view, no copy
-            else:
-                blocks = np.zeros((h * self.fr, self.hc * self.fc))
-                blocks[:n, : self.cols] = chunk
-            sums = blocks.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+            # No −∞ anywhere (no mask, or P): each cell counts the entries it covers.
             in_rows = np.minimum(self.fr, n - np.arange(h) * self.fr)
             in_cols = np.minimum(self.fc, self.cols - np.arange(self.hc) * self.fc)
-            self.total[c0 : c0 + h] += sums
+            self.total[c0 : c0 + h] += self._cells(chunk)
             self.count[c0 : c0 + h] += np.outer(in_rows, in_cols)
             return
-        pad = np.full((h * self.fr, self.hc * self.fc), np.nan)
-        pad[:n, : self.cols] = chunk
-        blocks = pad.reshape(h, self.fr, self.hc, self.fc)
-        finite = np.isfinite(blocks)
-        self.count[c0 : c0 + h] += finite.sum(axis=(1, 3))
-        self.total[c0 : c0 + h] += np.where(finite, blocks, 0.0).sum(axis=(1, 3))
-        self.masked[c0 : c0 + h] += np.isneginf(blocks).sum(axis=(1, 3))
+        # Finite entries summed and counted, −∞ (masked) counted: three cell sums.
+        finite = np.isfinite(chunk)
+        self.total[c0 : c0 + h] += self._cells(np.where(finite, chunk, 0.0))
+        self.count[c0 : c0 + h] += self._cells(finite.view(np.uint8))
+        self.masked[c0 : c0 + h] += self._cells(np.isneginf(chunk).view(np.uint8))
 
     def result(self) -> BlockMeans:
         mean = np.divide(
@@ -150,6 +152,156 @@ def _tiled_rows(sc: np.ndarray, vd: np.ndarray, s: Schedule, dtype: str, acc):
     return _divide_rows(a_final, l_final), m_final, l_final
 
 
+@dataclass(frozen=True)
+class DensePass:
+    """The dense lane's numbers: they depend on the inputs and the mask only (not on
+    blocks, order, dtype or pass), so compute.numbers caches them by that. With dO the
+    same pass over S and P also makes the backward's dense numbers (`backward`)."""
+
+    row_max: np.ndarray
+    row_sum: np.ndarray
+    reference: np.ndarray
+    scores_small: BlockMeans
+    probs_small: BlockMeans
+    scores_sample: np.ndarray
+    probs_sample: np.ndarray
+    backward: DenseBackward | None = None
+
+
+@dataclass(frozen=True)
+class DenseBackward:
+    """The dense lane's backward (float64): D = rowsum(dO ∘ O), dP and dS at display
+    resolution, a strided sample of |dP| and |dS|, and the gradients (dQ, dK, dV)."""
+
+    D: np.ndarray
+    dp_small: BlockMeans
+    ds_small: BlockMeans
+    sample: np.ndarray
+    gradients: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TiledPass:
+    """The tiled lane's output in its dtype, L, and the final (m, ℓ, O) in the statistics
+    dtype: they depend on the inputs, the mask, B_c, the order and the dtype (not B_r:
+    each row's closed form is its own)."""
+
+    tiled_output: np.ndarray
+    lse: np.ndarray
+    tiled_state: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _chunk_rows(n_k: int, fr: int) -> int:
+    chunk = max(1, CHUNK_ELEMENTS // n_k)
+    return max(fr, chunk - chunk % fr)  # chunks aligned to display cells
+
+
+def dense_pass(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    causal: bool,
+    scale: float,
+    cap: int,
+    do: np.ndarray | None = None,
+    sample: int = 32768,
+) -> DensePass:
+    """One pass over row chunks of S forming each chunk's S and P once: the dense lane's
+    forward numbers, and with `do` its backward's in the same loop."""
+    n_q, n_k, d_v = q.shape[0], k.shape[0], v.shape[1]
+    row_max, row_sum = np.empty(n_q), np.empty(n_q)
+    reference = np.empty((n_q, d_v))
+    s_means, p_means = _Means(n_q, n_k, cap), _Means(n_q, n_k, cap)
+    stride = max(1, (n_q * n_k) // sample)
+    samples, p_samples = [], []
+    cols = np.arange(n_k)
+    chunk = _chunk_rows(n_k, s_means.fr)
+    if do is not None:
+        d_ref = np.empty(n_q)
+        dp_means, ds_means = _Means(n_q, n_k, cap), _Means(n_q, n_k, cap)
+        g_stride = max(1, (n_q * n_k) // 16384)
+        g_samples = []
+        dq = np.empty((n_q, q.shape[1]))
+        dk, dv = np.zeros((n_k, q.shape[1])), np.zeros((n_k, d_v))
+    for r0 in range(0, n_q, chunk):
+        r1 = min(n_q, r0 + chunk)
+        rows = np.arange(r0, r1)
+        s64 = (q[r0:r1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
+        if causal:
+            s64 = np.where(causal_mask(rows, cols, n_q, n_k), s64, -np.inf)
+        mx = np.max(s64, axis=1, initial=-np.inf)
+        p = np.exp(s64 - _safe_max(mx)[:, None])
+        sm = p.sum(axis=1)
+        p = _divide_rows(p, sm)  # P = softmax(S); zeros for a fully masked row
+        row_max[r0:r1], row_sum[r0:r1] = mx, sm
+        reference[r0:r1] = p @ v  # O = P V
+        s_means.add(r0, s64, all_finite=not causal)
+        p_means.add(r0, p, all_finite=True)  # P is finite everywhere (0 where masked)
+        first = (-(r0 * n_k)) % stride  # the same global stride across chunks
+        flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
+        samples.append(np.abs(flat[np.isfinite(flat)]))
+        p_samples.append(p_flat.copy())  # a copy: a view would keep the whole chunk alive
+        if do is None:
+            continue
+        # The standard backward on the same P: D = rowsum(dO ∘ O), then five products.
+        d_ref[r0:r1] = np.sum(do[r0:r1] * reference[r0:r1], axis=1)
+        dp = do[r0:r1] @ v.T  # dP = dO Vᵀ
+        ds = p * (dp - d_ref[r0:r1, None])  # dS = P ∘ (dP − D)
+        dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
+        dq[r0:r1] = (ds @ k) * scale  # dQ = dS K · scale
+        dk += (ds.T @ q[r0:r1]) * scale  # dK = dSᵀ Q · scale
+        dp_means.add(r0, dp, all_finite=True)
+        ds_means.add(r0, ds, all_finite=True)
+        first = (-(r0 * n_k)) % g_stride
+        g_samples += [np.abs(dp.ravel()[first::g_stride]), np.abs(ds.ravel()[first::g_stride])]
+    for a in (row_max, row_sum, reference):
+        a.setflags(write=False)
+    backward = None
+    if do is not None:
+        for a in (d_ref, dq, dk, dv):
+            a.setflags(write=False)
+        backward = DenseBackward(
+            d_ref, dp_means.result(), ds_means.result(), np.concatenate(g_samples), (dq, dk, dv)
+        )
+    return DensePass(
+        row_max, row_sum, reference, s_means.result(), p_means.result(),
+        np.concatenate(samples), np.concatenate(p_samples), backward,
+    )  # fmt: skip
+
+
+def tiled_pass(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, s: Schedule, *, scale: float, dtype: str
+) -> TiledPass:
+    """The tiled lane's closed form (module docstring) over row chunks of its own scores
+    (inputs rounded to the dtype, statistics dtype; in float64 the dense scores)."""
+    acc, qd, kd, vd, scale_acc = _prepare(q, k, v, dtype, scale)
+    n_q, n_k = s.n_q, s.n_k
+    out = np.empty((n_q, s.d_v), dtype=acc)
+    m_t, l_t = np.empty(n_q, dtype=acc), np.empty(n_q, dtype=acc)
+    chunk = max(1, CHUNK_ELEMENTS // n_k)
+    for r0 in range(0, n_q, chunk):
+        r1 = min(n_q, r0 + chunk)
+        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.causal)
+        out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(
+            sc.astype(acc, copy=False), vd, s, dtype, acc
+        )
+    lse = np.where(l_t > 0, m_t + np.log(np.where(l_t > 0, l_t, 1)), -np.inf).astype(acc)
+    tiled = round_to(out, dtype).astype(output_dtype(dtype))
+    for a in (tiled, lse, m_t, l_t, out):
+        a.setflags(write=False)
+    return TiledPass(tiled, lse, (m_t, l_t, out))
+
+
+def combine(dense: DensePass, tiled: TiledPass) -> FullPass:
+    """Both lanes' numbers as one FullPass (what the views read)."""
+    return FullPass(
+        dense.row_max, dense.row_sum, dense.reference, tiled.tiled_output, tiled.lse,
+        tiled.tiled_state, dense.scores_small, dense.probs_small, dense.scores_sample,
+        dense.probs_sample,
+    )  # fmt: skip
+
+
 def full_pass(
     q: np.ndarray,
     k: np.ndarray,
@@ -161,57 +313,9 @@ def full_pass(
     cap: int,
     sample: int = 32768,
 ) -> FullPass:
-    """One pass over row chunks; see the module docstring."""
-    acc, qd, kd, vd, scale_acc = _prepare(q, k, v, dtype, scale)
-    n_q, n_k = s.n_q, s.n_k
-    row_max, row_sum = np.empty(n_q), np.empty(n_q)
-    reference = np.empty((n_q, s.d_v))
-    out = np.empty((n_q, s.d_v), dtype=acc)
-    m_t, l_t = np.empty(n_q, dtype=acc), np.empty(n_q, dtype=acc)
-    s_means, p_means = _Means(n_q, n_k, cap), _Means(n_q, n_k, cap)
-    stride = max(1, (n_q * n_k) // sample)
-    samples, p_samples = [], []
-    cols = np.arange(n_k)
-    chunk = max(1, CHUNK_ELEMENTS // n_k)
-    chunk = max(s_means.fr, chunk - chunk % s_means.fr)  # chunks aligned to display cells
-    for r0 in range(0, n_q, chunk):
-        r1 = min(n_q, r0 + chunk)
-        rows = np.arange(r0, r1)
-        s64 = (q[r0:r1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
-        if s.causal:
-            s64 = np.where(causal_mask(rows, cols, n_q, n_k), s64, -np.inf)
-        mx = np.max(s64, axis=1, initial=-np.inf)
-        p = np.exp(s64 - _safe_max(mx)[:, None])
-        sm = p.sum(axis=1)
-        p = _divide_rows(p, sm)  # P = softmax(S); zeros for a fully masked row
-        row_max[r0:r1], row_sum[r0:r1] = mx, sm
-        reference[r0:r1] = p @ v  # O = P V
-        s_means.add(r0, s64, all_finite=not s.causal)
-        p_means.add(r0, p, all_finite=True)  # P is finite everywhere (0 where masked)
-        first = (-(r0 * n_k)) % stride  # the same global stride across chunks
-        flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
-        samples.append(np.abs(flat[np.isfinite(flat)]))
-        p_samples.append(p_flat.copy())  # a copy: a view would keep the whole chunk alive
-        if dtype == "float64":
-            sc = s64
-        else:  # the tiled lane works on rounded inputs in its statistics dtype
-            sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.causal)
-        out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(
-            sc.astype(acc, copy=False), vd, s, dtype, acc
-        )
-    lse = np.where(l_t > 0, m_t + np.log(np.where(l_t > 0, l_t, 1)), -np.inf).astype(acc)
-    tiled = round_to(out, dtype).astype(output_dtype(dtype))
-    arrays = (row_max, row_sum, reference, tiled, lse, m_t, l_t, out)
-    for a in arrays:
-        a.setflags(write=False)
-    return FullPass(
-        *arrays[:5],
-        tiled_state=(m_t, l_t, out),
-        scores_small=s_means.result(),
-        probs_small=p_means.result(),
-        scores_sample=np.concatenate(samples),
-        probs_sample=np.concatenate(p_samples),
-    )
+    """Both lanes' numbers (module docstring): dense_pass and tiled_pass, combined."""
+    dense = dense_pass(q, k, v, causal=s.causal, scale=scale, cap=cap, sample=sample)
+    return combine(dense, tiled_pass(q, k, v, s, scale=scale, dtype=dtype))
 
 
 def tiled_state_after(

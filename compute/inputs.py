@@ -6,6 +6,7 @@ sentence that says what is wrong and what to do.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -24,6 +25,10 @@ REFERENCE_EXAMPLE = "reference_example.json"
 DEFAULT_MEMORY_BUDGET_BYTES = 2 * 1024**3
 # A file's Q, K, V may hold at most this many elements each before anything is read.
 MAX_FILE_ELEMENTS = DEFAULT_MEMORY_BUDGET_BYTES // 8
+# numpy writes headers of about 128 bytes; its own reader refuses more than 10,000.
+MAX_HEADER_BYTES = 65_536
+# An .npz of Q, K and V has three members; a few more (notes, a mask) are fine.
+MAX_NPZ_MEMBERS = 64
 
 
 class InputError(ValueError):
@@ -60,7 +65,9 @@ def validate_inputs(
             raise InputError(
                 f"{name} is empty (shape {a.shape}); provide at least one row and column."
             )
-        a = a.astype(np.float64)
+        # C order whatever the file's: Fortran-ordered or strided rows would reach the
+        # renderer, whose images need contiguous rows.
+        a = np.ascontiguousarray(a, dtype=np.float64)
         if not np.all(np.isfinite(a)):
             raise InputError(
                 f"{name} contains NaN or infinite values; replace them with finite numbers."
@@ -213,16 +220,80 @@ def _check_header(name: str, where: str, shape: tuple, dtype: np.dtype) -> None:
 
 
 def _read_header(stream, name: str, where: str) -> tuple[tuple, bool, np.dtype]:
-    """A .npy stream's declared (shape, fortran_order, dtype), checked before any data."""
-    version = np.lib.format.read_magic(stream)
+    """A .npy stream's declared (shape, fortran_order, dtype), checked before any data.
+
+    The header's length is read and capped before the header itself: a version-2 header
+    may claim 4 GiB, which numpy would read whole before any check.
+    """
+    magic = stream.read(8)
+    if len(magic) != 8 or magic[:6] != b"\x93NUMPY" or magic[6] not in (1, 2, 3):
+        raise InputError(
+            f"{where} could not be read as a NumPy file (no .npy magic); save it with "
+            "numpy.save or numpy.savez."
+        )
+    raw = stream.read(2 if magic[6] == 1 else 4)
+    length = int.from_bytes(raw, "little")
+    if length > MAX_HEADER_BYTES:
+        raise InputError(
+            f"{where} declares a {length:,}-byte header, over the {MAX_HEADER_BYTES:,} bytes a "
+            "NumPy header needs; save it again with numpy.save or numpy.savez."
+        )
+    header = stream.read(length)
+    if len(header) != length:
+        raise InputError(
+            f"{where} is shorter than its header says; save it again with numpy.save or numpy.savez."
+        )
+    buffer = io.BytesIO(magic + raw + header)
+    version = np.lib.format.read_magic(buffer)
     if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(buffer)
     elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(buffer)
     else:
-        shape, fortran, dtype = np.lib.format._read_array_header(stream, version)
+        shape, fortran, dtype = np.lib.format._read_array_header(buffer, version)
     _check_header(name, where, shape, dtype)
     return shape, fortran, dtype
+
+
+def _npz_member_count(path: Path) -> int | None:
+    """The member count an .npz's end record declares, read before its directory (None if
+    the record cannot be found; zipfile then says what is wrong)."""
+    try:
+        with open(path, "rb") as f:
+            record = zipfile._EndRecData(f)
+    except (OSError, AttributeError, IndexError):
+        return None
+    return None if not record else int(record[zipfile._ECD_ENTRIES_TOTAL])
+
+
+def _npz_members(path: Path, archive: zipfile.ZipFile) -> dict[str, str]:
+    """Member name by array name (q, k, v in any case); ambiguity and oversize refused."""
+    infos = archive.infolist()
+    names = [i.filename for i in infos]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InputError(
+            f"{path.name} holds {repeated[0]} more than once; save it again with "
+            "np.savez(path, q=Q, k=K, v=V)."
+        )
+    members: dict[str, str] = {}
+    largest = MAX_HEADER_BYTES + 16 * MAX_FILE_ELEMENTS  # the widest dtype at the cap
+    for info in infos:
+        if not info.filename.lower().endswith(".npy"):
+            continue
+        key = info.filename[:-4].lower()
+        if key in members and key in ("q", "k", "v"):
+            raise InputError(
+                f"{path.name} holds both {members[key]} and {info.filename}, so which is "
+                f"{key.upper()} is ambiguous; keep one of them."
+            )
+        if key in ("q", "k", "v") and info.file_size > largest:
+            raise InputError(
+                f"{path.name}'s array {key} is {info.file_size:,} bytes, more than the memory "
+                "budget allows; save smaller arrays."
+            )
+        members[key] = info.filename
+    return members
 
 
 def _read_data(stream, header: tuple[tuple, bool, np.dtype], where: str) -> np.ndarray:
@@ -272,10 +343,14 @@ def load_inputs(path: str | Path) -> Inputs:
     suffix = path.suffix.lower()
     try:
         if suffix == ".npz":
+            count = _npz_member_count(path)
+            if count is not None and count > MAX_NPZ_MEMBERS:
+                raise InputError(
+                    f"{path.name} holds {count:,} members, over the {MAX_NPZ_MEMBERS} an .npz "
+                    "of Q, K and V needs; save only q, k and v with np.savez."
+                )
             with zipfile.ZipFile(path) as archive:
-                members = {
-                    n[:-4].lower(): n for n in archive.namelist() if n.lower().endswith(".npy")
-                }
+                members = _npz_members(path, archive)
                 missing = [n for n in ("q", "k", "v") if n not in members]
                 if missing:
                     raise InputError(

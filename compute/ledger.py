@@ -13,8 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import numpy as np
-
 from .attention import DTYPE_BYTES, DTYPES
 from .schedule import DIRECTIONS, LANES, STAT_TENSORS, TENSORS, Action, Schedule, lane_actions
 
@@ -169,27 +167,73 @@ def ledger(
     return make_ledger(s, counts, dtype, sram_capacity)
 
 
-def _visible_keys_per_block(s: Schedule) -> np.ndarray:
-    """Keys in the tiles each query block loads (tail tiles count their real size)."""
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """Σ_{i=0}^{n−1} ⌊(a·i + b) / m⌋ for n, m ≥ 1 and a, b ≥ 0, in O(log) steps and O(1)
+    memory (the Euclid-like reduction), exact in Python integers at any size."""
+    total = 0
+    while True:
+        if a >= m:
+            total += (n - 1) * n // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        y_max = a * n + b
+        if y_max < m:
+            return total
+        n, b, m, a = y_max // m, y_max % m, a, m
+
+
+def _causal_tile_sums(s: Schedule) -> tuple[int, int, int]:
+    """(Σ_i tiles_i · rows_i, Σ_i tiles_i, #{i : tiles_i = T_c}) over query blocks i, with
+    tiles_i the key tiles block i loads: ⌊(last row_i + N_k − N_q) / B_c⌋ + 1, clamped to
+    0..T_c (bottom-right alignment). From formulas over the T_r − 1 full blocks (tiles_i
+    is monotone in i, so its clamped ranges are found by bisection) and the last block:
+    O(log N) time and O(1) memory, so any N is counted without per-block arrays."""
+    b_r, b_c, t_c, off = s.block_q, s.block_k, s.t_c, s.n_k - s.n_q
+
+    def tiles(last_row: int) -> int:
+        return min(t_c, max(0, (last_row + off) // b_c + 1))
+
+    def first(pred, hi: int) -> int:  # the first i in [0, hi) with pred(i), else hi
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    full = s.t_r - 1  # blocks 0..T_r − 2 have B_r rows; block i's last row is (i+1)B_r − 1
+    lo = first(lambda i: tiles((i + 1) * b_r - 1) > 0, full)
+    hi = first(lambda i: tiles((i + 1) * b_r - 1) >= t_c, full)
+    # Σ over lo ≤ i < hi of ⌊(B_r i + B_r − 1 + off) / B_c⌋ + 1, all terms ≥ 1 there.
+    mid = 0
+    if hi > lo:
+        mid = floor_sum(hi - lo, b_c, b_r, b_r * lo + b_r - 1 + off) + (hi - lo)
+    tile_sum = mid + t_c * (full - hi)
+    saturated = full - hi
+    last_rows = s.n_q - full * b_r
+    last = tiles(s.n_q - 1)
+    rows_sum = b_r * tile_sum + last_rows * last
+    return rows_sum, tile_sum + last, saturated + (last == t_c)
+
+
+def _visible_keys(s: Schedule) -> int:
+    """Σ over query blocks of the keys in the tiles each loads (tail tiles count their
+    real size): tiles · B_c, less the tail's shortfall T_c · B_c − N_k where all T_c load."""
     if not s.causal:
-        return np.full(s.t_r, s.n_k)
-    last_row = np.minimum((np.arange(s.t_r) + 1) * s.block_q, s.n_q) - 1
-    last_visible_key = last_row + (s.n_k - s.n_q)
-    # Tiles whose first key is <= the last visible key: floor(last/B_c) + 1, clamped.
-    tiles = np.clip(np.floor_divide(last_visible_key, s.block_k) + 1, 0, s.t_c)
-    return np.minimum(tiles * s.block_k, s.n_k)
+        return s.t_r * s.n_k
+    _, tile_sum, saturated = _causal_tile_sums(s)
+    return tile_sum * s.block_k - saturated * (s.t_c * s.block_k - s.n_k)
 
 
 def visited_rows(s: Schedule) -> int:
     """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
-    first_row = np.arange(s.t_r) * s.block_q
-    block_rows = np.minimum(first_row + s.block_q, s.n_q) - first_row
     if not s.causal:
-        return int(block_rows.sum()) * s.t_c
-    # Block i sees tiles 0 .. ⌊(last row + N_k − N_q) / B_c⌋ (bottom-right alignment), clamped.
-    last_visible_key = first_row + block_rows - 1 + (s.n_k - s.n_q)
-    tiles = np.clip(np.floor_divide(last_visible_key, s.block_k) + 1, 0, s.t_c)
-    return int((tiles * block_rows).sum())
+        return s.n_q * s.t_c
+    return _causal_tile_sums(s)[0]
 
 
 def closed_form_counts(s: Schedule) -> dict[str, Counts]:
@@ -201,9 +245,9 @@ def closed_form_counts(s: Schedule) -> dict[str, Counts]:
     dense["O"]["write"] = s.n_q * s.d_v
     for t in ("S", "P"):
         dense[t]["read"] = dense[t]["write"] = s.n_q * s.n_k
-    keys = _visible_keys_per_block(s)
-    tiled["K"]["read"] = int(keys.sum()) * s.d
-    tiled["V"]["read"] = int(keys.sum()) * s.d_v
+    keys = _visible_keys(s)
+    tiled["K"]["read"] = keys * s.d
+    tiled["V"]["read"] = keys * s.d_v
     if s.save_lse:
         tiled["L"]["write"] = s.n_q
     if s.order == "q-outer":
@@ -236,7 +280,8 @@ def closed_form_ledger(
     dtype: str = "float64",
     sram_capacity: int | None = None,
 ) -> Ledger:
-    """The same ledger as `ledger`, from formulas (constant work in N for non-causal)."""
+    """The same ledger as `ledger`, from formulas: O(log N) time and O(1) memory, so the
+    ledger of any N is answered (`ledger` walks the actions: for tests and small N)."""
     s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
     return make_ledger(s, closed_form_counts(s), dtype, sram_capacity)
 

@@ -474,14 +474,18 @@ class LaneTimeline:
 
         From the structure, never a walk: a head or tail write happens once per segment
         at a known offset; an inner write once per (segment, inner index). With
-        skip_grid, the writes of a full T_r × T_c loop (the dense lane's S tiles, which
-        `write_steps_per_cell` handles by formula) are left out.
+        skip_grid, the writes `write_steps_per_cell` handles by formula are left out: a
+        full T_r × T_c loop (the dense lane's S tiles) and a write of whole rows of blocks
+        at every visit of a loop over key tiles (the backward's dQ_i, KV-outer's O_i, m_i,
+        ℓ_i), which would otherwise be one entry per visit.
         """
         s = self.schedule
         out: list[tuple[np.ndarray, ...]] = []
         for part, phase, entry in self._writes(tensor):
             _t, _direction, rk, ck, cond = entry
-            if skip_grid and self._is_grid(part, phase, rk, ck):
+            if skip_grid and (
+                self._is_grid(part, phase, rk, ck) or self._is_visit_rows(part, phase, entry)
+            ):
                 continue
             p_index = self.parts.index(part)
             seg0 = int(np.searchsorted(self.seg_part, p_index))
@@ -544,6 +548,43 @@ class LaneTimeline:
             and (rk, ck) == ("i", "j")
         )
 
+    def _is_visit_rows(self, part: Part, phase: str, entry: tuple) -> bool:
+        """An inner write of block i's whole rows at each visit (j, i) of a key-tile loop."""
+        _t, _direction, rk, ck, cond = entry
+        full_cols = ck in ("d", "dv", "one")
+        return part.outer == "cols" and phase in part.inner and rk == "i" and full_cols and not cond
+
+    def _visit_rows_steps(
+        self, part: Part, phase: str, h: int, fr: int, n_rows: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(first, last) step of a per-visit write of block rows (see _is_visit_rows) for
+        each of h cell rows of fr element rows, by formula: tile j visits blocks lo[j] ..
+        T_r − 1 in order (lo non-decreasing in j), so block i's first visit is in tile 0
+        and its last in the last tile j with lo[j] ≤ i; steps grow with j, then with i, so
+        a cell's first write is its first visited block's in tile 0, its last is its last
+        block's final visit. −1 / int64 max where the cell's blocks are never visited."""
+        s = self.schedule
+        p_index = self.parts.index(part)
+        seg0 = int(np.searchsorted(self.seg_part, p_index))
+        starts = self.seg_start[seg0 : seg0 + s.t_c]
+        lo, _hi = self._span_of(part)
+        offset = len(part.head) + part.inner.index(phase)
+        width = len(part.inner)
+        rows_a = np.arange(h) * fr
+        i_lo = rows_a // s.block_q
+        i_hi = (np.minimum(rows_a + fr, n_rows) - 1) // s.block_q
+        big = np.iinfo(np.int64).max
+        i_first = np.maximum(i_lo, lo[0])
+        first = np.where(
+            i_first <= i_hi, starts[0] + offset + (i_first - lo[0]) * width, big
+        ).astype(np.int64)
+        j_last = np.searchsorted(lo, i_hi, side="right") - 1
+        jl = np.maximum(j_last, 0)
+        last = np.where(j_last >= 0, starts[jl] + offset + (i_hi - lo[jl]) * width, -1).astype(
+            np.int64
+        )
+        return first, last
+
     def write_steps_per_cell(
         self, tensor: str, shape: tuple[int, int], factor: tuple[int, int]
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -582,6 +623,11 @@ class LaneTimeline:
                     g = self.seg_start[seg0 + i_hi][:, None] + base + j_hi[None, :] * step
                     first = np.minimum(first, f)
                     last = np.maximum(last, g)
+        for part, phase, entry in self._writes(tensor):
+            if self._is_visit_rows(part, phase, entry):
+                f_rows, l_rows = self._visit_rows_steps(part, phase, h, fr, shape[0])
+                first = np.minimum(first, f_rows[:, None])
+                last = np.maximum(last, l_rows[:, None])
         steps, r0, r1, c0, c1 = self.write_regions(tensor, skip_grid=True)
         full = (c0 == 0) & (c1 == shape[1])
         cr0, cr1 = r0 // fr, -(-r1 // fr)

@@ -11,7 +11,7 @@ times. With `pass_name="backward"` every path times its backward pass instead, a
 "training" forward and backward together (bench_backward.py), against that pass's ledger;
 the sweep then times the teaching kernel's backward (or training step) at each tile size.
 Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked for). The
-CLI, the desktop panel, tools/figures.py and tools/flash_vs_sdpa.py all call this; the GPU
+CLI, the desktop panel, lab/figures.py and lab/flash_vs_sdpa.py all call this; the GPU
 tests share its reference, dtypes and dense path.
 """
 
@@ -26,13 +26,17 @@ from typing import Any
 import numpy as np
 
 from .. import ORDERS, PASSES, closed_form_ledger
+from . import bench_backward as bb
+from . import flash, peers
+from .bench_rows import PendingRow, finish_row, path_refusal
+from .dense import dense_attention_gpu
 from .device import status
-from .dtypes import BENCH_DTYPES, KERNEL_DTYPES, device_array, float64_values
+from .dtypes import BENCH_DTYPES, device_array, float64_values
 from .peers import PEERS
 from .reference import error_stats, reference_rows, sample_indices
 from .report import BENCH_FORMAT, VERSION, tiled_order
 from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
-from .timing import ROUNDS, Timing, peak_pool_bytes, rotation_count, time_cuda, time_interleaved
+from .timing import ROUNDS, peak_pool_bytes, rotation_count, time_cuda, time_interleaved
 
 KERNELS = ("tiled", "dense", "flash")
 # FLOPs of a pass in forwards: the backward's five matmuls to the forward's two; training both.
@@ -179,22 +183,6 @@ def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
     )  # fmt: skip
 
 
-@dataclass
-class PendingRow:
-    """A path measured for error and peak memory, its timing still to come (the forward's
-    paths of a case are then timed together, interleaved: timing.time_interleaved; the
-    backward's rows, bench_backward, are timed alone), and finish_row makes its row."""
-
-    kernel: str
-    fn: Callable
-    lane: object  # its ledger lane, or None
-    extra: dict
-    errs: dict[str, float]
-    peak: int
-    out_bytes: int
-    after: dict = field(default_factory=dict)  # fields that follow the timing in the row
-
-
 def _row(
     cfg: BenchConfig,
     kernel: str,
@@ -211,30 +199,6 @@ def _row(
     peak, out_bytes = measure_peak(lambda: fn(*inputs.sets[0]))
     _release()
     return PendingRow(kernel, fn, lane, extra, errs, peak, out_bytes)
-
-
-def finish_row(cfg: BenchConfig, p: PendingRow, timing: Timing) -> dict:
-    """The report row of a pending path, given its timing."""
-    ms = timing.median_ms
-    ledger_bytes = None if p.lane is None else p.lane.total_bytes * cfg.batch_heads
-    return {
-        "kernel": p.kernel,
-        **p.extra,
-        "ms": ms,
-        "ms_min": timing.min_ms,
-        "ms_max": timing.max_ms,
-        "runs": len(timing.times_ms),
-        "tflops": cfg.flops() / (ms * 1e-3) / 1e12,
-        "ledger_elements": None if p.lane is None else p.lane.total_elements * cfg.batch_heads,
-        "ledger_bytes": ledger_bytes,
-        "ledger_gbs": None if ledger_bytes is None else ledger_bytes / (ms * 1e-3) / 1e9,
-        "peak_bytes": p.peak,
-        "output_bytes": p.out_bytes,
-        "extra_bytes": max(p.peak - p.out_bytes, 0),
-        "max_abs_err": p.errs["max_abs"],
-        "rel_err": p.errs["rel"],
-        **p.after,
-    }
 
 
 def _time_rows(cfg: BenchConfig, inputs: _Inputs, rows: list) -> list[dict]:
@@ -289,6 +253,13 @@ def _guarded(kernel: str, extra: dict, body: Callable[[], Any]) -> Any:
         return _error_row(kernel, extra, exc)
 
 
+def _refuse(cfg: BenchConfig, kernel: str) -> None:
+    """ValueError with path_refusal's sentence if `kernel` cannot run cfg's problem."""
+    reason = path_refusal(kernel, cfg.dtype, cfg.d, cfg.dv)
+    if reason is not None:
+        raise ValueError(reason)
+
+
 def _tiled_row(
     cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int
 ) -> PendingRow | dict:
@@ -329,11 +300,8 @@ def _counted(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int, la
 
 
 def _dense_row(cfg: BenchConfig, inputs: _Inputs) -> PendingRow | dict:
-    from .dense import dense_attention_gpu
-
     def body() -> PendingRow:
-        if cfg.dtype not in KERNEL_DTYPES:
-            raise ValueError(f"the dense path takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
+        _refuse(cfg, "dense")
         lane = _ledger(cfg, cfg.block_q, cfg.block_k, cfg.order).lanes["dense"]
         fn = lambda q, k, v: dense_attention_gpu(q, k, v, causal=cfg.causal)  # noqa: E731
         return _row(cfg, "dense", fn, inputs, lane, {})
@@ -346,10 +314,7 @@ def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> Pe
     label = "flash" if spec is None else f"flash[{spec}]"
 
     def body() -> PendingRow:
-        from . import flash
-
-        if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
-            raise ValueError(f"the flash kernel takes d = d_v in {flash.SUPPORTED_HEAD_DIMS}")
+        _refuse(cfg, label)
         fcfg = (
             flash.default_config(cfg.d, cfg.n, cfg.causal)
             if spec is None
@@ -372,8 +337,7 @@ def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> PendingRow | dict
     """A torch SDPA backend on the same inputs (no ledger: its transfers are not modelled)."""
 
     def body() -> PendingRow:
-        from . import peers
-
+        _refuse(cfg, name)
         sdpa = peers.sdpa(name)
         fn = lambda q, k, v: sdpa(q, k, v, causal=cfg.causal)  # noqa: E731
         return _row(cfg, name, fn, inputs, None, {}, measure_peak=peers.peak_torch_bytes)
@@ -478,8 +442,6 @@ def run_bench(
 def _backward_results(cfg: BenchConfig, st, kernels: list[str], ctx: _Context) -> tuple:
     """The backward or training rows, the teaching kernel's block sweep (or None), how many
     input sets rotated and how many whole heads the errors cover."""
-    from . import bench_backward as bb
-
     base, n_heads, ref = bb.backward_inputs(cfg, st.l2_bytes)
     sweep = _sweep(cfg, bb.tiled_timer(cfg, base), ctx) if cfg.sweep_blocks else None
     results = []

@@ -25,17 +25,26 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import attention_backward, pass_ledger
+from . import flash, flash_backward, peers
 from .backward import tiled_attention_backward_gpu
-from .bench import PendingRow, finish_row
+from .bench_rows import PendingRow, finish_row, path_refusal
 from .dense_backward import dense_attention_backward_gpu, dense_probabilities_gpu
 from .device import status
-from .dtypes import FLASH_DTYPES, KERNEL_DTYPES, device_array, float64_values
+from .dtypes import device_array, float64_values
+from .flash_backward import flash_attention_backward
 from .reference import error_stats
 from .report import tiled_order
 from .tiled import tiled_attention_gpu
 from .timing import peak_pool_bytes, rotation_count, time_cuda
 
 MAX_REFERENCE_SCORES = 4096 * 4096  # N_q·N_k per head for the float64 reference
+
+
+def _refuse(cfg, kernel: str) -> None:
+    """ValueError with path_refusal's sentence if `kernel` cannot run cfg's problem."""
+    reason = path_refusal(kernel, cfg.dtype, cfg.d, cfg.dv)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 def _ledger(cfg, block_q: int, block_k: int):
@@ -86,7 +95,7 @@ def _row(
     measure_peak: Callable = peak_pool_bytes,
 ) -> dict:  # fmt: skip
     """Peak memory and timing of fn(*set) -> (dQ, dK, dV), in the forward rows' keys with the
-    pass after `extra` (bench.finish_row; lane None: no ledger)."""
+    pass after `extra` (bench_rows.finish_row; lane None: no ledger)."""
     import cupy
 
     peak, out_bytes = measure_peak(lambda: fn(*sets[0]))
@@ -98,8 +107,7 @@ def _row(
 
 def _tiled_fn(cfg, base: list, bq: int, bk: int) -> tuple[Callable, list]:
     """The teaching kernel's fn and argument sets at bq x bk for the config's pass."""
-    if cfg.dtype not in KERNEL_DTYPES:
-        raise ValueError(f"the tiled kernel takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
+    _refuse(cfg, "tiled")
 
     def forward(q, k, v):
         fwd = tiled_attention_gpu(
@@ -155,8 +163,7 @@ def dense_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
     times); in training, P and O = P V first."""
     import cupy
 
-    if cfg.dtype not in KERNEL_DTYPES:
-        raise ValueError(f"the dense path takes {' or '.join(KERNEL_DTYPES)}, not {cfg.dtype}")
+    _refuse(cfg, "dense")
     p_bytes = cfg.batch_heads * cfg.n * cfg.n_k * np.dtype(cfg.dtype).itemsize
     count = min(len(base), rotation_count(p_bytes, status().l2_bytes))
 
@@ -180,13 +187,7 @@ def dense_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
 
 def flash_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
     """The tensor-core backward (training: with the tensor-core forward before it)."""
-    from . import flash, flash_backward
-    from .flash_backward import flash_attention_backward
-
-    if cfg.d != cfg.dv or cfg.d not in flash.SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"the flash kernel takes d = d_v in {flash.SUPPORTED_HEAD_DIMS}")
-    if cfg.dtype not in FLASH_DTYPES:
-        raise ValueError(f"the flash kernel takes {' or '.join(FLASH_DTYPES)}, not {cfg.dtype}")
+    _refuse(cfg, "flash")
 
     # flash takes (batch, heads, N, d): batch*heads as one batch of heads.
     def forward(q, k, v):
@@ -223,10 +224,7 @@ def peer_backward_row(cfg, base: list, n_heads: int, ref, name: str) -> dict:
     """torch SDPA pinned to one backend (`peers.sdpa_backward`): in training its forward and
     autograd backward together; in the backward the backward alone, through the graph its
     `prepare` builds once per input set (outside the timed region)."""
-    from . import peers
-
-    if cfg.dtype not in FLASH_DTYPES:
-        raise ValueError(f"SDPA is compared in {' or '.join(FLASH_DTYPES)}, not {cfg.dtype}")
+    _refuse(cfg, name)
     step = peers.sdpa_backward(name)
     errs = _errors(cfg, step(*base[0], cfg.causal), n_heads, ref)
     if cfg.pass_name == "training":

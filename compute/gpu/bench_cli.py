@@ -2,7 +2,11 @@
 (and with --peers torch SDPA) in the forward, the backward or a training step; print, write JSON.
 
 Also runnable as `python -m compute.gpu.bench_cli ...` (the GPU server has no Qt).
-With no usable GPU it prints status()'s reason on one stderr line and exits 1.
+With no usable GPU it prints status()'s reason on one stderr line and exits 1. A kernel
+asked for by name (--kernel, --peers) that cannot take the problem is refused before
+anything runs (exit 2); `--kernel all` leaves out, with a note, the paths that cannot. A
+path that fails while it runs keeps its error row in the report, and its sentence goes to
+stderr with exit status 1.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import json
 import sys
 from pathlib import Path
 
-from .. import ORDERS, PASSES
-from ..cli_fields import problem_fields
+from .. import PASSES
+from ..cli_fields import add_problem_flags, problem_fields
+from . import bench
+from .bench_rows import path_refusal
 from .device import status
-from .dtypes import KERNEL_DTYPES
+from .dtypes import BENCH_DTYPES
 from .peers import PEERS
 from .report import format_report
 
@@ -42,15 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Time the tiled CUDA kernel, the dense S/P path and the tensor-core kernel "
         "on this GPU, in the forward, the backward or both (a training step).",
     )
-    p.add_argument("--n", type=_positive, default=4096, help="queries N (default 4096)")
-    p.add_argument("--n-keys", type=_positive, default=None, help="keys N_k (default N)")
-    p.add_argument("--d", type=_positive, default=64, help="head size of Q and K (default 64)")
-    p.add_argument("--dv", type=_positive, default=None, help="head size of V (default d)")
-    p.add_argument("--block-q", type=_positive, default=64, help="B_r (default 64)")
-    p.add_argument("--block-k", type=_positive, default=64, help="B_c (default 64)")
-    p.add_argument("--order", choices=ORDERS, default="q-outer")
-    p.add_argument("--causal", action="store_true", help="bottom-right causal mask")
-    p.add_argument("--dtype", choices=KERNEL_DTYPES, default="float32")
+    add_problem_flags(
+        p, count=_positive, head=_positive, n=4096, d=64, block=64, dtypes=BENCH_DTYPES,
+        dtype="float16", dtype_help="element type of Q, K, V and O",
+    )  # fmt: skip
     p.add_argument("--batch-heads", type=_positive, default=32, help="batch*heads (default 32)")
     p.add_argument("--kernel", choices=KERNEL_CHOICES, default="all")
     p.add_argument(
@@ -87,36 +88,54 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse argv, run the benchmark, print a table, write JSON; 0 on success."""
     args = build_parser().parse_args(argv)
+    try:
+        cfg = _config(args, _kernels(args))
+    except ValueError as exc:  # a path that cannot take the problem, a bad combination
+        print(f"flash-explorer bench: {exc}", file=sys.stderr)
+        return 2
     st = status()
     if not st.usable:
         print(f"flash-explorer bench: {st.reason}", file=sys.stderr)
         return 1
-    from .bench import BenchCancelled, GpuUnavailable, run_bench
-
-    kernels = KERNEL_CHOICES[:-1] if args.kernel == "all" else (args.kernel,)
-    kernels += tuple(PEERS) if args.peers else ()
-    try:
-        cfg = _config(args, kernels)
-    except ValueError as exc:  # e.g. a dtype a path does not take
-        print(f"flash-explorer bench: {exc}", file=sys.stderr)
-        return 2
 
     def progress(done: int, total: int, message: str) -> None:
         print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
     try:
-        report = run_bench(cfg, progress=progress)
-    except (GpuUnavailable, BenchCancelled) as exc:
+        report = bench.run_bench(cfg, progress=progress)
+    except (bench.GpuUnavailable, bench.BenchCancelled) as exc:
         print(f"flash-explorer bench: {exc}", file=sys.stderr)
         return 1
     return _finish(report, args.json)
 
 
+def _kernels(args) -> tuple[str, ...]:
+    """The paths to time: those named (ValueError with the sentence of one that cannot take
+    the problem), or with `all` every one of ours that can (a note for each left out)."""
+    d_v = args.d if args.dv is None else args.dv
+    named = KERNEL_CHOICES[:-1] if args.kernel == "all" else (args.kernel,)
+    kernels = []
+    for kernel in named:
+        reason = path_refusal(kernel, args.dtype, args.d, d_v)
+        if reason is None:
+            kernels.append(kernel)
+        elif args.kernel == "all":
+            print(f"flash-explorer bench: leaving out {kernel}: {reason}", file=sys.stderr)
+        else:
+            raise ValueError(f"{reason}.")
+    for peer in PEERS if args.peers else ():
+        reason = path_refusal(peer, args.dtype, args.d, d_v)
+        if reason is not None:
+            raise ValueError(f"{reason} (--peers).")
+        kernels.append(peer)
+    if not kernels:
+        raise ValueError(f"no path takes this problem in {args.dtype}: choose another --dtype.")
+    return tuple(kernels)
+
+
 def _config(args, kernels):
     """The BenchConfig the parsed arguments describe (ValueError: one sentence)."""
-    from .bench import BenchConfig
-
-    return BenchConfig(
+    return bench.BenchConfig(
         **problem_fields(args),
         d_v=args.dv,
         batch_heads=args.batch_heads,
@@ -140,10 +159,10 @@ def _finish(report: dict, json_path: Path | None) -> int:
         except OSError as exc:
             print(f"flash-explorer bench: could not write {json_path}: {exc}", file=sys.stderr)
             return 1
-    # The flash kernel and the peers take fewer shapes and dtypes than the others (and the
-    # peers need torch): their refusals are rows, not failures.
-    optional = ("flash", *PEERS)
-    failed = any("error" in r for r in report["results"] if r["kernel"] not in optional)
+    # Every path in the report was asked for: one that failed fails the command.
+    failed = [r for r in report["results"] if "error" in r]
+    for r in failed:
+        print(f"flash-explorer bench: {r['kernel']} failed: {r['error']}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -9,9 +9,11 @@ the input dtype. Query rows that see no key (LSE = -inf) get dQ = 0 and add noth
 
 Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
 padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head,
-dK and dV in registers, query blocks streamed past, dQ added into a float32 accumulator with
-atomics) and a conversion of dQ to the input dtype, times the scale. BACKWARD_NOTES.md
-("Tensor-core backward") records the design and its measurements.
+dK and dV in registers, query blocks streamed past, dQ added into a float32 accumulator: by
+atomics at d = 64, by one bulk reduction per 64 x 64 tile at d = 128) and a conversion of dQ to
+the input dtype, times the scale. ``deterministic=True`` makes the key blocks add each dQ tile
+in a fixed order (bitwise repeatable gradients, at a cost BACKWARD_NOTES.md records).
+BACKWARD_NOTES.md ("Tensor-core backward" and after) records the design and its measurements.
 
 Hopper (sm_90) only: on another GPU the call raises ValueError saying so (the portable
 backward is ``compute.gpu.tiled_attention_backward_gpu``). Imports without CuPy.
@@ -30,29 +32,33 @@ BLOCK_QUERIES = 64  # rows per streamed query block (FB_BM)
 THREADS = 256  # two warpgroups
 
 
+# flash_bwd_main's MODE (the kernel's comment): 0 adds dQ by per-thread red atomics, 4 by one
+# bulk reduction per warpgroup's 64 x 64 tile (kept in accumulator order), 5 is 4 in a fixed
+# key-block order. BACKWARD_NOTES.md has 4 1.04-1.13x faster than 0 at d = 128 and 0.98x at
+# d = 64, hence the per-d default; DEFAULT_MODE = None means "the default for q's d".
+MODES = (0, 4, 5)
+DEFAULT_MODES = {64: 0, 128: 4}
+DEFAULT_MODE = None
+FRAG_MODES = (4, 5)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+DETERMINISTIC_MODE = 5
+DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
+
+
 def smem_bytes(d: int, mode: int = 0) -> int:
     """Shared memory of one main-kernel CTA: K, V, two stages of Q and dO, dS^T, L and D
-    (+ the fp32 dQ tile in MODE 3), plus 1 KB for the 1024-byte alignment."""
+    (+ the four fp32 dQ buffers in MODES 4, 5), plus 1 KB for the 1024-byte alignment."""
     tiles = (2 * BLOCK_KEYS * d + 4 * BLOCK_QUERIES * d + BLOCK_KEYS * BLOCK_QUERIES) * 2
-    dq_tile = BLOCK_QUERIES * d * 4 if mode == 3 else 0
+    dq_tile = DQ_BUFFERS_BYTES if mode in FRAG_MODES else 0
     return tiles + 1024 + dq_tile + 1024
 
 
-# flash_bwd_main's MODE (the kernel's comment): DEFAULT_MODE is the one flash_attention_backward
-# uses, 0 (per-thread red atomics); BACKWARD_NOTES.md has it 3-9% faster than 3 (the dQ tile
-# added by one bulk reduction) and 23-28% faster than 2 (d=64 k-split dQ); 1 (atomics dropped:
-# a wrong dQ) exists only to bound what the atomics cost.
-MODES = (0, 1, 2, 3)
-DEFAULT_MODE = 0
-
-
 @functools.cache
-def _functions(dt: int, d: int, mode: int = DEFAULT_MODE) -> tuple[Any, Any, Any]:
+def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
     names = [
         f"flash_bwd_pre<{dt},{d}>",
         f"flash_bwd_main<{dt},{d},{mode}>",
-        f"flash_bwd_post<{dt},{d}>",
+        f"flash_bwd_post_frag<{dt},{d}>" if mode in FRAG_MODES else f"flash_bwd_post<{dt},{d}>",
     ]
     mod = cp.RawModule(
         code=kernel_source(KERNEL_DIR / "flash_bwd_wgmma.cu"),
@@ -78,19 +84,27 @@ def _check_backward(q, k, v, o, do, lse) -> None:
         raise TypeError(f"lse must be float32 (flash_attention's return_lse), not {lse.dtype}")
 
 
-def flash_attention_backward(q, k, v, o, do, lse, *, causal: bool = False, scale=None):
-    """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask]) V given dO; see the module docstring."""
-    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=DEFAULT_MODE)
+def flash_attention_backward(
+    q, k, v, o, do, lse, *, causal: bool = False, scale=None, deterministic: bool = False
+):
+    """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask]) V given dO; see the module docstring.
+
+    ``deterministic=True`` adds each dQ tile in a fixed (key-block) order, so two calls on the
+    same inputs return bitwise equal gradients (dK and dV always are)."""
+    mode = DETERMINISTIC_MODE if deterministic else DEFAULT_MODE
+    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode)
 
 
 def backward_mode(
-    q, k, v, o, do, lse, *, causal: bool = False, scale=None, mode: int = DEFAULT_MODE
+    q, k, v, o, do, lse, *, causal: bool = False, scale=None, mode: int | None = DEFAULT_MODE
 ):
-    """flash_attention_backward with the main kernel's MODE chosen (for the timing tool)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    """flash_attention_backward with the main kernel's MODE chosen (None: d's default)."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES} or None, not {mode!r}")
     cp = _cupy()
     _check_backward(q, k, v, o, do, lse)
+    if mode is None:
+        mode = DEFAULT_MODES[q.shape[3]]
     dt = _dtype_code(q)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -115,6 +129,9 @@ def backward_mode(
     l2 = cp.empty((bh, n_pad), dtype=cp.float32)
     dsum = cp.empty((bh, n_pad), dtype=cp.float32)
     dq_acc = cp.zeros((bh, n_pad, d), dtype=cp.float32)
+    frag = mode in FRAG_MODES
+    n_tickets = bh * (n_pad // BLOCK_QUERIES) * (d // 64) if mode == DETERMINISTIC_MODE else 1
+    tickets = cp.zeros((n_tickets,), dtype=cp.int32)
     rows = bh * n_pad
     pre(
         (-(-rows // 8),),
@@ -135,6 +152,7 @@ def backward_mode(
                 dq_acc,
                 dk,
                 dv,
+                tickets,
                 cp.int32(n_q),
                 cp.int32(n_k),
                 cp.int32(n_pad),
@@ -144,6 +162,12 @@ def backward_mode(
             ),  # fmt: skip
             shared_mem=smem_bytes(d, mode),
         )
+    if frag:
+        quads = bh * n_pad * d // 4
+        args = (dq_acc, dq, cp.int32(n_q), cp.int32(n_pad // BLOCK_QUERIES), cp.int64(quads),
+                cp.float32(scale))  # fmt: skip
+        post((-(-quads // 256),), (256,), args)
+        return dq, dk, dv
     pairs = bh * n_q * d // 2
     post(
         (-(-pairs // 256),),

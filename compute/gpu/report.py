@@ -6,7 +6,7 @@ the tools write them. Both carry `version`: 3 adds the passes (config `pass_name
 "backward" or "training"; every row and a sweep carry their `pass`), 2 named the
 tensor-core kernel's rows "flash", version 1 said "fast"; `split_reports` reads all three
 (an older report is a forward one) and refuses, with what to run instead, the backward
-comparison that tools/flash_bwd_vs_sdpa writes (BWD_COMPARISON_FORMAT, rows of another
+comparison that lab/flash_bwd_vs_sdpa writes (BWD_COMPARISON_FORMAT, rows of another
 shape). `bundled_report()` reads the
 H200 recording shipped inside the package (the desktop panel opens on it).
 Also the plain-text tables `flash-explorer bench` prints.
@@ -15,11 +15,14 @@ Also the plain-text tables `flash-explorer bench` prints.
 from __future__ import annotations
 
 import json
+import math
+import os
 from importlib import resources
+from pathlib import Path
 
 BENCH_FORMAT = "flash-explorer-gpu-bench"
 FIGURES_FORMAT = "flash-explorer-gpu-figures"
-# tools/flash_bwd_vs_sdpa's comparison (rows of its own shape, no device block): not a report
+# lab/flash_bwd_vs_sdpa's comparison (rows of its own shape, no device block): not a report
 # the panel can show; files written before it had its own name claim FIGURES_FORMAT.
 BWD_COMPARISON_FORMAT = "flash-explorer-bwd-comparison"
 _NOT_A_REPORT = (
@@ -29,6 +32,12 @@ _NOT_A_REPORT = (
 VERSION = 3
 BUNDLED_DEFAULT = "tiled_vs_dense_h200"  # compute/gpu/reports/<name>.json
 MIB = 2**20
+# Real reports are tens of kB (the bundled figures file of 26 is 88 kB) and sweep 3x3 to
+# 8x8 blocks; anything far past that is refused before it is parsed or drawn.
+MAX_REPORT_BYTES = 16 * MIB
+MAX_SWEEP_SIDE = 16
+MAX_REPORTS = 1000
+MAX_RESULTS = 64
 
 
 def tiled_order(cfg) -> str:
@@ -170,6 +179,166 @@ def report_label(report: dict) -> str:
     return f"{c['dtype']} N={c['n']} d={c['d']}{mask}{shown}: {held or 'empty'}"
 
 
+def _where(path: str) -> str:
+    return f"its {path}" if path else "it"
+
+
+def _need(ok: bool, path: str, what: str) -> None:
+    if not ok:
+        raise ReportError(
+            f"{_where(path)} is not {what}; record it again with flash-explorer bench --json."
+        )
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: object) -> bool:
+    return (_is_int(x) or isinstance(x, float)) and math.isfinite(x)
+
+
+def _check_fields(
+    data: dict, path: str, fields: dict[str, tuple], required: tuple[str, ...]
+) -> None:
+    """Each field of `fields` present in `data` passes its check; `required` ones exist."""
+    for name in required:
+        _need(name in data, f"{path}.{name}" if path else name, "present")
+    for name, (check, what) in fields.items():
+        if name in data:
+            _need(check(data[name]), f"{path}.{name}" if path else name, what)
+
+
+_INT = (_is_int, "a whole number")
+_POSITIVE = (lambda x: _is_int(x) and x >= 1, "a positive whole number")
+_TEXT = (lambda x: isinstance(x, str), "text")
+_FLAG = (lambda x: isinstance(x, bool), "true or false")
+_MAYBE_NUMBER = (lambda x: x is None or _is_number(x), "a number or null")
+_MAYBE_TEXT = (lambda x: x is None or isinstance(x, str), "text or null")
+_CAPABILITY = (
+    lambda x: isinstance(x, list) and 1 <= len(x) <= 3 and all(_is_int(v) for v in x),
+    "a compute capability like [9, 0]",
+)
+_CONFIG = {
+    "n": _POSITIVE, "n_keys": _POSITIVE, "d": _POSITIVE, "d_v": _POSITIVE, "dtype": _TEXT,
+    "batch_heads": _POSITIVE, "causal": _FLAG, "repeats": _POSITIVE, "pass_name": _TEXT,
+    "order": _TEXT, "kernels": (lambda x: isinstance(x, list), "a list"),
+}  # fmt: skip
+_RESULT = {
+    "kernel": _TEXT, "order": _TEXT, "pass": _TEXT, "block_q": _POSITIVE, "block_k": _POSITIVE,
+    "error": _TEXT, "error_detail": _TEXT, "counts_match": _FLAG,
+    **{k: _MAYBE_NUMBER for k in ("ms", "tflops", "ledger_gbs", "max_abs_err", "rel_err",
+                                  "peak_bytes", "extra_bytes", "speedup_vs_dense")},
+}  # fmt: skip
+_MEASURED = ("ms", "tflops", "ledger_gbs", "max_abs_err", "rel_err")
+
+
+def _check_counts(counts: object, path: str) -> None:
+    _need(isinstance(counts, dict) and len(counts) <= 64, path, "a table of counts by tensor")
+    for tensor, row in counts.items():
+        _need(
+            isinstance(row, dict) and all(_is_int(row.get(d)) for d in ("read", "write")),
+            f"{path}.{tensor}",
+            "read and write counts",
+        )
+
+
+def _check_sweep(sweep: object, path: str) -> None:
+    _need(isinstance(sweep, dict), path, "a block sweep")
+    _check_fields(
+        sweep, path, {"order": _TEXT, "pass": _TEXT}, ("order", "block_q", "block_k", "ms")
+    )
+    sides = []
+    for axis in ("block_q", "block_k"):
+        values = sweep[axis]
+        _need(isinstance(values, list) and all(_is_int(v) and v >= 1 for v in values),
+              f"{path}.{axis}", "a list of block sizes")  # fmt: skip
+        if not 1 <= len(values) <= MAX_SWEEP_SIDE:
+            raise ReportError(
+                f"its {path}.{axis} lists {len(values):,} block sizes, outside the 1 to "
+                f"{MAX_SWEEP_SIDE} a sweep measures; record it again with flash-explorer bench --json."
+            )
+        sides.append(len(values))
+    ms = sweep["ms"]
+    _need(
+        isinstance(ms, list) and len(ms) == sides[0]
+        and all(isinstance(r, list) and len(r) == sides[1] for r in ms)
+        and all(_MAYBE_NUMBER[0](x) for r in ms for x in r),
+        f"{path}.ms", f"a {sides[0]}x{sides[1]} grid of times",
+    )  # fmt: skip
+    best = sweep.get("best")
+    _need(
+        best is None or (isinstance(best, dict) and _is_int(best.get("block_q"))
+                         and _is_int(best.get("block_k")) and _is_number(best.get("ms"))),
+        f"{path}.best", "a best block pair with its time",
+    )  # fmt: skip
+
+
+def check_report(report: object, path: str = "") -> None:
+    """Refuse, with one ReportError sentence, a report whose fields the panel and the
+    tables read do not have the schema's types and sizes."""
+    _need(isinstance(report, dict), path, "a report (a JSON object)")
+    _check_fields(
+        report, path,
+        {"version": (lambda x: _is_int(x) and 1 <= x <= VERSION, f"a version from 1 to {VERSION}"),
+         "created_utc": _TEXT, "rotated_input_sets": _INT,
+         "config": (lambda x: isinstance(x, dict), "an object"),
+         "device": (lambda x: isinstance(x, dict), "an object"),
+         "results": (lambda x: isinstance(x, list) and len(x) <= MAX_RESULTS,
+                     f"a list of at most {MAX_RESULTS} results")},
+        ("config", "device", "results"),
+    )  # fmt: skip
+    at = f"{path}." if path else ""
+    _check_fields(
+        report["config"], f"{at}config", _CONFIG,
+        ("n", "n_keys", "d", "d_v", "dtype", "batch_heads", "causal", "repeats"),
+    )  # fmt: skip
+    _check_fields(
+        report["device"],
+        f"{at}device",
+        {"name": _MAYBE_TEXT, "compute_capability": _CAPABILITY},
+        (),
+    )
+    for i, result in enumerate(report["results"]):
+        where = f"{at}results[{i}]"
+        _need(isinstance(result, dict), where, "a result (a JSON object)")
+        required = ("kernel",) if "error" in result else ("kernel", *_MEASURED)
+        _check_fields(result, where, _RESULT, required)
+        _need(("block_q" in result) == ("block_k" in result), f"{where}.block_k", "beside block_q")
+        if "counts_kernel" in result or "counts_ledger" in result:
+            _check_counts(result.get("counts_kernel"), f"{where}.counts_kernel")
+            _check_counts(result.get("counts_ledger"), f"{where}.counts_ledger")
+            _need(result["counts_kernel"].keys() == result["counts_ledger"].keys(),
+                  f"{where}.counts_ledger", "counted for the same tensors as counts_kernel")  # fmt: skip
+    if report.get("sweep") is not None:
+        _check_sweep(report["sweep"], f"{at}sweep")
+
+
+def read_reports(path: str | Path) -> list[dict]:
+    """The reports of a JSON file, its size checked before it is read and every report
+    checked against the schema (ReportError: one sentence, never another exception)."""
+    path = Path(path)
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_REPORT_BYTES:
+            raise ReportError(
+                f"it is {size / MIB:,.1f} MiB, larger than the {MAX_REPORT_BYTES // MIB} MiB a "
+                "GPU report can be; choose a report that flash-explorer bench --json wrote."
+            )
+        with open(path, "rb") as f:
+            text = f.read(MAX_REPORT_BYTES + 1).decode("utf-8")
+        data = json.loads(text)
+    except ReportError:
+        raise
+    except FileNotFoundError:
+        raise ReportError("it does not exist; choose an existing report.") from None
+    except OSError as exc:
+        raise ReportError(f"it cannot be read ({exc.strerror}); choose another file.") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ReportError("it is not readable JSON") from None
+    return split_reports(data)
+
+
 def split_reports(data: object) -> list[dict]:
     """The bench reports in a parsed JSON file (one report, or a figures file of many)."""
     if not isinstance(data, dict):
@@ -179,7 +348,9 @@ def split_reports(data: object) -> list[dict]:
     if data.get("format") == BENCH_FORMAT:
         reports = [data]
     elif data.get("format") == FIGURES_FORMAT:
-        reports = list(data.get("reports", []))
+        reports = data.get("reports", [])
+        _need(isinstance(reports, list) and len(reports) <= MAX_REPORTS, "reports",
+              f"a list of at most {MAX_REPORTS} reports")  # fmt: skip
     else:
         raise ReportError("The file does not hold a GPU bench report (no known 'format').")
     for rep in reports:
@@ -190,6 +361,8 @@ def split_reports(data: object) -> list[dict]:
             raise ReportError("A report in the file is missing its config, device or results.")
     if not reports:
         raise ReportError("The file holds no reports.")
+    for i, rep in enumerate(reports):
+        check_report(rep, f"reports[{i}]" if len(reports) > 1 or rep is not data else "")
     return [_upgrade(rep) for rep in reports]
 
 

@@ -8,16 +8,14 @@ numbers. Events are recorded on the legacy default stream, which torch's default
 also is, so the peers (torch SDPA) are timed by the same code.
 Several contenders are compared with `time_interleaved`: each one's repeats split into
 rounds, the paths alternating round by round with the order rotated each round, so no path
-always runs first or last in a case (measured: position alone moved a path by ~2.5%, up to
-7%, while the GPU warmed over a case; FLASH_NOTES.md v6-v7). The H200 runs these kernels
+always runs first or last in a case (position alone moves a path: FLASH_NOTES.md v6-v7). The H200 runs these kernels
 at its 700 W power cap: within about a second of sustained load its SM clock falls from
 1980 MHz to 1450-1700 (FLASH_NOTES.md v7), so `preheat` first runs the paths untimed for a
 set time and every path is then timed at the clock it keeps under sustained load. At that
 cap the clock follows the power of what ran just before, so a path timed right after a
 lighter one (FA2 draws less) starts its slice at a higher clock: `settle_s` runs each path
 untimed on its own before each of its slices, so every slice is timed at the clock that
-path itself holds (FLASH_NOTES.md v9: without it, cuDNN followed FA2 in two of three
-rounds).
+path itself holds (FLASH_NOTES.md v9).
 Also: the peak device memory of one call.
 """
 

@@ -1,22 +1,40 @@
 """`torch_attention`: this project's tensor-core attention as a PyTorch op with autograd.
 
-``torch_attention(q, k, v, *, is_causal=False, scale=None)`` takes what
-``torch.nn.functional.scaled_dot_product_attention`` takes for the common case: CUDA tensors
-shaped (batch, heads, N, d), float16 or bfloat16, d in {64, 128}, the same argument names.
-The forward is ``compute.gpu.flash.flash_attention(..., return_lse=True)``; it saves Q, K, V,
-O and the row log-sum-exp L (float32, batch × heads × N_q), and the backward is
-``compute.gpu.flash_backward.flash_attention_backward`` on them, so the backward recomputes
-P from L as FlashAttention does instead of storing it.
+``torch_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
+causal_align="top-left")`` takes what ``torch.nn.functional.scaled_dot_product_attention``
+takes for the common case: CUDA tensors shaped (batch, heads, N, d), float16 or bfloat16,
+d in {64, 128}, the same argument names. The forward is the tensor-core kernel of
+``compute.gpu.flash`` (launched by ``torch_launch.forward`` with per-shape cached launch
+plans); it saves Q, K, V, O and the row log-sum-exp L (float32), and the backward is
+``compute.gpu.flash_backward.flash_attention_backward`` on them, which recomputes P from L.
 
-Tensors cross between torch and CuPy through DLPack: no copy, the same device memory
-(bfloat16 as its 16-bit patterns, since CuPy has no bfloat16 dtype). Copies happen in one
-place only: an input or upstream gradient that is not contiguous is made contiguous first
-(``Tensor.contiguous()``, one copy of that tensor), since the kernels read row-major
-(batch, heads, N, d) memory. The kernels run on torch's current CUDA stream.
+The op is registered with ``torch.library`` (``fa_explorer::attention_forward`` and
+``fa_explorer::attention_backward``, with fake implementations and registered autograd), so
+``torch.compile(..., fullgraph=True)`` traces through it. In eager mode the call goes through
+an ``autograd.Function`` instead, which runs the same functions with less Python dispatch
+(the benchmark, ``tools/torch_op_bench.py``, times both), or, when no input needs a
+gradient, straight to them.
 
-Where SDPA differs: only 4-D inputs, d = d_v ∈ {64, 128}, no attn_mask, dropout or GQA; and
-``is_causal`` is refused when N_q ≠ N_k, because SDPA aligns that mask top-left and this
-kernel bottom-right (they agree when N_q = N_k).
+What is copied, and why: the kernels read row-major (batch·heads, N, d) memory, 16-byte
+aligned, so an input that is not (e.g. SDPA's (batch, heads, N, d) view of (batch, N,
+heads, d) memory) is copied once (``contiguous()``) in the forward and again in the
+backward, as is a non-contiguous upstream gradient; the output is contiguous (batch, heads,
+N, d). Taking those layouts without the copy needs the kernels to take the row and head
+strides (the TMA maps' strides and the pointer kernels' offsets), which they do not yet.
+
+GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA; query head h
+reads K/V head h // group): without a mask nothing is copied: the group's query heads are
+adjacent in memory, so they are one (batch, kv_heads, group·N_q, d) problem whose dK and dV
+are summed over the group by the kernel itself. With ``is_causal`` each row's mask depends on
+its row within its own head, so K and V are repeated to q's heads (``repeat_interleave``, a
+copy of group × their size in the forward and again in the backward) and dK, dV summed over
+the group after the backward (one reduction).
+
+Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r sees keys
+c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
+kernel's own; rows that see no key give zeros). Top-left with N_q < N_k runs the kernel on
+the first N_q keys (a copy of those rows of K and V; dK, dV are zero past them); top-left
+with N_q > N_k is refused. The two agree when N_q = N_k. No attn_mask, dropout or windows.
 
 torch is optional: importing this module (or ``compute.gpu``) never imports it; calling
 ``torch_attention`` without torch installed raises ImportError with one sentence.
@@ -26,10 +44,13 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import Any
 
+from .flash import SUPPORTED_HEAD_DIMS
+
 NO_TORCH = "torch_attention needs PyTorch: install torch (pip install torch) to use it."
+ALIGNS = ("top-left", "bottom-right")
+NAMESPACE = "fa_explorer"
 
 
 def _torch() -> Any:
@@ -40,13 +61,11 @@ def _torch() -> Any:
     return torch
 
 
-def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool) -> None:
+def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align: str) -> None:
     """One sentence (ValueError / TypeError) for any input the kernels do not take."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"torch_attention takes torch tensors; {name} is a {type(t).__name__}")
-        if not t.is_cuda:
-            raise ValueError(f"torch_attention runs on CUDA tensors; {name} is on {t.device}")
         if t.dim() != 4:
             raise ValueError(f"{name} must be shaped (batch, heads, N, d), not {tuple(t.shape)}")
     if not q.dtype == k.dtype == v.dtype or q.dtype not in (torch.float16, torch.bfloat16):
@@ -55,72 +74,212 @@ def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool) -> None:
         )
     if not q.device == k.device == v.device:
         raise ValueError("q, k, v must be on one device")
-    if is_causal and q.shape[2] != k.shape[2]:
+    (b, h, n_q, d), (bk, hk, n_k, dk) = q.shape, k.shape
+    if k.shape != v.shape or bk != b or dk != d:
         raise ValueError(
-            "is_causal with N_q != N_k is refused: SDPA aligns that mask top-left, this kernel "
-            "bottom-right (they agree only when N_q = N_k)"
+            f"shapes do not agree: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "(k and v alike, with q's batch and d)"
         )
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head dim d must be one of {SUPPORTED_HEAD_DIMS}, not {d}")
+    if hk != h and not (gqa and hk > 0 and h % hk == 0):
+        raise ValueError(
+            f"q has {h} heads and k, v {hk}: pass enable_gqa=True with k/v heads dividing "
+            "q's heads, or give k and v q's heads"
+        )
+    if align not in ALIGNS:
+        raise ValueError(f"causal_align must be one of {ALIGNS}, not {align!r}")
+    if is_causal and align == "top-left" and n_q > n_k:
+        raise ValueError(
+            "is_causal top-left (SDPA's) with N_q > N_k is not supported: use equal lengths "
+            "or causal_align='bottom-right'"
+        )
+    launched = b * h if is_causal and hk != h else b * hk  # causal GQA repeats K/V to h heads
+    if launched > 65535:
+        raise ValueError(
+            f"batch * heads of the launch ({launched}) must be at most 65535 (one grid row per head)"
+        )
+
+
+def _dense(t: Any) -> Any:
+    """t itself when the kernels can read it (contiguous, 16-byte aligned), else one copy."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.clone() if t.is_contiguous() else t.contiguous()  # clone: a fresh, aligned block
+
+
+def _prepare(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, Any, Any]:
+    """q, k, v as the kernels read them, with top-left causal turned into the kernel's own
+    mask: N_q < N_k keys past N_q are never seen, so K and V end there (then N_q = N_k).
+    Idempotent, so the backward may call it on what the forward saved."""
+    n_q = q.shape[2]
+    if causal and align == "top-left" and n_q < k.shape[2]:
+        k, v = k[:, :, :n_q], v[:, :, :n_q]
+    return _dense(q), _dense(k), _dense(v)
+
+
+def _forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
+    """(O, LSE) on prepared tensors, K/V heads dividing q's (GQA as the module says)."""
+    from . import torch_launch
+
+    torch = _torch()
+    b, h, n_q, d = q.shape
+    hk = k.shape[1]
+    group = h // hk
+    # O and LSE in the shapes returned, so that no view leaves the op (autograd's handling of
+    # a returned view costs host time); the kernel gets views of them where it folds.
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+    if group > 1 and causal:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    elif group > 1:
+        fold = (b, hk, group * n_q, d)
+        torch_launch.forward(q.view(fold), k, v, causal, scale, o.view(fold), lse.view(fold[:3]))
+        return o, lse
+    torch_launch.forward(q, k, v, causal, scale, o, lse)
+    return o, lse
+
+
+def _backward(
+    q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float
+) -> tuple[Any, Any, Any]:
+    """(dQ, dK, dV) on prepared tensors (and O, LSE as _forward gave them)."""
+    from . import torch_launch
+
+    b, h, n_q, d = q.shape
+    hk, n_k = k.shape[1], k.shape[2]
+    group = h // hk
+    do = _dense(do)
+    if group > 1 and causal:
+        kx, vx = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        dq, dk, dv = torch_launch.backward(q, kx, vx, o, do, lse, causal, scale)
+        return dq, *(g.view(b, hk, group, n_k, d).sum(2) for g in (dk, dv))
+    if group > 1:
+        fold = (b, hk, group * n_q, d)
+        q, o, do, lse = q.view(fold), o.view(fold), do.view(fold), lse.view(fold[:3])
+        dq, dk, dv = torch_launch.backward(q, k, v, o, do, lse, causal, scale)
+        return dq.view(b, h, n_q, d), dk, dv
+    return torch_launch.backward(q, k, v, o, do, lse, causal, scale)
+
+
+def _pad_keys(torch: Any, g: Any, n_k: int) -> Any:
+    """dK or dV of the keys the kernel saw, with zero rows for the keys up to n_k it did not."""
+    if g.shape[2] == n_k:
+        return g
+    return torch.nn.functional.pad(g, (0, 0, 0, n_k - g.shape[2]))
 
 
 @functools.cache
 def _function() -> Any:
-    """The autograd Function, built on first use (its base class needs torch)."""
+    """The eager path's autograd Function, built on first use (its base class needs torch)."""
     torch = _torch()
-    import cupy
-
-    from .flash import flash_attention
-    from .peers import cupy_view, torch_view
-
-    def stream() -> Any:
-        # The kernels join torch's current stream, so they order after the ops that made
-        # their inputs and before those that read their outputs. CuPy 14 deprecates
-        # ExternalStream for Stream.from_external, which wants the CUDA stream protocol that
-        # not every torch version's stream has; the pointer works with both.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, is_causal: bool, scale: float | None):
-            q, k, v = (t.contiguous() for t in (q, k, v))  # a copy only where not contiguous
-            with cupy.cuda.Device(q.device.index), stream():
-                o, lse = flash_attention(
-                    *(cupy_view(torch, t.detach()) for t in (q, k, v)),
-                    causal=is_causal, scale=scale, return_lse=True,
-                )  # fmt: skip
-            o_t, lse_t = torch_view(torch, o), torch.from_dlpack(lse)
-            ctx.save_for_backward(q, k, v, o_t, lse_t)
-            ctx.is_causal, ctx.scale = is_causal, scale
-            return o_t
+        def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str):
+            n_k = k.shape[2]
+            q, k, v = _prepare(q, k, v, is_causal, align)
+            o, lse = _forward(q, k, v, is_causal, scale)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.args = (is_causal, scale, n_k)
+            return o
 
         @staticmethod
         def backward(ctx, do):
-            from .flash_backward import flash_attention_backward
-
-            q, k, v, o, lse = ctx.saved_tensors
-            do = do.contiguous()  # e.g. the gradient of a transpose: one copy
-            with cupy.cuda.Device(q.device.index), stream():
-                grads = flash_attention_backward(
-                    *(cupy_view(torch, t.detach()) for t in (q, k, v, o, do, lse)),
-                    causal=ctx.is_causal, scale=ctx.scale,
-                )  # fmt: skip
-            dq, dk, dv = (torch_view(torch, g) for g in grads)
-            return dq, dk, dv, None, None
+            causal, scale, n_k = ctx.args
+            dq, dk, dv = _backward(*ctx.saved_tensors, do, causal, scale)
+            return dq, _pad_keys(torch, dk, n_k), _pad_keys(torch, dv, n_k), None, None, None
 
     return FlashAttention
 
 
-def torch_attention(q: Any, k: Any, v: Any, *, is_causal: bool = False, scale: float | None = None):
+def _register_ops() -> bool:
+    """Define the torch.library ops once. Marked for Dynamo as torch.compiler's
+    assume_constant_result does (below), so a first call under torch.compile runs it at
+    trace time instead of tracing it."""
+    global _OPS_READY
+    if _OPS_READY:
+        return True
+    torch = _torch()
+    lib = torch.library
+
+    # Schemas spelled out: this module's annotations are strings (from __future__), which
+    # custom_op's schema inference cannot resolve in a local scope.
+    @lib.custom_op(
+        f"{NAMESPACE}::attention_forward", mutates_args=(),
+        schema="(Tensor q, Tensor k, Tensor v, bool is_causal, float scale, str causal_align)"
+        " -> (Tensor, Tensor)",
+    )  # fmt: skip
+    def attention_forward(q, k, v, is_causal, scale, causal_align):
+        return _forward(*_prepare(q, k, v, is_causal, causal_align), is_causal, scale)
+
+    @attention_forward.register_fake
+    def _(q, k, v, is_causal, scale, causal_align):
+        b, h, n_q, _ = q.shape
+        return q.new_empty(q.shape), q.new_empty((b, h, n_q), dtype=torch.float32)
+
+    @lib.custom_op(
+        f"{NAMESPACE}::attention_backward", mutates_args=(),
+        schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor do, bool is_causal,"
+        " float scale, str causal_align) -> (Tensor, Tensor, Tensor)",
+    )  # fmt: skip
+    def attention_backward(q, k, v, o, lse, do, is_causal, scale, causal_align):
+        n_k = k.shape[2]
+        q, k, v = _prepare(q, k, v, is_causal, causal_align)
+        dq, dk, dv = _backward(q, k, v, o, lse, do, is_causal, scale)
+        return dq, _pad_keys(torch, dk, n_k), _pad_keys(torch, dv, n_k)
+
+    @attention_backward.register_fake
+    def _(q, k, v, o, lse, do, is_causal, scale, causal_align):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, is_causal, scale, causal_align = inputs
+        ctx.save_for_backward(q, k, v, *output)
+        ctx.mark_non_differentiable(output[1])  # LSE: saved for the backward, not an output
+        ctx.args = (is_causal, scale, causal_align)
+
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        grads = attention_backward(q, k, v, o, lse, do, *ctx.args)
+        return *grads, None, None, None
+
+    attention_forward.register_autograd(backward, setup_context=setup_context)
+    _OPS_READY = True
+    return True
+
+
+_OPS_READY = False
+_register_ops._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def torch_attention(
+    q: Any, k: Any, v: Any, *, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False, causal_align: str = "top-left",
+):  # fmt: skip
     """softmax(Q Kᵀ · scale [causal mask]) V on torch tensors, differentiable in q, k and v.
 
-    q: (batch, heads, N_q, d); k, v: (batch, heads, N_k, d); float16 or bfloat16 CUDA
-    tensors, d ∈ {64, 128}. scale defaults to 1/sqrt(d), as SDPA's. Returns a tensor shaped
-    and typed as q. No copies except ``contiguous()`` of non-contiguous inputs (and of a
-    non-contiguous upstream gradient in the backward).
+    q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads = heads, or
+    dividing it with ``enable_gqa=True``; float16 or bfloat16 CUDA tensors, d ∈ {64, 128}.
+    scale defaults to 1/sqrt(d), as SDPA's. ``causal_align`` places the causal mask when
+    N_q != N_k (module docstring). Returns a contiguous tensor shaped (batch, heads, N_q, d),
+    typed as q.
     """
     torch = _torch()
-    _check(torch, q, k, v, is_causal)
+    _check(torch, q, k, v, is_causal, enable_gqa, causal_align)
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, not {scale}")
-    return _function().apply(q, k, v, bool(is_causal), scale)
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+    if torch.compiler.is_compiling() and _register_ops():
+        op = getattr(torch.ops, NAMESPACE).attention_forward
+        return op(q, k, v, bool(is_causal), scale, causal_align)[0]
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _function().apply(q, k, v, bool(is_causal), scale, causal_align)
+    # No graph to record (inference): skip the autograd.Function's own host cost.
+    return _forward(*_prepare(q, k, v, is_causal, causal_align), bool(is_causal), scale)[0]
+
+
+def register_ops() -> None:
+    """Define ``torch.ops.fa_explorer.attention_forward`` / ``attention_backward`` now (a
+    first traced call does it too); for callers that use the ops directly."""
+    _register_ops()

@@ -10,8 +10,8 @@ import argparse
 import sys
 from typing import NoReturn
 
-from compute import DTYPES, ORDERS, PASSES
-from compute.cli_fields import problem_fields
+from compute import DTYPES, PASSES
+from compute.cli_fields import add_problem_flags, problem_fields
 from desktop.state.config import SEED_SIZES, Config
 
 
@@ -85,16 +85,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
     """Add the shared configuration flags (defaults: the reference example)."""
     g = parser.add_argument_group("configuration")
     head = ranged_int(1, HEAD_MAX)
-    g.add_argument("--n", type=positive_int, default=6, help="query positions N (default 6)")
-    g.add_argument("--n-keys", type=positive_int, help="key positions N_k (default: N)")
-    g.add_argument("--d", type=head, default=2, help="head size d of Q and K (default 2)")
-    g.add_argument("--dv", type=head, help="head size d_v of V (default: d)")
-    g.add_argument("--block-q", type=positive_int, default=2, help="query block B_r (default 2)")
-    g.add_argument("--block-k", type=positive_int, default=2, help="key tile B_c (default 2)")
-    g.add_argument("--order", choices=ORDERS, default="q-outer", help="tiled loop order")
-    g.add_argument("--causal", action="store_true", help="bottom-right aligned causal mask")
+    add_problem_flags(
+        g, count=positive_int, head=head, n=6, d=2, block=2, dtypes=DTYPES, dtype="float64",
+        dtype_help="tiled lane precision",
+    )  # fmt: skip
     g.add_argument("--save-lse", action="store_true", help="write L = m + log ℓ per row")
-    g.add_argument("--dtype", choices=DTYPES, default="float64", help="tiled lane precision")
     g.add_argument("--sram", type=ranged_int(1, SRAM_MAX), help="SRAM capacity M in elements")
     if inputs:
         add_pass_argument(

@@ -1,20 +1,25 @@
 """`flash-explorer bench-gui`: how fast the window answers a change, and how fast it plays.
 
 A benchmark, not a test (tests never time anything). It opens the window offscreen on
-the reference example, sets the configuration given by the flags through the real
-widgets (found by objectName, as a user typing into the spin boxes would), then:
+the reference example and lands on each configuration at once (AppState.set_config, the
+path every control writes through: no intermediate configuration is built, so none can
+be refused on the way), then times changes of two kinds, `--repeats` each way:
 
-- change_ms: N is moved one position and back, `--repeats` times; each change is timed
-  from setting the spin box until the event loop has painted the new configuration's
-  numbers (the build, inline or on the worker thread, included);
-- veil_ms: the same changes, until the event loop's first paint after the change (the
-  new numbers for an inline build; the "computing N=…" veil for a threaded one);
-- frame_ms: one playback frame: advance one frame's worth of steps, set the transfer
-  progress, and let the event loop paint everything that changed.
+- "inputs": a new seed each time (new inputs of the same sizes: nothing can be reused);
+- "blocks": B_r and B_c moved to another size and back (the inputs stay; going back
+  finds what the first visit computed, as a drag back and forth does).
 
-Prints one line and, with --json FILE, writes {"config", "change_ms", "veil_ms",
-"frame_ms", ...}. With --grid it runs the README's grid (N 6…4096 × blocks 2/16/64 ×
-order × causal, d = d_v = 64) and writes every result to one JSON file.
+For each change: first_ms, from the change until the event loop has painted the new
+configuration's first tier (its timeline, ledger and the numbers shown at once);
+complete_ms, until the last panel is filled (AppState.pending_parts is empty); floor_ms,
+the unavoidable exact work of that change (compute.floor), timed in the same process
+right after it, so complete_ms / floor_ms is honest on a noisy machine. Then frame_ms:
+one playback frame (advance one frame's steps, set the transfer progress, paint).
+
+Never opens a modal dialog: a configuration the app refuses is recorded with its
+sentence under "refused". Prints one line per configuration and, with --json FILE,
+writes them all; --grid runs the grid of issue 28 (every pass, N 256-4096, d 64 and 128,
+blocks 2 and 64, and the q/kv-outer, causal and float16 variants at N = 1024).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +42,9 @@ from desktop.cli.args import (
 )
 from desktop.cli.session import SCREEN_SIZE
 
-GRID_N = (6, 64, 256, 1024, 4096)
-GRID_BLOCKS = (2, 16, 64)
-GRID_D = 64
+GRID_PASSES = ("forward", "backward", "training")
+GRID_N = (256, 1024, 4096)
+GRID_SHAPES = ((64, 64), (128, 2))  # (d = d_v, blocks): the defaults, and tiny tiles
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
@@ -50,72 +55,101 @@ def _ms(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _settle(app, state, target=None, timeout_s: float = 120.0) -> None:
-    """Process events until no build is outstanding (and the shown config is `target`)."""
+def _complete(state) -> bool:
+    return not getattr(state, "pending_parts", ())
+
+
+def _wait(app, state, done, timeout_s: float = 300.0) -> None:
+    """Process events until done() holds, sleeping until an event comes (the worker's
+    result), as the real event loop does: spinning would take the GIL from the worker."""
     from PySide6.QtCore import QEventLoop
 
     end = time.perf_counter() + timeout_s
-    while state.builder.busy or (target is not None and state.config != target):
-        # Sleep until an event comes (the worker's result), as the real event loop does;
-        # spinning here would take the GIL from the worker thread it is waiting for.
-        app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)
+    while not done():
+        app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 20)
         if time.perf_counter() > end:
             raise TimeoutError("the window did not settle on the configuration in time")
+    app.processEvents()  # paints what the last event made dirty
+
+
+def _settle(app, state, target=None, timeout_s: float = 300.0) -> None:
+    """Until no build is outstanding, every part is filled (and `target` is shown)."""
+    _wait(
+        app,
+        state,
+        lambda: (
+            not state.builder.busy
+            and _complete(state)
+            and (target is None or state.config == target)
+        ),
+        timeout_s,
+    )
+
+
+def _floor(config, dense: bool) -> float:
+    from compute.floor import floor_seconds
+    from desktop.state.config import make_inputs
+
+    inputs = make_inputs(config)
+    return floor_seconds(
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        dtype=config.dtype,
+        backward=config.pass_name != "forward",
+        dense=dense,
+    )
+
+
+def _time_change(window, app, target, dense: bool) -> tuple[float, float, float]:
+    """(first, complete, floor) seconds of one change to `target`."""
+    state = window.state
+    t0 = time.perf_counter()
+    state.set_config(target)
     app.processEvents()
+    _wait(app, state, lambda: state.config == target)
+    first = time.perf_counter() - t0
+    _wait(app, state, lambda: _complete(state) and not state.builder.busy)
+    complete = time.perf_counter() - t0
+    return first, complete, _floor(target, dense)
 
 
-def set_through_widgets(window, app, cfg) -> None:
-    """Set `cfg` as a user would: one widget at a time, found by its objectName."""
-    from PySide6.QtWidgets import QCheckBox, QComboBox, QSpinBox
-
-    def spin(name, value):
-        w = window.findChild(QSpinBox, name)
-        w.setMaximum(max(w.maximum(), value))
-        w.setValue(value)
-        _settle(app, window.state)
-
-    def combo(name, data):
-        w = window.findChild(QComboBox, name)
-        w.setCurrentIndex(w.findData(data))
-        _settle(app, window.state)
-
-    spin("d_spin", cfg.d)
-    spin("dv_spin", cfg.dv)
-    spin("block_q_spin", cfg.block_q)
-    spin("block_k_spin", cfg.block_k)
-    spin("n_spin", cfg.n)
-    spin("n_keys_spin", cfg.n_keys or 0)
-    combo("order_combo", cfg.order)
-    combo("dtype_combo", cfg.dtype)
-    combo("pass_combo", cfg.pass_name)
-    window.findChild(QCheckBox, "causal_check").setChecked(cfg.causal)
-    window.findChild(QCheckBox, "lse_check").setChecked(cfg.save_lse)
-    _settle(app, window.state)
+def _other_block(b: int) -> int:
+    return b * 2 if b < 64 else b // 2
 
 
 def measure(window, app, cfg, repeats: int, frames: int) -> dict:
-    """One configuration: set it through the widgets, then time changes and frames."""
-    from PySide6.QtWidgets import QSpinBox
-
+    """One configuration: land on it, then time both kinds of change, then frames."""
     from desktop.scene.grouping import grouping_for
 
     state = window.state
-    set_through_widgets(window, app, cfg)
-    window.repaint()
+    refused: list[str] = window.bench_refusals
+    refused.clear()
+    state.set_config(cfg)
+    _settle(app, state)
+    if refused or state.config is None:
+        return {"config": cfg.to_dict(), "refused": refused[-1] if refused else "not shown"}
     shown = state.config
-    n_spin = window.findChild(QSpinBox, "n_spin")
-    there, back = shown.n, (shown.n - 1 if shown.n > 1 else 2)
-    change, veil = [], []
-    for k in range(2 * repeats):  # there and back
-        value = back if k % 2 == 0 else there
-        target = shown.replace(n=value, input="random")
-        t0 = time.perf_counter()
-        n_spin.setValue(value)
-        app.processEvents()  # paints what changed: the new numbers (inline) or the veil
-        veil.append(time.perf_counter() - t0)
-        _settle(app, state, target)  # the worker's result arrives and is painted
-        change.append(time.perf_counter() - t0)
-    _settle(app, state, shown.replace(input="random"))
+    other = _other_block(shown.block_q)
+    kinds = {
+        "inputs": ([shown.replace(seed=shown.seed + 1 + k) for k in range(2 * repeats)], True),
+        "blocks": ([shown.replace(block_q=other, block_k=other), shown] * repeats, False),
+    }
+    result: dict = {"config": {k: v for k, v in shown.to_dict().items() if k != "file"}}
+    every = {"first_ms": [], "complete_ms": [], "floor_ms": []}
+    result["changes"] = {}
+    for kind, (targets, dense) in kinds.items():
+        samples = {"first_ms": [], "complete_ms": [], "floor_ms": []}
+        for target in targets:
+            for name, value in zip(samples, _time_change(window, app, target, dense), strict=True):
+                samples[name].append(value)
+                every[name].append(value)
+        result["changes"][kind] = {name: _ms(values) for name, values in samples.items()}
+        if refused:
+            return {"config": cfg.to_dict(), "refused": refused[-1]}
+    result.update({name: _ms(values) for name, values in every.items()})
+    state.set_config(shown)
+    _settle(app, state, shown)
     trace = state.trace
     stride = grouping_for(trace).stride
     state.set_step(0)
@@ -127,36 +161,45 @@ def measure(window, app, cfg, repeats: int, frames: int) -> dict:
         state.set_progress(0.5)
         app.processEvents()  # paints whatever the step made dirty, as the event loop does
         frame.append(time.perf_counter() - t0)
-    return {
-        "config": {k: v for k, v in state.config.to_dict().items() if k != "file"},
-        "n_steps": trace.n_steps,
-        "steps_per_frame": stride,
-        "change_ms": _ms(change),
-        "veil_ms": _ms(veil),
-        "frame_ms": _ms(frame),
-    }
+    result.update(n_steps=trace.n_steps, steps_per_frame=stride, frame_ms=_ms(frame))
+    return result
 
 
-def grid_configs(base):
-    for n in GRID_N:
-        for b in GRID_BLOCKS:
-            for order in ("q-outer", "kv-outer"):
-                for causal in (False, True):
-                    yield base.replace(
-                        n=n, n_keys=None, d=GRID_D, dv=GRID_D, block_q=b, block_k=b,
-                        order=order, causal=causal, input="random",
-                    )  # fmt: skip
+def grid_configs(base) -> Iterator:
+    """Every pass at N 256-4096 with d 64 / 64×64 and d 128 / 2×2 (q-outer, float64, not
+    causal); at N = 1024 also kv-outer, causal and float16 each."""
+    for pass_name in GRID_PASSES:
+        for n in GRID_N:
+            for d, b in GRID_SHAPES:
+                c = base.replace(
+                    n=n, n_keys=None, d=d, dv=d, block_q=b, block_k=b, order="q-outer",
+                    causal=False, dtype="float64", input="random", pass_name=pass_name,
+                )  # fmt: skip
+                yield c
+                if n == 1024:
+                    yield c.replace(order="kv-outer")
+                    yield c.replace(causal=True)
+                    yield c.replace(dtype="float16")
 
 
 def _line(r: dict) -> str:
     c = r["config"]
-    return (
-        f"N={c['n']:<5} d={c['d']:<4} blocks {c['block_q']}x{c['block_k']:<3} {c['order']:<9} "
-        f"{'causal' if c['causal'] else '      '} steps {r['n_steps']:>10,}  "
-        f"change p50/p90 {r['change_ms']['p50']:8.1f} /{r['change_ms']['p90']:8.1f} ms  "
-        f"veil {r['veil_ms']['p50']:6.1f} /{r['veil_ms']['p90']:6.1f} ms  "
-        f"frame {r['frame_ms']['p50']:5.1f} /{r['frame_ms']['p90']:5.1f} ms"
+    head = (
+        f"{c['pass_name']:<8} N={c['n']:<5} d={c['d']:<4} blocks {c['block_q']}x{c['block_k']:<3} "
+        f"{c['order']:<9} {'causal' if c['causal'] else '      '} {c['dtype']:<8}"
     )
+    if "refused" in r:
+        return f"{head} refused: {r['refused']}"
+
+    def pq(name: str, part: dict) -> str:
+        return f"{part[name]['p50']:7.1f}/{part[name]['p90']:7.1f}"
+
+    kinds = "  ".join(
+        f"{kind}: first {pq('first_ms', p)} complete {pq('complete_ms', p)} "
+        f"floor {pq('floor_ms', p)}"
+        for kind, p in r["changes"].items()
+    )
+    return f"{head} {kinds}  frame {pq('frame_ms', r)} ms"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -170,7 +213,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--frames", type=int, default=60, help="playback frames timed")
     parser.add_argument("--json", type=Path, help="write the result(s) as JSON here")
     parser.add_argument(
-        "--grid", action="store_true", help="run the README grid instead of one configuration"
+        "--grid", action="store_true", help="run the grid of issue 28 instead of one configuration"
+    )
+    parser.add_argument(
+        "--grid-max-n", type=int, default=0, help="with --grid: only configurations with N <= this"
     )
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.frames < 1:
@@ -189,10 +235,18 @@ def main(argv: Sequence[str]) -> int:
     app = QApplication.instance() or QApplication([])
     window = MainWindow(persist=False)
     window.resize(*SCREEN_SIZE)
+    # A refusal is a result, never a modal dialog waiting offscreen for a click.
+    window.state.sigError.disconnect(window.show_error)
+    window.bench_refusals = []
+    window.state.sigError.connect(window.bench_refusals.append)
+    window.state.sigRefused.connect(lambda text: text and window.bench_refusals.append(text))
     window.show()
     _settle(app, window.state)
     results = []
-    for c in grid_configs(cfg) if args.grid else [cfg]:
+    configs = list(grid_configs(cfg)) if args.grid else [cfg]
+    if args.grid_max_n:
+        configs = [c for c in configs if c.n <= args.grid_max_n]
+    for c in configs:
         r = measure(window, app, c, args.repeats, args.frames)
         print(_line(r), flush=True)
         results.append(r)

@@ -19,6 +19,7 @@ from desktop.export.atomic import (
     ChunkFile,
     ExportCancelled,
     ExportError,
+    TempFile,
     atomic_path,
     describe_os_error,
     track_child,
@@ -44,7 +45,7 @@ def frame_bytes(width: int, height: int) -> int:
     return 32 * width * height
 
 
-def _write_gif(tmp: Path, frames, total, fps, progress) -> None:
+def _write_gif(tmp: TempFile, frames, total, fps, progress) -> None:
     """Stream frames into the GIF one at a time: header, then each frame, then the trailer.
 
     Each frame is quantised to its own palette (a local colour table), so only one frame
@@ -54,7 +55,7 @@ def _write_gif(tmp: Path, frames, total, fps, progress) -> None:
 
     duration = round(1000 / fps)
     count = 0
-    with ChunkFile(tmp) as out:
+    with ChunkFile(tmp.fd) as out:
         for i, frame in enumerate(frames):
             image = Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE)
             if count == 0:
@@ -115,11 +116,16 @@ def _ffmpeg_failure(log) -> Exception:
     return ExportError(f"ffmpeg could not encode the MP4 ({reason}); try a GIF instead.")
 
 
-def _write_mp4(tmp: Path, frames, total, fps, progress) -> None:
-    """Pipe raw RGB frames to the bundled ffmpeg; its exit status decides success."""
+def _write_mp4(tmp: TempFile, frames, total, fps, progress) -> None:
+    """Pipe raw RGB frames to the bundled ffmpeg; its exit status decides success.
+
+    ffmpeg writes by name (an MP4 is rewritten at its end), so it writes into the
+    export's private folder, where nobody else can plant a link or swap the file.
+    """
     import subprocess
     import tempfile
 
+    out = tmp.private_folder() / "out.mp4"
     child = None
     count = 0
     with tempfile.TemporaryFile() as log:
@@ -129,7 +135,7 @@ def _write_mp4(tmp: Path, frames, total, fps, progress) -> None:
                 if child is None:
                     height, width = frame.shape[:2]
                     child = subprocess.Popen(
-                        _ffmpeg_command(tmp, width, height, fps),
+                        _ffmpeg_command(out, width, height, fps),
                         stdin=subprocess.PIPE,
                         stdout=subprocess.DEVNULL,
                         stderr=log,
@@ -159,8 +165,9 @@ def _write_mp4(tmp: Path, frames, total, fps, progress) -> None:
                 untrack_child(child)
         if status != 0:
             raise _ffmpeg_failure(log)
-    if os.path.getsize(tmp) == 0:
+    if os.path.getsize(out) == 0:
         raise ExportError("ffmpeg wrote an empty MP4; try a GIF instead.")
+    tmp.finished = out.name
 
 
 FPS_RANGE = (0.1, 100.0)  # GIF delays are whole hundredths of a second: 10 ms to 10 s

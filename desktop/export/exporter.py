@@ -41,6 +41,7 @@ from desktop.export.frames import (
     to_rgb_array,
     view_widget,
 )
+from desktop.export.source import ExportSource, source_of
 
 STILL_SUFFIXES = (".png", ".svg", ".pdf")
 VIEW_SUFFIXES = STILL_SUFFIXES + ANIMATION_SUFFIXES
@@ -60,6 +61,7 @@ def check_frame_memory(window, target: str, size: tuple[int, int] | None) -> Non
     """Refuse, before rendering, frames that with the trace would pass the memory budget.
 
     Frames are streamed (one in flight), so the need is the trace's arrays plus one frame.
+    `window` is the window, or for the lanes an ExportSource.
     """
     from compute.inputs import DEFAULT_MEMORY_BUDGET_BYTES
     from desktop.state.config import config_memory
@@ -69,7 +71,7 @@ def check_frame_memory(window, target: str, size: tuple[int, int] | None) -> Non
     else:
         widget = target_widget(window, target)
         w, h = size or (widget.width(), widget.height() + FOOTER_HEIGHT)
-    c = window.state.config
+    c = window.config if isinstance(window, ExportSource) else window.state.config
     held = config_memory(c) if c else 0
     need = frame_bytes(w, h)
     if held + need > DEFAULT_MEMORY_BUDGET_BYTES:
@@ -91,9 +93,9 @@ def kept_step(window):
 
 
 def frame_of(window, step: int, progress: float = 1.0) -> Frame:
-    """The window's trace, images and row at `step`, frozen (the window is not moved)."""
-    s = window.state
-    return Frame(s.trace, s.images, step, s.row, progress)
+    """The window's (or a source's) trace, images and row at `step`, frozen (the window
+    is not moved)."""
+    return source_of(window).frame(step, progress)
 
 
 def output_size(size: tuple[int, int] | None, scale: float) -> tuple[int, int]:
@@ -121,19 +123,20 @@ def _widget_still(window, suffix: str, target: str, step: int, scale: float, siz
 
 
 def lane_still_bytes(
-    window, suffix: str, target: str, steps: Sequence[int], size: tuple[int, int], theme: str
+    source, suffix: str, target: str, steps: Sequence[int], size: tuple[int, int], theme: str
 ) -> bytes:
     """Lanes at each of `steps` (one page each; PNG and SVG take the last), captioned."""
-    canvas = LaneCanvas(window.state.trace, target, size, theme, lines=2)
+    source = source_of(source)
+    canvas = LaneCanvas(source.trace, target, size, theme, lines=2)
     vector = suffix != ".png"
 
     def page(step: int) -> Callable[[QPainter], None]:
-        return lambda p: canvas.paint(p, frame_of(window, step), vector=vector)
+        return lambda p: canvas.paint(p, source.frame(step), vector=vector)
 
     if suffix == ".pdf":
         return pdf_bytes(size, [page(s) for s in steps], title="FlashAttention Explorer")
     fill = canvas.palette.color(QPalette.ColorRole.Window)
-    caption = window.state.trace.steps[steps[-1]].describe()
+    caption = source.caption(steps[-1])
     return still_bytes(suffix, size, page(steps[-1]), fill, description=caption)
 
 
@@ -159,10 +162,11 @@ def export_still(
     if not 0.25 <= scale <= 8:
         raise ExportError(f"Scale {scale} is outside 0.25 to 8; choose e.g. 1 or 2.")
     if target in LANE_TARGETS:
+        source = source_of(window)
         out = output_size(size, scale)
-        check_frame_memory(window, target, out)
+        check_frame_memory(source, target, out)
         pages = list(steps) if steps and suffix == ".pdf" else [step]
-        return write_bytes_atomic(path, lane_still_bytes(window, suffix, target, pages, out, theme))
+        return write_bytes_atomic(path, lane_still_bytes(source, suffix, target, pages, out, theme))
     with kept_step(window):
         return write_bytes_atomic(path, _widget_still(window, suffix, target, step, scale, size))
 
@@ -204,12 +208,13 @@ def storyboard_size(n: int, size: tuple[int, int] | None) -> tuple[int, int]:
 
 
 def storyboard_pages(
-    window, steps: Sequence[int], target: str, size: tuple[int, int], theme: str, vector: bool
+    source, steps: Sequence[int], target: str, size: tuple[int, int], theme: str, vector: bool
 ) -> Callable[[QPainter], None]:
     """A painter of the grid: each step a panel of the lanes, captioned with it in words."""
+    source = source_of(source)
     cols, rows = grid_shape(len(steps))
     pw, ph = size[0] // cols, size[1] // rows
-    canvas = LaneCanvas(window.state.trace, target, (pw, ph), theme, lines=2)
+    canvas = LaneCanvas(source.trace, target, (pw, ph), theme, lines=2)
     fill = canvas.palette.color(QPalette.ColorRole.Window)
     rule = canvas.palette.color(QPalette.ColorRole.Mid)
 
@@ -220,7 +225,7 @@ def storyboard_pages(
             p.save()
             p.translate(col * pw, row * ph)
             p.setClipRect(QRectF(0, 0, pw, ph))
-            canvas.paint(p, frame_of(window, step), vector=vector)
+            canvas.paint(p, source.frame(step), vector=vector)
             p.setClipping(False)
             p.setPen(rule)
             p.drawRect(QRectF(0.5, 0.5, pw - 1, ph - 1))  # panels read apart when pasted
@@ -245,28 +250,31 @@ def export_storyboard(
             f"A storyboard draws lanes; choose --lane {', '.join(LANE_TARGETS)}, not {target}."
         )
     suffix = path.suffix.lower()
+    source = source_of(window)
     page_size = storyboard_size(len(steps), size)
-    check_frame_memory(window, target, page_size)
-    paint = storyboard_pages(window, steps, target, page_size, theme, suffix != ".png")
+    check_frame_memory(source, target, page_size)
+    paint = storyboard_pages(source, steps, target, page_size, theme, suffix != ".png")
     fill = QColor(255, 255, 255)
     words = "Storyboard of steps " + ", ".join(str(s + 1) for s in steps)
     return write_bytes_atomic(path, still_bytes(suffix, page_size, paint, fill, description=words))
 
 
 def lane_frames(
-    window,
+    source,
     plan: FramePlan,
     target: str,
     size: tuple[int, int] | None,
     theme: str,
 ) -> Iterator[np.ndarray]:
-    """RGB arrays of the lanes for every frame of `plan`, laid out for `size`."""
+    """RGB arrays of the lanes for every frame of `plan`, laid out for `size`, one at a
+    time (a plan of millions of frames is never held)."""
+    source = source_of(source)
     out = size or DEFAULT_SIZE
-    canvas = LaneCanvas(window.state.trace, target, out, theme, lines=1)
+    canvas = LaneCanvas(source.trace, target, out, theme, lines=1)
     fill = canvas.palette.color(QPalette.ColorRole.Window)
-    frames = plan.frames()
-    for index, (step, progress) in enumerate(frames):
-        frame, fraction = frame_of(window, step, progress), (index + 1) / len(frames)
+    total = len(plan)
+    for index, (step, progress) in enumerate(plan.frames()):
+        frame, fraction = source.frame(step, progress), (index + 1) / total
         paint = partial(canvas.paint, frame=frame, fraction=fraction)
         yield to_rgb_array(image_of(out, paint, fill))
 
@@ -282,13 +290,70 @@ def export_animation(
     progress: Callable[[int, int], bool] | None = None,
     theme: str = "light",
 ) -> Path:
-    """A step range as a looping GIF or an MP4, each step held `plan.hold` frames."""
+    """A step range as a looping GIF or an MP4, each step held `plan.hold` frames.
+
+    The lanes are drawn from `window` frozen at the call (an ExportSource may be passed
+    instead); an animation past MAX_FRAMES or MAX_SECONDS is refused before its file is
+    made, with its frame count, duration and estimated size and time."""
     path = check_suffix(path, ANIMATION_SUFFIXES)
     check_fps(fps)
-    check_frame_memory(window, target, size)
     if target in LANE_TARGETS:
-        frames = lane_frames(window, plan, target, size, theme)
+        source = source_of(window)
+        check_frame_memory(source, target, size)
+        frames = lane_frames(source, plan, target, size, theme)
+        check_animation_length(path, plan, fps, frames)
         return write_animation(path, frames, total=len(plan), fps=fps, progress=progress)
+    check_frame_memory(window, target, size)
     with kept_step(window):
         frames = render_frames(window, plan, target, size)
+        check_animation_length(path, plan, fps, frames)
         return write_animation(path, frames, total=len(plan), fps=fps, progress=progress)
+
+
+# Past these an animation is not a teaching clip: a 10,000-frame GIF at 1280x720 is
+# gigabytes and an hour of rendering on a laptop, so it is refused with the estimate.
+MAX_FRAMES = 10_000
+MAX_SECONDS = 30 * 60
+
+
+def check_animation_length(path: Path, plan: FramePlan, fps: float, frames) -> None:
+    """Refuse a plan past MAX_FRAMES or MAX_SECONDS, saying what it would take.
+
+    The estimate times and encodes one frame (the first of `frames`, which is then put
+    back in front of the iterator the writer reads)."""
+    import time
+
+    count, seconds = len(plan), len(plan) / fps
+    if count <= MAX_FRAMES and seconds <= MAX_SECONDS:
+        return
+    start = time.perf_counter()
+    first = next(iter(frames), None)
+    took = time.perf_counter() - start
+    if first is None:
+        return
+    size = frame_file_bytes(first, path.suffix.lower())
+    raise ExportError(
+        f"{count:,} frames ({_duration(seconds)} at {fps:g} fps) would take about "
+        f"{_duration(count * took)} to render and about {size * count / 2**30:,.1f} GiB; "
+        f"choose at most {MAX_FRAMES:,} frames and {MAX_SECONDS // 60} minutes (fewer steps, "
+        "a smaller hold or a higher fps)."
+    )
+
+
+def frame_file_bytes(frame: np.ndarray, suffix: str) -> int:
+    """Bytes one frame adds to a GIF (its palette image) or an MP4 (about a tenth of that)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(frame).quantize(method=Image.Quantize.FASTOCTREE).save(out, "GIF")
+    return out.tell() if suffix == ".gif" else max(1, out.tell() // 10)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f} min"
+    return f"{seconds / 3600:,.1f} h"

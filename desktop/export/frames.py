@@ -61,8 +61,10 @@ class FramePlan:
         if self.hold < 1:
             raise ExportError(f"Hold must be at least 1 frame per step, not {self.hold}.")
 
-    def frames(self) -> list[tuple[int, float]]:
-        return [(s, (h + 1) / self.hold) for s in self.steps for h in range(self.hold)]
+    def frames(self) -> Iterator[tuple[int, float]]:
+        """Each frame's (step, progress), generated as asked for: a plan of millions of
+        frames is never held as a list."""
+        return ((s, (h + 1) / self.hold) for s in self.steps for h in range(self.hold))
 
     def __len__(self) -> int:
         return len(self.steps) * self.hold
@@ -228,9 +230,9 @@ def render_frames(
     window, plan: FramePlan, target: str, size: tuple[int, int] | None = None
 ) -> Iterator[np.ndarray]:
     """Yield RGB arrays for every frame of `plan`, drawn by the window's own views."""
-    frames = plan.frames()
+    total = len(plan)
     with view_widget(window, target, size) as widget:
-        for index, (step, progress) in enumerate(frames):
+        for index, (step, progress) in enumerate(plan.frames()):
             show_frame(window, step, progress)
             caption = window.state.trace.steps[step].describe()
             if size is None:
@@ -238,7 +240,7 @@ def render_frames(
             else:  # drawn at the scale of the frame's view area, above the footer
                 area = (size[0], max(1, size[1] - FOOTER_HEIGHT))
                 view = render_scaled(widget, fit_scale(widget, area))
-            yield to_rgb_array(animation_frame(view, caption, (index + 1) / len(frames), size))
+            yield to_rgb_array(animation_frame(view, caption, (index + 1) / total, size))
 
 
 def png_bytes(image: QImage) -> bytes:

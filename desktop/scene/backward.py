@@ -14,7 +14,7 @@ import numpy as np
 from compute import Trace
 from compute.timeline import BACKWARD_PHASES
 
-from .geometry import QUERY_TENSORS, SramTile
+from .tiles import QUERY_TENSORS, SramTile
 
 # HBM slots the backward adds (after the forward's), with their shapes.
 GRAD_SLOTS = ("dO", "D", "dP", "dS", "dQ", "dK", "dV")

@@ -8,14 +8,16 @@ P appear as empty ghosts under the dense lane's full matrices.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from PySide6.QtCore import QRectF
 
 from compute import Action, Region, Trace
 
-QUERY_TENSORS = frozenset({"Q", "S", "P", "O", "m", "l", "L", "dO", "D", "dP", "dS", "dQ"})
+from .backward import dense_backward_sram, grad_slots, is_backward, tiled_backward_sram
+from .tiles import QUERY_TENSORS, SramTile
+
+__all__ = ["QUERY_TENSORS", "SramTile"]  # re-exported: views import them from here
+
 MAX_CELL_W, MAX_CELL_H = 48.0, 30.0
 MIN_SLOT_W = 16.0
 GAP = 10.0
@@ -41,8 +43,6 @@ def hbm_slots(trace: Trace) -> list[tuple[str, int, int]]:
         slots += [("m", s.n_q, 1), ("l", s.n_q, 1)]
     if s.save_lse:
         slots.append(("L", s.n_q, 1))
-    from .backward import grad_slots  # (deferred: that module uses SramTile from here)
-
     return slots + grad_slots(trace)
 
 
@@ -80,19 +80,6 @@ def region_rect(tensor_rect: QRectF, shape: tuple[int, int], region: Region) -> 
     )
 
 
-@dataclass
-class SramTile:
-    """One tile drawn in SRAM: what it is, its element region, and values to show."""
-
-    tensor: str
-    label: str
-    values: np.ndarray | None  # None: the slot is empty at this step
-    first_row: int | None = None  # query row of values[0] (for clicks); None for K/V
-    note: str = ""  # shown when there are no values (e.g. "accumulating")
-    cached: bool = True  # values are a view into the trace (safe to cache its image)
-    probabilities: bool = False  # values are P (drawn on the probability scale)
-
-
 def _block_tile_count(trace: Trace, action: Action, step: int) -> int:
     """Key tiles the action's query block has been updated with after `step`."""
     if trace.schedule.order == "kv-outer":  # visiting tile j: updated once `update` ran
@@ -104,8 +91,6 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
     """The tiled lane's SRAM after `step`: Q_i, K_j, V_j, S_ij, m, ℓ, a."""
     s = trace.schedule
     action = trace.action("tiled", step)
-    from .backward import is_backward, tiled_backward_sram  # (deferred, see hbm_slots)
-
     if is_backward(action):
         return tiled_backward_sram(trace, step, action)
     held = {r.tensor: r for r in action.resident} if action else {}
@@ -153,8 +138,6 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
     action = trace.action("dense", step)
     if action is None:
         return []
-    from .backward import dense_backward_sram, is_backward  # (deferred, see hbm_slots)
-
     if is_backward(action):
         return dense_backward_sram(trace, step, action)
     sources = {"Q": trace.q, "K": trace.k, "V": trace.v}

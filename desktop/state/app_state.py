@@ -28,6 +28,7 @@ class AppState(QObject):
     sigError = Signal(str)  # one user-facing sentence
     sigBusy = Signal(bool)
     sigNotice = Signal(str)  # a passing remark for the status bar
+    sigRefused = Signal(str)  # the config asked for is over the memory budget ('' = no longer)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -40,15 +41,18 @@ class AppState(QObject):
         self.key = 0
         self.progress = 1.0  # 0 → 1 within a step while playing; 1 once transfers arrive
         self._row_hint = 0  # the row the user chose; kept when a smaller N clamps it
-        self.builder = TraceBuilder(self._built, self._failed)
+        self.refusal = ""  # why the config asked for cannot be built ('' when it can)
+        self.refused = False  # the shown numbers are veiled by a refusal (see _refused)
+        self.builder = TraceBuilder(self._built, self._failed, self._refused)
         self.builder.setParent(self)
         self.builder.sigBusy.connect(self.sigBusy)
 
     # ---- configuration -------------------------------------------------------------
     def set_config(self, config: Config) -> None:
         """Ask for a new configuration; the Trace follows when built."""
-        if config == self.requested and not self.builder.busy:
+        if config == self.requested and not self.builder.busy and not self.refused:
             return
+        self.refusal = ""  # the veil says "computing" until this one is built or refused
         self.requested = config
         self.sigRequested.emit(config)
         self.builder.request(config)
@@ -76,6 +80,7 @@ class AppState(QObject):
         row_changed = row != self.row
         # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
+        self._lift_refusal()
         self.requested, self.step, self.row = config, step, row
         self.key = min(self.key, trace.schedule.n_k - 1)
         self.sigConfigChanged.emit(config)
@@ -94,7 +99,28 @@ class AppState(QObject):
         self.set_step(other.step)
         self.set_progress(other.progress)
 
+    def _refused(self, message: str) -> None:
+        """The config asked for is over the memory budget. The budget is checked on the
+        configuration the user lands on, not on each one passed through (raising B_r
+        before B_c at N = 4096 crosses one that does not fit): the controls keep what
+        was asked, the shown numbers stay veiled (never beside controls they do not
+        match) with the sentence, and the next request that fits lifts it. Nothing
+        shown yet: as any failure (the reference example opens)."""
+        if self.config is None:
+            self._failed(message)
+            return
+        self.refusal, self.refused = message, True
+        self.sigRefused.emit(message)
+        self.sigNotice.emit(message)
+
+    def _lift_refusal(self) -> None:
+        self.refusal = ""
+        if self.refused:
+            self.refused = False
+            self.sigRefused.emit("")
+
     def _failed(self, message: str) -> None:
+        self._lift_refusal()
         failed, self.requested = self.requested, self.config
         self.sigError.emit(message)
         if self.config is not None:

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import compute
-from compute import InputError, Inputs, Trace
-from compute.inputs import check_memory_budget, memory_estimate
+from compute import InputError, Inputs, Problem, Trace
+from compute import numbers as numbers_cache
+from compute.forward_numbers import DISPLAY_CELLS
+from compute.full_pass import CHUNK_ELEMENTS
+from compute.inputs import _LOWER, CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, memory_terms
+from compute.numbers import NumberCache
 from compute.schedule import Schedule
 
 INPUT_MODES: tuple[str, ...] = ("seed", "random", "file")
@@ -49,17 +55,19 @@ class Config:
         """The number of keys: N_keys when set, else N."""
         return self.n if self.n_keys is None else self.n_keys
 
+    @property
+    def problem(self) -> Problem:
+        """The compute.Problem this config shows (sizes as asked; `conform` takes a file's)."""
+        return Problem(
+            n=self.n, d=self.d, block_q=self.block_q, block_k=self.block_k,
+            n_keys=None if self.n_keys == self.n else self.n_keys,
+            dv=None if self.dv == self.d else self.dv, dtype=self.dtype,
+            causal=self.causal, order=self.order, save_lse=self.save_lse,
+        )  # fmt: skip
+
     def core_options(self) -> dict[str, object]:
         """The keywords the core's ledger and trace take from this config, named as they are."""
-        return {
-            "block_q": self.block_q,
-            "block_k": self.block_k,
-            "order": self.order,
-            "causal": self.causal,
-            "save_lse": self.save_lse,
-            "dtype": self.dtype,
-            "sram_capacity": self.sram,
-        }
+        return {**self.problem.options(), "sram_capacity": self.sram}
 
     def replace(self, **changes: object) -> Config:
         return dataclasses.replace(self, **changes)
@@ -207,20 +215,117 @@ def _memory_args(config: Config) -> tuple[tuple, dict]:
     }
 
 
-def config_memory(config: Config) -> int:
-    """Bytes the trace and views of `config` hold (compute.inputs.memory_terms)."""
+# What the process itself holds before any array: the interpreter, Qt, pyqtgraph and
+# NumPy (an offscreen export of the N = 6 reference example peaks at 144 MiB of RSS).
+PROCESS_BYTES = 150 * 2**20
+_LOWER_EXTRA = {
+    "process": "lower N or d",
+    "backward_chunk": "lower N or N_keys",
+    "cached": "lower N, d or d_v",
+}
+
+
+def config_memory_terms(config: Config) -> dict[str, int]:
+    """Bytes by what holds them for `config`: compute.inputs.memory_terms (the arrays of
+    the trace and its caches at capacity), the process itself, and with a backward the
+    second chunk of temporaries its pass over S holds (dP, dS beside S and P)."""
     args, kwargs = _memory_args(config)
-    return memory_estimate(*args, **kwargs)
+    terms = dict(memory_terms(*args, **kwargs))
+    terms["process"] = PROCESS_BYTES
+    # compute.inputs counts the pass over S's chunk as CHUNK_BYTES whatever the sizes;
+    # it holds about three float64 arrays of the chunk's scores at once (S, P and one
+    # temporary), and the backward's fused pass three more (dP, dS, a product).
+    chunk = 24 * _chunk_elements(config)
+    terms["rows"] += chunk - CHUNK_BYTES
+    terms["backward_chunk"] = chunk if config.pass_name != "forward" else 0
+    terms["cached"] = _cached_bytes(config)
+    return terms
+
+
+def _chunk_elements(config: Config) -> int:
+    """Scores in one chunk of compute.full_pass's rows (aligned up to a display cell)."""
+    rows = max(1, CHUNK_ELEMENTS // config.n_k) + math.ceil(config.n / DISPLAY_CELLS)
+    return min(config.n, rows) * config.n_k
+
+
+def _cached_bytes(config: Config) -> int:
+    """compute.numbers' shared cache (at most ENTRIES values of this config's size per
+    kind, never over MAX_BYTES) and the previous inputs kept by source (float64)."""
+    n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
+    cells = min(DISPLAY_CELLS, n) * min(DISPLAY_CELLS, n_k)  # S and P at display size
+    dense = 8 * n * (2 + d_v) + 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
+    tiled = 16 * n * d_v + 24 * n
+    if config.pass_name != "forward":
+        grads = 8 * (n + n * d + n_k * (d + d_v))
+        dense += grads + 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
+        tiled += grads
+    numbers = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * (dense + tiled))
+    return numbers + 8 * (n * d + n_k * (d + d_v))
+
+
+def config_memory(config: Config) -> int:
+    """Bytes a process showing or exporting `config` holds at most (config_memory_terms);
+    the memory budget is checked against this."""
+    return sum(config_memory_terms(config).values())
+
+
+class BudgetError(InputError):
+    """A configuration over the memory budget (one sentence, as every InputError). The
+    GUI treats it apart: the user may be passing through it on the way to one that fits."""
 
 
 def check_config_memory(config: Config) -> None:
-    """One sentence, before allocating, if `config` would pass the memory budget."""
-    args, kwargs = _memory_args(config)
-    check_memory_budget(*args, **kwargs)
+    """One sentence (a BudgetError), before allocating, if `config` would pass the
+    memory budget."""
+    terms = config_memory_terms(config)
+    need = sum(terms.values())
+    if need > DEFAULT_MEMORY_BUDGET_BYTES:
+        biggest = max(terms, key=terms.get)
+        lower = _LOWER_EXTRA.get(biggest) or _LOWER[biggest]
+        raise BudgetError(
+            f"N_q = {config.n:,}, N_k = {config.n_k:,}, d = {config.d:,}, d_v = {config.dv:,} "
+            f"with {config.block_q}×{config.block_k} blocks ({config.pass_name}) need about "
+            f"{need / 2**20:,.0f} MiB, over the {DEFAULT_MEMORY_BUDGET_BYTES / 2**20:,.0f} MiB "
+            f"memory budget; {lower}."
+        )
+
+
+def inputs_key(config: Config) -> Hashable:
+    """What the inputs of `config` are, by source: equal keys give equal arrays (so
+    compute.numbers shares what depends on them). A file is named by its path and stat,
+    so a file saved again is read again; a file that cannot be stat'ed gets a key of its
+    own (load_inputs then says what is wrong)."""
+    if config.input == "seed":
+        return ("seed",)
+    if config.input == "file":
+        try:
+            st = os.stat(config.file)
+        except (OSError, ValueError):
+            return object()
+        path = os.path.realpath(config.file)
+        return ("file", path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    c = config
+    return ("random", c.seed, c.input_scale, c.n, c.n_k, c.d, c.dv)
+
+
+_INPUTS = NumberCache(entries=2, max_bytes=None)  # the last two sources (config_memory)
 
 
 def make_inputs(config: Config) -> Inputs:
-    """The inputs a Config names; shapes follow the inputs for seed and file sources."""
+    """The inputs a Config names (the same read-only arrays while its source is the
+    same); shapes follow the inputs for seed and file sources."""
+    key = inputs_key(config)
+
+    def load() -> Inputs:
+        inputs = _make_inputs(config)
+        for a in (inputs.q, inputs.k, inputs.v):
+            a.setflags(write=False)
+        return inputs
+
+    return _INPUTS.value("inputs", key, load)
+
+
+def _make_inputs(config: Config) -> Inputs:
     if config.input == "seed":
         return compute.seed_example()
     if config.input == "file":
@@ -239,18 +344,9 @@ def ledger_for(config: Config, pass_name: str | None = None) -> compute.Ledger:
     None means the config's own pass.
     """
     pass_name = config.pass_name if pass_name is None else pass_name
-    n_q, n_k, d, dv = config.n, config.n_k, config.d, config.dv
     if config.input != "random":
-        inputs = make_inputs(config)
-        (n_q, d), (n_k, dv) = inputs.q.shape, inputs.v.shape
-    return compute.pass_ledger(
-        pass_name,
-        n_q,
-        n_k,
-        d,
-        dv,
-        **config.core_options(),
-    )
+        config = conform(config, make_inputs(config))
+    return compute.problem_ledger(config.problem, pass_name, sram_capacity=config.sram)
 
 
 def conform(config: Config, inputs: Inputs) -> Config:
@@ -264,6 +360,7 @@ def conform(config: Config, inputs: Inputs) -> Config:
 def build(config: Config) -> tuple[Config, Trace]:
     """Inputs and Trace for a config; raises InputError with one user-facing sentence."""
     config = config.validated()
+    key = inputs_key(config)
     inputs = make_inputs(config)
     config = conform(config, inputs)
     check_config_memory(config)
@@ -272,8 +369,10 @@ def build(config: Config) -> tuple[Config, Trace]:
             inputs.q,
             inputs.k,
             inputs.v,
+            config.problem,
             pass_name=config.pass_name,
-            **config.core_options(),
+            sram_capacity=config.sram,
+            inputs_key=key,
         )
     except InputError:
         raise

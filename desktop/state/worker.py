@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from compute import InputError
 from desktop.scene.render import LaneImages, prepare_images
-from desktop.state.config import Config, build
+from desktop.state.config import BudgetError, Config, build
 
 
 class _Relay(QObject):
@@ -34,6 +34,8 @@ class _BuildJob(QRunnable):
     def run(self) -> None:
         try:
             result = build_all(self.config)
+        except BudgetError as exc:
+            self.relay.sigDone.emit(self.generation, None, exc)  # told apart on arrival
         except InputError as exc:
             self.relay.sigDone.emit(self.generation, None, str(exc))
         except MemoryError:
@@ -68,10 +70,14 @@ class TraceBuilder(QObject):
     sigBusy = Signal(bool)
 
     def __init__(
-        self, on_done: Callable[[Config, object, LaneImages], None], on_error: Callable[[str], None]
+        self,
+        on_done: Callable[[Config, object, LaneImages], None],
+        on_error: Callable[[str], None],
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
         self._on_done, self._on_error = on_done, on_error
+        self._on_refused = on_refused  # a BudgetError: over the memory budget
         self._generation = 0
         self._busy = False  # a threaded build for the newest generation is outstanding
         self._pool = QThreadPool(self)
@@ -99,6 +105,8 @@ class TraceBuilder(QObject):
             generation = self._generation
             try:
                 result = build_all(config)
+            except BudgetError as exc:
+                self._deliver(generation, None, exc)
             except InputError as exc:
                 self._deliver(generation, None, str(exc))
             except MemoryError:  # never leave the request wedged on a config that cannot build
@@ -133,7 +141,9 @@ class TraceBuilder(QObject):
     def _deliver(self, generation: int, result: object, error: object) -> None:
         if generation != self._generation:
             return  # superseded by a newer request
-        if error is not None:
+        if isinstance(error, BudgetError) and self._on_refused is not None:
+            self._on_refused(str(error))
+        elif error is not None:
             self._on_error(str(error))
         else:
             self._on_done(*result)

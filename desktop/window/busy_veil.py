@@ -15,6 +15,8 @@ from desktop.state.app_state import AppState
 
 
 def computing_text(state: AppState) -> str:
+    if state.refusal:  # over the memory budget: what to change, until a request fits
+        return state.refusal
     c = state.current_config
     return f"computing N={c.n}, blocks {c.block_q}×{c.block_k}…"
 
@@ -29,9 +31,10 @@ class BusyVeil(QWidget):
         self.hide()
         target.installEventFilter(self)
         state.sigBusy.connect(self._on_busy)
+        state.sigRefused.connect(lambda _text: self._on_busy(state.builder.busy))
 
     def _on_busy(self, busy: bool) -> None:
-        if busy:
+        if busy or self.state.refused:
             self.setGeometry(self.target.rect())
             self.raise_()
             self.show()
@@ -57,5 +60,6 @@ class BusyVeil(QWidget):
         font.setBold(True)
         p.setFont(font)
         p.setPen(self.palette().color(QPalette.ColorRole.WindowText))
-        p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.text())
+        flags = Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap  # a refusal is long
+        p.drawText(self.rect().adjusted(24, 0, -24, 0), flags, self.text())
         p.end()

@@ -1,5 +1,6 @@
 """The ledger: the reference example's totals, counts equal to the closed form, the paper's helpers."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -129,3 +130,29 @@ def test_bad_configuration_is_one_sentence():
         ledger(6, 6, 2, 2, block_q=2, block_k=2, dtype="int8")
     with pytest.raises(ValueError, match="order must be one of"):
         ledger(6, 6, 2, 2, block_q=2, block_k=2, order="diagonal")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n_q=st.integers(1, 200),
+    n_k=st.integers(1, 200),
+    block_q=st.integers(1, 210),
+    block_k=st.integers(1, 210),
+)
+def test_causal_visits_by_formula_equal_the_visibility_matrix(n_q, n_k, block_q, block_k):
+    """The O(1)-memory sums against the (T_r, T_c) visibility matrix they replace."""
+    from compute.ledger import _visible_keys, visited_rows
+    from compute.schedule import Schedule
+
+    s = Schedule(n_q, n_k, 1, 1, block_q, block_k, causal=True)
+    rows = np.array([s.rows(i)[1] - s.rows(i)[0] for i in range(s.t_r)])
+    widths = np.array([s.cols(j)[1] - s.cols(j)[0] for j in range(s.t_c)])
+    assert visited_rows(s) == int((s.visible.sum(axis=1) * rows).sum())
+    assert _visible_keys(s) == int((s.visible * widths).sum())
+
+
+def test_floor_sum_equals_the_sum():
+    from compute.ledger import floor_sum
+
+    for n, m, a, b in [(1, 1, 0, 0), (7, 3, 5, 2), (100, 7, 13, 50), (5, 10**12, 10**13, 3)]:
+        assert floor_sum(n, m, a, b) == sum((a * i + b) // m for i in range(n))

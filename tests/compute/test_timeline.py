@@ -102,3 +102,34 @@ def test_write_regions_equal_the_walked_writes(s, lane):
         )
         got = sorted(zip(*(x.tolist() for x in tl.write_regions(tensor)), strict=True))
         assert got == expected, tensor
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    s=schedules,
+    lane=st.sampled_from(["dense", "tiled"]),
+    pass_name=st.sampled_from(["forward", "backward", "training"]),
+    fr=st.integers(1, 7),
+    fc=st.integers(1, 7),
+)
+def test_write_steps_per_cell_equal_every_write_spread(s, lane, pass_name, fr, fc):
+    """The per-cell formulas (grid writes, per-visit writes of block rows) against every
+    write region of the lane spread over the cells it covers."""
+    tl = LaneTimeline(s, lane, pass_name)
+    shapes = {"O": (s.n_q, s.d_v), "dQ": (s.n_q, s.d), "S": (s.n_q, s.n_k), "m": (s.n_q, 1)}
+    shapes |= {"l": (s.n_q, 1), "L": (s.n_q, 1), "dK": (s.n_k, s.d), "dV": (s.n_k, s.d_v)}
+    shapes |= {"P": (s.n_q, s.n_k), "dP": (s.n_q, s.n_k), "dS": (s.n_q, s.n_k), "D": (s.n_q, 1)}
+    for tensor, shape in shapes.items():
+        if tensor not in tl.tensors:
+            continue
+        h, w = -(-shape[0] // fr), -(-shape[1] // fc)
+        first = np.full((h, w), np.iinfo(np.int64).max)
+        last = np.full((h, w), -1)
+        for step, r0, r1, c0, c1 in zip(*tl.write_regions(tensor), strict=True):
+            cells = np.s_[r0 // fr : -(-r1 // fr), c0 // fc : -(-c1 // fc)]
+            first[cells] = np.minimum(first[cells], step)
+            last[cells] = np.maximum(last[cells], step)
+        first[first == np.iinfo(np.int64).max] = -1
+        got_first, got_last = tl.write_steps_per_cell(tensor, shape, (fr, fc))
+        np.testing.assert_array_equal(got_first, first, err_msg=tensor)
+        np.testing.assert_array_equal(got_last, last, err_msg=tensor)

@@ -234,34 +234,6 @@ __device__ __forceinline__ void fa_softmax(float* s, float* m, float* l, float* 
     }
 }
 
-// fa_softmax with a lazy running max (FLASH_NOTES v8): m is raised only when some row of the
-// warp would see P above 2^FA_LAZY_SLACK under the max it has (a warp-uniform choice); else m,
-// l's scale and O stay as they are (alpha = 1) and P = exp2(S * scale_log2 - m) <= 2^8.
-// Exact: O and l keep one common scale 2^-m, which the epilogue's O / l and LSE = m + log2 l
-// use. Returns whether m moved, i.e. whether O must be rescaled by alpha.
-#define FA_LAZY_SLACK 8.0f
-template <int NS>
-__device__ __forceinline__ bool fa_softmax_lazy(float* s, float* m, float* l, float* alpha,
-                                                float scale_log2) {
-    const float mt[2] = {fa_row_max<NS>(s, 0) * scale_log2, fa_row_max<NS>(s, 1) * scale_log2};
-    // -inf + slack is -inf: a row that has seen no key moves m at its first finite score.
-    const bool move = __any_sync(0xffffffff, (mt[0] > m[0] + FA_LAZY_SLACK) ||
-                                                 (mt[1] > m[1] + FA_LAZY_SLACK));
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        alpha[h] = 1.f;
-        if (move) {
-            const float m_new = fmaxf(m[h], mt[h]);
-            alpha[h] = fa_exp2(m[h] - ((m_new == FA_NEG_INF) ? 0.f : m_new));
-            m[h] = m_new;
-        }
-        const float m_use = (m[h] == FA_NEG_INF) ? 0.f : m[h];  // no -inf - -inf
-        const float rs = fa_exp_row<NS>(s, h, scale_log2, m_use);
-        l[h] = move ? l[h] * alpha[h] + rs : l[h] + rs;
-    }
-    return move;
-}
-
 // O <- diag(alpha) O (eq. O_i^(j) = diag(exp(m^(j-1) - m^(j))) O_i^(j-1) + ...).
 template <int NO>
 __device__ __forceinline__ void fa_rescale(float* o, const float* alpha) {

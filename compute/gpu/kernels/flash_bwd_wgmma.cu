@@ -22,12 +22,14 @@
 //      layout), then, after a CTA barrier,
 //        dQ_i += dS K         wgmma.tt, A = dS (MN-major: dS^T's rows), B = K (MN-major)
 //      d = 128: warpgroup w takes d columns [64w, 64w + 64); d = 64: warpgroup (i & 1) takes
-//      query block i whole. Its fp32 accumulator goes to the global dQ accumulator (MODE 0,
-//      the default: red.global.add.v2.f32 per thread, FA2's atomics; MODE 3: through shared
-//      memory and one bulk reduction per block, FA3's, measured 3-9% slower). Causal: query
-//      blocks wholly above the key block are skipped; only blocks crossing the diagonal, and
-//      key tails, are masked.
-//   3. flash_bwd_post: dQ = dQaccum * scale in the input dtype. dK is scaled in the epilogue.
+//      query block i whole. Its fp32 accumulator goes to the global dQ accumulator: MODE 0
+//      (d = 64's default) by red.global.add.v2.f32 per thread, FA2's atomics; MODE 4 (d = 128's
+//      default) through shared memory in the accumulator's own order and one bulk reduction
+//      per 64 x 64 tile, FA4's; MODE 5 (deterministic=True) as 4, the key blocks adding each
+//      tile in a fixed order. Causal: query blocks wholly above the key block are skipped;
+//      only blocks crossing the diagonal, and key tails, are masked.
+//   3. flash_bwd_post (MODE 0) / flash_bwd_post_frag (MODES 4, 5): dQ = dQaccum * scale in the
+//      input dtype. dK is scaled in the epilogue.
 //
 // The shared-memory layouts and descriptors are the forward's (flash_fwd_wgmma.cu, common.cuh):
 // fa_issue_s<.., 128, 64> is S^T with the 128-row K tile as A, fa_issue_pv<.., 64> is the
@@ -104,6 +106,34 @@ __global__ void flash_bwd_post(const float* __restrict__ dQacc, u16* __restrict_
     *reinterpret_cast<u32*>(dQ + e) = fa_pack<DT>(v.x * scale, v.y * scale);
 }
 
+// 3'. MODES 4, 5: the same from the fragment-ordered accumulator (see flash_bwd_main): one
+//    thread per float4, i.e. two column pairs of rows r and r + 8.
+template <int DT, int D>
+__global__ void flash_bwd_post_frag(const float* __restrict__ dQacc, u16* __restrict__ dQ, int Nq,
+                                    int nblk, long long quads, float scale) {
+    const long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (q >= quads) return;
+    constexpr int NC = D / 64;
+    const int f4 = static_cast<int>(q & 1023);
+    const long long cid = q >> 10;
+    const int j = f4 >> 7;
+    const int lt = f4 & 127;
+    const int w = static_cast<int>(cid % NC);
+    const long long bb = cid / NC;
+    const int blk = static_cast<int>(bb % nblk);
+    const long long bh = bb / nblk;
+    const int row = blk * 64 + (lt >> 5) * 16 + ((lt & 31) >> 2);
+    const int col = w * 64 + 8 * j + 2 * (lt & 3);
+    const float4 v = reinterpret_cast<const float4*>(dQacc)[q];
+    u16* base = dQ + bh * Nq * D;
+    if (row < Nq)
+        *reinterpret_cast<u32*>(base + static_cast<long long>(row) * D + col) =
+            fa_pack<DT>(v.x * scale, v.y * scale);
+    if (row + 8 < Nq)
+        *reinterpret_cast<u32*>(base + static_cast<long long>(row + 8) * D + col) =
+            fa_pack<DT>(v.z * scale, v.w * scale);
+}
+
 #if FA_HAVE_WGMMA
 __device__ __forceinline__ void fb_red_v2(float* p, float a, float b) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
@@ -115,11 +145,33 @@ __device__ __forceinline__ void fb_bulk_add(float* g, u32 s, u32 bytes) {
                  ::"l"(g), "r"(s), "r"(bytes) : "memory");
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
-__device__ __forceinline__ void fb_bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
 __device__ __forceinline__ void fb_bulk_wait() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// Wait until at most N of this thread's bulk groups are still reading their shared source.
+template <int N>
+__device__ __forceinline__ void fb_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Named barrier of one warpgroup (ids 1, 2; 0 is __syncthreads).
+__device__ __forceinline__ void fb_wg_bar(int wg) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
+}
+// Deterministic mode's ticket: wait until *sem == want (acquire), then order the bulk
+// reduction (async proxy) after it; fb_sem_release publishes this CTA's completed reduction.
+__device__ __forceinline__ void fb_sem_wait(const int* sem, int want) {
+    int v;
+    while (true) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+        if (v == want) break;
+        __nanosleep(64);
+    }
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+__device__ __forceinline__ void fb_sem_release(int* sem) {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
 }
 #endif
 
@@ -143,21 +195,23 @@ __device__ __forceinline__ void fb_store_rows(const float* acc, u16* __restrict_
 
 // 2. The main kernel (see the file comment). Shared memory, 1024-byte aligned:
 //    K, V (128 x D each) | Q, dO (2 stages x 64 x D each) | dS^T (128 x 64) | L2, D (2 x 64 each)
-//    | MODE 3: the fp32 dQ tile (64 x D)
-// MODE (flash_backward.py's DEFAULT_MODE is 0; the others are there to be timed against it):
+//    | MODES 4, 5: two 64 x 64 fp32 dQ buffers per warpgroup
+// MODE (flash_backward.py's DEFAULT_MODES per d; BACKWARD_NOTES.md has the measurements):
 //   0  the dQ split above (d=128: by columns; d=64: alternate warpgroups), atomics;
-//   1  as 0 without the atomics: a WRONG dQ, timed only to bound what atomics cost;
-//   2  d=64: each warpgroup its own 64 keys' share of dQ (k-split), both adding atomically;
-//   3  as 0, but the fp32 dQ tile goes to shared memory (row-major, as the global rows) and
-//      one thread adds all 64 x D of it to global with one bulk reduction (FA3's way: the TMA
-//      engine does the adds, no per-thread red instructions).
+//   4  the same split; each warpgroup's 64 x 64 tile goes to one of its two shared buffers in
+//      accumulator order and its first thread adds the buffer to the global accumulator (held
+//      in that order per (block, 64-column chunk)) with one cp.reduce.async.bulk;
+//   5  as 4, with a ticket per (head, block, chunk): the key blocks add a tile one after the
+//      other in a fixed order (ascending; causal: descending, and the grid's x reversed so a
+//      CTA only ever waits for CTAs dispatched before it), so dQ is bitwise repeatable.
 template <int DT, int D, int MODE>
 __global__ void __launch_bounds__(FB_NT, 1)
     flash_bwd_main(const u16* __restrict__ Q, const u16* __restrict__ K,
                    const u16* __restrict__ V, const u16* __restrict__ dO,
                    const float* __restrict__ L2, const float* __restrict__ Dsum,
                    float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV,
-                   int Nq, int Nk, int Npad, float scale, float scale_log2, int causal) {
+                   int* __restrict__ sems, int Nq, int Nk, int Npad, float scale,
+                   float scale_log2, int causal) {
 #if FA_HAVE_WGMMA
     constexpr int NS = FB_BM / 2;  // S^T / dP^T accumulator registers (64 x 64 per warpgroup)
     constexpr int NA = D / 2;      // dK / dV accumulator registers (64 x D per warpgroup)
@@ -173,6 +227,10 @@ __global__ void __launch_bounds__(FB_NT, 1)
     const u32 sdS = sdO + 2 * QT_BYTES;
     const u32 sLD = sdS + DS_BYTES;  // stage s: L2 at sLD + 512 s, D at sLD + 512 s + 256
     const u32 sDQ = sLD + 1024;
+    static_assert(MODE == 0 || MODE == 4 || MODE == 5, "flash_bwd_main: MODE 0, 4 or 5");
+    constexpr bool FRAG = MODE >= 4;
+    constexpr bool DET = MODE == 5;
+    int ntile = 0;  // FRAG: dQ tiles this warpgroup has written (its buffer is ntile & 1)
     const float* fLD = reinterpret_cast<const float*>(fb_smem + (sLD - fa_smem_addr(fb_smem)));
 
     const int tid = threadIdx.x;
@@ -181,7 +239,10 @@ __global__ void __launch_bounds__(FB_NT, 1)
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int k0 = blockIdx.x * FB_BN;
+    // Deterministic causal: the shortest key block (the last) adds first, so it is launched first.
+    const int kb = (DET && causal) ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                                   : static_cast<int>(blockIdx.x);
+    const int k0 = kb * FB_BN;
     const int kw0 = k0 + wg * 64;  // this warpgroup's first key
     const long long bh = blockIdx.y;
     const u16* Qb = Q + bh * Nq * D;
@@ -219,15 +280,27 @@ __global__ void __launch_bounds__(FB_NT, 1)
 
     for (int i = i0; i < nblk; ++i) {
         const int stage = (i - i0) & 1;
-        if (i + 1 < nblk) {
-            load_stage(i + 1, stage ^ 1);
-            fa_cp_async_commit();
-            fa_cp_async_wait<1>();
-        } else {
+        if constexpr (FRAG) {
+            // Block i's stage landed; after the barrier every thread is done with block i - 1,
+            // so its stage takes block i + 1 (no barrier at the loop's end).
             fa_cp_async_wait<0>();
+            fa_fence_proxy_async();
+            __syncthreads();
+            if (i + 1 < nblk) {
+                load_stage(i + 1, stage ^ 1);
+                fa_cp_async_commit();
+            }
+        } else {
+            if (i + 1 < nblk) {
+                load_stage(i + 1, stage ^ 1);
+                fa_cp_async_commit();
+                fa_cp_async_wait<1>();
+            } else {
+                fa_cp_async_wait<0>();
+            }
+            fa_fence_proxy_async();
+            __syncthreads();
         }
-        fa_fence_proxy_async();
-        __syncthreads();
         const u32 qbase = sQ + stage * QT_BYTES;
         const u32 dobase = sdO + stage * QT_BYTES;
         const int q0 = i * FB_BM;
@@ -284,22 +357,17 @@ __global__ void __launch_bounds__(FB_NT, 1)
         }
         fa_issue_pv<DT, D, FB_BM>(dv, ap, dobase);
         fa_issue_pv<DT, D, FB_BM>(dk, ads, qbase);
-        if constexpr (MODE == 3) {
-            if (tid == 0) fb_bulk_wait_read();  // last block's reduction has read the dQ tile
-        }
         fa_fence_proxy_async();
         __syncthreads();  // both warpgroups' dS^T are in shared memory
 
-        constexpr bool KSPLIT = MODE == 2 && D == 64;
-        const bool dq_here = KSPLIT || (D == 128) || (wg == ((i - i0) & 1));
+        const bool dq_here = (D == 128) || (wg == ((i - i0) & 1));
         float dq[32];
         if (dq_here) {
-            const u32 mine = KSPLIT ? wg * 64 * 128 : 0;  // k-split: this warpgroup's key rows
-            const u32 kpanel = sK + (D == 128 ? wg : 0) * (FB_BN * 128) + mine;
+            const u32 kpanel = sK + (D == 128 ? wg : 0) * (FB_BN * 128);
             fa_wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < (KSPLIT ? 64 : FB_BN) / 16; ++kk) {
-                const u64 da = fa_desc(sdS + mine + kk * 2048, FB_BN * 128, 1024);
+            for (int kk = 0; kk < FB_BN / 16; ++kk) {
+                const u64 da = fa_desc(sdS + kk * 2048, FB_BN * 128, 1024);
                 const u64 db = fa_desc(kpanel + kk * 2048, FB_BN * 128, 1024);
                 fa_wgmma_tt<DT, 64>(dq, da, db, kk > 0);
             }
@@ -311,18 +379,39 @@ __global__ void __launch_bounds__(FB_NT, 1)
             fa_reg_fence(dv[e]);
             fa_reg_fence(dk[e]);
         }
-        if (dq_here && MODE == 3) {
+        if (FRAG && dq_here) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            const int col0 = (D == 128 ? wg : 0) * 64;
+            // The 64 x 64 fp32 tile in accumulator order: thread w of the warpgroup writes
+            // dq[4 j .. 4 j + 3] at float4 j * 128 + w (conflict-free 16-byte stores); the global
+            // accumulator holds each (block, 64-column chunk) in the same order, and one bulk
+            // reduction per tile adds it (flash_bwd_post_frag undoes the order).
+            const int wtid = tid & 127;
+            const u32 buf = sDQ + static_cast<u32>(wg * 2 + (ntile & 1)) * 16384u;
+            if (wtid == 0) fb_bulk_wait_read<1>();  // this buffer's last reduction has read it
+            fb_wg_bar(wg);
 #pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const int r = warp * 16 + g + 8 * ((e >> 1) & 1);
-                const u32 addr = sDQ + (r * D + col0 + 8 * (e >> 2) + 2 * t) * 4;
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[e]),
-                             "f"(dq[e + 1]));
+            for (int j = 0; j < 8; ++j) {
+                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                                 buf + static_cast<u32>(j * 128 + wtid) * 16u),
+                             "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]),
+                             "f"(dq[4 * j + 3]));
             }
-        } else if (dq_here && MODE != 1) {
+            fa_fence_proxy_async();
+            fb_wg_bar(wg);
+            if (wtid == 0) {
+                const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? wg : 0);
+                if constexpr (DET) {
+                    // Causal: block i's contributors are key blocks 0 .. last; last goes first.
+                    const int last = min(static_cast<int>(gridDim.x) - 1,
+                                         (i * FB_BM + FB_BM - 1 + offset) / FB_BN);
+                    fb_sem_wait(sems + chunk, causal ? last - kb : kb);
+                }
+                fb_bulk_add(dQacc + chunk * 4096, buf, 16384u);
+                if constexpr (DET) fb_sem_release(sems + chunk);
+            }
+            ++ntile;
+        } else if (dq_here) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
             const int col0 = (D == 128 ? wg : 0) * 64;
@@ -334,14 +423,10 @@ __global__ void __launch_bounds__(FB_NT, 1)
                 fb_red_v2(dQb + static_cast<long long>(r) * D + c, dq[e], dq[e + 1]);
             }
         }
-        if constexpr (MODE == 3) fa_fence_proxy_async();  // dQ tile writes -> bulk reads
-        __syncthreads();  // this stage and dS^T are overwritten next iteration
-        if constexpr (MODE == 3) {
-            if (tid == 0) fb_bulk_add(dQb + static_cast<long long>(q0) * D, sDQ, FB_BM * D * 4);
-        }
+        if constexpr (!FRAG) __syncthreads();  // this stage and dS^T are overwritten next
     }
-    if constexpr (MODE == 3) {
-        if (tid == 0) fb_bulk_wait();
+    if constexpr (FRAG) {
+        if ((tid & 127) == 0) fb_bulk_wait();  // shared memory stays until the reads are done
     }
     if (i0 >= nblk) fa_cp_async_wait<0>();
     fb_store_rows<DT, D>(dv, dV + bh * Nk * D, row_k, Nk, t, 1.f);
@@ -353,26 +438,20 @@ __global__ void __launch_bounds__(FB_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
+#define FB_MAIN(DT, D, M)                                                                   \
+    template __global__ void flash_bwd_main<DT, D, M>(                                      \
+        const u16*, const u16*, const u16*, const u16*, const float*, const float*, float*, \
+        u16*, u16*, int*, int, int, int, float, float, int);
 #define FB_INST(DT, D)                                                                       \
     template __global__ void flash_bwd_pre<DT, D>(const u16*, const u16*, const float*,     \
                                                   float*, float*, int, int, int);            \
     template __global__ void flash_bwd_post<DT, D>(const float*, u16*, int, int, long long, \
                                                    float);                                   \
-    template __global__ void flash_bwd_main<DT, D, 0>(const u16*, const u16*, const u16*,      \
-                                                   const u16*, const float*, const float*,   \
-                                                   float*, u16*, u16*, int, int, int, float, \
-                                                   float, int);
+    template __global__ void flash_bwd_post_frag<DT, D>(const float*, u16*, int, int,       \
+                                                        long long, float);                   \
+    FB_MAIN(DT, D, 0) FB_MAIN(DT, D, 4) FB_MAIN(DT, D, 5)
 FB_INST(0, 64)
 FB_INST(1, 64)
 FB_INST(0, 128)
 FB_INST(1, 128)
-template __global__ void flash_bwd_main<1, 128, 3>(const u16*, const u16*, const u16*, const u16*,
-                                                   const float*, const float*, float*, u16*, u16*,
-                                                   int, int, int, float, float, int);
-template __global__ void flash_bwd_main<0, 64, 3>(const u16*, const u16*, const u16*, const u16*,
-                                                  const float*, const float*, float*, u16*, u16*,
-                                                  int, int, int, float, float, int);
-template __global__ void flash_bwd_main<0, 64, 2>(const u16*, const u16*, const u16*, const u16*,
-                                                  const float*, const float*, float*, u16*, u16*,
-                                                  int, int, int, float, float, int);
 #endif

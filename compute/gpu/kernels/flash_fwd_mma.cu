@@ -18,14 +18,9 @@
 //     loaded; only tiles crossing the diagonal (or the Nk tail) take the masking path.
 //     Query blocks are issued heaviest first. Fully masked rows produce zeros and LSE = -inf.
 //
-// Measured on the H200 (fp16, batch*N = 16384, heads*d = 2048; SDPA FA2 in the same run;
-// full tables in compute/gpu/FLASH_NOTES.md):
-//   * This kernel as a whole (mma.sync + ldmatrix + swizzle + cp.async 2-stage + register P):
-//     243-315 TFLOP/s at N = 4096 / 16384, 0.83-0.99x FA2, which is the same instruction mix.
-//   * Occupancy was the knob that mattered: forcing 2 CTAs/SM at d = 128 (register cap 128)
-//     spilled and cost 25% (229 vs 307 TFLOP/s); 4 warps x 64 keys (d = 64) and 8 warps x 128
-//     keys (d = 128) were best. On Hopper flash.py uses flash_fwd_wgmma.cu instead (1.3-1.4x
-//     FA2); this kernel stays the portable path for sm_80+ GPUs.
+// The portable path for sm_80+ GPUs (on Hopper flash_select.py picks the wgmma kernels).
+// Occupancy is the knob: 4 warps x 64 keys at d = 64, 8 warps x 128 keys at d = 128; two
+// CTAs per SM at d = 128 spill. Measurements: compute/gpu/FLASH_NOTES.md, v1.
 
 #include "common.cuh"
 

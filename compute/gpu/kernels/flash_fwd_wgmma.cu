@@ -18,25 +18,10 @@
 //     for the row max, row sum reduced once at the end; causal tiles past the diagonal are
 //     never loaded, only diagonal / tail tiles are masked, heaviest query blocks first.
 //
-// What each technique bought, measured on the H200 (fp16, batch*N = 16384, heads*d = 2048,
-// TFLOP/s at N = 4096 / 16384; SDPA FA2 ~270-340 and cuDNN ~400-620 in the same runs; full
-// tables and commands in compute/gpu/FLASH_NOTES.md):
-//   * mma.sync FA2-style kernel (flash_fwd_mma.cu), the starting point: d=64 277/276,
-//     d=128 307/313 (0.83-0.99x FA2).
-//   * wgmma instead of mma.sync, same schedule (2 warpgroups, 1 CTA/SM): d=64 285/310,
-//     d=128 377/413 (1.05-1.33x FA2). Swapping the V descriptor's LBO/SBO (the negative
-//     control) gives rel err ~1: the canonical MN-major SW128 reading is the right one.
-//   * Intra-warpgroup pipelining (S_{j+1} issued with P_j V_j, softmax under the GEMM; since
-//     removed, see FLASH_NOTES.md): no gain (395 vs 377, 408 vs 413 at d=128; -10% at d=64).
-//   * Ping-pong of two warpgroups via named barriers: +4-10% with 1 CTA/SM (d=128: 414/428),
-//     -3-5% once 2 CTAs/SM already interleave.
-//   * Occupancy, 2 CTAs/SM (register cap 128, small spill accepted): the largest step after
-//     wgmma itself. d=128 BN=64: 431-458 / 441-448; d=64 BN=128: 392-421 / 402-411.
-//   Since v5 (FLASH_NOTES.md) flash_fwd_ws.cu is the sm_90 default; this kernel is the fallback
-//   (and the default for d=64 below 2048 query rows). Its defaults were, and stay,
-//   d=64 <64,2,128,2>, d=128 <128,2,64,2>, plain, no ping-pong:
-//   1.27-1.43x FA2 for N >= 4096 in fp16 and bf16; 0.69-0.93x cuDNN (which has TMA and
-//   warp specialisation; this kernel has neither).
+// Since v5 flash_fwd_ws.cu is the sm_90 default; this kernel is the fallback (and the default
+// for d = 64 below 2048 query rows), as <64,2,128,2> and <128,2,64,2>: two CTAs per SM (a
+// small spill accepted), no ping-pong (it wins at one CTA per SM only). What each technique
+// bought: compute/gpu/FLASH_NOTES.md, v2-v4 and "Variants removed from the production kernel".
 //
 // Under a plain sm_90 compile (no 'a' features) the kernel body is empty and traps, so the
 // file still compiles with `nvcc -arch=sm_90 --ptx`; flash.py compiles it with -arch=sm_90a.

@@ -30,16 +30,9 @@
 // the end. Only the lane that owns a row's statistics loads or stores them (tx == 0), so every
 // element moved is counted once per access, and the totals can be compared with compute.ledger.
 //
-// Measured (one H200, 2026-11-29, d = 64, batch*heads = 32, median of 20 CUDA-event runs with
-// rotated inputs; assets/benchmarks/gpu_tiled_h200.json, gpu_tiled_tuning_h200.json):
-//   Q-outer 128x64 (best of the 32/64/128 sweep): 0.29 / 4.29 / 66.3 ms at N = 1024 / 4096 / 16384,
-//   about 30-33 TFLOP/s in float32 and float16 alike (all arithmetic is FP32 FFMA: about half
-//   of the FP32 peak), 3.4-5.0x faster than the dense CuPy path, extra memory about 1 KB.
-//   KV-outer 128x64: 4.9-5.6 TFLOP/s, 5.5-6.9x slower than Q-outer: one block per head gives
-//   32 blocks for 132 SMs, and Q_i, O_i, l_i, m_i go through HBM on every (j, i) visit.
-//   ncu (128x64, float32): FMA pipe 51% busy, issue slots 66%, 16 warps/SM (limited by both
-//   registers and shared memory), a 20-byte register spill. Source variants (8 rows per thread,
-//   full unrolling) were within -7%..+1% of this version, so it stays as written.
+// Q-outer is the fast order (one block per query tile); KV-outer is the teaching order, with
+// one block per head and Q_i, O_i, l_i, m_i through HBM on every (j, i) visit. Timings and the
+// tuning that kept this source as written: compute/gpu/TILED_NOTES.md.
 
 #include "tiled_common.cuh"
 

@@ -12,10 +12,9 @@ with its NVRTC log, out of device memory, tiles too large) becomes a message her
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QThread, QTimer, Signal
 from PySide6.QtWidgets import (
     QBoxLayout,
     QCheckBox,
@@ -42,6 +41,7 @@ from compute.gpu.report import (
     ReportError,
     bundled_report,
     pass_of,
+    read_reports,
     report_label,
     result_rows,
     split_reports,
@@ -58,6 +58,7 @@ class GpuPanel(QWidget):
     """Device line, run controls, results and counts tables, and the sweep heatmap."""
 
     sigReportShown = Signal()
+    sigReportFailed = Signal()
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class GpuPanel(QWidget):
         self.device = device if device is not None else status()
         self._runner = runner
         self._thread: BenchThread | None = None
+        self._readers: set[ReportReader] = set()
         self.reports: list[dict] = []
         self._shown: list[int] = []  # indices into reports of the selector's entries
         self.blocks = (64, 64)
@@ -196,18 +198,33 @@ class GpuPanel(QWidget):
     def _open_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open GPU report", "", "JSON (*.json)")
         if path:
-            self.load_report(Path(path))
+            self.open_report(Path(path))
 
     def load_report(self, path: Path) -> bool:
-        """Show the reports in a JSON file; a bad file becomes a message, never an error."""
+        """Show the reports in a JSON file, read here; a bad file becomes a message."""
         try:
-            reports = split_reports(json.loads(Path(path).read_text()))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ReportError) as exc:
-            reason = exc if isinstance(exc, ReportError) else "it is not readable JSON"
-            self.show_message(f"Could not open {Path(path).name}: {reason}")
+            reports = read_reports(path)
+        except ReportError as exc:
+            self._report_failed(Path(path).name, str(exc))
             return False
         self.set_reports(reports)
         return True
+
+    def open_report(self, path: Path) -> None:
+        """Read and check a JSON file off the GUI thread, then show it (or the message):
+        the window stays responsive whatever the file holds."""
+        reader = ReportReader(Path(path), self)
+        reader.sigRead.connect(self.set_reports)
+        reader.sigFailed.connect(self._report_failed)
+        reader.finished.connect(reader.deleteLater)
+        self._readers.add(reader)
+        reader.finished.connect(lambda: self._readers.discard(reader))
+        self.show_message(f"Reading {Path(path).name}…")
+        reader.start()
+
+    def _report_failed(self, name: str, reason: str) -> None:
+        self.show_message(f"Could not open {name}: {reason}")
+        self.sigReportFailed.emit()
 
     def set_reports(self, reports: list[dict]) -> None:
         """Show these reports; the pass stays where it is if they hold it, else forward
@@ -375,6 +392,29 @@ class GpuPanel(QWidget):
         if self._thread is not None:
             self._thread.cancel()
             self._thread.wait(msecs)
+        for reader in list(self._readers):
+            reader.wait(msecs)
+
+
+class ReportReader(QThread):
+    """Reads and checks one report file off the GUI thread."""
+
+    sigRead = Signal(object)  # the list of reports
+    sigFailed = Signal(str, str)  # the file's name, the one-sentence reason
+
+    def __init__(self, path: Path, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.path = path
+
+    def run(self) -> None:
+        try:
+            reports = read_reports(self.path)
+        except ReportError as exc:
+            self.sigFailed.emit(self.path.name, str(exc))
+        except Exception as exc:  # the edge: never raised into Qt
+            self.sigFailed.emit(self.path.name, f"it could not be read ({type(exc).__name__})")
+        else:
+            self.sigRead.emit(reports)
 
 
 class _CloseWatcher(QObject):

@@ -42,7 +42,7 @@ def test_tiled_order_per_pass():
     assert orders == ["q-outer", "kv-outer", "q-outer+kv-outer"]
 
 
-def test_cli_takes_pass_and_peers(monkeypatch):
+def test_cli_takes_pass_and_peers(monkeypatch, capsys):
     parse = bench_cli.build_parser().parse_args
     assert parse(["--pass", "training"]).pass_name == "training"
     assert parse([]).pass_name == "forward" and not parse([]).peers
@@ -55,10 +55,42 @@ def test_cli_takes_pass_and_peers(monkeypatch):
         return _report("training", [_row("tiled"), {"kernel": "sdpa-cudnn", "error": "no torch"}])
 
     monkeypatch.setattr("compute.gpu.bench.run_bench", fake_run)
-    # A peer's refusal is a row, not a failure.
-    assert bench_cli.main(["--pass", "training", "--peers", "--kernel", "tiled"]) == 0
+    # Every path in the report was asked for: a peer that failed fails the command, with its
+    # sentence on stderr (the row stays in the report).
+    assert bench_cli.main(["--pass", "training", "--peers", "--kernel", "tiled"]) == 1
+    assert "flash-explorer bench: sdpa-cudnn failed: no torch" in capsys.readouterr().err
     assert seen["cfg"].kernels == ("tiled", "sdpa-flash", "sdpa-cudnn")
     assert seen["cfg"].pass_name == "training"
+
+
+def test_cli_dtype_default_choices_and_refusals(monkeypatch, capsys):
+    parse = bench_cli.build_parser().parse_args
+    assert parse([]).dtype == "float16"
+    assert {parse(["--dtype", t]).dtype for t in ("float32", "float16", "bfloat16")} == {
+        "float32", "float16", "bfloat16",
+    }  # fmt: skip
+    monkeypatch.setattr(bench_cli, "status", lambda: device.DeviceStatus(True, name="test GPU"))
+    seen = {}
+
+    def fake_run(cfg, progress=None):
+        seen["cfg"] = cfg
+        return _report("forward", [_row(k) for k in cfg.kernels])
+
+    monkeypatch.setattr("compute.gpu.bench.run_bench", fake_run)
+    # `all` in bfloat16: only the tensor-core kernel takes it; the others are left out, said so.
+    assert bench_cli.main(["--dtype", "bfloat16", "--n", "256"]) == 0
+    assert seen["cfg"].kernels == ("flash",) and seen["cfg"].dtype == "bfloat16"
+    assert "leaving out tiled: the tiled path takes float32 or float16" in capsys.readouterr().err
+    # A path asked for by name that cannot take the problem: refused before anything runs.
+    seen.clear()
+    assert bench_cli.main(["--kernel", "tiled", "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert err == "flash-explorer bench: the tiled path takes float32 or float16, not bfloat16.\n"
+    assert bench_cli.main(["--kernel", "flash", "--d", "32"]) == 2
+    assert "d = d_v = 64 or 128" in capsys.readouterr().err
+    assert bench_cli.main(["--dtype", "float32", "--peers"]) == 2
+    assert "SDPA is compared in float16 or bfloat16" in capsys.readouterr().err
+    assert not seen
 
 
 def _row(kernel: str, **extra) -> dict:
@@ -98,7 +130,7 @@ def test_version_2_reports_read_as_forward_and_sweeps_match_their_pass():
 
 
 def test_figures_add_backward_passes_to_kept_forward_reports(monkeypatch):
-    from compute.gpu.tools import figures
+    from compute.gpu.lab import figures
 
     runs = []
 

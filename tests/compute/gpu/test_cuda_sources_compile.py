@@ -41,9 +41,9 @@ def test_local_includes_live_in_the_kernel_folder(source):
 
 
 def test_wgmma_wrappers_are_the_generators_output():
-    from compute.gpu.tools.gen_wgmma_wrappers import HEADER, generate
+    from compute.gpu.lab.gen_wgmma_wrappers import HEADER, generate
 
-    assert HEADER.read_text() == generate(), "run python -m compute.gpu.tools.gen_wgmma_wrappers"
+    assert HEADER.read_text() == generate(), "run python -m compute.gpu.lab.gen_wgmma_wrappers"
 
 
 @pytest.mark.compile

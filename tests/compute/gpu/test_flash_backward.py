@@ -124,13 +124,90 @@ def test_many_blocks_and_heads(d):
     _run(2, 5, 1700, 1500, d, "bfloat16", True, seed=[42, d])
 
 
-@pytest.mark.parametrize("mode,d", [(3, 64), (3, 128), (2, 64)])
+@pytest.mark.parametrize("mode,d", [(4, 64), (0, 128), (5, 64), (5, 128)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_other_dq_modes_match_float64(dtype, mode, d):
-    # The modes timed against the default (0): 3 (bulk-reduced dQ tile), 2 (d=64 k-split dQ).
+    # The modes that are not d's default (4 at 128, 0 at 64): 0 (per-thread atomics), 4 (an
+    # accumulator-ordered dQ tile, one bulk reduction each), 5 (4 in a fixed key-block order).
     _run(2, 3, 77, 300, d, dtype, True, seed=[61, CODE[dtype], mode], mode=mode)
     _run(2, 3, 1000, 900, d, dtype, True, seed=[62, CODE[dtype], mode], mode=mode)
     _run(1, 2, 1500, 1700, d, dtype, False, seed=[63, CODE[dtype], mode], mode=mode)
+    _run(1, 2, 190, 60, d, dtype, True, seed=[64, CODE[dtype], mode], mode=mode)  # hidden rows
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(
+    "n_q,n_k,causal",
+    [(1000, 1100, False), (1000, 1100, True), (300, 1300, True), (700, 260, True)],
+)
+def test_deterministic_is_bitwise_repeatable(d, n_q, n_k, causal):
+    # Many key blocks add into each dQ tile (1100 keys: 9 blocks; causal 300 x 1300: all 11
+    # into the first block, in descending order); ten runs must agree bit for bit, and be right.
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [71, d, n_q, n_k, int(causal)])
+    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    runs = [
+        [g.get() for g in flash_attention_backward(q, k, v, o, do, lse, causal=causal,
+                                                   deterministic=True)]
+        for _ in range(10)
+    ]  # fmt: skip
+    for other in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), runs[0], other, strict=True):
+            assert np.array_equal(a, b), f"{name} differs between deterministic runs"
+    refs = _reference(host, causal, None)
+    for name, g, r in zip(("dq", "dk", "dv"), runs[0], refs, strict=True):
+        assert _rel(float64_values(g, "bfloat16"), r) <= ERR["bfloat16"], name
+
+
+def _torch_low(torch, host, dtype, causal):
+    """PyTorch's attention gradients computed in the low dtype (FlashAttention's tests' "pt"),
+    bottom-right causal mask, as float64 arrays."""
+    tdt = torch.float16 if dtype == "float16" else torch.bfloat16
+    q, k, v, do = (torch.tensor(x, device="cuda").to(tdt) for x in host)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if causal:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        rows = torch.arange(n_q, device="cuda")[:, None]
+        cols = torch.arange(n_k, device="cuda")[None, :]
+        s = s.masked_fill(cols > rows + n_k - n_q, float("-inf"))
+    p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(tdt)
+    grads = torch.autograd.grad(p @ v, (q, k, v), do)
+    return [g.double().cpu().numpy() for g in grads]
+
+
+def _rounding(ref, dtype) -> float:
+    """max |round_dtype(ref) - ref|: what storing the exact gradient in the dtype costs."""
+    rounded = float64_values(device_array(ref.astype(np.float32), dtype), dtype)
+    return float(np.abs(rounded - ref).max())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "n_q,n_k", [(113, 203), (128, 217), (108, 256), (1023, 1024), (2048, 2048)]
+)
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "det"])
+def test_flashattention_rule(dtype, causal, n_q, n_k, deterministic):
+    # FlashAttention's tests' bar: max |dX - ref| <= 2 max |dX_pt - ref| + rounding, ref float64,
+    # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs.
+    torch = pytest.importorskip("torch")
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    d = 128 if n_q < 1000 else 64
+    (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [81, CODE[dtype], n_q, n_k])
+    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    ours = flash_attention_backward(q, k, v, o, do, lse, causal=causal,
+                                    deterministic=deterministic)  # fmt: skip
+    refs = _reference(host, causal, None)
+    pts = _torch_low(torch, host, dtype, causal)
+    for name, g, r, pt in zip(("dq", "dk", "dv"), ours, refs, pts, strict=True):
+        got = float64_values(g.get(), dtype)
+        err, pt_err = float(np.abs(got - r).max()), float(np.abs(pt - r).max())
+        assert err <= 2 * pt_err + 2 * _rounding(r, dtype), f"{name}: {err:.3e} vs pt {pt_err:.3e}"
 
 
 def test_error_is_of_sdpas_order():
@@ -172,4 +249,4 @@ def test_rejects_bad_inputs():
     from compute.gpu.flash_backward import backward_mode
 
     with pytest.raises(ValueError, match="mode"):
-        backward_mode(q, q, q, q, q, lse, mode=7)
+        backward_mode(q, q, q, q, q, lse, mode=9)

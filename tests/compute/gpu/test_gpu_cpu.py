@@ -173,7 +173,7 @@ def test_bfloat16_rounding_is_compute_attentions():
 def test_energy_probe_reads_nvidia_smi_samples_and_skips_the_rest():
     import datetime as dt
 
-    from compute.gpu.tools.energy_probe import _samples
+    from compute.gpu.lab.energy_probe import _samples
 
     text = (
         "2026/11/29 22:10:01.120, 1755, 699.12\n"
@@ -227,7 +227,6 @@ def test_version_1_reports_read_with_flash_names():
 
 
 def test_flash_config_spec_round_trips():
-    from compute.gpu import flash
     from compute.gpu.flash import MMA_CONFIGS, WGMMA_CONFIGS, WS_CONFIGS, Config
 
     for cfg in [
@@ -237,129 +236,58 @@ def test_flash_config_spec_round_trips():
         Config("wgmma", 128, 2, 64, 1, True),
         Config("ws", 64, 3, 128, 1, False, 3, False),
         Config("ws", 128, 2, 128, 1, True, 2, True, True),
-        Config("ws", 64, 3, 128, 1, True, 2, True, True, True, True),
+        Config("ws", 64, 3, 128, 1, True, 2, True, True, True),
         Config("ws", 64, 3, 128, 1, True, 2, True, False, True),
-        Config("ws", 128, 2, 128, 1, True, 2, True, True, False, False, 1),
-        Config("ws", 64, 3, 128, 1, True, 2, True, False, True, False, 3),
-        Config("ws", 128, 2, 176, 1, True, 2, True, multicast=True),
+        Config("ws", 128, 2, 176, 1, True, 2, True, True, True, False, True, True),
     ]:
         assert Config.parse(cfg.spec()) == cfg
     assert Config("wgmma", 128, 2, 64, 2, True).name(1) == "flash_fwd_wgmma<1,128,2,64,2,1>"
     assert Config.parse("ws:128:2:128:2:pingpong").name(0) == "flash_fwd_ws<0,128,2,128,2,3>"
     assert Config.parse("ws:64:3:128:3:serial").name(1) == "flash_fwd_ws<1,64,3,128,3,0>"
     assert Config.parse("ws:64:3:128:3").threads == 512
-    assert (
-        Config.parse("ws:128:2:128:2:pingpong:persist").name(1) == "flash_fwd_ws<1,128,2,128,2,7>"
-    )
-    assert (
-        Config.parse("ws:64:3:128:2:pingpong:persist:lpt:tmastore").name(0)
-        == "flash_fwd_ws<0,64,3,128,2,31>"
-    )
-    assert (
-        Config.parse("ws:128:2:128:2:pingpong:tailsplit").name(0)
-        == "flash_fwd_ws<0,128,2,128,2,35>"
-    )
-    assert Config.parse("ws:64:3:128:2:pingpong:tailsplit5").tail_split == 5
-    sk = Config.parse("ws:128:2:128:2:pingpong:persist:earlyq:sktail")
-    assert sk.stream_k_tail and sk.spec() == "ws:128:2:128:2:pingpong:persist:earlyq:sktail"
-    assert sk.name(0) == "flash_fwd_ws<0,128,2,128,2,2228231>"  # bit 21 on the default's 131079
-    un = Config.parse("ws:64:3:128:2:pingpong:persist:lpt:earlyq:endq:uniform")
-    assert un.uniform_counters and un.name(1) == "flash_fwd_ws<1,64,3,128,2,4587535>"  # bit 22
-    mc = Config.parse("ws:128:2:176:2:pingpong:mcast")
-    assert mc.multicast and mc.spec() == "ws:128:2:176:2:pingpong:mcast"
-    assert mc.name(1) == "flash_fwd_ws_mc<1,128,2,176,2,67>"  # the cluster-launched kernel
+    # each trait's bit (kernels/ws_traits.cuh) as the variants were measured with
     for spec, field, dt, name in (
-        ("ws:128:2:176:2:pingpong:lazy", "lazy_rescale", 0, "flash_fwd_ws<0,128,2,176,2,131>"),
+        ("ws:128:2:128:2:pingpong:persist", "persistent", 1, "flash_fwd_ws<1,128,2,128,2,7>"),
+        ("ws:64:3:128:2:pingpong:lpt", "lpt", 0, "flash_fwd_ws<0,64,3,128,2,11>"),
         ("ws:128:2:192:2:pingpong:qreg", "q_regs", 1, "flash_fwd_ws<1,128,2,192,2,259>"),
-        ("ws:128:2:176:2:pingpong:wgrelease", "warpgroup_release", 0,
-         "flash_fwd_ws<0,128,2,176,2,515>"),
-        ("ws:128:2:192:2:pingpong:lpt:narrowtail", "narrow_tail", 0,
-         "flash_fwd_ws<0,128,2,192,2,1035>"),
-        ("ws:64:3:128:2:pingpong:padrows", "pad_rows", 0, "flash_fwd_ws<0,64,3,128,2,2051>"),
         ("ws:128:2:176:2:pingpong:persist:lpt:panelo", "panel_o", 1,
          "flash_fwd_ws<1,128,2,176,2,4111>"),
-        ("ws:64:3:128:2:pingpong:lpt:wgalltiles", "wg_all_tiles", 0,
-         "flash_fwd_ws<0,64,3,128,2,8203>"),
-        ("ws:128:2:176:2:pingpong:narrowfirst", "narrow_first", 1,
-         "flash_fwd_ws<1,128,2,176,2,16387>"),
-        ("ws:128:2:176:2:pingpong:narrowfirst:narrowfirstpv", "narrow_first_pv", 0,
-         "flash_fwd_ws<0,128,2,176,2,81923>"),
         ("ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq", "early_q", 1,
          "flash_fwd_ws<1,128,2,176,2,135183>"),
         ("ws:64:3:128:2:pingpong:lpt:endq", "end_q", 0, "flash_fwd_ws<0,64,3,128,2,262155>"),
         ("ws:128:2:128:2:pingpong:persist:lpt:qreg:earlyq", "early_q", 1,
          "flash_fwd_ws<1,128,2,128,2,131343>"),
-        ("ws:64:3:128:2:pingpong:persist:trace", "trace", 1, "flash_fwd_ws<1,64,3,128,2,524295>"),
-        ("ws:128:2:176:2:pingpong:persist:lpt:panelo:earlyq:qprefetch", "q_prefetch", 1,
-         "flash_fwd_ws<1,128,2,176,2,1183759>"),
     ):  # fmt: skip
         cfg = Config.parse(spec)
         assert getattr(cfg, field) and cfg.name(dt) == name
         assert Config.parse(cfg.spec()) == cfg
-    # the launch picks the first tile's width from N_k's remainder over the tile
-    wide = Config.parse("ws:128:2:176:2:pingpong:narrowfirst")
-    for n_k, causal, width in (
-        (4096, False, 64),  # 48 keys left over 23 full tiles
-        (8192, False, 128),  # 96
-        (16384, False, 64),  # 16
-        (3 * 176, False, None),  # no remainder: the whole tile
-        (2 * 176 + 129, False, None),  # 129 keys need the whole tile
-        (2 * 176 + 128, False, 128),
-        (4096, True, None),  # causal items' remainders differ
-        (50, False, 64),  # a single tile
-    ):
-        got = flash.narrow_first_launch(wide, n_k, causal)
-        want = (True, width) if width else (False, 64)
-        assert (got.narrow_first, got.first_width) == want, (n_k, causal)
-    assert flash.narrow_first_launch(wide, 8192, False).name(0) == (
-        "flash_fwd_ws<0,128,2,176,2,49155>"
-    )
-    both = Config.parse("ws:128:2:176:2:pingpong:narrowfirst:narrowfirstpv")
-    assert not flash.narrow_first_launch(both, 4096, True).narrow_first_pv  # causal: plain
-    narrow = Config.parse("ws:128:2:128:2:pingpong:narrowfirst")
-    assert not flash.narrow_first_launch(narrow, 4096, False).narrow_first  # no remainder
-    assert flash.narrow_first_launch(narrow, 4096 + 64, False).first_width == 64
     # a staging tile one panel wide lets a persistent d = 128 grid fit 176-key tiles (227 KB)
     staged = Config.parse("ws:128:2:176:2:pingpong:persist")
     assert staged.smem_bytes() > 232448 >= replace(staged, panel_o=True).smem_bytes()
     # each refused spec with the sentence that says why
     for bad, why in (
-        ("ws:128:2:176:2:persist:narrowtail", "plain grid only"),
-        ("ws:128:2:176:2:tailsplit:narrowtail", "plain grid only"),
-        ("ws:64:3:128:2:pingpong:narrowfirst", "needs two consumer warpgroups"),
-        ("ws:128:2:176:2:tailsplit:narrowfirst", "needs two consumer warpgroups"),
-        ("ws:128:2:176:2:mcast:narrowfirst", "needs two consumer warpgroups"),
-        ("ws:128:2:128:2:qreg:narrowfirst", "needs two consumer warpgroups"),
-        ("ws:128:2:176:2:persist:lpt:panelo:narrowfirst", "needs two consumer warpgroups"),
-        ("ws:128:2:176:2:pingpong:narrowfirstpv", "narrows ':narrowfirst's"),
-        ("ws:128:2:176:2:persist:tmastore:panelo", "not ':tmastore'"),
         ("ws:128:2:176:2:pingpong:earlyq", "needs ':persist'"),
         ("ws:128:2:128:2:persist:serial:earlyq", "needs ':persist'"),
-        ("ws:64:3:128:2:tmastore:endq", "takes no ':tmastore'"),
-        ("ws:128:2:128:2:tailsplit:trace", "takes no ':tailsplit'"),
-        ("ws:128:2:128:2:pingpong:qprefetch", "needs ':persist'"),
-        ("ws:128:2:128:2:persist:tailsplit:qprefetch", "needs ':persist'"),
-        ("ws:128:2:128:2:persist:mcast", "takes no"),
-        ("ws:128:2:128:2:tailsplit:mcast", "takes no"),
-        ("ws:128:2:128:2:pingpong:sktail", "needs ':persist'"),
-        ("ws:128:2:128:2:persist:tailsplit:sktail", "needs ':persist'"),
-        ("ws:128:2:128:2:persist:sktail:trace", "takes no ':tailsplit', ':trace'"),
-        ("ws:128:2:128:2:persist:sktail:qprefetch", "takes no ':tailsplit', ':trace'"),
-        ("wgmma:128:2:64:2:tailsplit", "is not a kernel spec"),
-        ("ws:128:2:128:2:tailsplit1", "is not a kernel spec"),
-        ("ws:64:3:128:2:tailsplitx", "is not a kernel spec"),
         ("wgmma:128:2:64:2:lpt", "is not a kernel spec"),  # scheduling flags: ws only
         ("wgmma:128:2:64:2:serial", "is not a kernel spec"),  # only ws has the serial flag
         ("wgmma:128:2:64:2:4", "is not a kernel spec"),  # the old EXTRA bits are gone
+        ("ws:128:2:128:2:pingpong:bogus", "is not a kernel spec"),
     ):
         with pytest.raises(ValueError, match=why):
             Config.parse(bad)
+    # the variants measured and removed are refused with a pointer to their record
+    from compute.gpu.flash_variants import REMOVED_FLAGS
+
+    assert len(REMOVED_FLAGS) == 14
+    for flag in (*REMOVED_FLAGS, "tailsplit5"):
+        with pytest.raises(ValueError, match="removed variant.*FLASH_NOTES"):
+            Config.parse(f"ws:128:2:128:2:pingpong:persist:{flag}")
 
 
 def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
-    from compute.gpu import flash
+    from compute.gpu import flash, flash_select
 
-    monkeypatch.setattr(flash, "_is_hopper", lambda: True)
+    monkeypatch.setattr(flash_select, "is_hopper", lambda: True)
     assert flash.default_config(128, 1024) == flash.WS_CONFIGS[128]
     assert flash.default_config(128, 4095, causal=True) == flash.WS_CONFIGS[128]
     assert flash.default_config(64, 16384) == flash.WS_CONFIGS[64]
@@ -392,43 +320,8 @@ def test_default_kernel_per_device_head_dim_and_length(monkeypatch):
     assert not flash.default_config(128, 8193, True).persistent
     assert flash.default_config(64, 16384).block_n == 128
     assert flash.default_config(64, 2047) == flash.WGMMA_CONFIGS[64]  # too few 192-row blocks
-    monkeypatch.setattr(flash, "_is_hopper", lambda: False)
+    monkeypatch.setattr(flash_select, "is_hopper", lambda: False)
     assert flash.default_config(64, 4096) == flash.MMA_CONFIGS[64]
-
-
-def test_stream_k_plan_cuts_only_a_partial_last_wave_behind_a_full_one():
-    from compute.gpu.flash import stream_k_plan
-
-    # d = 128 at batch*N = 16k: 2048 items, 68 in the last wave, one slot per SM
-    assert stream_k_plan(2048, 32, 132) == (2048 - 68, 132)
-    assert stream_k_plan(2048, 47, 132) == (2048 - 68, 132)  # 176-key tiles at N = 8192
-    assert stream_k_plan(264, 32, 132) == (264, 0)  # the last wave is full
-    assert stream_k_plan(100, 32, 132) == (100, 0)  # one wave only: nothing to even out
-    assert stream_k_plan(133, 131, 132) == (133, 0)  # a slot would be under one tile
-    assert stream_k_plan(133, 132, 132) == (132, 132)  # one tile per slot
-
-
-def test_tail_plan_splits_only_a_partial_last_wave():
-    from compute.gpu import flash
-    from compute.gpu.flash import _tail_makespan, tail_plan
-
-    # d=128 at batch*N = 16k, heads*d = 2048: 2048 equal items on 132 SMs, 68 in the last wave
-    split_from, pieces = tail_plan(2048, 32, 132)
-    assert split_from == 2048 - 68 and pieces > 2  # halves (136 > 132 pieces) gain nothing
-    assert _tail_makespan(68, 32, 132, pieces) < _tail_makespan(68, 32, 132, 1) - 1.0
-    # halves: 136 > 132 pieces, so four go round twice (16 tiles + overhead, twice, plus
-    # one combine): longer than one whole item (32 + overhead)
-    half = 16 + flash._PIECE_OVERHEAD
-    assert _tail_makespan(68, 32, 132, 2) == 2 * half + 2 * flash._COMBINE_PER_PIECE
-    assert _tail_makespan(68, 32, 132, 2) > _tail_makespan(68, 32, 132, 1)
-    assert tail_plan(264, 32, 132) == (264, 1)  # the last wave is full
-    assert tail_plan(200, 1, 132) == (200, 1)  # one key tile cannot be cut
-    assert tail_plan(10, 20, 132) == (0, 5)  # a single, small wave: every item, most pieces
-    assert tail_plan(10, 12, 132) == (0, 4)  # (five pieces of 2-3 tiles pay more overhead)
-    for items, tiles in ((1000, 8), (2816, 32), (2752, 64), (7, 2)):
-        split_from, pieces = tail_plan(items, tiles, 132)
-        assert 1 <= pieces <= 5 and (pieces == 1) == (split_from == items)
-        assert pieces == 1 or items - split_from == items % 132
 
 
 def test_time_interleaved_rotates_paths_and_splits_repeats():
@@ -578,7 +471,7 @@ def test_wheel_ships_kernels_and_reports_but_not_tools():
 
     root = Path(__file__).resolve().parents[3]
     setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "compute.gpu.tools*" in setup["packages"]["find"]["exclude"]
+    assert "compute.gpu.lab*" in setup["packages"]["find"]["exclude"]
     data = setup["package-data"]["compute.gpu"]
     assert {"kernels/*.cu", "kernels/*.cuh", "reports/*.json"} <= set(data)
     assert (root / "compute" / "gpu" / "reports" / "tiled_vs_dense_h200.json").is_file()
@@ -613,7 +506,7 @@ def test_one_scale_rule_for_the_forward_and_the_backward():
 
 
 def test_flash_vs_sdpa_preheats_forward_cases_only():
-    from compute.gpu.tools.flash_vs_sdpa import cases
+    from compute.gpu.lab.flash_vs_sdpa import cases
 
     got = list(cases([4096], [128], ["float16"], [False, True], 0, 5, 20,
                      ["ws:128:2:176:2:pingpong", "ws:64:3:128:2"], ("forward", "backward"), 1.5,
@@ -626,69 +519,24 @@ def test_flash_vs_sdpa_preheats_forward_cases_only():
     assert got[0].batch_heads == 4 * 16
 
 
-def test_item_trace_summary_splits_each_sms_time_into_phases():
-    import numpy as np
+def test_lpt_sections_are_balanced_under_the_l2_cap():
+    from compute.gpu.flash_plan import lpt_section, lpt_section_cap
 
-    from compute.gpu import flash
-    from compute.gpu.tools.item_trace import summarise
-
-    # Two SMs, two warpgroups. SM 3 runs items 0 then 2 (records out of order), SM 5 item 1.
-    # Words: SM, before Q's wait, after it, first S GEMM done (0: no tile), last P·V done,
-    # epilogue done, tiles.
-    rec = np.zeros((3, 2, flash.TRACE_WORDS), dtype=np.uint64)
-    rec[0] = [[3, 100, 110, 130, 330, 350, 4, 0], [3, 101, 112, 0, 320, 345, 0, 0]]
-    rec[1] = [[5, 10, 30, 40, 240, 250, 2, 0], [5, 10, 30, 45, 240, 252, 2, 0]]
-    rec[2] = [[3, 360, 365, 375, 475, 480, 1, 0], [3, 362, 366, 380, 470, 478, 1, 0]]
-    got = summarise(rec)
-    assert got["items"] == 3 and got["sms"] == 2
-    # item 0: q_wait 112 - 100, fill 130 - 112, body 330 - 130, epilogue 350 - 330;
-    # item 1: 30 - 10, 40 - 30, 240 - 40, 252 - 240; item 2: 366 - 360, 375 - 366,
-    # 475 - 375, 480 - 475, and a turnover of 360 - 350 after item 0 on SM 3.
-    want = {"turnover": 10, "q_wait": 12 + 20 + 6, "fill": 18 + 10 + 9,
-            "body": 200 + 200 + 100, "epilogue": 20 + 12 + 5}  # fmt: skip
-    span = (480 - 100) + (252 - 10)
-    for phase, total in want.items():
-        assert got["mean_cycles"][phase] == pytest.approx(total / 3)
-        assert got["share"][phase] == pytest.approx(total / span)
-    # body per tile of the busiest warpgroup: 200 / 4, 200 / 2, 100 / 1
-    assert got["body_cycles_per_tile"] == pytest.approx((50 + 100 + 100) / 3)
-    assert got["mean_tiles"] == pytest.approx(7 / 3)
-    assert got["tail"] == pytest.approx(1 - (380 + 242) / 2 / 380)  # SM 5 idles at the end
-    # one record per item and warpgroup, TRACE_WORDS words each
-    cfg = flash.Config.parse("ws:64:3:128:2:pingpong:trace")
-    assert flash.trace_words(cfg, 10, 1000) == 6 * 10 * 3 * flash.TRACE_WORDS
-
-
-def test_lpt_sections_are_balanced_under_the_l2_cap(monkeypatch):
-    from compute.gpu import flash
-
-    monkeypatch.setattr(flash, "_l2_bytes", lambda: 60 << 20)  # the H200's L2
+    l2 = 60 << 20  # the H200's L2
     # d = 128, N_k = 4096: 2 MB of K and V per head, 15 heads in half of L2; 64 heads in five
     # sections of 13 (12 in the last) instead of four of 15 and one of 4 (FLASH_NOTES v13)
-    assert flash.lpt_section_cap(4096, 128) == 15
-    assert flash.lpt_section(4096, 128, 64) == 13
-    assert flash.lpt_section(4096, 64, 128) == 26  # cap 30: 30, 30, 30, 30, 8 before
-    assert flash.lpt_section(8192, 128, 32) == 7  # cap 7: already balanced (7 x 4 + 4)
-    assert flash.lpt_section(4096, 128, 4) == 4  # fewer heads than the cap: one section
-    assert flash.lpt_section(4096, 128, 15) == 15 and flash.lpt_section(4096, 128, 16) == 8
-    assert flash.lpt_section(1 << 24, 128, 3) == 1  # a head larger than half of L2
+    assert lpt_section_cap(4096, 128, l2) == 15
+    assert lpt_section(4096, 128, 64, l2) == 13
+    assert lpt_section(4096, 64, 128, l2) == 26  # cap 30: 30, 30, 30, 30, 8 before
+    assert lpt_section(8192, 128, 32, l2) == 7  # cap 7: already balanced (7 x 4 + 4)
+    assert lpt_section(4096, 128, 4, l2) == 4  # fewer heads than the cap: one section
+    assert lpt_section(4096, 128, 15, l2) == 15 and lpt_section(4096, 128, 16, l2) == 8
+    assert lpt_section(1 << 24, 128, 3, l2) == 1  # a head larger than half of L2
     for heads in range(1, 200):
-        section = flash.lpt_section(4096, 128, heads)
+        section = lpt_section(4096, 128, heads, l2)
         sections = -(-heads // section)
         assert 1 <= section <= 15 and sections == -(-heads // 15)
         assert heads - (sections - 1) * section >= section - sections  # last one nearly full
-
-
-def test_section_probe_launches_capped_sections_then_restores_equal_ones(monkeypatch):
-    from compute.gpu import flash
-    from compute.gpu.tools.section_probe import capped
-
-    monkeypatch.setattr(flash, "_l2_bytes", lambda: 60 << 20)
-    seen = []
-    run = capped(lambda x: seen.append((x, flash.lpt_section(4096, 128, 64))))
-    run("launch")
-    assert seen == [("launch", 15)]  # the rule before v13: sections filled to the cap
-    assert flash.lpt_section(4096, 128, 64) == 13  # and the equal sections again after it
 
 
 # A hand-made cuobjdump -sass excerpt: a setup block, an outer loop (back to 0x0010) around
@@ -712,8 +560,8 @@ _SASS = """
 
 
 def test_sass_loop_finds_the_innermost_wgmma_loop_and_counts_it(monkeypatch):
-    from compute.gpu.tools import sass_loop
-    from compute.gpu.tools.sass_loop import _mangled_key, _spills, innermost_wgmma_loop, loop_stats
+    from compute.gpu.lab import sass_loop
+    from compute.gpu.lab.sass_loop import _mangled_key, _spills, innermost_wgmma_loop, loop_stats
 
     assert innermost_wgmma_loop(_SASS) is None  # one exp2: no softmax, not the key-tile step
     monkeypatch.setattr(sass_loop, "_MIN_EXP", 1)
@@ -732,3 +580,15 @@ def test_sass_loop_finds_the_innermost_wgmma_loop_and_counts_it(monkeypatch):
         "    24 bytes stack frame, 64 bytes spill stores, 68 bytes spill loads\n"
     )
     assert _spills(log) == {key: 64}
+
+
+def test_ws_trait_bits_match_the_kernel_header():
+    # flash_variants.WS_TRAITS and kernels/ws_traits.cuh name the same bits of MODE
+    import re
+
+    from compute.gpu.flash_variants import WS_TRAITS
+    from compute.gpu.sources import KERNEL_DIR
+
+    header = (KERNEL_DIR / "ws_traits.cuh").read_text()
+    bits = {name.lower(): int(v) for name, v in re.findall(r"FA_WS_(\w+) = (\d+),", header)}
+    assert bits == {"overlap": 1, "pingpong": 2, **{flag: bit for flag, _, bit in WS_TRAITS}}

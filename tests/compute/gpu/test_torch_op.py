@@ -101,12 +101,139 @@ def test_refusals_are_one_sentence():
     from compute.gpu import torch_attention
 
     q, k, v, _ = _inputs(1, 1, 64, 32, 64, "float16", seed=1)
-    with pytest.raises(ValueError, match="^is_causal with N_q != N_k is refused"):
+    with pytest.raises(ValueError, match=r"^is_causal top-left \(SDPA's\) with N_q > N_k"):
         torch_attention(q, k, v, is_causal=True)
     with pytest.raises(TypeError, match="float16 or all bfloat16"):
         torch_attention(q.float(), k.float(), v.float())
     with pytest.raises(ValueError, match="CUDA tensors"):
         torch_attention(q.cpu(), k.cpu(), v.cpu())
+
+
+def _dense_reference(q, k, v, do, causal, align):
+    """(O, dQ, dK, dV) in float64: K/V repeated to q's heads, the causal mask top-left or
+    bottom-right (rows that see no key give zeros, as the kernel's)."""
+    from compute.gpu.torch_reference import attention_reference
+
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out = attention_reference(*leaves, causal, q.shape[-1] ** -0.5, align)
+    out.backward(do.double())
+    return [out.detach(), *(t.grad for t in leaves)]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("h", "hk", "n_q", "n_k", "causal", "align"),
+    [
+        (8, 8, 77, 77, True, "top-left"),
+        (8, 2, 130, 130, False, "top-left"),
+        (8, 2, 130, 130, True, "top-left"),
+        (8, 1, 100, 257, False, "top-left"),
+        (8, 1, 97, 300, True, "top-left"),
+        (8, 8, 97, 300, True, "top-left"),
+        (8, 2, 300, 97, True, "bottom-right"),
+        (8, 8, 97, 300, True, "bottom-right"),
+    ],
+)
+def test_gqa_and_mask_alignments_match_float64(dtype, h, hk, n_q, n_k, causal, align):
+    """GQA group sizes 1, 4, 8, SDPA's top-left and FlashAttention's bottom-right causal mask,
+    odd lengths, SDPA-shaped views of (batch, N, heads, d) memory."""
+    from compute.gpu import torch_attention
+
+    g = torch.Generator(device="cuda").manual_seed(h * n_q + n_k)
+    dt = getattr(torch, dtype)
+    shapes = [(2, n_q, h, 64), (2, n_k, hk, 64), (2, n_k, hk, 64), (2, n_q, h, 64)]
+    q, k, v, do = (
+        torch.randn(s, device="cuda", generator=g).to(dt).transpose(1, 2) for s in shapes
+    )
+    ref = _dense_reference(q, k, v, do, causal, align)
+    kw = dict(is_causal=causal, enable_gqa=hk != h, causal_align=align)
+    ours = _grads(lambda *t, is_causal: torch_attention(*t, **kw), q, k, v, do, causal)
+    for name, o, r in zip(("O", "dQ", "dK", "dV"), ours, ref, strict=True):
+        assert o.shape == r.shape and o.dtype == q.dtype and torch.isfinite(o).all()
+        assert _rel(o, r) < ERR[dtype], f"{name}: {_rel(o, r):.2e}"
+    if align == "top-left":  # SDPA itself in half precision, where it takes the case
+        with torch.no_grad():
+            sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hk != h)
+        assert _rel(ours[0], sdpa) < 2 * ERR[dtype]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(
+    ("b", "h", "n_q", "n_k", "d", "causal"),
+    [
+        (1, 3, 77, 77, 64, False),  # the plain wgmma kernel
+        (2, 4, 1000, 1000, 128, True),  # ws, causal defaults
+        (2, 16, 2048, 2048, 128, False),  # ws, full attention (multicast / narrow first)
+        (1, 16, 4096, 4096, 64, True),  # the persistent LPT grid (ticket counter)
+        (3, 5, 700, 300, 128, False),
+        (1, 2, 64, 0, 64, False),  # no key
+    ],
+)
+def test_launch_plan_matches_flash_attention_bit_for_bit(b, h, n_q, n_k, d, causal):
+    """torch_launch's cached plan launches what flash_attention launches: the same O and LSE,
+    bit for bit, on its first call (building the plan) and on later calls (other tensors)."""
+    import cupy
+
+    from compute.gpu import torch_launch
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.peers import cupy_view, torch_view
+
+    for seed in (1, 2):
+        q, k, v, _ = _inputs(b, h, n_q, n_k, d, "bfloat16", seed=seed)
+        o, lse = torch_launch.forward(q, k, v, causal, d**-0.5)
+        want_o, want_lse = flash_attention(
+            *(cupy_view(torch, t) for t in (q, k, v)), causal=causal, return_lse=True
+        )
+        cupy.cuda.Device().synchronize()
+        assert torch.equal(o, torch_view(torch, want_o))
+        assert torch.equal(lse, torch.from_dlpack(want_lse))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_allocations_contiguous_and_strided():
+    """Contiguous inputs: the forward allocates O, LSE and the kernel's zeroed workspaces
+    only; SDPA-shaped strided views add exactly the three copies of q, k and v."""
+    from compute.gpu import torch_attention, torch_launch
+
+    q, k, v, _ = _inputs(2, 16, 1024, 1024, 128, "bfloat16", seed=3)
+    qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    torch_attention(q, k, v, is_causal=True)  # builds the plan
+
+    def allocations(*args):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        torch_attention(*args, is_causal=True)
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    plans = [p for key, p in torch_launch._PLANS.items() if key[2:7] == (32, 1024, 1024, 128, True)]
+    work = sum(type(x) is tuple for x in plans[0].extra) if plans[0] else 0
+    assert allocations(q, k, v) == 2 + work
+    assert allocations(qs, ks, vs) == 2 + work + 3
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_compile_fullgraph_gradients_equal_eager():
+    """torch.compile(fullgraph=True, inductor) of a block around the op: the op runs as the
+    torch.library op, with the output and gradients of eager mode."""
+    from compute.gpu import torch_attention
+
+    q, k, v, do = _inputs(2, 8, 256, 256, 64, "float16", seed=8)
+    k, v = k[:, :2].contiguous(), v[:, :2].contiguous()
+
+    def block(q, k, v):
+        o = torch_attention(q * 0.5, k, v, is_causal=True, enable_gqa=True)
+        return o.float().sin()
+
+    eager = _grads(lambda *t, is_causal: block(*t), q, k, v, do, True)
+    compiled_block = torch.compile(block, fullgraph=True)
+    compiled = _grads(lambda *t, is_causal: compiled_block(*t), q, k, v, do, True)
+    for e, c in zip(eager, compiled, strict=True):
+        assert _rel(c, e) < 1e-3
 
 
 def _model(attn, seed: int):

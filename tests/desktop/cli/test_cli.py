@@ -166,6 +166,9 @@ def test_bench_gui_writes_its_json(tmp_path, capsys):
     assert main([*args, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["config"]["n"] == 12 and data["config"]["block_q"] == 3
-    assert set(data["change_ms"]) == {"p50", "p90"} and set(data["frame_ms"]) == {"p50", "p90"}
+    for name in ("first_ms", "complete_ms", "floor_ms", "frame_ms"):
+        assert set(data[name]) == {"p50", "p90"}
+        assert data[name]["p90"] >= data[name]["p50"] > 0
+    assert set(data["changes"]) == {"inputs", "blocks"}
     assert main(["bench-gui", "--repeats", "0"]) == 1
     assert "at least 1" in capsys.readouterr().err

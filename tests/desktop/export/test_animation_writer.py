@@ -103,7 +103,7 @@ def test_write_failure_midway_keeps_old_file(tmp_path, monkeypatch):
     target = tmp_path / "x.json"
     target.write_text("good")
 
-    def fail_replace(src, dst):
+    def fail_replace(src, dst, **_dirs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail_replace)

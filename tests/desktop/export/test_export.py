@@ -200,7 +200,7 @@ def test_parsers():
     with pytest.raises(ExportError):
         parse_steps("0:3", 10)
     assert len(FramePlan(range(2, 5), 4)) == 12
-    assert FramePlan(range(1), 4).frames() == [(0, 0.25), (0, 0.5), (0, 0.75), (0, 1.0)]
+    assert list(FramePlan(range(1), 4).frames()) == [(0, 0.25), (0, 0.5), (0, 0.75), (0, 1.0)]
 
 
 # ---- the GUI's File-menu exports ------------------------------------------------------

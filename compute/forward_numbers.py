@@ -1,0 +1,297 @@
+"""The forward's numbers of one trace, computed when a view asks and then kept.
+
+A number service composed into compute.trace.Trace (it owns its caches; the Trace is
+data, timeline and ledger). One chunked pass over S (compute.full_pass, shared by every
+trace of the same inputs through compute.numbers) gives the dense lane's row statistics,
+reference output and display-resolution S and P, and the tiled lane's output and L;
+regions of S and P are computed when a view shows them; one query block's history of
+(m, ℓ, a, α, P̃) after each key tile (O(N_k · d) per row, a few blocks cached), and
+every row's state at a tile for KV-outer's HBM (a cursor). Views look numbers up here
+(through the Trace's compatible names); they never compute attention.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TypeVar
+
+import numpy as np
+
+from .attention import RowHistory, causal_mask, round_to, stats_dtype
+from .full_pass import DensePass, FullPass, TiledPass, combine, dense_pass, tiled_pass
+from .inputs import HISTORY_BLOCKS
+from .numbers import SHARED
+from .recurrence import TileCursor, block_history
+from .schedule import Schedule
+from .timeline import LaneTimeline
+
+T = TypeVar("T")
+
+DISPLAY_CELLS = 256  # S, P, dP and dS are summarised at this many cells a side unless asked
+DEFAULT_DO_KEY = ("default dO",)  # compute.backward_rows.default_do, the same for a shape
+
+
+class Memo:
+    """A service's own caches of computed numbers, keeping the newest few per name. They
+    hold arrays only, never the trace, so a trace is freed as soon as it is dropped."""
+
+    def __init__(self) -> None:
+        self._caches: dict[str, OrderedDict] = {}
+
+    def _memo(self, name: str, size: int, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value of compute() cached under (name, key), keeping the `size` newest."""
+        cache = self._caches.setdefault(name, OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = cache[key] = compute()
+        while len(cache) > size:
+            cache.popitem(last=False)
+        return value
+
+    def cached(self, name: str) -> int:
+        """How many values of one cache are held (tests: nothing computed early)."""
+        return len(self._caches.get(name, ()))
+
+    def _held(self) -> set:
+        return {(name, key) for name, cache in self._caches.items() for key in cache}
+
+
+@dataclass(frozen=True)
+class RowState:
+    """The tiled lane's state of one query row after some number of key tiles."""
+
+    tile: int  # how many key tiles (by index) the row's block has passed; 0 = none
+    m: float
+    l: float
+    a: np.ndarray
+    alpha: float
+
+    @property
+    def partial_output(self) -> np.ndarray:
+        """a / ℓ: attention over the keys seen so far (zeros before any key)."""
+        return self.a / self.l if self.l > 0 else np.zeros_like(self.a)
+
+
+class ForwardNumbers(Memo):
+    """The forward's numbers of one trace's inputs and schedule (see the module)."""
+
+    def __init__(
+        self,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        schedule: Schedule,
+        *,
+        scale: float,
+        dtype: str,
+        tiled_lane: LaneTimeline,
+        do: np.ndarray | None,
+        inputs_key: Hashable,
+        do_key: Hashable,
+    ) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.schedule = q, k, v, schedule
+        self.scale, self.dtype, self.tiled_lane = scale, dtype, tiled_lane
+        self.do, self.inputs_key, self.do_key = do, inputs_key, do_key
+
+    # ---- numbers that need all of S: one chunked pass, on first use -------------------
+    def summary(self, cap: int = DISPLAY_CELLS) -> FullPass:
+        """The dense lane's row statistics, reference output and S, P at `cap` cells a
+        side, and the tiled lane's output and L (compute.full_pass); cached per cap."""
+        return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap))
+
+    def _summary_uncached(self, cap: int) -> FullPass:
+        return combine(self.dense_pass(cap), self.tiled_pass())
+
+    def _dense_key(self, cap: int) -> tuple:
+        return (self.inputs_key, self.schedule.causal, self.scale, cap)
+
+    def dense_pass(self, cap: int = DISPLAY_CELLS) -> DensePass:
+        """The dense lane's numbers (and, with a backward, its backward's, from the same
+        S and P): shared through compute.numbers by every trace of these inputs and mask."""
+        key = self._dense_key(cap)
+        if self.do is None:  # a backward's pass of the same inputs holds the forward's too
+            found = SHARED.get("dense", (*key, DEFAULT_DO_KEY))
+            if found is not None:
+                return found
+        do_key = None if self.do is None else self.do_key
+
+        def run() -> DensePass:
+            # Scores beyond a narrow dtype give inf/NaN, as on a GPU; the app reports that
+            # once (attention.overflow_notice), not as NumPy warnings per chunk.
+            with np.errstate(over="ignore", invalid="ignore"):
+                return dense_pass(
+                    self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale,
+                    cap=cap, do=self.do,
+                )  # fmt: skip
+
+        return SHARED.value("dense", (*key, do_key), run)
+
+    def _tiled_key(self) -> tuple:
+        s = self.schedule  # not B_r: each row's closed form is its own
+        return (self.inputs_key, s.causal, self.scale, s.block_k, s.order, self.dtype)
+
+    def tiled_pass(self) -> TiledPass:
+        """The tiled lane's output, L and final state, shared as `dense_pass` is."""
+
+        def run() -> TiledPass:
+            with np.errstate(over="ignore", invalid="ignore"):
+                return tiled_pass(
+                    self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype
+                )
+
+        return SHARED.value("tiled", self._tiled_key(), run)
+
+    @property
+    def reference(self) -> np.ndarray:
+        """The float64 output softmax(S) V, every other path's reference."""
+        return self.summary().reference
+
+    @property
+    def tiled_output(self) -> np.ndarray:
+        """The tiled lane's O in its dtype (the recurrence's closed form; see full_pass)."""
+        return self.summary().tiled_output
+
+    @property
+    def lse(self) -> np.ndarray:
+        """L = m + log ℓ per row (−∞ for a row that sees no key)."""
+        return self.summary().lse
+
+    def scores_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Dense S[r0:r1, c0:c1] in float64 (−∞ where causally masked); the last few
+        regions asked for are kept, so a view asking again gets the same array."""
+        return self._memo("region", 6, ("S", r0, r1, c0, c1), lambda: self._scores(r0, r1, c0, c1))
+
+    def probs_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Dense P[r0:r1, c0:c1] = exp(S − rowmax) / rowsum, with the rows' full statistics."""
+        return self._memo("region", 6, ("P", r0, r1, c0, c1), lambda: self._probs(r0, r1, c0, c1))
+
+    def _scores(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        s = (self.q[r0:r1] @ self.k[c0:c1].T) * self.scale  # S = Q Kᵀ · scale
+        if self.schedule.causal:
+            mask = causal_mask(
+                np.arange(r0, r1), np.arange(c0, c1), self.schedule.n_q, self.schedule.n_k
+            )
+            s = np.where(mask, s, -np.inf)
+        s.setflags(write=False)
+        return s
+
+    def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        f = self.summary()
+        m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
+        p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
+        out = np.zeros_like(p)
+        np.divide(p, l, out=out, where=l > 0)  # a fully masked row has P = 0
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def scores(self) -> np.ndarray:
+        """The whole dense S (N_q × N_k float64): for small problems and tests; views ask
+        for regions or the display-resolution summary instead."""
+        return self._scores(0, self.schedule.n_q, 0, self.schedule.n_k)
+
+    @cached_property
+    def probs(self) -> np.ndarray:
+        """The whole dense P (N_q × N_k); see `scores`."""
+        return self._probs(0, self.schedule.n_q, 0, self.schedule.n_k)
+
+    def block_history(self, block: int) -> RowHistory:
+        """Query block `block`'s rows: m, ℓ, α, a and P̃ after each key tile, computed on
+        first use (compute.recurrence); the 16 blocks asked for last are kept."""
+        return self._memo(
+            "blocks",
+            HISTORY_BLOCKS,
+            block,
+            lambda: block_history(
+                self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
+            ),
+        )
+
+    def row_history(self, row: int) -> RowHistory:
+        """One query row's m, ℓ, α (T_c + 1,), a (T_c + 1, d_v) and P̃ (N_k,) after each key
+        tile (index 0 = before any), computed with its block on first use."""
+        block = row // self.schedule.block_q
+        h, r = self.block_history(block), row - self.schedule.rows(block)[0]
+        return RowHistory(h.m[r], h.l[r], h.a[r], h.alpha[r], h.p_tilde[r])
+
+    @cached_property
+    def _cursor(self) -> TileCursor:
+        return TileCursor(self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype)
+
+    def state_after_tiles(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, O = a/ℓ) of every row after key tiles 0..tiles−1, as Algorithm 1's HBM
+        holds them once each block has been written back."""
+        if tiles >= self.schedule.t_c:  # the end of the run: the full pass has it already
+            return self.summary().tiled_state
+        return self._cursor.state(tiles)
+
+    def block_state(self, block: int, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, a) of query block `block`'s rows after `tiles` key tiles.
+
+        From the block's history when it is at hand; under KV-outer, where every step
+        visits another block, from the all-rows state at that tile instead (a = ℓ · O), so
+        stepping through blocks never recomputes a block's whole history.
+        """
+        r0, r1 = self.schedule.rows(block)
+        if self.schedule.order == "kv-outer" and ("blocks", block) not in self._held():
+            m, l, o = self.state_after_tiles(tiles)  # noqa: E741
+            return m[r0:r1], l[r0:r1], o[r0:r1] * l[r0:r1, None]
+        h = self.block_history(block)
+        return h.m[:, tiles], h.l[:, tiles], h.a[:, tiles]
+
+    def p_tilde_tile(self, block: int, tile: int) -> np.ndarray:
+        """P̃_ij = exp(S_ij − m_new) of block i's rows and key tile j, as the recurrence
+        formed it (inputs rounded to the dtype, statistics dtype); from the block's history
+        when at hand, else computed for this tile alone (KV-outer, as in block_state)."""
+        c0, c1 = self.schedule.cols(tile)
+        if self.schedule.order == "q-outer" or ("blocks", block) in self._held():
+            return self.block_history(block).p_tilde[:, c0:c1]
+        return self._memo("p_tilde", 4, (block, tile), lambda: self._p_tilde(block, tile))
+
+    def _p_tilde(self, block: int, tile: int) -> np.ndarray:
+        s = self.schedule
+        (r0, r1), (c0, c1) = s.rows(block), s.cols(tile)
+        acc = stats_dtype(self.dtype)
+        q, k = (round_to(x, self.dtype).astype(acc) for x in (self.q[r0:r1], self.k[c0:c1]))
+        sc = (q @ k.T) * acc(self.scale)  # S_ij in the statistics dtype
+        if s.causal:
+            mask = causal_mask(np.arange(r0, r1), np.arange(c0, c1), s.n_q, s.n_k)
+            sc = np.where(mask, sc, acc(-np.inf))
+        m_new = self.state_after_tiles(tile + 1)[0][r0:r1]
+        p = np.exp(sc - np.where(np.isfinite(m_new), m_new, 0)[:, None])  # exp(S_ij − m_new)
+        p.setflags(write=False)
+        return p
+
+    def row_updates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """(step indices, key tile indices) at which the tiled lane updated `row`."""
+        return self.tiled_lane.steps_of("update", row // self.schedule.block_q)
+
+    def row_state(self, row: int, step: int) -> RowState:
+        """The tiled lane's state of `row` after step `step` (-1 = before the first step)."""
+        steps, tiles = self.row_updates(row)
+        n = int(np.searchsorted(steps, step, side="right"))
+        tile = int(tiles[n - 1]) + 1 if n else 0
+        h = self.row_history(row)
+        return RowState(tile, float(h.m[tile]), float(h.l[tile]), h.a[tile], float(h.alpha[tile]))
+
+    def dense_partial_output(self, block: int, tile: int) -> np.ndarray:
+        """The dense lane's O_i accumulator after key tiles 0..tile: Σ_{j ≤ tile} P_ij V_j.
+
+        Phase 3 of the dense lane reads P_ij and V_j tile by tile and sums them into O_i
+        on chip; after the last tile this is the reference output of the block's rows.
+        """
+        r0, r1 = self.schedule.rows(block)
+        c1 = self.schedule.cols(tile)[1]
+        return self._probs(r0, r1, 0, c1) @ self.v[:c1]
+
+    @property
+    def max_abs_error(self) -> float:
+        """Largest |tiled − reference| over the output."""
+        return float(
+            np.max(np.abs(self.tiled_output.astype(np.float64) - self.reference), initial=0.0)
+        )

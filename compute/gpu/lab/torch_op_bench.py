@@ -1,0 +1,200 @@
+"""The op as models call it: GPU-event time per call of `torch_attention` beside SDPA.
+
+Run on the GPU machine (needs torch and CuPy) to re-measure issue 31's table:
+
+    python -m compute.gpu.lab.torch_op_bench [--json FILE] [--reps 50] [--rounds 15]
+
+bfloat16, causal, d = 128, at (batch, heads, N) = (1, 8, 128), (4, 16, 1024), (2, 16, 4096).
+Inputs as transformer code passes them: (batch, heads, N, d) views of (batch, N, heads, d)
+memory ("strided"), and the same values made contiguous beforehand ("contiguous"). Paths:
+SDPA (torch's default backend choice) on both; ours through `torch_attention` (the eager
+autograd.Function) on both; ours through the torch.library op called directly (the path
+torch.compile traces; eager dispatch through it costs more); `torch_launch.forward`, the
+cached-plan launch with nothing around it; and `flash_attention` on CuPy views made
+beforehand (the kernel as the CuPy API launches it). Each time is CUDA events around `reps`
+back-to-back calls, divided by reps (so host cost shows wherever it exceeds the kernel's);
+the paths run interleaved, one block of reps each per round, and the median over rounds is
+reported, with the host time per call of the same blocks (perf_counter around the issue
+loop, before the end event). Forward + backward per call (autograd, upstream gradient
+contiguous) for SDPA and ours on strided inputs comes last. Every path's output is checked
+against SDPA's first (relative error under 1e-2). Prints a table; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHAPES = ((1, 8, 128), (4, 16, 1024), (2, 16, 4096))
+D = 128
+
+
+def _paths(torch, F, shape):
+    from compute.gpu import torch_attention, torch_launch
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.peers import cupy_view
+    from compute.gpu.torch_op import register_ops
+
+    register_ops()
+    b, h, n = shape
+    g = torch.Generator(device="cuda").manual_seed(b * h + n)
+    mem = [torch.randn(b, n, h, D, device="cuda", generator=g).to(torch.bfloat16) for _ in "qkv"]
+    strided = [t.transpose(1, 2) for t in mem]
+    contig = [t.contiguous() for t in strided]
+    views = [cupy_view(torch, t) for t in contig]
+    scale = D**-0.5
+    op = torch.ops.fa_explorer.attention_forward
+
+    def flash_cupy():
+        import cupy
+
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            return flash_attention(*views, causal=True)
+
+    paths = {
+        "sdpa_strided": lambda: F.scaled_dot_product_attention(*strided, is_causal=True),
+        "sdpa_contiguous": lambda: F.scaled_dot_product_attention(*contig, is_causal=True),
+        "ours_strided": lambda: torch_attention(*strided, is_causal=True),
+        "ours_contiguous": lambda: torch_attention(*contig, is_causal=True),
+        "ours_library_op_contiguous": lambda: op(*contig, True, scale, "top-left")[0],
+        "launch_plan_contiguous": lambda: torch_launch.forward(*contig, True, scale)[0],
+        "flash_attention_cupy": flash_cupy,
+    }
+    return paths, strided
+
+
+def _check(torch, paths) -> dict[str, float]:
+    from compute.gpu.peers import torch_view
+
+    ref = paths["sdpa_contiguous"]().double()
+    errs = {}
+    for name, fn in paths.items():
+        out = fn()
+        if not isinstance(out, torch.Tensor):
+            out = torch_view(torch, out)
+        err = float((out.double() - ref).norm() / ref.norm())
+        if not err < 1e-2:
+            raise SystemExit(f"{name} differs from SDPA by {err:.2e}: no timing of a wrong path.")
+        errs[name] = err
+    return errs
+
+
+def _time_block(torch, fn, reps: int) -> tuple[float, float]:
+    """(GPU-event ms per call, host ms per call) over reps back-to-back calls."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    host = (time.perf_counter() - t0) * 1e3 / reps
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps, host
+
+
+def _interleaved(torch, paths, reps: int, rounds: int) -> dict[str, dict[str, float]]:
+    for fn in paths.values():  # warm-up: compiles, plans, allocator caches
+        for _ in range(3):
+            fn()
+    samples = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, fn in paths.items():
+            samples[name].append(_time_block(torch, fn, reps))
+    return {
+        name: {
+            "gpu_ms_per_call": statistics.median(s[0] for s in got),
+            "gpu_ms_min": min(s[0] for s in got),
+            "gpu_ms_max": max(s[0] for s in got),
+            "host_ms_per_call": statistics.median(s[1] for s in got),
+        }
+        for name, got in samples.items()
+    }
+
+
+def _training_paths(torch, F, strided):
+    from compute.gpu import torch_attention
+
+    leaves = [t.detach().clone().requires_grad_() for t in strided]
+    do = torch.randn_like(strided[0].contiguous())
+
+    def step(attn):
+        def run():
+            out = attn(*leaves, is_causal=True)
+            out.backward(do)
+
+        return run
+
+    return {
+        "sdpa_strided_fwd_bwd": step(F.scaled_dot_product_attention),
+        "ours_strided_fwd_bwd": step(torch_attention),
+    }
+
+
+def import_for_gpu(tool: str, *names: str) -> tuple | None:
+    """The modules `names` (torch first), or None after one sentence on stderr saying what
+    is missing: a module, or a visible CUDA GPU."""
+    import importlib
+
+    try:
+        mods = tuple(importlib.import_module(name) for name in names)
+    except ImportError as exc:
+        print(f"{tool} needs {', '.join(names)} installed ({exc.name} is not).", file=sys.stderr)
+        return None
+    if not mods[0].cuda.is_available():
+        print(f"{tool} needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return None
+    return mods
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, default=Path("torch_op_h200.json"))
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args(argv)
+    mods = import_for_gpu("torch_op_bench", "torch")
+    if mods is None:
+        return 2
+    (torch,) = mods
+    F = torch.nn.functional
+    from compute.gpu.gpu_identity import identity
+
+    rows = []
+    for shape in SHAPES:
+        paths, strided = _paths(torch, F, shape)
+        errs = _check(torch, paths)
+        timed = _interleaved(torch, paths, args.reps, args.rounds)
+        timed.update(_interleaved(torch, _training_paths(torch, F, strided), 10, args.rounds))
+        for name, err in errs.items():
+            timed[name]["rel_err_vs_sdpa"] = err
+        rows.append({"batch": shape[0], "heads": shape[1], "n": shape[2], "paths": timed})
+    record = {
+        "what": "GPU-event time per call, bf16 causal d=128 (compute/gpu/lab/torch_op_bench.py)",
+        "gpu": identity(),
+        "torch": torch.__version__,
+        "reps": args.reps,
+        "rounds": args.rounds,
+        "rows": rows,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(record, indent=2) + "\n")
+    names = list(rows[0]["paths"])
+    print("ms per call (GPU events; host ms in brackets)")
+    print("B,H,N".ljust(12) + "".join(n[:26].rjust(28) for n in names))
+    for row in rows:
+        cells = "".join(
+            f"{p['gpu_ms_per_call']:.4f} [{p['host_ms_per_call']:.4f}]".rjust(28)
+            for p in row["paths"].values()
+        )
+        print(f"{row['batch']},{row['heads']},{row['n']}".ljust(12) + cells)
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,308 @@
+"""`compute.gpu.torch_attention`'s own logic on the CPU, with a float64 stand-in for the kernels.
+
+The stand-in has the kernels' contract (contiguous, 16-byte aligned tensors, K/V with q's
+heads, the causal mask bottom-right aligned, rows that see no key give zeros) and asserts
+it, so these tests check what the op adds on top: GQA by folding or repeating, SDPA's
+top-left causal mask with N_q != N_k, strided inputs, which tensors are passed without a
+copy, the torch.library registration (opcheck, fake tensors) and
+torch.compile(fullgraph=True) against eager. Results are compared with SDPA's math
+backend in float64 on fresh seeded inputs. Needs torch (CPU build is enough).
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from compute.gpu import torch_launch, torch_op  # noqa: E402
+from compute.gpu.torch_reference import attention_reference as _reference  # noqa: E402
+
+
+def _kernel_forward(q, k, v, causal, scale, o, lse):
+    _assert_contract(q, k, v, o)
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32 and lse.is_contiguous()
+    want_o, want_lse = _stand_in_forward(q, k, v, causal, scale)
+    o.copy_(want_o)
+    lse.copy_(want_lse)
+
+
+def _stand_in_forward(q, k, v, causal, scale):
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        rows = torch.arange(n_q)[:, None]
+        s = s.masked_fill(torch.arange(n_k)[None, :] > rows + n_k - n_q, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return (p @ v.double()).to(q.dtype), lse.float()
+
+
+def _kernel_backward(q, k, v, o, do, lse, causal, scale):
+    """FlashAttention's backward from the saved LSE (no autograd: the op's backward runs
+    below the autograd dispatch)."""
+    _assert_contract(q, k, v, o, do)
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    q, k, v, o, do = (t.double() for t in (q, k, v, o, do))
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        rows = torch.arange(n_q)[:, None]
+        s = s.masked_fill(torch.arange(n_k)[None, :] > rows + n_k - n_q, float("-inf"))
+    p = torch.exp(s - lse.double()[..., None]).nan_to_num(0.0)
+    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
+    dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do
+    return tuple(g.to(o.dtype) for g in (dq, dk, dv))
+
+
+def _assert_contract(*ts):
+    q = ts[0]
+    for t in ts:
+        assert t.is_contiguous() and t.data_ptr() % 16 == 0
+        assert t.shape[:2] == q.shape[:2] and t.shape[3] == q.shape[3]
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The kernels replaced by the float64 stand-in; records what each launch was given."""
+    seen = []
+
+    def fwd(*args):
+        seen.append(("forward", args))
+        return _kernel_forward(*args)
+
+    def bwd(*args):
+        seen.append(("backward", args))
+        return _kernel_backward(*args)
+
+    monkeypatch.setattr(torch_launch, "forward", fwd)
+    monkeypatch.setattr(torch_launch, "backward", bwd)
+    return seen
+
+
+def _inputs(b, h, hk, n_q, n_k, d, seed, layout="bhnd"):
+    """Seeded float32 q, k, v and dO; layout 'bnhd' gives SDPA-shaped views of
+    (batch, N, heads, d) memory, as transformer code passes them."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(b, n_q, h, d), (b, n_k, hk, d), (b, n_k, hk, d), (b, n_q, h, d)]
+    ts = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    ts = [t.transpose(1, 2) for t in ts]
+    return ts if layout == "bnhd" else [t.contiguous() for t in ts]
+
+
+def _run(q, k, v, do, **kw):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = torch_op.torch_attention(*leaves, **kw)
+    out.backward(do)
+    return [out.detach(), *(t.grad for t in leaves)]
+
+
+def _rel(got, want):
+    return float((got - want).norm() / want.norm().clamp_min(1e-300))
+
+
+# The stand-in computes in float64 and returns q's dtype: run these in float64 so the only
+# error left is the op's logic. (The public function refuses float64; call the inner path.)
+@pytest.fixture
+def float64_ok(monkeypatch):
+    real = torch_op._check
+
+    def check(torch_, q, k, v, *rest):
+        real(torch_, q.half(), k.half(), v.half(), *rest)
+
+    monkeypatch.setattr(torch_op, "_check", check)
+
+
+CASES = [
+    # (heads, kv heads, N_q, N_k, causal, align)
+    (4, 4, 77, 77, False, "top-left"),
+    (4, 4, 77, 77, True, "top-left"),
+    (8, 2, 50, 90, False, "top-left"),
+    (8, 1, 64, 64, True, "top-left"),
+    (8, 8, 33, 100, True, "top-left"),
+    (8, 2, 33, 100, True, "top-left"),
+    (8, 2, 100, 33, True, "bottom-right"),
+    (8, 8, 33, 100, True, "bottom-right"),
+    (8, 1, 40, 70, False, "bottom-right"),
+]
+
+
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize(("h", "hk", "n_q", "n_k", "causal", "align"), CASES)
+def test_matches_float64_sdpa_semantics(
+    stand_in, float64_ok, layout, h, hk, n_q, n_k, causal, align
+):
+    q, k, v, do = _inputs(2, h, hk, n_q, n_k, 64, seed=h * n_q + n_k, layout=layout)
+    kw = dict(is_causal=causal, enable_gqa=hk != h, causal_align=align)
+    got = _run(q, k, v, do, **kw)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    want = _reference(*leaves, causal, 64**-0.5, align)
+    want.backward(do)
+    if align == "top-left" and hk == h:  # SDPA itself, where it takes the case
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        assert _rel(want.detach(), sdpa) < 1e-12
+    wants = [want.detach(), *(t.grad for t in leaves)]
+    for name, g, w in zip("O dQ dK dV".split(), got, wants, strict=True):
+        assert g.shape == w.shape, name
+        tol = 1e-12 if name == "O" else 1e-6  # the backward reads the float32 LSE
+        assert _rel(g, w) < tol, f"{name}: {_rel(g, w):.2e}"
+    assert got[0].is_contiguous()
+    assert torch.equal(torch_op.torch_attention(q, k, v, **kw), got[0])  # no-grad path
+
+
+def test_no_copies_where_the_kernels_read_the_tensors(stand_in, float64_ok):
+    """Contiguous q, k, v reach the kernel as they are; GQA without a mask folds the group
+    into q's rows (a view of q, K and V untouched); strided inputs are copied once."""
+    q, k, v, do = _inputs(1, 8, 2, 40, 40, 64, seed=3)
+    _run(q, k, v, do, enable_gqa=True)
+    (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, *_)) = stand_in
+    assert fq.shape == (1, 2, 4 * 40, 64) and fk.shape == (1, 2, 40, 64)
+    # the leaves are clones of q, k, v inside _run: compare with the forward's own inputs
+    assert bk.data_ptr() == fk.data_ptr() and bv.data_ptr() == fv.data_ptr()
+    assert bq.data_ptr() == fq.data_ptr()
+    stand_in.clear()
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    torch_op.torch_attention(*leaves, enable_gqa=True)
+    ((_, (fq, fk, fv, *_)),) = stand_in
+    assert [t.data_ptr() for t in (fq, fk, fv)] == [t.data_ptr() for t in leaves]
+    stand_in.clear()
+    qs, ks, vs, _ = _inputs(1, 4, 4, 40, 40, 64, seed=4, layout="bnhd")
+    torch_op.torch_attention(qs, ks, vs)
+    ((_, (fq, fk, fv, *_)),) = stand_in
+    assert all(t.is_contiguous() for t in (fq, fk, fv))
+    assert fq.data_ptr() != qs.data_ptr()
+
+
+def test_refusals_are_one_sentence():
+    q = torch.randn(1, 4, 64, 64, dtype=torch.float16)
+    k = torch.randn(1, 2, 32, 64, dtype=torch.float16)
+    attn = torch_op.torch_attention
+    with pytest.raises(ValueError, match="^q has 4 heads and k, v 2: pass enable_gqa=True"):
+        attn(q, k, k)
+    with pytest.raises(ValueError, match=r"^is_causal top-left \(SDPA's\) with N_q > N_k"):
+        attn(q, k, k, is_causal=True, enable_gqa=True)
+    with pytest.raises(ValueError, match="^causal_align must be one of"):
+        attn(q, q, q, is_causal=True, causal_align="centre")
+    with pytest.raises(ValueError, match="^head dim d must be one of"):
+        attn(q[..., :32], q[..., :32], q[..., :32])
+    with pytest.raises(TypeError, match="float16 or all bfloat16"):
+        attn(q.float(), q.float(), q.float())
+    with pytest.raises(ValueError, match="^shapes do not agree"):
+        attn(q, q, k, enable_gqa=True)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        attn(q, q, q)  # the launcher's own check, first thing it does
+
+
+def test_library_op_passes_opcheck(stand_in, float64_ok):
+    torch_op.register_ops()
+    q, k, v, do = _inputs(1, 4, 2, 40, 56, 64, seed=9)
+    op = torch.ops.fa_explorer.attention_forward
+    for causal, align in ((False, "top-left"), (True, "top-left"), (True, "bottom-right")):
+        args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), causal, 0.125, align)
+        torch.library.opcheck(op, args)
+
+
+def test_compile_fullgraph_matches_eager(stand_in, float64_ok):
+    """A small attention block compiled with fullgraph=True: same output and gradients."""
+    q, k, v, do = _inputs(2, 8, 2, 48, 48, 64, seed=11, layout="bnhd")
+
+    def block(q, k, v):
+        o = torch_op.torch_attention(q * 1.5, k, v, is_causal=True, enable_gqa=True)
+        return o.transpose(1, 2).sin()
+
+    eager = _run_fn(block, q, k, v, do)
+    compiled = _run_fn(torch.compile(block, fullgraph=True, backend="aot_eager"), q, k, v, do)
+    for e, c in zip(eager, compiled, strict=True):
+        assert _rel(c, e) < 1e-12
+
+
+def _run_fn(fn, q, k, v, do):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(do.transpose(1, 2))
+    return [out.detach(), *(t.grad for t in leaves)]
+
+
+def test_compile_first_registers_the_ops():
+    """torch.compile(fullgraph=True) before any eager call: the registration runs at trace
+    time (fake tensors, so no kernel is needed)."""
+    code = (
+        "import torch\n"
+        "from compute.gpu import torch_launch, torch_op\n"
+        "torch_launch.forward = lambda q, k, v, c, s, o, lse: (o.copy_(q * 2), lse.zero_())\n"
+        "f = torch.compile(lambda q: torch_op.torch_attention(q, q, q, is_causal=True),"
+        " fullgraph=True, backend='aot_eager')\n"
+        "q = torch.ones(1, 2, 64, 64, dtype=torch.float16)\n"
+        "print(torch_op._OPS_READY, bool((f(q) == 2).all()), torch_op._OPS_READY)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "False True True"
+
+
+def test_transformers_llama_with_the_backend_matches_sdpa(stand_in, float64_ok):
+    """A 2-layer Llama with GQA (4 query heads, 2 K/V heads) through the registered backend:
+    the loss and every parameter's gradient equal those with attn_implementation='sdpa'."""
+    transformers = pytest.importorskip("transformers")
+    from compute.gpu.transformers_backend import register
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    build = transformers.LlamaForCausalLM._from_config  # each model its own config (it sets it)
+    ref = build(copy.deepcopy(cfg), attn_implementation="sdpa").double()
+    ours = build(copy.deepcopy(cfg), attn_implementation=register()).double()
+    ours.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for model in (ref, ours):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss.detach())
+    assert [kind for kind, _ in stand_in] == ["forward"] * 2 + ["backward"] * 2  # ours ran
+    assert abs(float(losses[0] - losses[1])) < 1e-9 * float(losses[0])
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters(), strict=True):
+        assert _rel(q.grad, p.grad) < 1e-6, name
+    padded = torch.ones_like(ids)
+    padded[0, :5] = 0
+    with pytest.raises(ValueError, match="^the fa_explorer attention takes no explicit mask"):
+        ours(input_ids=ids, attention_mask=padded)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_cupy_alias_describes_the_tensor_memory(dtype):
+    """The backward's CuPy alias of a tensor: its address, shape, strides in bytes, bf16 as
+    uint16 bits, and the memory extent the strides reach (CuPy needs no GPU to build it; the
+    address is made up, nothing reads it here)."""
+    cupy = pytest.importorskip("cupy")
+    from types import SimpleNamespace
+
+    t = torch.zeros(2, 5, 4, 64, dtype=getattr(torch, dtype)).transpose(1, 2)[:, :3]
+
+    class Fake(SimpleNamespace):  # a tensor's attributes, weak-referenceable
+        pass
+
+    fake = Fake(
+        dtype=t.dtype, shape=t.shape, stride=t.stride, element_size=t.element_size,
+        numel=t.numel, data_ptr=lambda: 1 << 20, device=SimpleNamespace(index=0),
+    )  # fmt: skip
+    a = torch_launch.cupy_alias(torch, fake)
+    alive = weakref.ref(fake)
+    del fake
+    size = t.element_size()
+    assert a.shape == tuple(t.shape) and a.data.ptr == 1 << 20
+    assert a.dtype == (cupy.uint16 if dtype == "bfloat16" else getattr(cupy, dtype))
+    assert a.strides == tuple(s * size for s in t.stride())
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    assert a.data.mem.size == (last + 1) * size
+    assert alive() is not None  # the alias holds the tensor
+    del a
+    assert alive() is None

@@ -1,0 +1,121 @@
+"""compute.numbers: numbers cached by what they depend on, bit-identical to a fresh build.
+
+Traces of the same inputs key share the dense lane's pass (inputs and mask only) and the
+tiled lane's (plus B_c, order, dtype); whatever order the configurations come in, every
+number a trace shows equals, bit for bit, the one a trace with a private key computes.
+The dense pass's fused backward equals the standard backward computed whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compute import DTYPES, ORDERS, attention_backward, build_trace, random_inputs
+from compute.backward_rows import default_do
+from compute.full_pass import dense_pass
+from compute.numbers import SHARED, NumberCache
+
+configs = st.fixed_dictionaries(
+    {
+        "block_q": st.integers(1, 20),
+        "block_k": st.integers(1, 20),
+        "order": st.sampled_from(ORDERS),
+        "dtype": st.sampled_from(DTYPES),
+        "pass_name": st.sampled_from(["forward", "backward", "training"]),
+    }
+)
+
+
+def numbers(trace) -> list[np.ndarray]:
+    """Every array a view reads from the trace's summaries."""
+    f = trace.summary()
+    out = [f.row_max, f.row_sum, f.reference, f.tiled_output, f.lse, *f.tiled_state]
+    out += [f.scores_small.values, f.probs_small.values, f.scores_sample, f.probs_sample]
+    if trace.do is not None:
+        b = trace.backward_summary(256)
+        out += [b.dp_small.values, b.ds_small.values, b.sample, *b.gradients]
+        out += [*b.tiled_gradients, trace.reference_D, trace.backward_D]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_q=st.integers(1, 30),
+    n_k=st.integers(1, 30),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+    first=configs,
+    visits=st.lists(configs, min_size=1, max_size=4),
+)
+def test_cached_numbers_are_bit_identical_to_a_fresh_build(n_q, n_k, causal, seed, first, visits):
+    SHARED.clear()
+    r = random_inputs(n_q, 3, 2, n_k=n_k, seed=seed)
+    key = ("test inputs", seed, n_q, n_k)
+    for cfg in [*visits, first]:  # fill the cache in any order, then ask for `first`
+        cached = build_trace(r.q, r.k, r.v, causal=causal, inputs_key=key, **cfg)
+        fresh = build_trace(r.q, r.k, r.v, causal=causal, **cfg)  # a private key
+        mine, theirs = numbers(cached), numbers(fresh)
+        assert len(mine) == len(theirs)
+        for a, b in zip(mine, theirs, strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+    assert SHARED.hits > 0  # the last trace found what the others made
+
+
+def test_a_different_key_is_never_shared():
+    SHARED.clear()
+    a, b = random_inputs(12, 3, 3, seed=1), random_inputs(12, 3, 3, seed=2)
+    ta = build_trace(a.q, a.k, a.v, block_q=4, block_k=4, inputs_key=("x", 1))
+    tb = build_trace(b.q, b.k, b.v, block_q=4, block_k=4, inputs_key=("x", 2))
+    assert not np.array_equal(ta.reference, tb.reference)
+    # Same key, other blocks: the dense pass is reused (one computed), the tiled one not.
+    tc = build_trace(a.q, a.k, a.v, block_q=3, block_k=5, inputs_key=("x", 1))
+    np.testing.assert_array_equal(tc.reference, ta.reference)
+    assert SHARED.held("dense") == 2 and SHARED.held("tiled") == 3
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n_q=st.integers(1, 40),
+    n_k=st.integers(1, 40),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+    chunk_rows=st.integers(1, 9),
+)
+def test_the_fused_dense_backward_equals_the_standard_one(n_q, n_k, causal, seed, chunk_rows):
+    import compute.full_pass as fp
+
+    r = random_inputs(n_q, 4, 3, n_k=n_k, seed=seed)
+    do = default_do(n_q, 3)
+    old = fp.CHUNK_ELEMENTS
+    fp.CHUNK_ELEMENTS = n_k * chunk_rows  # streamed in chunks of a few rows
+    try:
+        streamed = dense_pass(r.q, r.k, r.v, causal=causal, scale=0.5, cap=8, do=do)
+    finally:
+        fp.CHUNK_ELEMENTS = old
+    whole = dense_pass(r.q, r.k, r.v, causal=causal, scale=0.5, cap=8)
+    np.testing.assert_allclose(streamed.reference, whole.reference, rtol=1e-13, atol=1e-14)
+    g = attention_backward(r.q, r.k, r.v, do, causal=causal, scale=0.5, method="dense")
+    for mine, ref in zip(streamed.backward.gradients, g, strict=True):
+        np.testing.assert_allclose(mine, ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        streamed.backward.D, np.sum(do * whole.reference, axis=1), rtol=1e-12, atol=1e-14
+    )
+
+
+def test_the_cache_keeps_the_newest_entries():
+    c = NumberCache(entries=2)
+    for i in range(3):
+        assert c.value("k", i, lambda i=i: [i]) == [i]
+    assert c.held("k") == 2 and c.get("k", 0) is None and c.get("k", 2) == [2]
+
+
+def test_the_cache_holds_at_most_its_bytes_and_always_the_newest():
+    c = NumberCache(entries=10, max_bytes=100)
+    for i in range(3):
+        c.put("a" if i % 2 else "b", i, np.zeros(5))  # 40 bytes each
+    assert c.bytes_held <= 100 and c.get("b", 2) is not None
+    c.put("a", "big", np.zeros(50))  # 400 bytes: over on its own, kept as the newest
+    assert c.get("a", "big") is not None and c.bytes_held == 400
