@@ -8,7 +8,6 @@ QSettings persistence and error dialogs. Side panels (the GPU panel) join throug
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, QRect, QSettings, Qt
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from compute.attention import overflow_notice
+from desktop import version
 from desktop.lanes.legend import Legend
 from desktop.lanes.view import LaneView
 from desktop.panels.controls import ControlsPanel
@@ -80,10 +80,7 @@ ABOUT = (
 
 def app_version() -> str:
     """The installed package's version (what a bug report should quote)."""
-    try:
-        return metadata.version("flash-attention-explorer")
-    except metadata.PackageNotFoundError:
-        return "(not installed)"
+    return version()
 
 
 def initial_geometry(available: QRect) -> QRect:
