@@ -123,6 +123,7 @@ class StatsPanel(FollowsPalette, QWidget):
         grid = QGridLayout()
         grid.addWidget(QLabel("Query row"), 0, 0)
         grid.addWidget(self.row_spin, 0, 1)
+
         jumps = QHBoxLayout()
         for text, direction, tip in (
             ("‹ tile", -1, "Previous step that updated this row (Ctrl+Left)"),
@@ -133,6 +134,7 @@ class StatsPanel(FollowsPalette, QWidget):
             b.setToolTip(tip)
             b.clicked.connect(lambda _c=False, d=direction: self.sigTileJump.emit(d))
             jumps.addWidget(b)
+            self._jump_buttons = [*getattr(self, "_jump_buttons", []), b]
         self.whole_run = QCheckBox("whole run")
         self.whole_run.setToolTip(
             "Plot every step of the run; unchecked, the plots show the steps that update "
@@ -157,6 +159,14 @@ class StatsPanel(FollowsPalette, QWidget):
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
         return grid
+
+    def as_slide(self) -> None:
+        """Lay out as an exported picture: the row said in words, no live controls
+        (a spin box and "‹ tile" buttons on a slide are things nobody can press)."""
+        for w in (self.whole_run, *self._jump_buttons):
+            w.hide()
+        for spin in (self.row_spin, self.backward.key_spin):
+            as_text(spin)
 
     def _readout_name(self, key: str) -> str:
         dtype = self.state.trace.dtype if self.state.trace is not None else "dtype"
@@ -233,6 +243,7 @@ class StatsPanel(FollowsPalette, QWidget):
         with QSignalBlocker(self.row_spin):
             self.row_spin.setRange(0, trace.schedule.n_q - 1)
             self.row_spin.setValue(row)
+
         forward = trace.pass_name != "backward"  # a backward alone shows no forward state
         for w in (self.plots, self.components_label, *self._forward_widgets):
             w.setVisible(forward)
@@ -328,6 +339,14 @@ class StatsPanel(FollowsPalette, QWidget):
         self.labels["a"].setText(fmt_vec(core.a))
         out = "— (no keys yet)" if core.l <= 0 else fmt_vec(core.partial_output)
         self.labels["out"].setText(out)
+
+
+def as_text(spin: QSpinBox) -> None:
+    """A spin box drawn as its number: no frame, no arrows, not editable."""
+    spin.setButtonSymbols(QSpinBox.ButtonSymbols.NoButtons)
+    spin.setFrame(False)
+    spin.setReadOnly(True)
+    spin.setStyleSheet("QSpinBox { background: transparent; }")
 
 
 def _cache_lines(line: pg.PlotDataItem) -> None:
