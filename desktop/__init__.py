@@ -3,3 +3,13 @@
 This package's __init__ and `cli` import no Qt, so `flash-explorer ledger` and
 `flash-explorer bench` run on a GPU server with no display and no PySide6.
 """
+
+
+def version() -> str:
+    """The installed package's version (what a bug report should quote)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("flash-attention-explorer")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"

@@ -87,10 +87,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
     head = ranged_int(1, HEAD_MAX)
     add_problem_flags(
         g, count=positive_int, head=head, n=6, d=2, block=2, dtypes=DTYPES, dtype="float64",
-        dtype_help="tiled lane precision",
+        dtype_help="precision the tiled lane computes in; both lanes store O in it",
     )  # fmt: skip
     g.add_argument("--save-lse", action="store_true", help="write L = m + log ℓ per row")
-    g.add_argument("--sram", type=ranged_int(1, SRAM_MAX), help="SRAM capacity M in elements")
+    g.add_argument(
+        "--sram",
+        type=ranged_int(1, SRAM_MAX),
+        help="SRAM capacity M in elements (default: not set, so nothing is checked against it)",
+    )
     if inputs:
         add_pass_argument(
             g, "which pass the lanes animate: forward, backward or training (default forward)"
@@ -98,22 +102,26 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
         g.add_argument(
             "--input",
             default="seed",
-            help="seed (the reference example's vectors), random, or a .npy/.npz file (default seed)",
+            help="reference (the reference example's vectors; 'seed' is the same), random, or a "
+            ".npy/.npz file (default reference)",
         )
         g.add_argument(
-            "--seed", type=ranged_int(0, SEED_MAX), default=0, help="seed for --input random"
+            "--seed",
+            type=ranged_int(0, SEED_MAX),
+            default=0,
+            help="random-number seed for --input random (default 0)",
         )
         g.add_argument(
             "--input-scale",
             type=ranged_float(*INPUT_SCALE_RANGE),
             default=1.0,
-            help="scale of random Q and K",
+            help="scale of random Q and K (default 1)",
         )
         g.add_argument(
             "--row",
             type=ranged_int(0, POSITIONS_MAX - 1),
             default=0,
-            help="selected query row (default 0)",
+            help="selected query row, 0-based as the lanes number rows (default 0)",
         )
 
 
@@ -127,6 +135,8 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
     d_v = args.d if args.dv is None else args.dv
     n_keys = args.n_keys
     source, path = getattr(args, "input", "seed"), ""
+    if source == "reference":  # the user's word for it; "seed" stays for old commands
+        source = "seed"
     if (
         source == "seed"
         and (args.n, args.n if n_keys is None else n_keys, args.d, d_v) != SEED_SIZES

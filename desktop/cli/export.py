@@ -34,7 +34,12 @@ def _common_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = OneLineParser(prog=prog, description=description)
     add_config_arguments(parser)
     parser.add_argument("--open", metavar="FILE", help="open Q, K, V from a .npy or .npz file")
-    parser.add_argument("--out", required=True, metavar="FILE", help="the file to write")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the file to write; its extension picks the format (.png, .svg, .pdf, .gif, .mp4)",
+    )
     return parser
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from desktop.cli.args import OneLineParser, add_config_arguments, requested_config
 from desktop.cli.session import SCREEN_SIZE, has_display, quiet_platform_notes
+from desktop.cli.x11_check import x11_problem
 from desktop.state.config import Config
 
 CONFIG_FLAGS = (
@@ -64,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
                 "--screenshot or `flash-explorer export` for headless output.",
                 file=sys.stderr,
             )
+            return 2
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a screenshot needs no screen
+    if problem := x11_problem():  # before Qt, whose xcb plugin would abort the process
+        if not args.screenshot:
+            print(f"flash-explorer: error: {problem}", file=sys.stderr)
             return 2
         os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a screenshot needs no screen
     if args.screenshot:

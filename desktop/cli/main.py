@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from compute import DIRECTIONS, InputError, Ledger
+from desktop import version
 from desktop.cli.args import (
     OneLineParser,
     add_config_arguments,
@@ -141,7 +142,8 @@ USAGE = """usage: flash-explorer [GUI flags]            open the explorer (defau
        flash-explorer export-ledger --out FILE  write the ledger as PNG, SVG, PDF, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
        flash-explorer bench-gui [flags]         time the window offscreen: change, frame
-Run any command with --help for its flags."""
+Run `flash-explorer gui --help` for the GUI flags, any other command with --help for its
+flags, and `flash-explorer --version` for the version."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
+    if argv and argv[0] in ("-V", "--version"):
+        print(f"flash-explorer {version()}")
+        return 0
+    if argv and argv[0] == "gui":  # `flash-explorer gui [flags]`: the GUI by its name
+        return run_gui(argv[1:])
     command = SUBCOMMANDS.get(argv[0], run_gui) if argv else run_gui
     try:
         status = command(argv[1:] if command is not run_gui else argv)

@@ -326,7 +326,7 @@ class LaneCanvas:
             lane.paint_step(p)
             p.restore()
         if self.lines:
-            self._paint_footer(p, frame.trace.steps[frame.step].describe(), fraction)
+            self._paint_footer(p, step_caption(frame.trace, frame.step, self.target), fraction)
         p.restore()
 
     def _paint_footer(self, p: QPainter, caption: str, fraction: float | None) -> None:
@@ -371,3 +371,13 @@ def grid_shape(n: int) -> tuple[int, int]:
     """Columns and rows for n storyboard panels: as square as possible, filled row by row."""
     cols = max(1, math.ceil(math.sqrt(n)))
     return cols, math.ceil(n / cols)
+
+
+def step_caption(trace: Trace, step: int, target: str) -> str:
+    """The footer's sentence: the step of both lanes, or of the one lane a frame shows
+    (a tiled lane's frame said what the dense lane did)."""
+    k = trace.steps[step]
+    if target not in ("dense", "tiled"):
+        return k.describe()
+    action = k.dense if target == "dense" else k.tiled
+    return f"Step {step + 1}. {target}: {action.label if action is not None else 'done'}"

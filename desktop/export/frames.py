@@ -105,6 +105,8 @@ def view_widget(window, target: str, size: tuple[int, int] | None) -> Iterator[Q
     panel = type(widget)(state)
     panel.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
     panel.setPalette(widget.palette())
+    if hasattr(panel, "as_slide"):
+        panel.as_slide()  # a picture: no spin boxes or buttons on it
     panel.resize(max(1, round(size[0] / zoom)), max(1, round(size[1] / zoom)))
     panel.show()
     state.adopt(window.state)  # its signals fill the panel

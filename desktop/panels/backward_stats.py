@@ -73,6 +73,7 @@ class BackwardStats(FollowsPalette, QGroupBox):
         item.setLabel("bottom", "step (1-based, as the playback bar)")
         item.setMenuEnabled(False)
         item.hideButtons()
+        item.setMouseEnabled(x=False, y=False)  # the view follows the data, not the wheel
         self._marker = pg.InfiniteLine(
             angle=90, pen=pg.mkPen((128, 128, 128), width=1.5, style=Qt.PenStyle.DashLine)
         )

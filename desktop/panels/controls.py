@@ -32,7 +32,7 @@ import compute
 from desktop.state.app_state import AppState
 from desktop.state.config import D_MAX, N_MAX, Config, paper_blocks
 
-INPUT_LABELS = {"seed": "Seed example", "random": "Seeded random", "file": "File…"}
+INPUT_LABELS = {"seed": "Reference example", "random": "Seeded random", "file": "File…"}
 PASS_LABELS = {"forward": "Forward", "backward": "Backward", "training": "Training step"}
 
 

@@ -231,6 +231,10 @@ class LedgerPanel(FollowsPalette, QWidget):
         # what pyqtgraph adds once a curve passes 10⁹ (a training step at large N).
         item.getAxis("left").enableAutoSIPrefix(False)
         item.setMenuEnabled(False)
+        # A figure, not a canvas: the wheel zoomed it to 10⁻²⁶², and only a tiny "A"
+        # button brought it back. The view follows the data; the wheel scrolls the panel.
+        item.setMouseEnabled(x=False, y=False)
+        item.hideButtons()
         self._lines = {
             k: item.plot([], [], pen=pg.mkPen(colour, width=w, style=style))
             for k, (colour, w, style, _name) in PENS.items()

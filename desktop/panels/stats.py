@@ -92,6 +92,13 @@ class StatsPanel(FollowsPalette, QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(grid)
         layout.addWidget(self.plots, 1)
+        # Which colour is which component of a and a/ℓ (the plots draw no legend over
+        # the curves).
+        self.components_label = QLabel()
+        self.components_label.setObjectName("components_legend")
+        self.components_label.setWordWrap(True)
+        self.components_label.setTextFormat(Qt.TextFormat.RichText)
+        layout.addWidget(self.components_label)
         self.backward = BackwardStats(state)  # shown in the backward and a training step
         self.backward.hide()
         layout.addWidget(self.backward, 1)
@@ -116,6 +123,7 @@ class StatsPanel(FollowsPalette, QWidget):
         grid = QGridLayout()
         grid.addWidget(QLabel("Query row"), 0, 0)
         grid.addWidget(self.row_spin, 0, 1)
+
         jumps = QHBoxLayout()
         for text, direction, tip in (
             ("‹ tile", -1, "Previous step that updated this row (Ctrl+Left)"),
@@ -126,6 +134,7 @@ class StatsPanel(FollowsPalette, QWidget):
             b.setToolTip(tip)
             b.clicked.connect(lambda _c=False, d=direction: self.sigTileJump.emit(d))
             jumps.addWidget(b)
+            self._jump_buttons = [*getattr(self, "_jump_buttons", []), b]
         self.whole_run = QCheckBox("whole run")
         self.whole_run.setToolTip(
             "Plot every step of the run; unchecked, the plots show the steps that update "
@@ -151,6 +160,14 @@ class StatsPanel(FollowsPalette, QWidget):
         grid.setColumnStretch(3, 1)
         return grid
 
+    def as_slide(self) -> None:
+        """Lay out as an exported picture: the row said in words, no live controls
+        (a spin box and "‹ tile" buttons on a slide are things nobody can press)."""
+        for w in (self.whole_run, *self._jump_buttons):
+            w.hide()
+        for spin in (self.row_spin, self.backward.key_spin):
+            as_text(spin)
+
     def _readout_name(self, key: str) -> str:
         dtype = self.state.trace.dtype if self.state.trace is not None else "dtype"
         return {"dense": f"dense O ({dtype})"}.get(key, READOUT_NAMES[key])
@@ -170,6 +187,7 @@ class StatsPanel(FollowsPalette, QWidget):
             # for 60 fps playback (measured offscreen, desktop.cli.bench_gui).
             item.setMenuEnabled(False)
             item.hideButtons()
+            item.setMouseEnabled(x=False, y=False)  # the view follows the step, not the wheel
             if k:
                 item.setXLink(self._items["m"])
             if k < len(PLOTS) - 1:
@@ -225,8 +243,9 @@ class StatsPanel(FollowsPalette, QWidget):
         with QSignalBlocker(self.row_spin):
             self.row_spin.setRange(0, trace.schedule.n_q - 1)
             self.row_spin.setValue(row)
+
         forward = trace.pass_name != "backward"  # a backward alone shows no forward state
-        for w in (self.plots, *self._forward_widgets):
+        for w in (self.plots, self.components_label, *self._forward_widgets):
             w.setVisible(forward)
         self._set_outputs(trace, row)
         if not forward:  # the row's online-softmax history would only feed hidden plots
@@ -244,6 +263,7 @@ class StatsPanel(FollowsPalette, QWidget):
         ref = trace.reference[row]
         span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
         d_v = trace.schedule.d_v
+        self.components_label.setText(components_legend(d_v))
         if d_v <= MAX_COLOURED:
             # One coloured curve per component; the same colour for a, a/ℓ and its target.
             for k, curve in enumerate(self._curves_for("a", d_v)):
@@ -321,6 +341,14 @@ class StatsPanel(FollowsPalette, QWidget):
         self.labels["out"].setText(out)
 
 
+def as_text(spin: QSpinBox) -> None:
+    """A spin box drawn as its number: no frame, no arrows, not editable."""
+    spin.setButtonSymbols(QSpinBox.ButtonSymbols.NoButtons)
+    spin.setFrame(False)
+    spin.setReadOnly(True)
+    spin.setStyleSheet("QSpinBox { background: transparent; }")
+
+
 def _cache_lines(line: pg.PlotDataItem) -> None:
     """Keep a line's pixels between repaints: the step marker moves every playback frame,
     and redrawing the step curves under it (64 components bundled: ~260 k points at
@@ -328,6 +356,22 @@ def _cache_lines(line: pg.PlotDataItem) -> None:
     pen or the view range changes; zoom_window moves the range in quarter-span jumps, so
     during playback that is every few frames at most."""
     line.curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+
+
+def components_legend(d_v: int) -> str:
+    """Rich text naming the colour of each component of a and a/ℓ (one colour for all
+    when there are more than MAX_COLOURED)."""
+    if d_v > MAX_COLOURED:
+        return (
+            f"a, a/ℓ: all {d_v} components in one colour; "
+            "<span style='color:#c85040'>╍╍</span> their float64 targets"
+        )
+    marks = " ".join(
+        f"<span style='white-space:nowrap'><span style='color:"
+        f"{pg.intColor(k, hues=MAX_COLOURED).name()}; font-weight:bold'>━━</span>&nbsp;{k}</span>"
+        for k in range(d_v)
+    )
+    return f"a, a/ℓ components: {marks} (dashed: targets)"
 
 
 def error_text(row_error: float, all_error: float, dtype: str) -> str:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QProgressDialog,
     QSpinBox,
@@ -151,6 +152,28 @@ class StoryboardOptions(_Options):
         settings.setValue("export/theme", self.theme.currentData())
 
 
+DEFAULT_FRAMES = 240  # a default clip: 40 s at 6 frames per second
+
+
+def default_range(n_steps: int, step: int, hold: int) -> tuple[int, int]:
+    """The 1-based steps a new animation covers: from the current step (the first, at
+    the last), about DEFAULT_FRAMES frames, never past the run."""
+    first = 1 if step >= n_steps - 1 else step + 1
+    last = min(n_steps, first + max(1, DEFAULT_FRAMES // max(1, hold)) - 1)
+    return first, last
+
+
+def clip_length(seconds: float) -> str:
+    """A clip's length in words: '40 s', '12 min 5 s', '1 h 3 min'."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{seconds:.3g} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 class AnimationOptions(_Options):
     def __init__(self, parent: QWidget, settings: QSettings, n_steps: int, step: int) -> None:
         super().__init__(parent, "Export animation")
@@ -159,7 +182,12 @@ class AnimationOptions(_Options):
         }
         self.view = _combo(anim_views, str(settings.value("export/anim_view", "both")))
         self.first, self.last = QSpinBox(), QSpinBox()
-        for box, value in ((self.first, 1), (self.last, n_steps)):
+        # A clip, not the whole run: at N = 256 the run is 33,152 steps, 66k frames and
+        # most of an hour of writing. The range starts at the current step.
+        first, last = default_range(
+            n_steps, step, read_value(settings, "export/hold", parse_row, 2)
+        )
+        for box, value in ((self.first, first), (self.last, last)):
             box.setRange(1, n_steps)
             box.setValue(value)
         self.first.setToolTip("First step to export (1-based, as the playback bar counts)")
@@ -182,7 +210,27 @@ class AnimationOptions(_Options):
         self.form.addRow("Frames per step", self.hold)
         self.form.addRow("Size", self.preset)
         self.form.addRow("Theme", self.theme)
+        # What the choice makes, before it is made: frames and the clip's length.
+        self.summary = QLabel()
+        self.summary.setObjectName("animation_summary")
+        self.summary.setWordWrap(True)
+        self.form.addRow(self.summary)
+        for box in (self.first, self.last, self.hold):
+            box.valueChanged.connect(self._summarise)
+        self.fps.valueChanged.connect(self._summarise)
+        self._summarise()
         self.finish()
+
+    def frame_count(self) -> int:
+        first, last = sorted((self.first.value(), self.last.value()))
+        return (last - first + 1) * self.hold.value()
+
+    def _summarise(self) -> None:
+        frames = self.frame_count()
+        self.summary.setText(
+            f"{frames:,} frames: {clip_length(frames / self.fps.value())} "
+            f"at {self.fps.value():g} frames per second."
+        )
 
     def size(self) -> tuple[int, int]:  # noqa: D401 (Qt-style accessor)
         return preset_size(self.preset.currentData())

@@ -8,7 +8,6 @@ QSettings persistence and error dialogs. Side panels (the GPU panel) join throug
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, QRect, QSettings, Qt
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from compute.attention import overflow_notice
+from desktop import version
 from desktop.lanes.legend import Legend
 from desktop.lanes.view import LaneView
 from desktop.panels.controls import ControlsPanel
@@ -81,10 +81,7 @@ ABOUT = (
 
 def app_version() -> str:
     """The installed package's version (what a bug report should quote)."""
-    try:
-        return metadata.version("flash-attention-explorer")
-    except metadata.PackageNotFoundError:
-        return "(not installed)"
+    return version()
 
 
 def initial_geometry(available: QRect) -> QRect:
@@ -317,7 +314,7 @@ class MainWindow(QMainWindow):
         )
         self.tabifyDockWidget(self.docks[beside], dock)
         self.docks[beside].raise_()
-        self._view_menu.addAction(dock.toggleViewAction())
+        self._view_menu.insertAction(self.panels_separator, dock.toggleViewAction())
         return dock
 
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
@@ -353,7 +350,7 @@ class MainWindow(QMainWindow):
 
     # ---- behaviour -----------------------------------------------------------------
     def _show_title(self, cfg: Config) -> None:
-        source = {"seed": "seed example", "random": f"random (seed {cfg.seed})"}.get(
+        source = {"seed": "reference example", "random": f"random (seed {cfg.seed})"}.get(
             cfg.input, Path(cfg.file).name
         )
         # Qt appends the application's display name ("— FlashAttention Explorer").

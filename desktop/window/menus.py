@@ -17,7 +17,9 @@ def build_menus(self) -> None:  # self: the MainWindow (keeps the lines as they 
     self._action(
         file_menu, "&Open Q, K, V…", self.controls.open_file, QKeySequence.StandardKey.Open
     )
-    self._action(file_menu, "Back to the &seed example", lambda: self.state.set_config(Config()))
+    self._action(
+        file_menu, "Back to the &reference example", lambda: self.state.set_config(Config())
+    )
     self.quit_separator = file_menu.addSeparator()
     self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
     play = mb.addMenu("&Playback")
@@ -45,7 +47,8 @@ def build_menus(self) -> None:  # self: the MainWindow (keeps the lines as they 
     self._view_menu = mb.addMenu("&View")
     for dock in self.docks.values():
         self._view_menu.addAction(dock.toggleViewAction())
-    self._view_menu.addSeparator()
+    # Panels added later (the GPU panel) go above this line, with the other panels.
+    self.panels_separator = self._view_menu.addSeparator()
     theme_menu = self._view_menu.addMenu("Theme")
     group = QActionGroup(self)
     self._theme_actions = {}

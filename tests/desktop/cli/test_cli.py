@@ -172,3 +172,51 @@ def test_bench_gui_writes_its_json(tmp_path, capsys):
     assert set(data["changes"]) == {"inputs", "blocks"}
     assert main(["bench-gui", "--repeats", "0"]) == 1
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_version_and_the_gui_by_its_name(capsys):
+    from desktop import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"flash-explorer {version()}\n"
+    assert main(["--help"]) == 0
+    assert "flash-explorer gui --help" in capsys.readouterr().out
+
+
+def test_an_unreachable_x_display_is_one_sentence_not_an_abort():
+    import os
+
+    pytest.importorskip("PySide6", reason="the GUI needs PySide6")
+    env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env["DISPLAY"] = ":93"  # no X server there
+    proc = subprocess.run(
+        [sys.executable, "-m", "desktop.cli.main"], capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr  # not SIGABRT (-6)
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("flash-explorer: error: ")
+    assert "DISPLAY=:93" in line or "apt-get install" in line
+
+
+def test_missing_xcb_libraries_are_named_with_their_packages(monkeypatch):
+    from desktop.cli import x11_check
+
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(
+        x11_check, "missing_packages", lambda: ["libxcb-icccm4", "libxkbcommon-x11-0"]
+    )
+    text = x11_check.x11_problem()
+    assert "libxcb-icccm4, libxkbcommon-x11-0" in text
+    assert "apt-get install libxcb-icccm4 libxkbcommon-x11-0" in text
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert x11_check.x11_problem() is None  # offscreen needs no display
+
+
+def test_input_reference_is_the_reference_example():
+    from desktop.cli.args import requested_config
+    from desktop.cli.gui import parser
+
+    assert requested_config(parser().parse_args(["--input", "reference"])).input == "seed"

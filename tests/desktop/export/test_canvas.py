@@ -300,3 +300,29 @@ def test_backward_lanes_export_as_vectors_with_their_titles(tmp_path, capsys):
     texts = svg_texts(path)
     assert any(t.startswith("Tiled backward") for t in texts)
     assert any(t.startswith("Dense backward") for t in texts)
+
+
+def test_a_lane_frame_is_captioned_with_that_lane_only():
+    import compute
+    from desktop.export.canvas import step_caption
+
+    inp = compute.random_inputs(6, 2, 2, seed=0)
+    trace = compute.build_trace(inp.q, inp.k, inp.v, block_q=2, block_k=2)
+    both = step_caption(trace, 3, "both")
+    tiled = step_caption(trace, 3, "tiled")
+    assert "dense:" in both and "tiled:" in both
+    assert tiled.startswith("Step 4. tiled: ") and "dense" not in tiled
+    assert step_caption(trace, 3, "dense").startswith("Step 4. dense: ")
+
+
+def test_a_stats_slide_has_no_live_controls(window):
+    from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox
+
+    from desktop.export.frames import view_widget
+
+    with view_widget(window, "stats", (1920, 1080)) as panel:
+        buttons = [b for b in panel.findChildren(QAbstractButton) if b.isVisibleTo(panel)]
+        assert buttons == []  # "‹ tile", "tile ›", "whole run" are not on a picture
+        for spin in panel.findChildren(QAbstractSpinBox):
+            assert spin.isReadOnly()
+            assert spin.buttonSymbols() == QAbstractSpinBox.ButtonSymbols.NoButtons

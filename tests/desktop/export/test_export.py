@@ -325,3 +325,19 @@ def test_panel_at_a_slide_size_is_laid_out_for_it_and_the_window_keeps_its_own(
     rows = np.flatnonzero(np.any(np.abs(got - background).sum(axis=2) > 30, axis=1))
     assert rows[-1] - rows[0] > 0.9 * 1080
     assert (own.size(), window.state.step) == before
+
+
+def test_animation_dialog_defaults_to_a_clip_and_says_what_it_makes(window):
+    from desktop.window.export_dialogs import DEFAULT_FRAMES, AnimationOptions, default_range
+
+    # N = 256 has 33,152 steps: the default is a clip from the current step, not the run.
+    assert default_range(33_152, 0, 2) == (1, DEFAULT_FRAMES // 2)
+    assert default_range(33_152, 999, 2) == (1000, 999 + DEFAULT_FRAMES // 2)
+    assert default_range(27, 26, 2) == (1, 27)  # at the last step: from the first
+    dialog = AnimationOptions(window, window.exports.settings(), 27, 0)
+    dialog.fps.setValue(6)
+    dialog.hold.setValue(2)
+    assert dialog.frame_count() == 54
+    assert dialog.summary.text() == "54 frames: 9 s at 6 frames per second."
+    dialog.last.setValue(20)
+    assert dialog.summary.text().startswith("40 frames: 6.67 s")

@@ -80,3 +80,25 @@ def test_sweep_axis_reads_plain_powers_of_ten_past_a_billion(window, qtbot):
     axis = window.ledger_panel.plot.getPlotItem().getAxis("left")
     assert axis.autoSIPrefixScale == 1.0
     assert "1e+" not in axis.labelString()
+
+
+def test_the_wheel_never_zooms_a_plot_away(window, qtbot):
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    for plot in (window.ledger_panel.plot,):
+        view = plot.getPlotItem().getViewBox()
+        before = view.viewRange()
+        centre = QPointF(plot.viewport().rect().center())
+        for _ in range(20):
+            wheel = QWheelEvent(
+                centre, QPointF(plot.viewport().mapToGlobal(centre.toPoint())), QPoint(0, 0),
+                QPoint(0, 120), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                Qt.ScrollPhase.NoScrollPhase, False,
+            )  # fmt: skip
+            QApplication.sendEvent(plot.viewport(), wheel)
+        assert view.viewRange() == before
+    backward = window.stats_panel.backward.plot.getPlotItem()
+    for item in [backward, *window.stats_panel._items.values()]:
+        assert item.getViewBox().state["mouseEnabled"] == [False, False]

@@ -84,3 +84,17 @@ def test_plots_zoom_to_the_rows_active_steps_with_a_whole_run_toggle(window, qtb
     panel.whole_run.setChecked(True)
     lo, hi = panel._items["m"].viewRange()[0]
     assert lo < 1 and hi > st.n_steps
+
+
+def test_components_of_a_have_a_legend(window, qtbot):
+    import pyqtgraph as pg
+
+    from desktop.scene.row_series import MAX_COLOURED
+
+    panel = window.stats_panel
+    curves = panel._curves["a"]
+    text = panel.components_label.text()
+    for k in range(window.state.trace.schedule.d_v):
+        colour = pg.intColor(k, hues=MAX_COLOURED).name()
+        assert colour == curves[k].opts["pen"].color().name() and colour in text
+    assert not panel.components_label.isHidden()

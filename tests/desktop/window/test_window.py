@@ -280,7 +280,7 @@ def test_hint_also_goes_when_a_row_is_followed(window):
 def test_title_names_the_configuration_not_the_app_again(window):
     title = window.windowTitle()
     assert "FlashAttention Explorer" not in title  # Qt appends the display name itself
-    assert title == "seed example, N = 6, d = 2, blocks 2×2"
+    assert title == "reference example, N = 6, d = 2, blocks 2×2"
 
 
 def test_about_lists_every_shortcut_the_version_and_the_papers(window, dialogs):
@@ -327,3 +327,15 @@ def test_gpu_panel_fits_its_dock_without_scrolling_at_1600_by_1000(window, qtbot
     assert scroll.verticalScrollBar().maximum() == 0
     # The room beyond the tables goes to the heatmap (stacked layout), not to a gap.
     assert panel.sweep_view.height() > panel.sweep_view.minimumSizeHint().height()
+
+
+def test_view_menu_lists_the_panels_together_then_the_theme(window):
+    actions = window._view_menu.actions()
+    texts = [a.text() for a in actions]
+    theme = texts.index("Theme")
+    separator = actions.index(window.panels_separator)
+    assert separator < theme
+    panels = {d.toggleViewAction().text() for d in window.docks.values()}
+    assert set(texts[:separator]) == panels  # the GPU panel too, not after Theme
+    file_texts = [a.text().replace("&", "") for a in window.file_menu.actions()]
+    assert "Back to the reference example" in file_texts
