@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from compute import DIRECTIONS, InputError, Ledger
@@ -148,6 +149,9 @@ flags, and `flash-explorer --version` for the version."""
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Overflow in the float64 lanes is reported by the app in one sentence (the overflow
+    # notice); NumPy's own RuntimeWarnings, one per array operation, would bury it.
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"(compute|desktop)\.")
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0

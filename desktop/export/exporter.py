@@ -2,9 +2,11 @@
 
 Shared by the GUI's File menu and the headless `flash-explorer export`; both write
 atomically. The lanes ('both', 'dense', 'tiled') are laid out afresh for the output size
-by desktop.export.canvas, from a frozen Frame of the window's state: same options, same
-pixels, whichever front end asked, and the user's view never moves. The stats and the
-ledger at a given size are fresh panels of the window's kind, laid out for that size
+by desktop.export.canvas, from an ExportSource frozen when the export starts (trace,
+images, row, config; a window or the source itself may be passed): same options, same
+pixels, whichever front end asked, the user's view never moves and a build landing
+mid-export changes nothing. The stats and the ledger at a given size are fresh panels
+of the window's kind on their own copy of its state, laid out for that size
 (frames.view_widget); the window, and those two without a size, are the window's own
 widgets, grabbed (and restored to their step).
 """
@@ -37,6 +39,7 @@ from desktop.export.frames import (
     render_frames,
     render_scaled,
     show_frame,
+    step_state,
     target_widget,
     to_rgb_array,
     view_widget,
@@ -106,8 +109,8 @@ def output_size(size: tuple[int, int] | None, scale: float) -> tuple[int, int]:
 def _widget_still(window, suffix: str, target: str, step: int, scale: float, size) -> bytes:
     """The window, stats or ledger at `step`: its own paint code on any device (the stats
     and the ledger laid out afresh for `size` when one is given)."""
-    with view_widget(window, target, size) as widget:
-        show_frame(window, step)
+    with view_widget(window, target, size) as (widget, state):
+        step_state(state, step)
         if suffix == ".png":
             image = grab(widget, size) if size is not None else render_scaled(widget, scale)
             return png_bytes(image)
@@ -116,7 +119,7 @@ def _widget_still(window, suffix: str, target: str, step: int, scale: float, siz
         def paint(p: QPainter) -> None:
             widget.render(p, QPoint())
 
-        caption = window.state.trace.steps[step].describe()
+        caption = state.trace.steps[step].describe()
         if suffix == ".svg":
             return svg_bytes(wsize, paint, description=caption)
         return pdf_bytes(wsize, [paint], title=caption)

@@ -91,14 +91,19 @@ PANEL_ZOOM_MIN = 0.75  # smaller outputs keep readable text and lay out on more 
 
 
 @contextmanager
-def view_widget(window, target: str, size: tuple[int, int] | None) -> Iterator[QWidget]:
-    """The widget an export of `target` draws. For the stats and the ledger at a given
-    `size`, a fresh panel of the window's own kind, laid out at the output's aspect ratio
-    and never shown, on a copy of the window's state (AppState.adopt, as the offscreen
-    twin window does) that follows its step and arrows; otherwise the window's widget."""
+def view_widget(
+    window, target: str, size: tuple[int, int] | None
+) -> Iterator[tuple[QWidget, object]]:
+    """(widget, state): the widget an export of `target` draws and the AppState to step.
+
+    For the stats and the ledger at a given `size`, a fresh panel of the window's own
+    kind, laid out at the output's aspect ratio and never shown, on its own copy of the
+    window's state (AppState.adopt, as the offscreen twin window does): the export steps
+    that copy, so the window never moves and a build landing in it changes nothing.
+    Otherwise the window's widget and the window's state."""
     widget = target_widget(window, target)
     if size is None or target not in PANEL_TARGETS:
-        yield widget
+        yield widget, window.state
         return
     zoom = max(PANEL_ZOOM_MIN, min(size[0] / PANEL_REFERENCE[0], size[1] / PANEL_REFERENCE[1]))
     state = type(window.state)()
@@ -110,15 +115,10 @@ def view_widget(window, target: str, size: tuple[int, int] | None) -> Iterator[Q
     panel.resize(max(1, round(size[0] / zoom)), max(1, round(size[1] / zoom)))
     panel.show()
     state.adopt(window.state)  # its signals fill the panel
-    source = window.state
-    source.sigStepChanged.connect(state.set_step)
-    source.sigProgressChanged.connect(state.set_progress)
     QApplication.processEvents()
     try:
-        yield panel
+        yield panel, state
     finally:
-        source.sigStepChanged.disconnect(state.set_step)
-        source.sigProgressChanged.disconnect(state.set_progress)
         panel.close()
         panel.deleteLater()
         state.deleteLater()
@@ -126,8 +126,13 @@ def view_widget(window, target: str, size: tuple[int, int] | None) -> Iterator[Q
 
 def show_frame(window, step: int, progress: float = 1.0) -> None:
     """Put the window at `step` with transfers `progress` of the way along, painted."""
-    window.state.set_step(step)
-    window.state.set_progress(progress)
+    step_state(window.state, step, progress)
+
+
+def step_state(state, step: int, progress: float = 1.0) -> None:
+    """Put an AppState (and the views that follow it) at `step`, painted."""
+    state.set_step(step)
+    state.set_progress(progress)
     QApplication.processEvents()
 
 
@@ -233,10 +238,10 @@ def render_frames(
 ) -> Iterator[np.ndarray]:
     """Yield RGB arrays for every frame of `plan`, drawn by the window's own views."""
     total = len(plan)
-    with view_widget(window, target, size) as widget:
+    with view_widget(window, target, size) as (widget, state):
         for index, (step, progress) in enumerate(plan.frames()):
-            show_frame(window, step, progress)
-            caption = window.state.trace.steps[step].describe()
+            step_state(state, step, progress)
+            caption = state.trace.steps[step].describe()
             if size is None:
                 view = grab(widget)
             else:  # drawn at the scale of the frame's view area, above the footer

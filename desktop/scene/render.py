@@ -56,7 +56,10 @@ class ColorScale:
         all_finite = bool(finite.all())
         # idx = round((x / vmax + 1) · 127.5), clipped to the LUT; one 32-bit gather per
         # cell (this runs on every trace for every tensor, so it is kept lean).
-        t = (values if all_finite else np.where(finite, values, 0.0)) * (127.5 / self.vmax)
+        t = values if all_finite else np.where(finite, values, 0.0)
+        factor = 127.5 / self.vmax
+        # A subnormal vmax (tiny inputs) makes the factor inf: divide instead.
+        t = t * factor if np.isfinite(factor) else (t / self.vmax) * 127.5
         t += 128.0
         np.clip(t, 0.0, 255.0, out=t)
         out = LUT32[t.astype(np.uint8)].view(np.uint8).reshape(*values.shape, 4)

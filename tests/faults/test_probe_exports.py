@@ -74,3 +74,25 @@ def test_an_export_keeps_the_configuration_it_began_on(tmp_path):
         assert (tmp_path / "busy.gif").read_bytes() == (tmp_path / "alone.gif").read_bytes()
     finally:
         window.close()
+
+
+def test_a_panel_export_at_a_size_never_steps_the_window(tmp_path):
+    from desktop.cli.session import headless_window
+    from desktop.export.exporter import export_animation
+    from desktop.state.config import Config
+
+    window = headless_window(Config(n=12, d=4, dv=4, input="random"), size=(900, 600))
+    try:
+        window.state.set_step(2)
+        seen = []
+
+        def tick(_done: int, _total: int) -> bool:
+            seen.append(window.state.step)
+            return True
+
+        for target in ("stats", "ledger"):
+            export_animation(window, tmp_path / f"{target}.gif", plan=FramePlan(range(6), 1),
+                             fps=5, target=target, size=(480, 270), progress=tick)  # fmt: skip
+        assert seen == [2] * 12  # the export stepped its own copy of the state
+    finally:
+        window.close()
