@@ -128,6 +128,7 @@ class LedgerPanel(FollowsPalette, QWidget):
         left.addWidget(self.backward_memory)
         left.addWidget(self._build_table(), 1)
         left.addWidget(self.totals_table)
+        self._left, self._slide = left, False
         right = QVBoxLayout()
         right.addWidget(self._build_plot(), 1)
         right.addWidget(self.legend_label)
@@ -261,6 +262,19 @@ class LedgerPanel(FollowsPalette, QWidget):
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
 
+    def as_slide(self) -> None:
+        """Lay out as an exported picture: the table as tall as its rows, with the totals
+        right under it (stretched to the slide, it was mostly an empty grid)."""
+        self._slide = True
+        self._left.setStretchFactor(self.table, 0)
+        self._left.addStretch(1)
+        self._fit_table()
+
+    def _fit_table(self) -> None:
+        rows = self.table.rowCount() * self.table.verticalHeader().defaultSectionSize()
+        self.table.setFixedHeight(self.table.horizontalHeader().sizeHint().height() + rows + 4)
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
     def _on_trace(self, trace: Trace) -> None:
         full = trace.counts_at(trace.n_steps - 1)
         self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
@@ -269,6 +283,8 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors])
         for r, t in enumerate(self._tensors):
             self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
+        if self._slide:
+            self._fit_table()
         self._update_plot(trace)
         self._on_step(self.state.step)
 

@@ -326,3 +326,14 @@ def test_a_stats_slide_has_no_live_controls(window):
         for spin in panel.findChildren(QAbstractSpinBox):
             assert spin.isReadOnly()
             assert spin.buttonSymbols() == QAbstractSpinBox.ButtonSymbols.NoButtons
+
+
+def test_a_ledger_slide_keeps_its_table_to_its_rows(window):
+    from desktop.export.frames import view_widget
+
+    with view_widget(window, "ledger", (1920, 1080)) as panel:
+        table = panel.table
+        rows = table.rowCount() * table.verticalHeader().defaultSectionSize()
+        assert table.height() <= table.horizontalHeader().height() + rows + 8
+        # the totals sit right under the rows, not at the slide's foot
+        assert panel.totals_table.y() - (table.y() + table.height()) < 20
