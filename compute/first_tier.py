@@ -80,15 +80,16 @@ def score_means(
 def scores_sample(
     q: np.ndarray, k: np.ndarray, *, causal: bool, scale: float, sample: int = 32768
 ) -> np.ndarray:
-    """|S| at every k-th entry of S in row-major order (compute.full_pass's stride), the
-    finite ones only: for S's colour scale."""
+    """|S| over evenly spaced whole query rows, about `sample` entries (at least one row),
+    the finite ones only: for S's colour scale. Whole rows make it one small product
+    (gathering `sample` scattered entries cost 76 ms at N = 4096, d = 128)."""
     n_q, n_k = q.shape[0], k.shape[0]
-    stride = max(1, (n_q * n_k) // sample)
-    flat = np.arange(0, n_q * n_k, stride)
-    r, c = flat // n_k, flat % n_k
-    s = np.einsum("ij,ij->i", q[r], k[c]) * scale
+    count = min(n_q, max(1, -(-sample // n_k)))
+    rows = np.unique(np.linspace(0, n_q - 1, count).round().astype(np.intp))
+    s = (q[rows] @ k.T) * scale  # S = Q Kᵀ · scale on those rows
     if causal:
-        s = np.where(c <= r + causal_offset(n_q, n_k), s, -np.inf)
+        s = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s, -np.inf)
+    s = s.ravel()
     return np.abs(s[np.isfinite(s)])
 
 

@@ -17,6 +17,7 @@ so the newest request starts within a chunk, and a part of an old trace never ar
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
@@ -37,7 +38,7 @@ class _Relay(QObject):
     """Lives in the GUI thread; worker threads emit through it (queued to the GUI)."""
 
     sigDone = Signal(int, object, object)  # generation, (config, trace, images) or None, error
-    sigFirst = Signal(int, object)  # generation, (config, trace, first-tier images)
+    sigFirst = Signal(int, object, object)  # generation, (config, trace, first tier), Event
     sigPart = Signal(int, object, object)  # generation, trace, complete images
 
 
@@ -48,6 +49,10 @@ class _BuildJob(QRunnable):
         super().__init__()
         self.generation, self.config, self.relay = generation, config, relay
         self.current = current  # the builder's newest generation
+        # Set by the GUI once the first tier is painted: the second tier waits for it, as
+        # a worker running Python beside the paint takes the GIL from it (the paint of a
+        # first tier took 3-4x as long beside a running pass over S).
+        self.painted = threading.Event()
 
     def check(self) -> None:
         if self.current() != self.generation:
@@ -58,7 +63,8 @@ class _BuildJob(QRunnable):
 
         def first(*result: object) -> None:
             streamed.append(True)
-            self.relay.sigFirst.emit(self.generation, result)
+            self.relay.sigFirst.emit(self.generation, result, self.painted)
+            self.painted.wait(PAINT_WAIT_S)
 
         try:
             result = build_all(self.config, on_first=first, check=self.check)
@@ -110,6 +116,7 @@ THREAD_THRESHOLD_WORK = 16_000_000
 # How long a threaded build may run before the views are veiled: about a first tier's
 # time, so the veil shows only for changes whose first tier is late (a backward's).
 VEIL_DELAY_MS = 50
+PAINT_WAIT_S = 0.25  # the longest a second tier waits for the first tier's paint
 
 
 class TraceBuilder(QObject):
@@ -203,14 +210,17 @@ class TraceBuilder(QObject):
             job = _BuildJob(self._generation, config, self._relay, lambda: self._generation)
             self._pool.start(job)
 
-    def _first(self, generation: int, result: object) -> None:
-        """A streamed job's first tier: shown at once (the veil lifts); parts follow."""
+    def _first(self, generation: int, result: object, painted: threading.Event) -> None:
+        """A streamed job's first tier: shown at once (the veil lifts); parts follow
+        once the event loop has painted it (a zero timer runs after the posted paints)."""
         if generation != self._generation:
+            painted.set()
             return
         self._first_config = result[0]
         if self._on_first is not None:
             self._set_busy(False)
             self._on_first(*result)
+        QTimer.singleShot(0, painted.set)
 
     def _part(self, generation: int, trace: object, images: object) -> None:
         if generation != self._generation:
