@@ -21,6 +21,7 @@ from typing import TypeVar
 import numpy as np
 
 from .attention import RowHistory, causal_mask, round_to, stats_dtype
+from .first_tier import dense_rows, tiled_rows
 from .full_pass import DensePass, FullPass, TiledPass, combine, dense_pass, tiled_pass
 from .inputs import HISTORY_BLOCKS
 from .numbers import SHARED
@@ -29,6 +30,7 @@ from .schedule import Schedule
 from .timeline import LaneTimeline
 
 T = TypeVar("T")
+Check = Callable[[], None] | None  # called between chunks; raises to cancel a pass
 
 DISPLAY_CELLS = 256  # S, P, dP and dS are summarised at this many cells a side unless asked
 DEFAULT_DO_KEY = ("default dO",)  # compute.backward_rows.default_do, the same for a shape
@@ -99,18 +101,19 @@ class ForwardNumbers(Memo):
         self.do, self.inputs_key, self.do_key = do, inputs_key, do_key
 
     # ---- numbers that need all of S: one chunked pass, on first use -------------------
-    def summary(self, cap: int = DISPLAY_CELLS) -> FullPass:
+    def summary(self, cap: int = DISPLAY_CELLS, check: Check = None) -> FullPass:
         """The dense lane's row statistics, reference output and S, P at `cap` cells a
-        side, and the tiled lane's output and L (compute.full_pass); cached per cap."""
-        return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap))
+        side, and the tiled lane's output and L (compute.full_pass); cached per cap.
+        `check` is called between chunks and may raise to cancel (nothing is kept)."""
+        return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap, check))
 
-    def _summary_uncached(self, cap: int) -> FullPass:
-        return combine(self.dense_pass(cap), self.tiled_pass())
+    def _summary_uncached(self, cap: int, check: Check = None) -> FullPass:
+        return combine(self.dense_pass(cap, check), self.tiled_pass(check))
 
     def _dense_key(self, cap: int) -> tuple:
         return (self.inputs_key, self.schedule.causal, self.scale, cap)
 
-    def dense_pass(self, cap: int = DISPLAY_CELLS) -> DensePass:
+    def dense_pass(self, cap: int = DISPLAY_CELLS, check: Check = None) -> DensePass:
         """The dense lane's numbers (and, with a backward, its backward's, from the same
         S and P): shared through compute.numbers by every trace of these inputs and mask."""
         key = self._dense_key(cap)
@@ -126,7 +129,7 @@ class ForwardNumbers(Memo):
             with np.errstate(over="ignore", invalid="ignore"):
                 return dense_pass(
                     self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale,
-                    cap=cap, do=self.do,
+                    cap=cap, do=self.do, check=check,
                 )  # fmt: skip
 
         return SHARED.value("dense", (*key, do_key), run)
@@ -135,13 +138,19 @@ class ForwardNumbers(Memo):
         s = self.schedule  # not B_r: each row's closed form is its own
         return (self.inputs_key, s.causal, self.scale, s.block_k, s.order, self.dtype)
 
-    def tiled_pass(self) -> TiledPass:
+    def tiled_pass(self, check: Check = None) -> TiledPass:
         """The tiled lane's output, L and final state, shared as `dense_pass` is."""
 
         def run() -> TiledPass:
             with np.errstate(over="ignore", invalid="ignore"):
                 return tiled_pass(
-                    self.q, self.k, self.v, self.schedule, scale=self.scale, dtype=self.dtype
+                    self.q,
+                    self.k,
+                    self.v,
+                    self.schedule,
+                    scale=self.scale,
+                    dtype=self.dtype,
+                    check=check,
                 )
 
         return SHARED.value("tiled", self._tiled_key(), run)
@@ -180,9 +189,43 @@ class ForwardNumbers(Memo):
         s.setflags(write=False)
         return s
 
+    def dense_rows(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows r0:r1's dense (row max, row sum, reference output), float64, computed over
+        those rows alone (compute.first_tier): the selected row and the current tiles read
+        these, so they are exact within a frame, before the pass over all of S."""
+
+        def run():
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = dense_rows(
+                    self.q, self.k, self.v, r0, r1, causal=self.schedule.causal, scale=self.scale
+                )
+            for a in out:
+                a.setflags(write=False)
+            return out
+
+        return self._memo("dense_rows", 8, (r0, r1), run)
+
+    def reference_rows(self, r0: int, r1: int) -> np.ndarray:
+        """The float64 reference output of rows r0:r1 (see dense_rows)."""
+        return self.dense_rows(r0, r1)[2]
+
+    def tiled_output_rows(self, r0: int, r1: int) -> np.ndarray:
+        """The tiled lane's output of rows r0:r1 in its dtype, over those rows alone."""
+
+        def run():
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = tiled_rows(
+                    self.q, self.k, self.v, self.schedule, r0, r1, scale=self.scale,
+                    dtype=self.dtype,
+                )  # fmt: skip
+            out.setflags(write=False)
+            return out
+
+        return self._memo("tiled_rows", 8, (r0, r1), run)
+
     def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
-        f = self.summary()
-        m, l = f.row_max[r0:r1, None], f.row_sum[r0:r1, None]  # noqa: E741
+        m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
+        m, l = m[:, None], l[:, None]  # noqa: E741
         p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
         out = np.zeros_like(p)
         np.divide(p, l, out=out, where=l > 0)  # a fully masked row has P = 0

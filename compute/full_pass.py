@@ -19,6 +19,7 @@ blocks loops over 2048 tiles for every row. One pass over chunks of query rows m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,6 +192,20 @@ class TiledPass:
     tiled_state: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+def softmax_rows(
+    q: np.ndarray, k: np.ndarray, rows: np.ndarray, *, causal: bool, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Query rows `rows` (consecutive) over all keys, float64: (S, row max, row sum, P)."""
+    n_q, n_k = q.shape[0], k.shape[0]
+    s64 = (q[rows[0] : rows[-1] + 1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
+    if causal:
+        s64 = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s64, -np.inf)
+    mx = np.max(s64, axis=1, initial=-np.inf)
+    p = np.exp(s64 - _safe_max(mx)[:, None])
+    sm = p.sum(axis=1)
+    return s64, mx, sm, _divide_rows(p, sm)  # P = softmax(S); zeros for a masked row
+
+
 def _chunk_rows(n_k: int, fr: int) -> int:
     chunk = max(1, CHUNK_ELEMENTS // n_k)
     return max(fr, chunk - chunk % fr)  # chunks aligned to display cells
@@ -206,16 +221,17 @@ def dense_pass(
     cap: int,
     do: np.ndarray | None = None,
     sample: int = 32768,
+    check: Callable[[], None] | None = None,
 ) -> DensePass:
     """One pass over row chunks of S forming each chunk's S and P once: the dense lane's
-    forward numbers, and with `do` its backward's in the same loop."""
+    forward numbers, and with `do` its backward's in the same loop. `check` is called
+    before each chunk: it raises (compute.numbers.Cancelled) to abandon the pass."""
     n_q, n_k, d_v = q.shape[0], k.shape[0], v.shape[1]
     row_max, row_sum = np.empty(n_q), np.empty(n_q)
     reference = np.empty((n_q, d_v))
     s_means, p_means = _Means(n_q, n_k, cap), _Means(n_q, n_k, cap)
     stride = max(1, (n_q * n_k) // sample)
     samples, p_samples = [], []
-    cols = np.arange(n_k)
     chunk = _chunk_rows(n_k, s_means.fr)
     if do is not None:
         d_ref = np.empty(n_q)
@@ -225,15 +241,11 @@ def dense_pass(
         dq = np.empty((n_q, q.shape[1]))
         dk, dv = np.zeros((n_k, q.shape[1])), np.zeros((n_k, d_v))
     for r0 in range(0, n_q, chunk):
+        if check is not None:
+            check()
         r1 = min(n_q, r0 + chunk)
         rows = np.arange(r0, r1)
-        s64 = (q[r0:r1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
-        if causal:
-            s64 = np.where(causal_mask(rows, cols, n_q, n_k), s64, -np.inf)
-        mx = np.max(s64, axis=1, initial=-np.inf)
-        p = np.exp(s64 - _safe_max(mx)[:, None])
-        sm = p.sum(axis=1)
-        p = _divide_rows(p, sm)  # P = softmax(S); zeros for a fully masked row
+        s64, mx, sm, p = softmax_rows(q, k, rows, causal=causal, scale=scale)
         row_max[r0:r1], row_sum[r0:r1] = mx, sm
         reference[r0:r1] = p @ v  # O = P V
         s_means.add(r0, s64, all_finite=not causal)
@@ -271,16 +283,26 @@ def dense_pass(
 
 
 def tiled_pass(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, s: Schedule, *, scale: float, dtype: str
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    s: Schedule,
+    *,
+    scale: float,
+    dtype: str,
+    check: Callable[[], None] | None = None,
 ) -> TiledPass:
     """The tiled lane's closed form (module docstring) over row chunks of its own scores
-    (inputs rounded to the dtype, statistics dtype; in float64 the dense scores)."""
+    (inputs rounded to the dtype, statistics dtype; in float64 the dense scores); `check`
+    as in dense_pass."""
     acc, qd, kd, vd, scale_acc = _prepare(q, k, v, dtype, scale)
     n_q, n_k = s.n_q, s.n_k
     out = np.empty((n_q, s.d_v), dtype=acc)
     m_t, l_t = np.empty(n_q, dtype=acc), np.empty(n_q, dtype=acc)
     chunk = max(1, CHUNK_ELEMENTS // n_k)
     for r0 in range(0, n_q, chunk):
+        if check is not None:
+            check()
         r1 = min(n_q, r0 + chunk)
         sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.causal)
         out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(

@@ -114,3 +114,7 @@ class NumberCache:
 
 
 SHARED = NumberCache()
+
+
+class Cancelled(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by a pass's `check` when its result is no longer wanted (a newer change)."""

@@ -117,6 +117,8 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
         if name in ctx.live:
             continue  # drawn per step by paint_live
         draw_image(p, r, ctx.images[name])
+        if img.pending:  # the second tier is still computing it
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "computing…")
         if img.values is not None:
             hidden = _unwritten(img, step)
             draw_numbers(p, r, img.values, images.scale_for(name), ctx.font, hidden)

@@ -53,6 +53,7 @@ class LaneView(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
         state.sigTraceChanged.connect(self._on_trace)
+        state.sigPartsChanged.connect(self._on_parts)
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
         state.sigProgressChanged.connect(self.update)
@@ -65,6 +66,11 @@ class LaneView(QWidget):
         self._rects, self._static = {}, None
         self._tiles = sram_painter.TileImages()
         self.update()
+
+    def _on_parts(self, pending: frozenset) -> None:
+        """The second tier arrived: its heatmaps replace the placeholders."""
+        if not pending and self.state.trace is not None:
+            self._on_trace(self.state.trace)
 
     def _on_step(self, _step: int) -> None:
         self.update()

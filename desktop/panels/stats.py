@@ -106,6 +106,7 @@ class StatsPanel(FollowsPalette, QWidget):
         state.sigTraceChanged.connect(self._rebuild)
         state.sigRowChanged.connect(self._rebuild)
         state.sigStepChanged.connect(self._on_step)
+        state.sigPartsChanged.connect(self._on_parts)
 
     # ---- construction ----------------------------------------------------------------
     def _build_readouts(self) -> QGridLayout:
@@ -260,7 +261,7 @@ class StatsPanel(FollowsPalette, QWidget):
             (curve,) = self._curves_for(key, 1)
             curve.setPen(pg.mkPen(SCALAR_COLORS[key], width=2))
             curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
-        ref = trace.reference[row]
+        ref = trace.reference_rows(row, row + 1)[0]
         span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
         d_v = trace.schedule.d_v
         self.components_label.setText(components_legend(d_v))
@@ -300,16 +301,23 @@ class StatsPanel(FollowsPalette, QWidget):
         self._x_window = None
         self._on_step(self.state.step)
 
+    def _on_parts(self, _pending: frozenset) -> None:
+        """A part arrived: the all-rows error is filled in (nothing else waits on it)."""
+        if self.state.trace is not None:
+            self._set_outputs(self.state.trace, self.state.row)
+
     def _set_outputs(self, trace, row: int) -> None:
         """The output read-outs (shown in every pass): dense O, O_ref and the error."""
-        ref = trace.reference[row]
-        err_row = float(
-            np.max(np.abs(trace.tiled_output[row].astype(np.float64) - ref), initial=0.0)
-        )
+        ref = trace.reference_rows(row, row + 1)[0]
+        tiled = trace.tiled_output_rows(row, row + 1)[0]
+        err_row = float(np.max(np.abs(tiled.astype(np.float64) - ref), initial=0.0))
         self.names["dense"].setText(self._readout_name("dense"))
         self.labels["dense"].setText(fmt_vec(dense_output_row(trace, row)))
         self.labels["ref"].setText(fmt_vec(ref))
-        self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
+        if "errors" in self.state.pending_parts:  # all rows' error needs all of S
+            self.labels["error"].setText(f"this row {fmt(err_row)}, all rows computing…")
+        else:
+            self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
 
     def _set_x_range(self) -> None:
         """Whole run, or the row's active steps slid to hold the current step (1-based)."""

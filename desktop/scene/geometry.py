@@ -127,7 +127,7 @@ def tiled_sram(trace: Trace, step: int) -> list[SramTile]:
         m, l, a = trace.block_state(block, tile)  # noqa: E741
         by["m"].values, by["l"].values, by["O"].values = m[:, None], l[:, None], a
         if action.phase == "write_o":
-            by["O"].label, by["O"].values = "O_i = a/ℓ", trace.tiled_output[r0:r1]
+            by["O"].label, by["O"].values = "O_i = a/ℓ", trace.tiled_output_rows(r0, r1)
         for name in ("m", "l", "O"):
             by[name].first_row = r0
     return tiles
@@ -168,7 +168,7 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
         )
     if action.phase == "write_o":
         r0, r1 = trace.schedule.rows(action.block_i)
-        tiles.append(SramTile("O", "O_i", trace.reference[r0:r1], r0))
+        tiles.append(SramTile("O", "O_i", trace.reference_rows(r0, r1), r0))
     return tiles
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute import Trace
+from compute.first_tier import score_means, scores_sample
 from compute.timeline import PHASE_CODE
 
 from .backward import GRAD_SLOTS, grad_sources
@@ -80,6 +81,9 @@ def downsample(values: np.ndarray, cap: int = DISPLAY_CAP) -> tuple[np.ndarray, 
     if fr == 1 and fc == 1:
         return values, 1, 1
     hr, hc = math.ceil(rows / fr), math.ceil(cols / fc)
+    if rows == hr * fr and cols == hc * fc and np.isfinite(values).all():
+        # Cells that divide the matrix, nothing masked: a view's mean, no padded copy.
+        return values.reshape(hr, fr, hc, fc).mean(axis=(1, 3)), fr, fc
     pad = np.full((hr * fr, hc * fc), np.nan)
     pad[:rows, :cols] = values
     blocks = pad.reshape(hr, fr, hc, fc)
@@ -103,6 +107,7 @@ class TensorImage:
     values: np.ndarray | None = None  # element values, kept when small enough for numbers
     first_write: np.ndarray | None = None  # (h, w) step of first write; big = never
     last_write: np.ndarray | None = None
+    pending: bool = False  # a placeholder: its numbers are still being computed
 
     @property
     def display_shape(self) -> tuple[int, int]:
@@ -157,21 +162,26 @@ ROBUST_ABOVE = 4096  # values; above this the scale is a percentile, not the max
 ROBUST_PERCENTILE = 99.5
 
 
-def _shared_vmax(trace: Trace, parts: list[np.ndarray] | None = None) -> float:
+def _shared_vmax(trace: Trace, parts: list[np.ndarray]) -> float:
     """The scale's half-width: the largest |value| for small examples (every cell carries
     its number), the 99.5th percentile for large ones, so a few extremes do not wash
-    every heatmap out (cells beyond it saturate). Default parts: the values, not P
-    (V and the outputs; Q, K and S have scales of their own)."""
-    if parts is None:
-        summary = trace.summary(DISPLAY_CAP)
-        parts = [trace.v, summary.reference]
-    flat = np.abs(np.concatenate([np.ravel(p) for p in parts]))
+    every heatmap out (cells beyond it saturate). The values' scale is set by V alone:
+    the outputs' rows are convex combinations of V's, so it covers them, and it is known
+    before the pass over S (Q, K and S have scales of their own)."""
+    total = sum(np.size(p) for p in parts)
+    # A fixed stride sample (one stride across the parts, taken before any copy) is
+    # plenty for a percentile and far cheaper than all: Q and K at N = 4096 are 1M values.
+    stride = max(1, total // 32768) if total > ROBUST_ABOVE else 1
+    picked, offset = [], 0
+    for p in parts:
+        flat = np.ravel(p)
+        picked.append(flat[(-offset) % stride :: stride])
+        offset += flat.size
+    flat = np.abs(np.concatenate(picked))
     flat = flat[np.isfinite(flat)]
     if flat.size == 0:
         return 1.0
-    if flat.size > ROBUST_ABOVE:
-        # A fixed stride sample is plenty for a percentile and ~10× cheaper than all.
-        flat = flat[:: max(1, flat.size // 32768)]
+    if total > ROBUST_ABOVE:
         vmax = float(np.percentile(flat, ROBUST_PERCENTILE))
         # A sharply peaked softmax leaves almost every P near 0 (even denormal), so the
         # percentile says nothing: fall back on the largest value.
@@ -237,15 +247,87 @@ def _write_history(trace: Trace, lane: str, tensor: str, img: TensorImage) -> No
     img.first_write, img.last_write = first.astype(np.int32), last.astype(np.int32)
 
 
-def prepare_images(trace: Trace) -> LaneImages:
-    """Heatmaps and write histories of both lanes' HBM tensors."""
-    summary = trace.summary(DISPLAY_CAP)
-    images = LaneImages(
-        ColorScale(_shared_vmax(trace)), ColorScale(_shared_vmax(trace, [summary.probs_sample]))
-    )
-    # S enters as the full pass's strided sample of |S|: all of S when it is small.
-    images.score_scale = ColorScale(_shared_vmax(trace, [summary.scores_sample]))
+FIRST_TIER = frozenset({"Q", "K", "V", "S"})  # heatmaps exact without all of S
+PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
+
+
+def streams(trace: Trace) -> bool:
+    """Whether a trace's numbers come in two tiers (see prepare_first): the forward's do;
+    a backward's SRAM tiles read the gradients, so its numbers come at once."""
+    return trace.pass_name == "forward"
+
+
+def prepare_first(trace: Trace) -> LaneImages:
+    """The first tier: Q, K, V and S (by block means, compute.first_tier) with their
+    scales and S's write history, exact without forming all of S. Every other tensor is
+    a grey placeholder of its display size marked `pending`, so the layout does not move
+    when complete_images fills it."""
+    s = trace.schedule
+    images = LaneImages(ColorScale(_shared_vmax(trace, [trace.v])))
+    sample = scores_sample(trace.q, trace.k, causal=s.causal, scale=trace.scale)
+    images.score_scale = ColorScale(_shared_vmax(trace, [sample]))
     images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
+    means = score_means(trace.q, trace.k, causal=s.causal, scale=trace.scale, cap=DISPLAY_CAP)
+    cache: dict[int, tuple[np.ndarray, int, int]] = {}
+    for lane in ("dense", "tiled"):
+        images.lanes[lane] = {}
+        for name, shape in lane_shapes(trace, lane).items():
+            if name not in FIRST_TIER:
+                fr, fc = math.ceil(shape[0] / DISPLAY_CAP), math.ceil(shape[1] / DISPLAY_CAP)
+                rgba = np.empty((math.ceil(shape[0] / fr), math.ceil(shape[1] / fc), 4), np.uint8)
+                rgba[:] = PENDING_RGBA
+                images.lanes[lane][name] = TensorImage(name, shape, rgba, (fr, fc), pending=True)
+                continue
+            if name == "S":
+                small, fr, fc = means.values, *means.factor
+                keep = trace.scores if max(shape) <= NUMBERS_CAP else None
+            else:
+                values = {"Q": trace.q, "K": trace.k, "V": trace.v}[name]
+                if id(values) not in cache:  # Q, K, V are shared by both lanes
+                    cache[id(values)] = downsample(values)
+                small, fr, fc = cache[id(values)]
+                keep = values if max(shape) <= NUMBERS_CAP else None
+            img = TensorImage(name, shape, images.scale_for(name).rgba(small), (fr, fc), keep)
+            if name in _written(trace, lane) and name not in live_tensors(trace, lane):
+                _write_history(trace, lane, name, img)
+            images.lanes[lane][name] = img
+    return images
+
+
+def _written(trace: Trace, lane: str) -> set[str]:
+    """What this pass writes (in a backward, O, P, L are there from the start)."""
+    tl = trace.lanes[lane]
+    return {t for k, t in enumerate(tl.tensors) if tl.totals[k, 1] > 0}
+
+
+def lane_shapes(trace: Trace, lane: str) -> dict[str, tuple[int, int]]:
+    """The HBM tensors a lane shows, in drawing order, with their shapes (lane_sources's
+    keys, without computing a value)."""
+    s = trace.schedule
+    nq, nk, d, dv = s.n_q, s.n_k, s.d, s.d_v
+    out = {"Q": (nq, d), "K": (nk, d), "V": (nk, dv)}
+    if lane == "dense":
+        out |= {"S": (nq, nk), "P": (nq, nk), "O": (nq, dv)}
+    else:
+        out["O"] = (nq, dv)
+        if s.order == "kv-outer":
+            out |= {"m": (nq, 1), "l": (nq, 1)}
+        if s.save_lse:
+            out["L"] = (nq, 1)
+    if trace.pass_name != "forward":
+        return {name: np.shape(v) for name, v in lane_sources(trace, lane).items()}
+    return out
+
+
+def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
+    """The second tier: everything that needs all of S (compute.full_pass, in chunks;
+    `check` is called between them and raises compute.numbers.Cancelled to abandon),
+    on a new LaneImages that keeps the first tier's images as they are."""
+    summary = trace.forward.summary(DISPLAY_CAP, check)
+    images = LaneImages(
+        first.scale, ColorScale(_shared_vmax(trace, [summary.probs_sample])),
+        score_scale=first.score_scale, qk_scale=first.qk_scale,
+    )  # fmt: skip
     if trace.pass_name != "forward":
         bwd = trace.backward_summary(DISPLAY_CAP)
         grads = [trace.do, *trace.gradients("dense"), bwd.sample]
@@ -253,10 +335,12 @@ def prepare_images(trace: Trace) -> LaneImages:
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}
-        tl = trace.lanes[lane]
-        # Veils for what this pass writes (in a backward, O, P, L are there from the start).
-        written = {t for k, t in enumerate(tl.tensors) if tl.totals[k, 1] > 0}
+        written = _written(trace, lane)
         for name, values in lane_sources(trace, lane).items():
+            done = first.lanes[lane].get(name)
+            if done is not None and not done.pending:
+                images.lanes[lane][name] = done
+                continue
             key = id(values)
             if isinstance(values, RegionSource):  # block means from a chunked pass
                 if name in ("dP", "dS"):
@@ -265,7 +349,7 @@ def prepare_images(trace: Trace) -> LaneImages:
                 else:
                     means = summary.scores_small if name == "S" else summary.probs_small
                 cache[key] = (means.values, *means.factor)
-            elif key not in cache:  # Q, K, V are shared by both lanes
+            elif key not in cache:
                 cache[key] = downsample(values)
             small, fr, fc = cache[key]
             if name in ("l", "L"):
@@ -278,6 +362,11 @@ def prepare_images(trace: Trace) -> LaneImages:
                 _write_history(trace, lane, name, img)
             images.lanes[lane][name] = img
     return images
+
+
+def prepare_images(trace: Trace) -> LaneImages:
+    """Heatmaps and write histories of both lanes' HBM tensors: both tiers at once."""
+    return complete_images(trace, prepare_first(trace))
 
 
 def live_tensors(trace: Trace, lane: str) -> tuple[str, ...]:

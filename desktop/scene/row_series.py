@@ -81,7 +81,9 @@ def row_series(trace: Trace, row: int) -> dict[str, np.ndarray]:
 
 def dense_output_row(trace: Trace, row: int) -> np.ndarray:
     """The dense lane's output row as stored in the chosen dtype (the float64 result rounded)."""
-    return np.asarray(round_to(trace.reference[row], trace.dtype), dtype=np.float64)
+    return np.asarray(
+        round_to(trace.reference_rows(row, row + 1)[0], trace.dtype), dtype=np.float64
+    )
 
 
 def active_steps(trace: Trace, row: int) -> tuple[int, int]:

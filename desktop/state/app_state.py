@@ -16,6 +16,10 @@ from desktop.scene.render import LaneImages
 from desktop.state.config import Config
 from desktop.state.worker import TraceBuilder
 
+# The second tier of a streamed trace: the heatmaps that need all of S (P, O, the tiled
+# lane's O, m, ℓ, L) and the all-rows numbers (the maximum error, the overflow check).
+PARTS = frozenset({"heatmaps", "errors"})
+
 
 class AppState(QObject):
     sigConfigChanged = Signal(object)  # the Config the current Trace was built from
@@ -29,6 +33,7 @@ class AppState(QObject):
     sigBusy = Signal(bool)
     sigNotice = Signal(str)  # a passing remark for the status bar
     sigRefused = Signal(str)  # the config asked for is over the memory budget ('' = no longer)
+    sigPartsChanged = Signal(object)  # the shown trace's pending parts (a frozenset) changed
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -43,7 +48,16 @@ class AppState(QObject):
         self._row_hint = 0  # the row the user chose; kept when a smaller N clamps it
         self.refusal = ""  # why the config asked for cannot be built ('' when it can)
         self.refused = False  # the shown numbers are veiled by a refusal (see _refused)
-        self.builder = TraceBuilder(self._built, self._failed, self._refused)
+        # What of the shown trace is still computing (the second tier's PARTS); views mark
+        # it ("computing") instead of showing numbers of another configuration.
+        self.pending_parts: frozenset[str] = frozenset()
+        self.builder = TraceBuilder(
+            self._built,
+            self._failed,
+            self._refused,
+            on_first=lambda *result: self._built(*result, streaming=True),
+            on_part=self._part,
+        )
         self.builder.setParent(self)
         self.builder.sigBusy.connect(self.sigBusy)
 
@@ -67,7 +81,9 @@ class AppState(QObject):
         """Change some fields of the newest requested config."""
         self.set_config(self.current_config.replace(**changes))
 
-    def _built(self, config: Config, trace: Trace, images: LaneImages) -> None:
+    def _built(
+        self, config: Config, trace: Trace, images: LaneImages, streaming: bool = False
+    ) -> None:
         # Keep the position in the timeline where it still exists. A first trace opens at
         # step 1, where the story starts; one viewed at its end stays at the end.
         if self.trace is None:
@@ -80,6 +96,7 @@ class AppState(QObject):
         row_changed = row != self.row
         # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
+        self.pending_parts = PARTS if streaming else frozenset()
         self._lift_refusal()
         self.requested, self.step, self.row = config, step, row
         self.key = min(self.key, trace.schedule.n_k - 1)
@@ -89,13 +106,25 @@ class AppState(QObject):
         if row_changed:
             self.sigRowChanged.emit(row)
 
+    def _part(self, trace: Trace, images: LaneImages) -> None:
+        """The second tier of the shown trace: every heatmap and the all-rows numbers."""
+        if trace is not self.trace:
+            return  # (the builder delivers only the newest generation's parts)
+        self.images, self.pending_parts = images, frozenset()
+        self.sigPartsChanged.emit(self.pending_parts)
+
     def adopt(self, other: AppState) -> None:
         """Show what `other` shows (its config, trace, step, row and key row) without a
         rebuild: an offscreen copy of the window, or of a panel, renders exports from it."""
         if other.trace is None or other.config is None:
             return
         self._row_hint, self.key = other.row, other.key
-        self._built(other.config, other.trace, other.images)
+        images = other.images
+        if other.pending_parts:  # a copy renders complete frames: fill the rest here
+            from desktop.scene.render import prepare_images
+
+            images = prepare_images(other.trace)
+        self._built(other.config, other.trace, images)
         self.set_step(other.step)
         self.set_progress(other.progress)
 

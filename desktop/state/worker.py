@@ -7,16 +7,30 @@ A request starts at once when no build runs (no fixed delay); while one runs, on
 the newest request waits and starts when it ends, so a drag runs at most two builds
 and the last one is always the value the user left the control at. Results cross
 back to the GUI thread through a queued signal.
+
+Numbers come in two tiers (desktop.scene.render.prepare_first / complete_images): a
+forward's job delivers the trace with its first tier as soon as it has it (the veil
+lifts; what is missing is marked "computing"), then the second tier as a part. A newer
+request cancels the job between chunks of its pass over S (compute.numbers.Cancelled),
+so the newest request starts within a chunk, and a part of an old trace never arrives.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 
 from compute import InputError
-from desktop.scene.render import LaneImages, prepare_images
+from compute.numbers import Cancelled
+from desktop.scene.render import (
+    LaneImages,
+    complete_images,
+    prepare_first,
+    prepare_images,
+    streams,
+)
 from desktop.state.config import BudgetError, Config, build
 
 
@@ -24,16 +38,41 @@ class _Relay(QObject):
     """Lives in the GUI thread; worker threads emit through it (queued to the GUI)."""
 
     sigDone = Signal(int, object, object)  # generation, (config, trace, images) or None, error
+    sigFirst = Signal(int, object, object)  # generation, (config, trace, first tier), Event
+    sigPart = Signal(int, object, object)  # generation, trace, complete images
 
 
 class _BuildJob(QRunnable):
-    def __init__(self, generation: int, config: Config, relay: _Relay) -> None:
+    def __init__(
+        self, generation: int, config: Config, relay: _Relay, current: Callable[[], int]
+    ) -> None:
         super().__init__()
         self.generation, self.config, self.relay = generation, config, relay
+        self.current = current  # the builder's newest generation
+        # Set by the GUI once the first tier is painted: the second tier waits for it, as
+        # a worker running Python beside the paint takes the GIL from it (the paint of a
+        # first tier took 3-4x as long beside a running pass over S).
+        self.painted = threading.Event()
+
+    def check(self) -> None:
+        if self.current() != self.generation:
+            raise Cancelled
 
     def run(self) -> None:
+        streamed = []
+
+        def first(*result: object) -> None:
+            streamed.append(True)
+            self.relay.sigFirst.emit(self.generation, result, self.painted)
+            self.painted.wait(PAINT_WAIT_S)
+
         try:
-            result = build_all(self.config)
+            result = build_all(self.config, on_first=first, check=self.check)
+            if streamed:  # the first tier went ahead: the rest is a part
+                self.relay.sigPart.emit(self.generation, result[1], result[2])
+                result = None
+        except Cancelled:
+            self.relay.sigDone.emit(self.generation, None, Cancelled())
         except BudgetError as exc:
             self.relay.sigDone.emit(self.generation, None, exc)  # told apart on arrival
         except InputError as exc:
@@ -50,18 +89,34 @@ class _BuildJob(QRunnable):
                 "the previous one is kept.",
             )
         else:
-            self.relay.sigDone.emit(self.generation, result, None)
+            self.relay.sigDone.emit(self.generation, result, None)  # None: parts came
 
 
-def build_all(config: Config) -> tuple[Config, object, LaneImages]:
-    """The Trace and its precomputed heatmap images: everything a new trace needs."""
+def build_all(
+    config: Config,
+    on_first: Callable[[Config, object, LaneImages], None] | None = None,
+    check: Callable[[], None] | None = None,
+) -> tuple[Config, object, LaneImages]:
+    """The Trace and its precomputed heatmap images: everything a new trace needs. With
+    `on_first`, a trace that streams (render.streams) is handed over with its first tier
+    before the second is computed (`check` between chunks may raise Cancelled)."""
     config, trace = build(config)
-    return config, trace, prepare_images(trace)
+    if on_first is None or not streams(trace):
+        return config, trace, prepare_images(trace)
+    first = prepare_first(trace)
+    if check is not None:
+        check()
+    on_first(config, trace, first)
+    return config, trace, complete_images(trace, first, check)
 
 
 # Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,
 # so it goes to the worker thread; smaller builds are faster done inline.
 THREAD_THRESHOLD_WORK = 16_000_000
+# How long a threaded build may run before the views are veiled: about a first tier's
+# time, so the veil shows only for changes whose first tier is late (a backward's).
+VEIL_DELAY_MS = 50
+PAINT_WAIT_S = 0.25  # the longest a second tier waits for the first tier's paint
 
 
 class TraceBuilder(QObject):
@@ -71,12 +126,18 @@ class TraceBuilder(QObject):
 
     def __init__(
         self,
-        on_done: Callable[[Config, object, LaneImages], None],
+        on_done: Callable[..., None],
         on_error: Callable[[str], None],
         on_refused: Callable[[str], None] | None = None,
+        on_first: Callable[[Config, object, LaneImages], None] | None = None,
+        on_part: Callable[[object, LaneImages], None] | None = None,
     ) -> None:
         super().__init__()
         self._on_done, self._on_error = on_done, on_error
+        # A streamed build: on_first(config, trace, first tier), then on_part(trace,
+        # images); without them, on_done gets the complete result once the part is in.
+        self._on_first, self._on_part = on_first, on_part
+        self._first_config: Config | None = None
         self._on_refused = on_refused  # a BudgetError: over the memory budget
         self._generation = 0
         self._busy = False  # a threaded build for the newest generation is outstanding
@@ -84,6 +145,12 @@ class TraceBuilder(QObject):
         self._pool.setMaxThreadCount(1)
         self._relay = _Relay(self)
         self._relay.sigDone.connect(self._finished)
+        self._veil_timer = QTimer(self)
+        self._veil_timer.setSingleShot(True)
+        self._veil_timer.setInterval(VEIL_DELAY_MS)
+        self._veil_timer.timeout.connect(self._veil_due)
+        self._relay.sigFirst.connect(self._first)
+        self._relay.sigPart.connect(self._part)
         self.force_inline = False  # screenshots and exports want the result now
         self._pending_config: Config | None = None  # the newest, waiting for the running
         self._running = False  # a job is in the pool (its result not yet handled)
@@ -93,9 +160,21 @@ class TraceBuilder(QObject):
         return self._busy
 
     def _set_busy(self, busy: bool) -> None:
+        """`busy` changes at once; the signal (the veil) waits VEIL_DELAY_MS before saying
+        so: a first tier arriving within it never veils and unveils the whole window,
+        which cost two full repaints per change of every view beneath the veil."""
         if busy != self._busy:
             self._busy = busy
-            self.sigBusy.emit(busy)
+            if busy:
+                self._veil_timer.start()
+            elif self._veil_timer.isActive():
+                self._veil_timer.stop()  # done before the veil showed: nothing to say
+            else:
+                self.sigBusy.emit(False)
+
+    def _veil_due(self) -> None:
+        if self._busy:
+            self.sigBusy.emit(True)
 
     def request(self, config: Config) -> None:
         self._generation += 1
@@ -128,18 +207,40 @@ class TraceBuilder(QObject):
         config, self._pending_config = self._pending_config, None
         if config is not None:
             self._running = True
-            self._pool.start(_BuildJob(self._generation, config, self._relay))
+            job = _BuildJob(self._generation, config, self._relay, lambda: self._generation)
+            self._pool.start(job)
+
+    def _first(self, generation: int, result: object, painted: threading.Event) -> None:
+        """A streamed job's first tier: shown at once (the veil lifts); parts follow
+        once the event loop has painted it (a zero timer runs after the posted paints)."""
+        if generation != self._generation:
+            painted.set()
+            return
+        self._first_config = result[0]
+        if self._on_first is not None:
+            self._set_busy(False)
+            self._on_first(*result)
+        QTimer.singleShot(0, painted.set)
+
+    def _part(self, generation: int, trace: object, images: object) -> None:
+        if generation != self._generation:
+            return
+        if self._on_first is not None and self._on_part is not None:
+            self._on_part(trace, images)
+        else:
+            self._on_done(self._first_config, trace, images)
 
     def _finished(self, generation: int, result: object, error: object) -> None:
         self._running = False
         if generation == self._generation:
             self._set_busy(False)
-        self._deliver(generation, result, error)
+        if result is not None or error is not None:
+            self._deliver(generation, result, error)
         if self._pending_config is not None:  # the newest request waited for this one
             self._start_pending()
 
     def _deliver(self, generation: int, result: object, error: object) -> None:
-        if generation != self._generation:
+        if generation != self._generation or isinstance(error, Cancelled):
             return  # superseded by a newer request
         if isinstance(error, BudgetError) and self._on_refused is not None:
             self._on_refused(str(error))

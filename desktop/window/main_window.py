@@ -236,6 +236,7 @@ class MainWindow(QMainWindow):
         self.state.sigStepChanged.connect(self._show_status)
         self.state.sigTraceChanged.connect(lambda _t: self._show_status(self.state.step))
         self.state.sigTraceChanged.connect(self._show_overflow)
+        self.state.sigPartsChanged.connect(self._show_overflow)
         self.state.sigError.connect(self.show_error)
         self.state.sigConfigChanged.connect(self._show_title)
         self.state.sigNotice.connect(lambda text: self.statusBar().showMessage(text, 8000))
@@ -361,8 +362,8 @@ class MainWindow(QMainWindow):
     def overflow_text(self) -> str:
         """The overflow sentence for the shown trace ('' when its dtype held every value)."""
         t = self.state.trace
-        if t is None:
-            return ""
+        if t is None or "errors" in self.state.pending_parts:
+            return ""  # checked once the pass over S has the tiled output
         return overflow_notice(t.q, t.k, t.v, t.dtype, t.tiled_output) or ""
 
     def _show_overflow(self, _trace: object) -> None:

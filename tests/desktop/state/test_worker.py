@@ -8,7 +8,7 @@ def test_a_crashing_threaded_build_reports_one_sentence(qtbot, monkeypatch):
     done, errors = [], []
     builder = worker.TraceBuilder(lambda *a: done.append(a), errors.append)
 
-    def broken(config):
+    def broken(config, **_streaming):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(worker, "build_all", broken)

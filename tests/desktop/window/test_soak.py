@@ -66,6 +66,13 @@ def _widgets_agree(w) -> None:
             cfg.n, cfg.d, cfg.block_q, cfg.block_k, cfg.order, cfg.causal,
         )  # fmt: skip
         assert all(not v.isVisible() for v in w.veils)  # no veil over settled numbers
+        # Streamed numbers: the lanes hold this trace's tensors, and a placeholder only
+        # while its part is pending (never an image of another configuration).
+        from desktop.scene.render import lane_shapes
+
+        for lane, imgs in st.images.lanes.items():
+            assert {n: i.shape for n, i in imgs.items()} == lane_shapes(st.trace, lane)
+            assert st.pending_parts or not any(i.pending for i in imgs.values())
 
 
 def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):

@@ -1,0 +1,104 @@
+"""compute.first_tier: the numbers shown within a frame equal the pass over all of S.
+
+S's block means by bilinearity against independent block means of the dense S; a few
+rows' statistics and outputs against compute.full_pass's rows; the strided sample of
+|S| against the full pass's sample. Random shapes, blocks that do not divide N and
+blocks larger than N, causal or not, every order and dtype.
+"""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compute import DTYPES, ORDERS, random_inputs
+from compute.attention import causal_mask, default_scale
+from compute.first_tier import dense_rows, score_means, scores_sample, tiled_rows
+from compute.full_pass import full_pass
+from compute.schedule import Schedule
+from tests.compute.test_full_pass import block_means
+
+
+def _dense_s(q, k, causal, scale):
+    s = (q @ k.T) * scale
+    if causal:
+        n_q, n_k = q.shape[0], k.shape[0]
+        s = np.where(causal_mask(np.arange(n_q), np.arange(n_k), n_q, n_k), s, -np.inf)
+    return s
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n_q=st.integers(1, 70),
+    n_k=st.integers(1, 70),
+    d=st.integers(1, 6),
+    cap=st.integers(1, 20),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_score_means_are_the_block_means_of_s(n_q, n_k, d, cap, causal, seed):
+    inputs = random_inputs(n_q, d, 3, n_k=n_k, seed=seed)
+    scale = default_scale(d)
+    s = _dense_s(inputs.q, inputs.k, causal, scale)
+    want, factor = block_means(s, cap)
+    got = score_means(inputs.q, inputs.k, causal=causal, scale=scale, cap=cap)
+    assert got.factor == factor
+    assert np.array_equal(np.isneginf(got.values), np.isneginf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got.values[finite], want[finite], rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_q=st.integers(1, 50),
+    n_k=st.integers(1, 50),
+    block_q=st.integers(1, 60),
+    block_k=st.integers(1, 60),
+    order=st.sampled_from(ORDERS),
+    causal=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**16),
+    rows=st.tuples(st.integers(0, 49), st.integers(1, 50)),
+)
+def test_a_few_rows_equal_the_full_pass(
+    n_q, n_k, block_q, block_k, order, causal, dtype, seed, rows
+):
+    inputs = random_inputs(n_q, 4, 3, n_k=n_k, seed=seed)
+    q, k, v = inputs.q, inputs.k, inputs.v
+    s = Schedule(n_q, n_k, 4, 3, block_q, block_k, order=order, causal=causal)
+    scale = default_scale(4)
+    r0 = min(rows[0], n_q - 1)
+    r1 = min(n_q, r0 + rows[1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        full = full_pass(q, k, v, s, scale=scale, dtype=dtype, cap=8)
+        mx, sm, ref = dense_rows(q, k, v, r0, r1, causal=causal, scale=scale)
+        tiled = tiled_rows(q, k, v, s, r0, r1, scale=scale, dtype=dtype)
+    np.testing.assert_allclose(mx, full.row_max[r0:r1], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(sm, full.row_sum[r0:r1], rtol=1e-13)
+    np.testing.assert_allclose(ref, full.reference[r0:r1], rtol=1e-12, atol=1e-14)
+    assert tiled.dtype == full.tiled_output.dtype
+    # The same closed form over fewer rows: only a product's summation order may differ.
+    tol = {"float64": 1e-12, "float32": 1e-6}.get(dtype, 2e-3)
+    np.testing.assert_allclose(
+        tiled.astype(np.float64), full.tiled_output[r0:r1].astype(np.float64), rtol=tol, atol=tol
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_q=st.integers(1, 300),
+    n_k=st.integers(1, 300),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+    sample=st.sampled_from([7, 100, 4096]),
+)
+def test_the_sample_of_s_is_whole_rows_of_s(n_q, n_k, causal, seed, sample):
+    inputs = random_inputs(n_q, 5, 2, n_k=n_k, seed=seed)
+    scale = default_scale(5)
+    s = _dense_s(inputs.q, inputs.k, causal, scale)
+    got = scores_sample(inputs.q, inputs.k, causal=causal, scale=scale, sample=sample)
+    count = min(n_q, -(-sample // n_k))
+    rows = np.unique(np.linspace(0, n_q - 1, count).round().astype(int))
+    assert len(rows) == count  # evenly spaced and distinct, from the first row
+    assert rows[0] == 0 and (count == 1 or rows[-1] == n_q - 1)
+    want = np.abs(s[rows].ravel())
+    np.testing.assert_allclose(got, want[np.isfinite(want)], rtol=1e-12, atol=1e-14)

@@ -1,0 +1,163 @@
+"""Two tiers of numbers per change: the streamed path equals the all-at-once one, and a
+change while parts are pending never leaves a view showing two configurations.
+
+The first tier (desktop.scene.render.prepare_first) is handed over before the pass over
+S; complete_images fills the rest. Streamed through the worker's build_all (with a
+cancellation check between chunks) and then compared, bit for bit, with a fresh build
+(the number cache cleared) of the same configuration done at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compute.full_pass
+from compute.numbers import SHARED, Cancelled
+from desktop.scene.render import (
+    FIRST_TIER,
+    LaneImages,
+    lane_shapes,
+    prepare_first,
+    prepare_images,
+    streams,
+)
+from desktop.state import worker
+from desktop.state.app_state import AppState
+from desktop.state.config import Config, build
+
+IMAGE_FIELDS = ("name", "shape", "factor", "pending")
+ARRAY_FIELDS = ("rgba", "values", "first_write", "last_write")
+
+
+def assert_same_images(a: LaneImages, b: LaneImages) -> None:
+    """Every scale and every tensor's pixels, numbers and write history identical."""
+    for scale in ("scale", "prob_scale", "grad_scale", "score_scale", "qk_scale"):
+        assert getattr(a, scale) == getattr(b, scale), scale
+    assert a.lanes.keys() == b.lanes.keys()
+    for lane in a.lanes:
+        assert list(a.lanes[lane]) == list(b.lanes[lane])
+        for name, x in a.lanes[lane].items():
+            y = b.lanes[lane][name]
+            for f in IMAGE_FIELDS:
+                assert getattr(x, f) == getattr(y, f), (lane, name, f)
+            for f in ARRAY_FIELDS:
+                u, v = getattr(x, f), getattr(y, f)
+                assert (u is None) == (v is None), (lane, name, f)
+                if u is not None:
+                    assert np.array_equal(u, v, equal_nan=True), (lane, name, f)
+
+
+def assert_first_tier_of(first: LaneImages, complete: LaneImages, trace) -> None:
+    """The first tier holds exactly what needs no pass over S, as the complete images
+    hold it; the rest are placeholders of the complete image's display size."""
+    for lane, imgs in first.lanes.items():
+        assert list(imgs) == list(lane_shapes(trace, lane)) == list(complete.lanes[lane])
+        for name, img in imgs.items():
+            done = complete.lanes[lane][name]
+            assert not done.pending
+            assert img.pending == (name not in FIRST_TIER)
+            assert img.shape == done.shape and img.factor == done.factor
+            assert img.rgba.shape == done.rgba.shape
+            if not img.pending:
+                assert img is done  # kept as it is: never redrawn, never changed
+
+
+configs = st.builds(
+    Config,
+    n=st.integers(1, 48),
+    n_keys=st.one_of(st.none(), st.integers(1, 48)),
+    d=st.integers(1, 5),
+    dv=st.integers(1, 5),
+    block_q=st.integers(1, 56),  # blocks that do not divide N, and blocks past N
+    block_k=st.integers(1, 56),
+    order=st.sampled_from(["q-outer", "kv-outer"]),
+    causal=st.booleans(),
+    save_lse=st.booleans(),
+    dtype=st.sampled_from(["float64", "float32", "float16", "bfloat16"]),
+    input=st.just("random"),
+    seed=st.integers(0, 999),
+    pass_name=st.sampled_from(["forward", "backward", "training"]),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs, chunk=st.sampled_from([96, 1 << 20]))
+def test_streamed_numbers_equal_a_fresh_build_at_once(config, chunk):
+    SHARED.clear()
+    old = compute.full_pass.CHUNK_ELEMENTS
+    compute.full_pass.CHUNK_ELEMENTS = chunk  # many chunks: the stream's checks run
+    try:
+        firsts, checks = [], []
+        shown, trace, complete = worker.build_all(
+            config, on_first=lambda *r: firsts.append(r), check=lambda: checks.append(1)
+        )
+        SHARED.clear()  # a fresh build (same chunks): nothing found in the cache
+        _, fresh = build(config)
+        at_once = prepare_images(fresh)
+    finally:
+        compute.full_pass.CHUNK_ELEMENTS = old
+    assert shown.n == config.n and trace.pass_name == config.pass_name
+    if streams(trace):
+        ((first_config, first_trace, first),) = firsts
+        assert first_config == shown and first_trace is trace
+        assert_first_tier_of(first, complete, trace)
+        assert checks  # the pass over S asked, between chunks, whether to go on
+    else:
+        assert firsts == []  # a backward's tiles read the gradients: one part
+    assert fresh is not trace
+    assert_same_images(complete, at_once)
+    assert_same_images(prepare_first(fresh), prepare_first(trace))
+    np.testing.assert_array_equal(fresh.tiled_output, trace.tiled_output)
+    np.testing.assert_array_equal(fresh.reference, trace.reference)
+
+
+def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch):
+    """A forward streams its second tier slowly (tiny chunks, a pause in each check); a
+    new change lands while it is pending. Every state a view could read (on each trace
+    and part signal) is one configuration's: its images are that trace's first tier or
+    its complete images, never another trace's; the old stream is cancelled."""
+    monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # every build threaded
+    monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
+    real_check, cancelled = worker._BuildJob.check, []
+
+    def slow_check(job):
+        time.sleep(0.005)
+        try:
+            real_check(job)
+        except Cancelled:
+            cancelled.append(job.config)
+            raise
+
+    monkeypatch.setattr(worker._BuildJob, "check", slow_check)
+    state = AppState()
+    snapshots = []
+
+    def snap(*_a):
+        snapshots.append((state.config, state.trace, state.images, state.pending_parts))
+
+    state.sigTraceChanged.connect(snap)
+    state.sigPartsChanged.connect(snap)
+    a = Config(n=60, d=3, dv=2, block_q=7, block_k=5, input="random", seed=1, causal=True)
+    b = a.replace(seed=2, block_q=4, order="kv-outer")
+    state.set_config(a)
+    qtbot.waitUntil(lambda: state.config == a, timeout=30000)
+    assert state.pending_parts  # a's first tier is shown, its second tier still pending
+    state.set_config(b)
+    qtbot.waitUntil(
+        lambda: state.config == b and not state.pending_parts and not state.builder.busy,
+        timeout=60000,
+    )
+    assert state.builder.wait(30000)
+    assert cancelled == [a]  # a's pass over S was abandoned, not finished
+    assert [s[0] for s in snapshots] == [a, b, b]  # a's first tier, b's, b's part
+    for config, trace, images, pending in snapshots:
+        assert trace.schedule.block_q == config.block_q and trace.schedule.order == config.order
+        if pending:
+            assert_same_images(images, prepare_first(trace))
+        else:
+            assert_same_images(images, prepare_images(trace))
+    state.builder.shutdown()
