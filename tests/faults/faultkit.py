@@ -26,6 +26,31 @@ def run_cli(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedPr
     )
 
 
+PEAK_TAG = "faultkit-peak-kb "
+
+
+def run_cli_peak(
+    *args: str, timeout: float = 60, cwd=REPO
+) -> tuple[subprocess.CompletedProcess, int]:
+    """run_cli's result and the command's own peak RSS in kB. A fresh parent process runs
+    it, so the figure is that command's alone: RUSAGE_CHILDREN of a test worker holds the
+    largest child any earlier test of that worker ran."""
+    code = (
+        "import resource, subprocess, sys;"
+        "p = subprocess.run(sys.argv[1:]);"
+        f"sys.stderr.write('{PEAK_TAG}%d' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);"
+        "sys.exit(p.returncode)"
+    )
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-c", code, sys.executable, "-m", "desktop.cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd,
+    )  # fmt: skip
+    err, _, peak = done.stderr.rpartition(PEAK_TAG)
+    done.stderr = err
+    return done, int(peak)
+
+
 def leftovers(folder: Path, keep: tuple[str, ...]) -> list[str]:
     """Names in `folder` other than `keep` (temporary files an export left behind)."""
     return sorted(n for n in os.listdir(folder) if n not in keep)

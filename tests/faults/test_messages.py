@@ -30,7 +30,7 @@ CASES = {
     "export --n 0": (["export", "--out", "a.png", "--n", "0"], "1 to 1,000,000,000,000"),
     "export --n 3000000 --d 64": (
         ["export", "--out", "a.png", "--n", "3000000", "--d", "64", "--block-k", "100000"],
-        "lower N, N_keys, d or d_v",
+        "memory budget; lower N or d_v",  # the per-row arrays are its largest part
     ),
     "export --n 400 --d 60000": (
         ["export", "--out", "a.png", "--n", "400", "--d", "60000"],

@@ -320,7 +320,7 @@ def test_a_stats_slide_has_no_live_controls(window):
 
     from desktop.export.frames import view_widget
 
-    with view_widget(window, "stats", (1920, 1080)) as panel:
+    with view_widget(window, "stats", (1920, 1080)) as (panel, _state):
         buttons = [b for b in panel.findChildren(QAbstractButton) if b.isVisibleTo(panel)]
         assert buttons == []  # "‹ tile", "tile ›", "whole run" are not on a picture
         for spin in panel.findChildren(QAbstractSpinBox):
@@ -331,7 +331,7 @@ def test_a_stats_slide_has_no_live_controls(window):
 def test_a_ledger_slide_keeps_its_table_to_its_rows(window):
     from desktop.export.frames import view_widget
 
-    with view_widget(window, "ledger", (1920, 1080)) as panel:
+    with view_widget(window, "ledger", (1920, 1080)) as (panel, _state):
         table = panel.table
         rows = table.rowCount() * table.verticalHeader().defaultSectionSize()
         assert table.height() <= table.horizontalHeader().height() + rows + 8
