@@ -79,6 +79,10 @@ class ControlsPanel(QWidget):
     # ---- construction ----------------------------------------------------------------
     def _build_inputs(self) -> None:
         self.input_combo = QComboBox()
+        self.input_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.input_combo.setMinimumContentsLength(len(INPUT_LABELS["seed"]))
         for key, text in INPUT_LABELS.items():
             self.input_combo.addItem(text, key)
         self.input_combo.setToolTip(
@@ -385,7 +389,9 @@ class ControlsPanel(QWidget):
             self.input_combo.setItemText(index, INPUT_LABELS["file"])
             self.input_combo.setItemData(index, None, Qt.ItemDataRole.ToolTipRole)
             return
-        room = max(self.input_combo.width(), 140) - 30
+        # As wide as the box's own longest label: a long name must not widen the box
+        # past the dock (it was cut at the dock's edge).
+        room = self.input_combo.fontMetrics().horizontalAdvance(INPUT_LABELS["seed"])
         name = self.input_combo.fontMetrics().elidedText(
             Path(cfg.file).name, Qt.TextElideMode.ElideMiddle, room
         )

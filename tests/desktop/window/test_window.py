@@ -339,3 +339,14 @@ def test_view_menu_lists_the_panels_together_then_the_theme(window):
     assert set(texts[:separator]) == panels  # the GPU panel too, not after Theme
     file_texts = [a.text().replace("&", "") for a in window.file_menu.actions()]
     assert "Back to the reference example" in file_texts
+
+
+def test_a_long_file_name_is_elided_in_the_source_box(window, tmp_path):
+    path = tmp_path / "my_attention_inputs_with_a_rather_long_name.npz"
+    rng = np.random.default_rng(3)
+    np.savez(path, q=rng.normal(size=(4, 2)), k=rng.normal(size=(4, 2)), v=rng.normal(size=(4, 2)))
+    window.state.update_config(input="file", file=str(path))
+    combo = window.controls.input_combo
+    text = combo.currentText()
+    assert text.startswith("my_") and text.endswith(".npz") and "…" in text
+    assert combo.fontMetrics().horizontalAdvance(text) <= combo.width() - 24
