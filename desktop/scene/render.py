@@ -249,9 +249,10 @@ PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
 def streams(trace: Trace) -> bool:
-    """Whether a trace's numbers come in two tiers (see prepare_first): the forward's do;
-    a backward's SRAM tiles read the gradients, so its numbers come at once."""
-    return trace.pass_name == "forward"
+    """Whether a trace's numbers come in two tiers (see prepare_first): the forward's do,
+    unless its passes over S are cached already (then both tiers cost one paint, not
+    two); a backward's SRAM tiles read the gradients, so its numbers come at once."""
+    return trace.pass_name == "forward" and not trace.forward.summary_cached(DISPLAY_CAP)
 
 
 def prepare_first(trace: Trace) -> LaneImages:
