@@ -248,11 +248,20 @@ FIRST_TIER = frozenset({"Q", "K", "V", "S"})  # heatmaps exact without all of S
 PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
+# Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) it costs
+# less than the second paint that streaming adds: at N = 1024, d = 64 (134M) streaming
+# took complete_ms from 200 to 640 ms and did not bring first_ms down (bench-gui, 2-core).
+STREAM_WORK = 1 << 28
+
+
 def streams(trace: Trace) -> bool:
-    """Whether a trace's numbers come in two tiers (see prepare_first): the forward's do,
-    unless its passes over S are cached already (then both tiers cost one paint, not
-    two); a backward's SRAM tiles read the gradients, so its numbers come at once."""
-    return trace.pass_name == "forward" and not trace.forward.summary_cached(DISPLAY_CAP)
+    """Whether a trace's numbers come in two tiers (see prepare_first): a forward's do
+    when its pass over S is large and not cached already (else both tiers cost two
+    paints for nothing); a backward's SRAM tiles read the gradients: it comes at once."""
+    s = trace.schedule
+    if trace.pass_name != "forward" or s.n_q * s.n_k * (s.d + s.d_v) < STREAM_WORK:
+        return False
+    return not trace.forward.summary_cached(DISPLAY_CAP)
 
 
 def prepare_first(trace: Trace) -> LaneImages:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compute.full_pass
 from compute.numbers import SHARED, Cancelled
+from desktop.scene import render
 from desktop.scene.render import (
     FIRST_TIER,
     LaneImages,
@@ -29,6 +31,16 @@ from desktop.state.app_state import AppState
 from desktop.state.config import Config, build
 
 IMAGE_FIELDS = ("name", "shape", "factor", "pending")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def stream_every_size():
+    """Small sizes stream too here (the app streams only large passes: STREAM_WORK)."""
+    old, render.STREAM_WORK = render.STREAM_WORK, 0
+    yield
+    render.STREAM_WORK = old
+
+
 ARRAY_FIELDS = ("rgba", "values", "first_write", "last_write")
 
 
