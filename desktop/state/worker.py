@@ -9,10 +9,12 @@ and the last one is always the value the user left the control at. Results cross
 back to the GUI thread through a queued signal.
 
 Numbers come in two tiers (desktop.scene.render.prepare_first / complete_images): a
-forward's job delivers the trace with its first tier as soon as it has it (the veil
+large forward's job delivers the trace with its first tier as soon as it has it (the veil
 lifts; what is missing is marked "computing"), then the second tier as a part. A newer
 request cancels the job between chunks of its pass over S (compute.numbers.Cancelled),
-so the newest request starts within a chunk, and a part of an old trace never arrives.
+so the newest request starts within a chunk, and a part of an old trace never arrives;
+a job that comes in one part (a backward, a small or cached forward) is cancelled the
+same way.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 from compute import InputError
 from compute.numbers import Cancelled
 from desktop.scene.render import (
+    DISPLAY_CAP,
     LaneImages,
     complete_images,
     prepare_first,
@@ -102,6 +105,10 @@ def build_all(
     before the second is computed (`check` between chunks may raise Cancelled)."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
+        if check is not None:  # the passes over S first, cancellable between chunks
+            trace.forward.summary(DISPLAY_CAP, check)
+            if trace.backward is not None:
+                trace.backward.backward_summary(DISPLAY_CAP, check)
         return config, trace, prepare_images(trace)
     first = prepare_first(trace)
     if check is not None:

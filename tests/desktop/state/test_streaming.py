@@ -185,3 +185,29 @@ def test_a_change_that_finds_its_passes_cached_comes_at_once():
     assert len(firsts) == 1 and not any(i.pending for i in images.lanes["dense"].values())
     worker.build_all(c.replace(block_k=6), on_first=lambda *r: firsts.append(r))
     assert len(firsts) == 2  # B_c changes the tiled lane's pass: streamed again
+
+
+def test_a_one_part_backward_is_cancelled_between_chunks_and_leaves_nothing_half_done():
+    """A backward comes in one part; a newer change cancels it mid-pass (its check
+    raises), and the next build of it equals a fresh one bit for bit."""
+    SHARED.clear()
+    c = Config(n=50, d=3, dv=2, block_q=6, block_k=7, input="random", seed=5, pass_name="training")
+    calls = []
+
+    def cancel_on_the_third_chunk():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Cancelled
+
+    old = compute.full_pass.CHUNK_ELEMENTS
+    compute.full_pass.CHUNK_ELEMENTS = 100  # two rows a chunk: many chunks
+    try:
+        with pytest.raises(Cancelled):
+            worker.build_all(c, on_first=lambda *r: None, check=cancel_on_the_third_chunk)
+        _, trace, images = worker.build_all(c, on_first=lambda *r: None, check=lambda: None)
+        SHARED.clear()
+        _, fresh = build(c)
+        assert_same_images(images, prepare_images(fresh))
+    finally:
+        compute.full_pass.CHUNK_ELEMENTS = old
+    assert len(calls) == 3
