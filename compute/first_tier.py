@@ -35,6 +35,8 @@ def _cell_sums(x: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
     n = x.shape[0]
     h = math.ceil(n / f)
     starts = np.arange(h) * f
+    if n == h * f:  # groups that divide the rows: a view's sum (reduceat is ~3x slower)
+        return x.reshape(h, f, *x.shape[1:]).sum(axis=1), np.minimum(f, n - starts)
     return np.add.reduceat(x, starts, axis=0), np.minimum(f, n - starts)
 
 
