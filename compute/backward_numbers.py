@@ -21,7 +21,7 @@ import numpy as np
 
 from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
-from .forward_numbers import DISPLAY_CELLS, ForwardNumbers, Memo
+from .forward_numbers import DISPLAY_CELLS, Check, ForwardNumbers, Memo
 from .full_pass import CHUNK_ELEMENTS, BlockMeans
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 from .numbers import SHARED
@@ -187,23 +187,28 @@ class BackwardNumbers(Memo):
 
         return self._memo("grad_region", 6, (name, r0, r1, c0, c1), run)
 
-    def backward_summary(self, cap: int) -> BackwardSummary:
-        """dP and dS at `cap` cells a side (block means), in one chunked pass over rows."""
-        return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap))
+    def backward_summary(self, cap: int, check: Check = None) -> BackwardSummary:
+        """dP and dS at `cap` cells a side (block means), in one chunked pass over rows;
+        `check` is called between chunks and may raise to cancel (nothing is kept)."""
+        return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap, check))
 
-    def _backward_summary(self, cap: int) -> BackwardSummary:
+    def _backward_summary(self, cap: int, check: Check = None) -> BackwardSummary:
         self._need_do()
-        dense = self.forward.dense_pass(cap).backward  # the same pass as the forward's S and P
+        # The same pass as the forward's S and P.
+        dense = self.forward.dense_pass(cap, check).backward
+        self.forward.tiled_pass(check)  # the tiled lane's L, which its backward reads
         tiled = SHARED.value(
             "tiled_backward",
             (*self.forward._tiled_key(), self.do_key),
-            lambda: tiled_backward(self._operands(), self.schedule, self.scale, self.dtype),
+            lambda: tiled_backward(
+                self._operands(), self.schedule, self.scale, self.dtype, check=check
+            ),
         )
         return BackwardSummary(dense.dp_small, dense.ds_small, dense.sample, dense.gradients, tiled)
 
 
 def tiled_backward(
-    ops: Operands, s, scale: float, dtype: str
+    ops: Operands, s, scale: float, dtype: str, check: Check = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tiled lane's (dQ, dK, dV) in its output dtype, over row chunks: inputs, O and dO
     rounded to the dtype, statistics and accumulators in the statistics dtype, P̃ =
@@ -216,6 +221,8 @@ def tiled_backward(
     chunk = max(1, CHUNK_ELEMENTS // s.n_k)
     with np.errstate(over="ignore", invalid="ignore"):
         for r0 in range(0, s.n_q, chunk):
+            if check is not None:
+                check()
             r1 = min(s.n_q, r0 + chunk)
             st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal)
             pt = np.exp(st - lse[r0:r1, None])

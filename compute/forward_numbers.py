@@ -134,6 +134,18 @@ class ForwardNumbers(Memo):
 
         return SHARED.value("dense", (*key, do_key), run)
 
+    def summary_cached(self, cap: int = DISPLAY_CELLS) -> bool:
+        """Whether `summary(cap)` would find its passes over S already done (a change of
+        B_r, or back to blocks seen before): then nothing is worth streaming."""
+        if ("summary", cap) in self._held():
+            return True
+        key = self._dense_key(cap)
+        keys = [(*key, None if self.do is None else self.do_key)]
+        if self.do is None:
+            keys.append((*key, DEFAULT_DO_KEY))
+        dense = any(SHARED.get("dense", k) is not None for k in keys)
+        return dense and SHARED.get("tiled", self._tiled_key()) is not None
+
     def _tiled_key(self) -> tuple:
         s = self.schedule  # not B_r: each row's closed form is its own
         return (self.inputs_key, s.causal, self.scale, s.block_k, s.order, self.dtype)
@@ -224,7 +236,14 @@ class ForwardNumbers(Memo):
         return self._memo("tiled_rows", 8, (r0, r1), run)
 
     def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
-        m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
+        # The rows' softmax statistics: from the pass over S once it is done (a key tile
+        # of the backward spans every row), before it over these rows alone (the same
+        # sums; a product's summation order may differ in the last place).
+        if self.summary_cached():
+            f = self.summary()
+            m, l = f.row_max[r0:r1], f.row_sum[r0:r1]  # noqa: E741
+        else:
+            m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
         m, l = m[:, None], l[:, None]  # noqa: E741
         p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
         out = np.zeros_like(p)

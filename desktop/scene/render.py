@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute import Trace
-from compute.first_tier import score_means, scores_sample
+from compute.first_tier import row_sample, score_means
 from compute.timeline import PHASE_CODE
 
 from .backward import GRAD_SLOTS, grad_sources
@@ -251,21 +251,33 @@ FIRST_TIER = frozenset({"Q", "K", "V", "S"})  # heatmaps exact without all of S
 PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
+# Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) it costs
+# less than the second paint that streaming adds: at N = 1024, d = 64 (134M) streaming
+# took complete_ms from 200 to 640 ms and did not bring first_ms down (bench-gui, 2-core).
+STREAM_WORK = 1 << 28
+
+
 def streams(trace: Trace) -> bool:
-    """Whether a trace's numbers come in two tiers (see prepare_first): the forward's do;
-    a backward's SRAM tiles read the gradients, so its numbers come at once."""
-    return trace.pass_name == "forward"
+    """Whether a trace's numbers come in two tiers (see prepare_first): a forward's do
+    when its pass over S is large and not cached already (else both tiers cost two
+    paints for nothing); a backward's SRAM tiles read the gradients: it comes at once."""
+    s = trace.schedule
+    if trace.pass_name != "forward" or s.n_q * s.n_k * (s.d + s.d_v) < STREAM_WORK:
+        return False
+    return not trace.forward.summary_cached(DISPLAY_CAP)
 
 
 def prepare_first(trace: Trace) -> LaneImages:
-    """The first tier: Q, K, V and S (by block means, compute.first_tier) with their
-    scales and S's write history, exact without forming all of S. Every other tensor is
+    """The first tier: Q, K, V and S (by block means, compute.first_tier), every scale
+    (P's from whole sampled rows) and S's write history, exact without all of S. Every other tensor is
     a grey placeholder of its display size marked `pending`, so the layout does not move
     when complete_images fills it."""
     s = trace.schedule
-    images = LaneImages(ColorScale(_shared_vmax(trace, [trace.v])))
-    sample = scores_sample(trace.q, trace.k, causal=s.causal, scale=trace.scale)
-    images.score_scale = ColorScale(_shared_vmax(trace, [sample]))
+    s_sample, p_sample = row_sample(trace.q, trace.k, causal=s.causal, scale=trace.scale)
+    images = LaneImages(
+        ColorScale(_shared_vmax(trace, [trace.v])), ColorScale(_shared_vmax(trace, [p_sample]))
+    )
+    images.score_scale = ColorScale(_shared_vmax(trace, [s_sample]))
     images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
     means = score_means(trace.q, trace.k, causal=s.causal, scale=trace.scale, cap=DISPLAY_CAP)
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
@@ -325,9 +337,8 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
     on a new LaneImages that keeps the first tier's images as they are."""
     summary = trace.forward.summary(DISPLAY_CAP, check)
     images = LaneImages(
-        first.scale, ColorScale(_shared_vmax(trace, [summary.probs_sample])),
-        score_scale=first.score_scale, qk_scale=first.qk_scale,
-    )  # fmt: skip
+        first.scale, first.prob_scale, score_scale=first.score_scale, qk_scale=first.qk_scale
+    )
     if trace.pass_name != "forward":
         bwd = trace.backward_summary(DISPLAY_CAP)
         grads = [trace.do, *trace.gradients("dense"), bwd.sample]

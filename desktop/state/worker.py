@@ -9,10 +9,12 @@ and the last one is always the value the user left the control at. Results cross
 back to the GUI thread through a queued signal.
 
 Numbers come in two tiers (desktop.scene.render.prepare_first / complete_images): a
-forward's job delivers the trace with its first tier as soon as it has it (the veil
+large forward's job delivers the trace with its first tier as soon as it has it (the veil
 lifts; what is missing is marked "computing"), then the second tier as a part. A newer
 request cancels the job between chunks of its pass over S (compute.numbers.Cancelled),
-so the newest request starts within a chunk, and a part of an old trace never arrives.
+so the newest request starts within a chunk, and a part of an old trace never arrives;
+a job that comes in one part (a backward, a small or cached forward) is cancelled the
+same way.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 from compute import InputError
 from compute.numbers import Cancelled
 from desktop.scene.render import (
+    DISPLAY_CAP,
     LaneImages,
     complete_images,
     prepare_first,
@@ -49,6 +52,7 @@ class _BuildJob(QRunnable):
         super().__init__()
         self.generation, self.config, self.relay = generation, config, relay
         self.current = current  # the builder's newest generation
+        self.row = 0  # the selected query row (its block's history comes with the first tier)
         # Set by the GUI once the first tier is painted: the second tier waits for it, as
         # a worker running Python beside the paint takes the GIL from it (the paint of a
         # first tier took 3-4x as long beside a running pass over S).
@@ -67,7 +71,7 @@ class _BuildJob(QRunnable):
             self.painted.wait(PAINT_WAIT_S)
 
         try:
-            result = build_all(self.config, on_first=first, check=self.check)
+            result = build_all(self.config, on_first=first, check=self.check, row=self.row)
             if streamed:  # the first tier went ahead: the rest is a part
                 self.relay.sigPart.emit(self.generation, result[1], result[2])
                 result = None
@@ -96,14 +100,22 @@ def build_all(
     config: Config,
     on_first: Callable[[Config, object, LaneImages], None] | None = None,
     check: Callable[[], None] | None = None,
+    row: int | None = None,
 ) -> tuple[Config, object, LaneImages]:
     """The Trace and its precomputed heatmap images: everything a new trace needs. With
     `on_first`, a trace that streams (render.streams) is handed over with its first tier
-    before the second is computed (`check` between chunks may raise Cancelled)."""
+    before the second is computed (`check` between chunks may raise Cancelled), with
+    query row `row`'s block history (the statistics panel's series) made beforehand."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
+        if check is not None:  # the passes over S first, cancellable between chunks
+            trace.forward.summary(DISPLAY_CAP, check)
+            if trace.backward is not None:
+                trace.backward.backward_summary(DISPLAY_CAP, check)
         return config, trace, prepare_images(trace)
     first = prepare_first(trace)
+    if row is not None:  # the statistics panel's row: its block's history, once, here
+        trace.forward.block_history(min(row, trace.schedule.n_q - 1) // config.block_q)
     if check is not None:
         check()
     on_first(config, trace, first)
@@ -152,6 +164,7 @@ class TraceBuilder(QObject):
         self._relay.sigFirst.connect(self._first)
         self._relay.sigPart.connect(self._part)
         self.force_inline = False  # screenshots and exports want the result now
+        self._pending_row = 0  # the selected row when the newest request was made
         self._pending_config: Config | None = None  # the newest, waiting for the running
         self._running = False  # a job is in the pool (its result not yet handled)
 
@@ -176,8 +189,11 @@ class TraceBuilder(QObject):
         if self._busy:
             self.sigBusy.emit(True)
 
-    def request(self, config: Config) -> None:
+    def request(self, config: Config, row: int = 0) -> None:
+        """Build `config`; `row` (the selected query row) has its block's history made
+        on the worker with the first tier, not in a per-tile loop on the GUI thread."""
         self._generation += 1
+        self._pending_row = row
         if self.force_inline or config.estimated_work() <= THREAD_THRESHOLD_WORK:
             self._pending_config = None  # a running build's result will be discarded
             self._set_busy(False)
@@ -208,6 +224,7 @@ class TraceBuilder(QObject):
         if config is not None:
             self._running = True
             job = _BuildJob(self._generation, config, self._relay, lambda: self._generation)
+            job.row = self._pending_row
             self._pool.start(job)
 
     def _first(self, generation: int, result: object, painted: threading.Event) -> None:

@@ -1,9 +1,9 @@
 """compute.first_tier: the numbers shown within a frame equal the pass over all of S.
 
 S's block means by bilinearity against independent block means of the dense S; a few
-rows' statistics and outputs against compute.full_pass's rows; the strided sample of
-|S| against the full pass's sample. Random shapes, blocks that do not divide N and
-blocks larger than N, causal or not, every order and dtype.
+rows' statistics and outputs against compute.full_pass's rows; |S| and P on sampled
+whole rows against the dense S and its softmax. Random shapes, blocks that do not
+divide N and blocks larger than N, causal or not, every order and dtype.
 """
 
 import numpy as np
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from compute import DTYPES, ORDERS, random_inputs
 from compute.attention import causal_mask, default_scale
-from compute.first_tier import dense_rows, score_means, scores_sample, tiled_rows
+from compute.first_tier import dense_rows, row_sample, score_means, tiled_rows
 from compute.full_pass import full_pass
 from compute.schedule import Schedule
 from tests.compute.test_full_pass import block_means
@@ -91,14 +91,19 @@ def test_a_few_rows_equal_the_full_pass(
     seed=st.integers(0, 2**16),
     sample=st.sampled_from([7, 100, 4096]),
 )
-def test_the_sample_of_s_is_whole_rows_of_s(n_q, n_k, causal, seed, sample):
+def test_the_samples_of_s_and_p_are_whole_rows(n_q, n_k, causal, seed, sample):
     inputs = random_inputs(n_q, 5, 2, n_k=n_k, seed=seed)
     scale = default_scale(5)
     s = _dense_s(inputs.q, inputs.k, causal, scale)
-    got = scores_sample(inputs.q, inputs.k, causal=causal, scale=scale, sample=sample)
+    got, probs = row_sample(inputs.q, inputs.k, causal=causal, scale=scale, sample=sample)
     count = min(n_q, -(-sample // n_k))
     rows = np.unique(np.linspace(0, n_q - 1, count).round().astype(int))
     assert len(rows) == count  # evenly spaced and distinct, from the first row
     assert rows[0] == 0 and (count == 1 or rows[-1] == n_q - 1)
     want = np.abs(s[rows].ravel())
     np.testing.assert_allclose(got, want[np.isfinite(want)], rtol=1e-12, atol=1e-14)
+    sr = s[rows]
+    seen = np.isfinite(sr).any(axis=1, keepdims=True)  # a causal row may see no key
+    e = np.exp(sr - np.where(seen, sr.max(axis=1, keepdims=True), 0.0))
+    want_p = np.where(seen, e / np.where(seen, e.sum(axis=1, keepdims=True), 1.0), 0.0)
+    np.testing.assert_allclose(probs, want_p.ravel(), rtol=1e-12, atol=1e-300)

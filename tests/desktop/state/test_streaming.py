@@ -12,24 +12,35 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compute.full_pass
 from compute.numbers import SHARED, Cancelled
+from desktop.scene import render
 from desktop.scene.render import (
     FIRST_TIER,
     LaneImages,
     lane_shapes,
     prepare_first,
     prepare_images,
-    streams,
 )
 from desktop.state import worker
 from desktop.state.app_state import AppState
 from desktop.state.config import Config, build
 
 IMAGE_FIELDS = ("name", "shape", "factor", "pending")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def stream_every_size():
+    """Small sizes stream too here (the app streams only large passes: STREAM_WORK)."""
+    old, render.STREAM_WORK = render.STREAM_WORK, 0
+    yield
+    render.STREAM_WORK = old
+
+
 ARRAY_FIELDS = ("rgba", "values", "first_write", "last_write")
 
 
@@ -101,13 +112,13 @@ def test_streamed_numbers_equal_a_fresh_build_at_once(config, chunk):
     finally:
         compute.full_pass.CHUNK_ELEMENTS = old
     assert shown.n == config.n and trace.pass_name == config.pass_name
-    if streams(trace):
+    # Nothing cached: a forward streams; a backward's tiles read the gradients: one part.
+    assert bool(firsts) == (config.pass_name == "forward")
+    if firsts:
         ((first_config, first_trace, first),) = firsts
         assert first_config == shown and first_trace is trace
         assert_first_tier_of(first, complete, trace)
         assert checks  # the pass over S asked, between chunks, whether to go on
-    else:
-        assert firsts == []  # a backward's tiles read the gradients: one part
     assert fresh is not trace
     assert_same_images(complete, at_once)
     assert_same_images(prepare_first(fresh), prepare_first(trace))
@@ -161,3 +172,42 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch):
         else:
             assert_same_images(images, prepare_images(trace))
     state.builder.shutdown()
+
+
+def test_a_change_that_finds_its_passes_cached_comes_at_once():
+    """B_r moved (the passes over S do not depend on it): nothing to stream, one part."""
+    SHARED.clear()
+    c = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=4)
+    firsts = []
+    worker.build_all(c, on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 1  # new inputs: the first tier went ahead
+    _, trace, images = worker.build_all(c.replace(block_q=7), on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 1 and not any(i.pending for i in images.lanes["dense"].values())
+    worker.build_all(c.replace(block_k=6), on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 2  # B_c changes the tiled lane's pass: streamed again
+
+
+def test_a_one_part_backward_is_cancelled_between_chunks_and_leaves_nothing_half_done():
+    """A backward comes in one part; a newer change cancels it mid-pass (its check
+    raises), and the next build of it equals a fresh one bit for bit."""
+    SHARED.clear()
+    c = Config(n=50, d=3, dv=2, block_q=6, block_k=7, input="random", seed=5, pass_name="training")
+    calls = []
+
+    def cancel_on_the_third_chunk():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Cancelled
+
+    old = compute.full_pass.CHUNK_ELEMENTS
+    compute.full_pass.CHUNK_ELEMENTS = 100  # two rows a chunk: many chunks
+    try:
+        with pytest.raises(Cancelled):
+            worker.build_all(c, on_first=lambda *r: None, check=cancel_on_the_third_chunk)
+        _, trace, images = worker.build_all(c, on_first=lambda *r: None, check=lambda: None)
+        SHARED.clear()
+        _, fresh = build(c)
+        assert_same_images(images, prepare_images(fresh))
+    finally:
+        compute.full_pass.CHUNK_ELEMENTS = old
+    assert len(calls) == 3

@@ -75,7 +75,12 @@ def _widgets_agree(w) -> None:
             assert st.pending_parts or not any(i.pending for i in imgs.values())
 
 
-def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs):
+def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs, monkeypatch):
+    from desktop.scene import render
+
+    # Every threaded build streams its second tier (the app streams only large passes),
+    # so changes land while parts are pending and cancel them.
+    monkeypatch.setattr(render, "STREAM_WORK", 1)
     rng = random.Random(1234)
     threads_before = threading.active_count()
     w = MainWindow(persist=False)
