@@ -11,7 +11,9 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from desktop.theme import FollowsPalette, style_plot
 
-PREFERRED_HEIGHT = 230  # fits the panel in its dock at 1600 x 1000 with the report picker on its own row
+PREFERRED_HEIGHT = (
+    230  # fits the panel in its dock at 1600 x 1000 with the report picker on its own row
+)
 
 
 class _HeatmapPlot(pg.PlotWidget):
