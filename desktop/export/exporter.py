@@ -53,6 +53,7 @@ VIEW_SUFFIXES = STILL_SUFFIXES + ANIMATION_SUFFIXES
 DEFAULT_SIZE = (1280, 720)  # lanes with no --size: a 720p slide
 STORY_PANEL = (960, 540)  # a storyboard panel with no --size: 2x2 panels make 1920x1080
 STORY_MAX = 36
+STORY_NUMBER_PX = 11  # a storyboard panel is shrunk onto its page: smaller numbers go
 
 
 def check_suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
@@ -219,7 +220,9 @@ def storyboard_pages(
     source = source_of(source)
     cols, rows = grid_shape(len(steps))
     pw, ph = size[0] // cols, size[1] // rows
-    canvas = LaneCanvas(source.trace, target, (pw, ph), theme, lines=2)
+    canvas = LaneCanvas(
+        source.trace, target, (pw, ph), theme, lines=2, number_min_px=STORY_NUMBER_PX
+    )
     fill = canvas.palette.color(QPalette.ColorRole.Window)
     rule = canvas.palette.color(QPalette.ColorRole.Mid)
 
