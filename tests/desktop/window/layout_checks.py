@@ -2,8 +2,8 @@
 
 Imported by the screen-size tests (and usable from a script on a real window):
 `problems(window)` lists, in words, every single-line label whose text is wider than
-the label, every pair of visible sibling widgets that overlap, and a scrubber narrower
-than SCRUBBER_MIN.
+the label, every pair of visible sibling widgets that overlap, a menu entry whose text
+and shortcut do not fit the menu's width, and a scrubber narrower than SCRUBBER_MIN.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
     QMainWindow,
+    QMenu,
     QScrollBar,
     QSplitterHandle,
     QStackedWidget,
@@ -98,10 +99,33 @@ def overlaps(top: QWidget, skip=frozenset()) -> list[str]:
     return out
 
 
+def cut_menus(top: QWidget) -> list[str]:
+    """Menu entries whose text, a gap and the shortcut ("Ctrl+Right") are wider than the
+    entry the menu lays out for them (as it pops up: its size hint, or a width it is
+    held to)."""
+    out = []
+    menus = top.findChildren(QMenu)
+    for menu in [top, *menus] if isinstance(top, QMenu) else menus:
+        fm = menu.fontMetrics()
+        gap = 2 * fm.averageCharWidth()  # between text and shortcut, and at the right edge
+        for act in menu.actions():
+            if act.isSeparator() or not act.isVisible() or not act.text():
+                continue
+            keys = act.shortcut().toString(act.shortcut().SequenceFormat.NativeText)
+            text = act.text().replace("&&", "\0").replace("&", "").replace("\0", "&")
+            need = fm.horizontalAdvance(text) + (gap + fm.horizontalAdvance(keys) if keys else 0)
+            room = min(menu.actionGeometry(act).width(), menu.maximumWidth()) - gap
+            if need > room:
+                out.append(
+                    f"cut: menu {menu.title()!r} entry {text!r} {keys} needs {need} px, has {room}"
+                )
+    return out
+
+
 def problems(window, skip=frozenset()) -> list[str]:
-    """Everything cut or overlapping in `window` (but in `skip`), and a scrubber below
-    SCRUBBER_MIN."""
-    found = cut_texts(window, skip) + overlaps(window, skip)
+    """Everything cut or overlapping in `window` (but in `skip`), its menus' entries,
+    and a scrubber below SCRUBBER_MIN."""
+    found = cut_texts(window, skip) + overlaps(window, skip) + cut_menus(window)
     if window.bar.scrubber.width() < SCRUBBER_MIN:
         found.append(f"scrubber {window.bar.scrubber.width()} px wide (< {SCRUBBER_MIN})")
     return found
