@@ -122,6 +122,7 @@ class LanePainter:
     font: QFont
     width: float
     height: float
+    number_min_px: float | None = None  # LaneContext.number_min_px
 
     def __post_init__(self) -> None:
         self.images = {
@@ -168,6 +169,7 @@ class LanePainter:
             images=self.images,
             live=self.live,
             rects=rects,
+            number_min_px=self.number_min_px,
         )
 
     # ---- painting ------------------------------------------------------------------
@@ -253,9 +255,12 @@ class LaneCanvas:
         theme: str = "light",
         *,
         lines: int = 1,
+        number_min_px: float | None = None,
     ) -> None:
-        """`lines`: caption lines under the lanes (0: none; animations 1, stills 2)."""
+        """`lines`: caption lines under the lanes (0: none; animations 1, stills 2);
+        `number_min_px`: cell numbers smaller than this on the output are left out."""
         self.target, self.size, self.lines = target, size, lines
+        self.number_min_px = number_min_px
         self.palette = export_palette(theme)
         self.font = export_font()
         hbm, sram = natural_heights(trace)
@@ -280,7 +285,12 @@ class LaneCanvas:
     def _painters(self, frame: Frame) -> list[tuple[LanePainter, QRectF]]:
         w, h = self.logical[0], self.lanes_height()
         return [
-            (LanePainter(frame, lane, self.palette, self.font, r.width(), r.height()), r)
+            (
+                LanePainter(
+                    frame, lane, self.palette, self.font, r.width(), r.height(), self.number_min_px
+                ),
+                r,
+            )
             for lane, r in lane_rects(self.target, w, h)
         ]
 

@@ -13,8 +13,10 @@ widgets, grabbed (and restored to their step).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -51,6 +53,7 @@ VIEW_SUFFIXES = STILL_SUFFIXES + ANIMATION_SUFFIXES
 DEFAULT_SIZE = (1280, 720)  # lanes with no --size: a 720p slide
 STORY_PANEL = (960, 540)  # a storyboard panel with no --size: 2x2 panels make 1920x1080
 STORY_MAX = 36
+STORY_NUMBER_PX = 11  # a storyboard panel is shrunk onto its page: smaller numbers go
 
 
 def check_suffix(path: str | Path, allowed: tuple[str, ...]) -> Path:
@@ -217,7 +220,9 @@ def storyboard_pages(
     source = source_of(source)
     cols, rows = grid_shape(len(steps))
     pw, ph = size[0] // cols, size[1] // rows
-    canvas = LaneCanvas(source.trace, target, (pw, ph), theme, lines=2)
+    canvas = LaneCanvas(
+        source.trace, target, (pw, ph), theme, lines=2, number_min_px=STORY_NUMBER_PX
+    )
     fill = canvas.palette.color(QPalette.ColorRole.Window)
     rule = canvas.palette.color(QPalette.ColorRole.Mid)
 
@@ -322,25 +327,63 @@ MAX_SECONDS = 30 * 60
 def check_animation_length(path: Path, plan: FramePlan, fps: float, frames) -> None:
     """Refuse a plan past MAX_FRAMES or MAX_SECONDS, saying what it would take.
 
-    The estimate times and encodes one frame (the first of `frames`, which is then put
-    back in front of the iterator the writer reads)."""
-    import time
-
+    The estimate renders and encodes one frame (the first of `frames`)."""
     count, seconds = len(plan), len(plan) / fps
     if count <= MAX_FRAMES and seconds <= MAX_SECONDS:
         return
-    start = time.perf_counter()
-    first = next(iter(frames), None)
-    took = time.perf_counter() - start
-    if first is None:
+    cost = measure_frame(frames, path.suffix.lower())
+    if cost is None:
         return
-    size = frame_file_bytes(first, path.suffix.lower())
     raise ExportError(
-        f"{count:,} frames ({_duration(seconds)} at {fps:g} fps) would take about "
-        f"{_duration(count * took)} to render and about {size * count / 2**30:,.1f} GiB; "
+        f"{count:,} frames ({_duration(seconds)} at {fps:g} fps) would take "
+        f"{estimate_words(count, cost)}; "
         f"choose at most {MAX_FRAMES:,} frames and {MAX_SECONDS // 60} minutes (fewer steps, "
         "a smaller hold or a higher fps)."
     )
+
+
+@dataclass(frozen=True)
+class FrameCost:
+    """What one measured frame took: seconds to render and encode, bytes it adds to the
+    file, and its pixels (other sizes scale by pixel count)."""
+
+    seconds: float
+    bytes: int
+    pixels: int
+
+    def at(self, size: tuple[int, int]) -> FrameCost:
+        ratio = size[0] * size[1] / max(1, self.pixels)
+        return FrameCost(self.seconds * ratio, round(self.bytes * ratio), size[0] * size[1])
+
+
+def measure_frame(frames, suffix: str) -> FrameCost | None:
+    """Render the first of `frames` and encode it as `suffix` would, timed (None if empty)."""
+    start = time.perf_counter()
+    first = next(iter(frames), None)
+    if first is None:
+        return None
+    size = frame_file_bytes(first, suffix)
+    took = time.perf_counter() - start
+    return FrameCost(took, size, first.shape[0] * first.shape[1])
+
+
+def lane_frame_cost(
+    source, target: str, size: tuple[int, int], theme: str, step: int, suffix: str = ".gif"
+) -> FrameCost | None:
+    """One lane frame at `step` and `size`, measured: the basis of an animation estimate.
+
+    The second of two is timed: the first also paints the fixed layer, which the frames
+    after it reuse (timing it doubled the estimate of a 60-frame clip)."""
+    frames = lane_frames(source, FramePlan(range(step, step + 1), 2), target, size, theme)
+    next(frames, None)
+    return measure_frame(frames, suffix)
+
+
+def estimate_words(count: int, cost: FrameCost) -> str:
+    """'about 3 min to render and about 41 MiB' for `count` frames of `cost` each."""
+    total = cost.bytes * count
+    size = f"{total / 2**30:,.1f} GiB" if total >= 2**30 else f"{max(1, total / 2**20):,.0f} MiB"
+    return f"about {_duration(count * cost.seconds)} to render and about {size}"
 
 
 def frame_file_bytes(frame: np.ndarray, suffix: str) -> int:

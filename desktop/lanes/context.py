@@ -24,3 +24,4 @@ class LaneContext:
     images: dict[str, QImage]  # the lane's HBM heatmaps, ready to draw
     live: tuple[str, ...]  # tensors whose HBM contents change with the step (KV-outer)
     rects: dict[str, QRectF]  # where each HBM tensor is drawn
+    number_min_px: float | None = None  # device px below which cell numbers are left out

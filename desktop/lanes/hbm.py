@@ -121,7 +121,9 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
             p.drawText(r, Qt.AlignmentFlag.AlignCenter, "computing…")
         if img.values is not None:
             hidden = _unwritten(img, step)
-            draw_numbers(p, r, img.values, images.scale_for(name), ctx.font, hidden)
+            draw_numbers(
+                p, r, img.values, images.scale_for(name), ctx.font, hidden, ctx.number_min_px
+            )
         block = (
             s.block_q if name in geo.QUERY_TENSORS else s.block_k,
             s.block_k if name in NK_TENSORS else 0,
@@ -154,7 +156,8 @@ def paint_live(p: QPainter, ctx: LaneContext, trace: Trace, step: int) -> None:
         else:
             draw_image(p, r, qimage(rgba))
         if max(values.shape) <= NUMBERS_CAP:
-            draw_numbers(p, r, values, scale if name != "l" else NO_SCALE, ctx.font)
+            scale = scale if name != "l" else NO_SCALE
+            draw_numbers(p, r, values, scale, ctx.font, least=ctx.number_min_px)
 
 
 def paint_veils(p: QPainter, ctx: LaneContext, step: int) -> None:

@@ -134,17 +134,24 @@ def draw_numbers(
     scale: ColorScale,
     font: QFont,
     hidden: np.ndarray | None = None,
+    least: float | None = None,
 ) -> None:
     """Write each value in its cell when the cells are large enough to read.
 
     `hidden` (same shape) marks cells whose value is not there yet (not written).
+    `least`: the smallest size in device pixels worth drawing (a storyboard panel is
+    shrunk onto its page); None keeps NUMBER_MIN_PX logical pixels.
     """
     rows, cols = values.shape
     cw, ch = rect.width() / cols, rect.height() / rows
     if cw < NUMBER_MIN_W or ch < NUMBER_MIN_H or rows * cols > 4096:
         return
+    zoom = math.sqrt(abs(painter.worldTransform().determinant())) or 1.0
+    px = number_px(cw, ch, None if least is None else least / zoom)
+    if px is None:
+        return
     f = QFont(font)
-    f.setPixelSize(number_px(cw, ch))
+    f.setPixelSize(px)
     painter.setFont(f)
     advance = QFontMetricsF(f).horizontalAdvance
     for r in range(rows):
@@ -160,10 +167,16 @@ def draw_numbers(
                 painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, text)
 
 
-def number_px(cw: float, ch: float) -> int:
+def number_px(cw: float, ch: float, least: float | None = None) -> int | None:
     """The numbers' pixel size in cells of cw × ch px: as large as reads well, not below
-    NUMBER_MIN_PX (a digit is about 0.6 of it wide; "0.53" about 2.5 of it)."""
-    return int(max(NUMBER_MIN_PX, min(NUMBER_MAX_PX, ch * 0.6, cw / 2.8)))
+    NUMBER_MIN_PX (a digit is about 0.6 of it wide; "0.53" about 2.5 of it). With
+    `least` (logical px), at least that, or None where a number that tall overflows the
+    cell (format_number then drops digits, or the whole number, to fit the width)."""
+    px = int(max(NUMBER_MIN_PX, min(NUMBER_MAX_PX, ch * 0.6, cw / 2.8)))
+    if least is None:
+        return px
+    px = max(px, math.ceil(least - 1e-9))
+    return px if px <= ch * 0.85 else None
 
 
 def draw_matrix(
@@ -174,6 +187,7 @@ def draw_matrix(
     font: QFont,
     image: QImage | None = None,
     neutral: bool = False,
+    least: float | None = None,
 ) -> None:
     """A heatmap of `values` (or a prepared image of them) with numbers when they fit.
 
@@ -181,10 +195,10 @@ def draw_matrix(
     """
     if neutral:
         painter.fillRect(rect, NEUTRAL)
-        draw_numbers(painter, rect, values, ColorScale(np.inf), font)
+        draw_numbers(painter, rect, values, ColorScale(np.inf), font, least=least)
         return
     draw_image(painter, rect, image if image is not None else qimage(scale.rgba(values)))
-    draw_numbers(painter, rect, values, scale, font)
+    draw_numbers(painter, rect, values, scale, font, least=least)
 
 
 def veil_image(mask: np.ndarray, color: QColor) -> QImage:

@@ -82,6 +82,7 @@ def paint_sram(
             ctx.font,
             image=tiles_cache.get(tile.values, scale) if tile.cached else None,
             neutral=tile.tensor == "l",
+            least=ctx.number_min_px,
         )
     p.setFont(ctx.font)  # draw_matrix leaves its small number font set
     paint_capacity(p, ctx, trace, area)

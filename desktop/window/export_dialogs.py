@@ -34,9 +34,12 @@ from PySide6.QtWidgets import (
 from desktop.export.atomic import ExportCancelled, ExportError
 from desktop.export.canvas import LANE_TARGETS
 from desktop.export.exporter import (
+    FrameCost,
+    estimate_words,
     export_animation,
     export_still,
     export_storyboard,
+    lane_frame_cost,
     parse_storyboard,
 )
 from desktop.export.frames import FramePlan
@@ -175,8 +178,19 @@ def clip_length(seconds: float) -> str:
 
 
 class AnimationOptions(_Options):
-    def __init__(self, parent: QWidget, settings: QSettings, n_steps: int, step: int) -> None:
+    """Range, fps, hold, size, theme; says what they make. `cost` is one frame measured
+    when the dialog opened: the estimate is scaled from it, never rendered per keystroke."""
+
+    def __init__(
+        self,
+        parent: QWidget,
+        settings: QSettings,
+        n_steps: int,
+        step: int,
+        cost: FrameCost | None = None,
+    ) -> None:
         super().__init__(parent, "Export animation")
+        self.cost = cost
         anim_views = {
             k: v for k, v in VIEW_NAMES.items() if k in ("both", "dense", "tiled", "window")
         }
@@ -218,6 +232,8 @@ class AnimationOptions(_Options):
         for box in (self.first, self.last, self.hold):
             box.valueChanged.connect(self._summarise)
         self.fps.valueChanged.connect(self._summarise)
+        self.preset.currentIndexChanged.connect(self._summarise)
+        self.view.currentIndexChanged.connect(self._summarise)
         self._summarise()
         self.finish()
 
@@ -227,10 +243,17 @@ class AnimationOptions(_Options):
 
     def _summarise(self) -> None:
         frames = self.frame_count()
-        self.summary.setText(
+        text = (
             f"{frames:,} frames: {clip_length(frames / self.fps.value())} "
             f"at {self.fps.value():g} frames per second."
         )
+        if self.cost is not None:
+            # The lanes are laid out for the preset; the window is grabbed at its size.
+            lanes = self.view.currentData() in LANE_TARGETS
+            size = self.size() if lanes else (self.parent().width(), self.parent().height())
+            words = estimate_words(frames, self.cost.at(size))
+            text += f" As a GIF, {words} (an MP4 is about a tenth the size)."
+        self.summary.setText(text)
 
     def size(self) -> tuple[int, int]:  # noqa: D401 (Qt-style accessor)
         return preset_size(self.preset.currentData())
@@ -371,7 +394,9 @@ class Exports:
         if w.state.trace is None:
             return
         s = self.settings()
-        dialog = AnimationOptions(w, s, w.state.n_steps, w.state.step)
+        # One frame, measured once per opening, is the basis of the dialog's estimate.
+        cost = lane_frame_cost(w, "both", preset_size("hd"), "light", w.state.step)
+        dialog = AnimationOptions(w, s, w.state.n_steps, w.state.step, cost=cost)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return
         dialog.remember(s)

@@ -48,6 +48,7 @@ from compute.gpu.report import (
     split_reports,
 )
 from compute.gpu.report import sweep_for as find_sweep
+from desktop.panels.eliding import ElidedCombo, FitTable
 from desktop.panels.gpu.bench_thread import BenchThread, Runner
 from desktop.panels.gpu.sweep import SweepView
 from desktop.state.app_state import AppState
@@ -107,7 +108,7 @@ class GpuPanel(QWidget):
             label.setWordWrap(True)
         self.open_button = QPushButton("Open report…")
         self.open_button.clicked.connect(self._open_dialog)
-        self.selector = QComboBox()
+        self.selector = ElidedCombo()
         # Long report names must not widen the panel (it is a tab beside the statistics).
         self.selector.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
@@ -134,6 +135,16 @@ class GpuPanel(QWidget):
         self.detail = QPlainTextEdit(readOnly=True)
         self.detail.setMaximumHeight(90)
         self.table = self._table(HEADER)
+        # In a side dock the eleven columns ran past the table's edge ("peak Mi"): there
+        # the same results are shown a path per column, a measure per row.
+        self.by_measure = self._table([], FitTable)
+        self.by_measure.verticalHeader().setVisible(True)
+        # Ten measures in rows: compact ones, so the sweep heatmap below still shows.
+        rows = self.by_measure.verticalHeader()
+        rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        rows.setDefaultSectionSize(self.by_measure.fontMetrics().height() + 4)
+        self.by_measure.setWordWrap(True)
+        self.by_measure.setVisible(False)
         self.counts = self._table(COUNT_HEADER)
         self.sweep_view = SweepView()
 
@@ -173,6 +184,7 @@ class GpuPanel(QWidget):
         # both show without scrolling; stacked where it is narrow (tabbed on the right).
         tables = QVBoxLayout()
         tables.addWidget(self.table)
+        tables.addWidget(self.by_measure)
         tables.addWidget(self.counts)
         tables.addStretch(1)
         self._results = QBoxLayout(QBoxLayout.Direction.LeftToRight)
@@ -189,11 +201,13 @@ class GpuPanel(QWidget):
         )
         # Stacked, the room left over goes to the heatmap, not to a gap under the tables.
         self._results.setStretch(0, 0 if narrow else 2)
+        self.table.setVisible(not narrow)
+        self.by_measure.setVisible(narrow)
         super().resizeEvent(event)
 
     @staticmethod
-    def _table(header: list[str]) -> QTableWidget:
-        table = QTableWidget(0, len(header))
+    def _table(header: list[str], kind: type[QTableWidget] = QTableWidget) -> QTableWidget:
+        table = kind(0, len(header))
         table.setHorizontalHeaderLabels(header)
         table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         table.verticalHeader().setVisible(False)
@@ -299,7 +313,7 @@ class GpuPanel(QWidget):
 
     def _clear_results(self) -> None:
         self.recorded_label.setText("")
-        for table in (self.table, self.counts):
+        for table in (self.table, self.by_measure, self.counts):
             table.setRowCount(0)
         self.counts.setVisible(False)
         self.sweep_view.show_sweep(None, 0, self.blocks)
@@ -337,6 +351,31 @@ class GpuPanel(QWidget):
             if "error" in result:
                 self.table.setSpan(i, 3, 1, len(HEADER) - 3)
         fit_rows(self.table)
+        self._fill_by_measure(rows, report["results"])
+
+    def _fill_by_measure(self, rows: list[list[str]], results: list[dict]) -> None:
+        """The results transposed: a column per path (headed by its kernel), a row per
+        measure; a failed path's error spans its column below the blocks."""
+        table = self.by_measure
+        table.clearSpans()
+        table.setColumnCount(len(rows))
+        table.setRowCount(len(HEADER) - 1)
+        for j, cells in enumerate(rows):
+            # "sdpa-\ncudnn": two short lines fit a column where one long one did not.
+            head = QTableWidgetItem(cells[0].replace("-", "-\n"))
+            head.setToolTip(f"{cells[0]} ({cells[1]}, blocks {cells[2]})")
+            table.setHorizontalHeaderItem(j, head)
+        table.setVerticalHeaderLabels(HEADER[1:])
+        for j, (cells, result) in enumerate(zip(rows, results, strict=True)):
+            for i in range(1, len(HEADER)):
+                text = cells[i] if i < len(cells) else ""
+                cell = QTableWidgetItem(text)  # elided in a shared column: whole on hover
+                cell.setToolTip(result.get("error_detail", "") or text)
+                table.setItem(i - 1, j, cell)
+            if "error" in result:
+                table.setSpan(2, j, len(HEADER) - 3, 1)
+        fit_rows(table)
+        table.fit_columns()
 
     def _fill_counts(self, report: dict) -> None:
         counted = next((r for r in report["results"] if "counts_kernel" in r), None)

@@ -337,3 +337,40 @@ def test_a_ledger_slide_keeps_its_table_to_its_rows(window):
         assert table.height() <= table.horizontalHeader().height() + rows + 8
         # the totals sit right under the rows, not at the slide's foot
         assert panel.totals_table.y() - (table.y() + table.height()) < 20
+
+
+@pytest.mark.parametrize("lane", ["both", "tiled"])
+def test_storyboard_cell_numbers_are_legible_or_left_out(window, monkeypatch, lane):
+    """Issue 29 item 15: a 2x2 storyboard at 1920x1080 shrinks each panel, and the cell
+    numbers came out about 8 px; every number drawn is at least STORY_NUMBER_PX on the
+    page (left out where a number that size does not fit its cell), and some are drawn."""
+    from PySide6.QtGui import QImage, QPainter
+
+    from desktop.export.exporter import STORY_NUMBER_PX, storyboard_pages
+
+    sizes = []
+    draw_text = QPainter.drawText
+
+    def spy(painter, *args):
+        text = args[-1] if isinstance(args[-1], str) else ""
+        font = painter.font()
+        if font.pixelSize() > 0 and re.fullmatch(r"[−\-0-9.e]+", text):  # a cell number
+            sizes.append(font.pixelSize() * painter.worldTransform().m11())
+        return draw_text(painter, *args)
+
+    monkeypatch.setattr(QPainter, "drawText", spy)
+    image = QImage(1920, 1080, QImage.Format.Format_RGB32)
+    paint = storyboard_pages(window, [0, 8, 16, 26], lane, (1920, 1080), "light", False)
+    painter = QPainter(image)
+    paint(painter)
+    painter.end()
+    assert sizes, "no numbers in the storyboard's cells"
+    assert min(sizes) >= STORY_NUMBER_PX >= 11
+
+
+def test_number_size_with_a_floor_is_at_least_it_or_none():
+    from desktop.lanes.painting import number_px
+
+    assert number_px(30.0, 20.0, 14.67) == 15  # grows past the usual 12 to reach the floor
+    assert number_px(30.0, 12.0, 14.67) is None  # 15 px digits overflow a 12 px cell
+    assert number_px(30.0, 20.0) == 10  # no floor: as before

@@ -341,3 +341,26 @@ def test_animation_dialog_defaults_to_a_clip_and_says_what_it_makes(window):
     assert dialog.summary.text() == "54 frames: 9 s at 6 frames per second."
     dialog.last.setValue(20)
     assert dialog.summary.text().startswith("40 frames: 6.67 s")
+
+
+def test_animation_dialog_shows_the_estimate_of_time_and_size_as_choices_change(window):
+    """Item 6 of issue 29: before starting, the dialog says about how long the render
+    takes and how big the file is, from one frame measured when it opened (the estimate
+    the refusal of an over-long animation uses), updated as range, hold, fps, size change."""
+    from desktop.export.exporter import FrameCost, estimate_words, lane_frame_cost
+    from desktop.window.export_dialogs import AnimationOptions
+
+    cost = FrameCost(seconds=0.05, bytes=200_000, pixels=1280 * 720)
+    dialog = AnimationOptions(window, window.exports.settings(), 27, 0, cost=cost)
+    dialog.preset.setCurrentIndex(dialog.preset.findData("hd"))
+    dialog.fps.setValue(6)
+    dialog.hold.setValue(2)
+    assert estimate_words(54, cost) in dialog.summary.text()
+    assert "about 3 s to render and about 10 MiB" in dialog.summary.text()
+    dialog.hold.setValue(4)
+    assert estimate_words(108, cost) in dialog.summary.text()
+    dialog.preset.setCurrentIndex(dialog.preset.findData("poster"))  # 9x the pixels
+    assert estimate_words(108, cost.at((3840, 2160))) in dialog.summary.text()
+    # The measurement itself: one real frame, timed and encoded.
+    measured = lane_frame_cost(window, "both", (320, 180), "light", 3)
+    assert measured.seconds > 0 and measured.bytes > 1000 and measured.pixels == 320 * 180

@@ -260,7 +260,8 @@ def test_gpu_tab_sits_beside_the_statistics_with_table_and_heatmap_together(wind
     panel.resize(430, 900)  # the side dock's width: the results stack above the heatmap
     assert panel.minimumSizeHint().width() <= 430
     top = panel.sweep_view.mapTo(panel, panel.sweep_view.rect().topLeft()).y()
-    assert panel.table.isVisibleTo(panel) and top + 150 < 900  # the heatmap shows too
+    # The results a path per column there (issue 29 item 17), and the heatmap shows too.
+    assert panel.by_measure.isVisibleTo(panel) and top + 150 < 900
     label = panel.sweep_view.plot.getPlotItem().getAxis("left").labelText
     assert label == "B_r"  # short: a rotated long label is cut on a short plot
 
@@ -376,3 +377,47 @@ def test_the_panel_takes_the_app_state_and_follows_its_blocks_and_pass(qtbot):
     state.set_config(Config(block_q=2, block_k=2))
     assert panel.blocks == (2, 2) and panel.pass_combo.currentText() == "forward"
     panel.shutdown()
+
+
+def test_in_a_side_dock_results_read_a_path_per_column_and_names_are_elided(panel_factory, qtbot):
+    """Issue 29 item 17: in the 422 px side dock (1280x720 to 1600x900) the results table
+    ran past its edge ("peak Mi") and a backward report's name was cut. There the results
+    are a path per column, fitting the table; the picker ends in "…" with the whole name
+    on hover; where wide, the table of a path per row is back."""
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication
+
+    from compute.gpu.report import HEADER
+
+    panel = panel_factory()
+    panel.set_reports(_bundled_reports())
+    panel.pass_combo.setCurrentText("backward")
+    panel.resize(422, 900)
+    panel.show()
+    qtbot.waitExposed(panel)
+    QApplication.processEvents()
+    report = panel.current_report()
+    assert len(report["results"]) == 5  # tiled, dense, flash, sdpa-flash, sdpa-cudnn
+    by, table = panel.by_measure, panel.table
+    assert by.isVisibleTo(panel) and not table.isVisibleTo(panel)
+    header = by.horizontalHeader()
+    assert sum(header.sectionSize(c) for c in range(by.columnCount())) <= by.viewport().width()
+    ms = HEADER.index("ms")
+    for j in range(by.columnCount()):
+        assert by.item(ms - 1, j).text() == table.item(j, ms).text()
+        assert by.item(0, j).toolTip() == table.item(j, 1).text()  # "q-outer+kv-outer"
+        assert by.horizontalHeaderItem(j).toolTip().startswith(table.item(j, 0).text())
+        label = by.horizontalHeaderItem(j).text()
+        widest = max(header.fontMetrics().horizontalAdvance(t) for t in label.split("\n"))
+        assert widest + 8 <= header.sectionSize(j)  # "sdpa-flash" read "sdpa-flas"
+    selector = panel.selector
+    name = selector.currentText()
+    assert selector.fontMetrics().horizontalAdvance(name) > selector.width()
+    shown = selector.shown_text()
+    assert shown.endswith("…") and name.startswith(shown[:-1])
+    QApplication.sendEvent(selector, QHelpEvent(QEvent.Type.ToolTip, QPoint(5, 5), QPoint(5, 5)))
+    assert selector.toolTip() == name
+    panel.resize(1400, 600)  # the bottom dock: a path per row again
+    QApplication.processEvents()
+    assert table.isVisibleTo(panel) and not by.isVisibleTo(panel)

@@ -2,8 +2,8 @@
 
 Imported by the screen-size tests (and usable from a script on a real window):
 `problems(window)` lists, in words, every single-line label whose text is wider than
-the label, every pair of visible sibling widgets that overlap, and a scrubber narrower
-than SCRUBBER_MIN.
+the label, every pair of visible sibling widgets that overlap, a menu entry whose text
+and shortcut do not fit the menu's width, and a scrubber narrower than SCRUBBER_MIN.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
     QMainWindow,
+    QMenu,
     QScrollBar,
     QSplitterHandle,
     QStackedWidget,
+    QTableView,
     QWidget,
 )
 
@@ -55,6 +57,8 @@ def cut_texts(top: QWidget, skip=frozenset()) -> list[str]:
         elif isinstance(w, QComboBox):
             # The arrow and frame take about 24 px of the box.
             room, need = w.width() - 24, w.fontMetrics().horizontalAdvance(w.currentText())
+            if w.property("elides"):
+                need = w.fontMetrics().horizontalAdvance(w.shown_text())  # "…", and a tooltip
         elif isinstance(w, QAbstractButton) and w.text():
             room = w.width() - (w.iconSize().width() + 4 if not w.icon().isNull() else 0)
             need = w.fontMetrics().horizontalAdvance(w.text().replace("&", ""))
@@ -98,10 +102,60 @@ def overlaps(top: QWidget, skip=frozenset()) -> list[str]:
     return out
 
 
+def cut_headers(top: QWidget, skip=frozenset()) -> list[str]:
+    """Table column headers cut: a label wider than its section (unless the header elides
+    it and the full name is its tooltip), or a section running past the table's right
+    edge while the table scrolls to the left end (the header reads "peak Mi")."""
+    out = []
+    for table in top.findChildren(QTableView):
+        if table in skip or not _shown(table, top):
+            continue
+        header, model = table.horizontalHeader(), table.model()
+        fm, room = header.fontMetrics(), table.viewport().width()
+        for col in range(model.columnCount()):
+            if header.isSectionHidden(col):
+                continue
+            text = str(model.headerData(col, Qt.Orientation.Horizontal) or "")
+            tip = model.headerData(col, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+            need = max(fm.horizontalAdvance(line) for line in text.split("\n")) + 8
+            size = header.sectionSize(col)
+            elides = header.textElideMode() != Qt.TextElideMode.ElideNone
+            if need > size and not (elides and tip and text in str(tip)):
+                out.append(f"cut: header {text!r} of {_name(table)} needs {need} px, has {size}")
+            right = header.sectionPosition(col) + min(size, need)
+            if header.sectionPosition(col) < room < right:
+                out.append(f"cut: header {text!r} of {_name(table)} runs past the table's edge")
+    return out
+
+
+def cut_menus(top: QWidget) -> list[str]:
+    """Menu entries whose text, a gap and the shortcut ("Ctrl+Right") are wider than the
+    entry the menu lays out for them (as it pops up: its size hint, or a width it is
+    held to)."""
+    out = []
+    menus = top.findChildren(QMenu)
+    for menu in [top, *menus] if isinstance(top, QMenu) else menus:
+        fm = menu.fontMetrics()
+        gap = 2 * fm.averageCharWidth()  # between text and shortcut, and at the right edge
+        for act in menu.actions():
+            if act.isSeparator() or not act.isVisible() or not act.text():
+                continue
+            keys = act.shortcut().toString(act.shortcut().SequenceFormat.NativeText)
+            text = act.text().replace("&&", "\0").replace("&", "").replace("\0", "&")
+            need = fm.horizontalAdvance(text) + (gap + fm.horizontalAdvance(keys) if keys else 0)
+            room = min(menu.actionGeometry(act).width(), menu.maximumWidth()) - gap
+            if need > room:
+                out.append(
+                    f"cut: menu {menu.title()!r} entry {text!r} {keys} needs {need} px, has {room}"
+                )
+    return out
+
+
 def problems(window, skip=frozenset()) -> list[str]:
-    """Everything cut or overlapping in `window` (but in `skip`), and a scrubber below
-    SCRUBBER_MIN."""
-    found = cut_texts(window, skip) + overlaps(window, skip)
+    """Everything cut or overlapping in `window` (but in `skip`), its menus' entries,
+    and a scrubber below SCRUBBER_MIN."""
+    found = cut_texts(window, skip) + cut_headers(window, skip) + overlaps(window, skip)
+    found += cut_menus(window)
     if window.bar.scrubber.width() < SCRUBBER_MIN:
         found.append(f"scrubber {window.bar.scrubber.width()} px wide (< {SCRUBBER_MIN})")
     return found
