@@ -7,13 +7,22 @@ Where pytest-xdist is installed (the test extra) and no -n was given, the run is
 over two worker processes: the development machine has two cores. The GPU machine has no
 xdist, so an `-n` in addopts would be an unknown option there; this hook is why it is not.
 Pass `-n 0` (or `-p no:xdist`) for one process.
+
+Hypothesis draws its examples from a fixed seed (the "seeded" profile), so every run,
+CI's included, tries the same examples and a failure repeats; HYPOTHESIS_PROFILE=explore
+draws fresh ones to search further.
 """
 
 import os
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+settings.register_profile("seeded", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "seeded"))
 
 WORKERS = 2
 

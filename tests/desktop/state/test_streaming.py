@@ -9,6 +9,7 @@ cancellation check between chunks) and then compared, bit for bit, with a fresh 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -134,8 +135,14 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch):
     monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # every build threaded
     monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
     real_check, cancelled = worker._BuildJob.check, []
+    # The second tier waits at its first chunk until the test has seen a's first tier and
+    # made the next change, so a loaded machine cannot finish a's pass before the check.
+    gate, calls = threading.Event(), {}
 
     def slow_check(job):
+        calls[id(job)] = calls.get(id(job), 0) + 1
+        if calls[id(job)] > 1:  # the first call comes before the first tier is handed over
+            assert gate.wait(30)
         time.sleep(0.005)
         try:
             real_check(job)
@@ -158,6 +165,7 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch):
     qtbot.waitUntil(lambda: state.config == a, timeout=30000)
     assert state.pending_parts  # a's first tier is shown, its second tier still pending
     state.set_config(b)
+    gate.set()
     qtbot.waitUntil(
         lambda: state.config == b and not state.pending_parts and not state.builder.busy,
         timeout=60000,
