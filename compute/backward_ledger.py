@@ -27,6 +27,8 @@ from .ledger import (
     Ledger,
     check_ledger_args,
     closed_form_ledger,
+    count_transfers,
+    freeze_counts,
     ledger,
     visited_rows,
 )
@@ -45,21 +47,12 @@ class PassLedger(Ledger):
 
 
 def _freeze(counts: Mapping[str, Mapping[str, int]]) -> Counts:
-    return MappingProxyType(
-        {
-            t: MappingProxyType({d: counts.get(t, {}).get(d, 0) for d in DIRECTIONS})
-            for t in PASS_TENSORS
-        }
-    )
+    return freeze_counts(counts, PASS_TENSORS)
 
 
 def count_steps(steps: Iterable[BackwardStep]) -> Counts:
     """Sum the elements every step moves, per tensor and direction."""
-    counts = {t: dict.fromkeys(DIRECTIONS, 0) for t in PASS_TENSORS}
-    for step in steps:
-        for move in step.moves:
-            counts[move.tensor][move.direction] += move.elements
-    return _freeze(counts)
+    return count_transfers((step.moves for step in steps), PASS_TENSORS)
 
 
 def _add(a: Counts, b: Counts) -> Counts:

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .attention import DTYPE_BYTES, DTYPES
-from .schedule import DIRECTIONS, LANES, STAT_TENSORS, TENSORS, Action, Schedule, lane_actions
+from .schedule import (
+    DIRECTIONS,
+    LANES,
+    STAT_TENSORS,
+    TENSORS,
+    Action,
+    Schedule,
+    Transfer,
+    lane_actions,
+)
 
 Counts = Mapping[str, Mapping[str, int]]
 
@@ -106,24 +115,38 @@ class Ledger:
         }
 
 
-def freeze_counts(counts: Mapping[str, Mapping[str, int]]) -> Counts:
-    """Read-only per-tensor, per-direction counts."""
-    return MappingProxyType({t: MappingProxyType(dict(counts[t])) for t in TENSORS})
+def freeze_counts(
+    counts: Mapping[str, Mapping[str, int]], tensors: Iterable[str] = TENSORS
+) -> Counts:
+    """Read-only per-tensor, per-direction counts over `tensors` (absent ones are 0)."""
+    return MappingProxyType(
+        {
+            t: MappingProxyType({d: int(counts.get(t, {}).get(d, 0)) for d in DIRECTIONS})
+            for t in tensors
+        }
+    )
 
 
 def _empty() -> dict[str, dict[str, int]]:
     return {t: dict.fromkeys(DIRECTIONS, 0) for t in TENSORS}
 
 
+def count_transfers(
+    moves: Iterable[Iterable[Transfer]], tensors: Iterable[str] = TENSORS
+) -> Counts:
+    """Sum the elements of every group of transfers, per tensor and direction: the one
+    counter of the forward's actions, the backward's steps and the decode walk."""
+    tensors = tuple(tensors)
+    counts = {t: dict.fromkeys(DIRECTIONS, 0) for t in tensors}
+    for group in moves:
+        for transfer in group:
+            counts[transfer.tensor][transfer.direction] += transfer.elements
+    return freeze_counts(counts, tensors)
+
+
 def count_actions(actions: Iterable[Action | None]) -> Counts:
     """Sum the elements every action moves, per tensor and direction."""
-    counts = _empty()
-    for action in actions:
-        if action is None:
-            continue
-        for transfer in action.transfers:
-            counts[transfer.tensor][transfer.direction] += transfer.elements
-    return freeze_counts(counts)
+    return count_transfers(a.transfers for a in actions if a is not None)
 
 
 def check_ledger_args(dtype: str, sram_capacity: int | None) -> None:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from ..ledger import element_bytes
+from ..ledger import count_transfers, element_bytes, freeze_counts
 from ..schedule import DIRECTIONS
 from .problem import SCHEDULES, DecodeProblem
 from .walk import TENSORS, DecodeAction, decode_walk
@@ -38,12 +37,7 @@ def decode_element_bytes(tensor: str, dtype: str) -> int:
 
 
 def _freeze(counts: Mapping[str, Mapping[str, int]]) -> Counts:
-    return MappingProxyType(
-        {
-            t: MappingProxyType({d: int(counts.get(t, {}).get(d, 0)) for d in DIRECTIONS})
-            for t in TENSORS
-        }
-    )
+    return freeze_counts(counts, TENSORS)
 
 
 @dataclass(frozen=True)
@@ -103,11 +97,7 @@ class DecodeLedger:
 
 def count_decode_actions(actions: Iterable[DecodeAction]) -> Counts:
     """Sum the elements every action moves, per tensor and direction."""
-    counts = {t: dict.fromkeys(DIRECTIONS, 0) for t in TENSORS}
-    for action in actions:
-        for transfer in action.transfers:
-            counts[transfer.tensor][transfer.direction] += transfer.elements
-    return _freeze(counts)
+    return count_transfers((a.transfers for a in actions), TENSORS)
 
 
 def _check(schedule: str) -> None:
