@@ -139,12 +139,15 @@ class ForwardNumbers(Memo):
         B_r, or back to blocks seen before): then nothing is worth streaming."""
         if ("summary", cap) in self._held():
             return True
+        return self._dense_found(cap) and SHARED.get("tiled", self._tiled_key()) is not None
+
+    def _dense_found(self, cap: int = DISPLAY_CELLS) -> bool:
+        """Whether `dense_pass(cap)` is done (for these inputs and mask, any blocks)."""
         key = self._dense_key(cap)
         keys = [(*key, None if self.do is None else self.do_key)]
         if self.do is None:
             keys.append((*key, DEFAULT_DO_KEY))
-        dense = any(SHARED.get("dense", k) is not None for k in keys)
-        return dense and SHARED.get("tiled", self._tiled_key()) is not None
+        return any(SHARED.get("dense", k) is not None for k in keys)
 
     def _tiled_key(self) -> tuple:
         s = self.schedule  # not B_r: each row's closed form is its own
@@ -218,12 +221,12 @@ class ForwardNumbers(Memo):
         return self._memo("dense_rows", 8, (r0, r1), run)
 
     def all_rows(self, check: Check = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every row's dense (row max, row sum, reference output), float64: from the pass
-        over S once it is done, before it in chunks without S's block means or the
+        """Every row's dense (row max, row sum, reference output), float64: from the dense
+        pass over S once it is done, before it in chunks without S's block means or the
         backward's products (compute.first_tier.dense_all_rows; the same sums, a
         product's summation order may differ in the last place). `check` may cancel."""
-        if self.summary_cached():
-            f = self.summary()
+        if self._dense_found():  # (a change of blocks keeps it)
+            f = self.dense_pass()
             return f.row_max, f.row_sum, f.reference
 
         def run():
@@ -257,8 +260,8 @@ class ForwardNumbers(Memo):
         # The rows' softmax statistics: from the pass over S once it is done (a key tile
         # of the backward spans every row), before it over these rows alone (the same
         # sums; a product's summation order may differ in the last place).
-        if self.summary_cached():
-            f = self.summary()
+        if self._dense_found():
+            f = self.dense_pass()
             m, l = f.row_max[r0:r1], f.row_sum[r0:r1]  # noqa: E741
         elif ("all_rows", None) in self._held() or r1 - r0 == self.schedule.n_q:
             m, l, _ = self.all_rows()  # noqa: E741 (a key tile's columns: every row)

@@ -275,3 +275,18 @@ def test_a_backward_first_tier_equals_the_full_computation(config, chunk, where)
     np.testing.assert_allclose(seen["b"].dq_reference, dq[seen["row"]], rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(seen["k"].dk_reference, dk[seen["key"]], rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(seen["k"].dv_reference, dv[seen["key"]], rtol=1e-9, atol=1e-11)
+
+
+def test_a_backward_blocks_change_streams_without_redoing_the_dense_rows():
+    """B_c moved: the tiled lane's passes are new (streamed), the dense pass of these
+    inputs is kept and the first tier reads its rows instead of recomputing them."""
+    SHARED.clear()
+    c = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=4, pass_name="backward")
+    worker.build_all(c, on_first=lambda *r: None, check=lambda: None)
+    firsts = []
+    _, trace, _ = worker.build_all(
+        c.replace(block_k=6), on_first=lambda *r: firsts.append(r), check=lambda: None
+    )
+    assert len(firsts) == 1 and trace.forward.cached("all_rows") == 0
+    worker.build_all(c, on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 1  # everything of c is cached: one part
