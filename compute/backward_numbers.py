@@ -86,7 +86,7 @@ class BackwardNumbers(Memo):
         """The backward's operands, prepared once (compute.backward_rows.Operands)."""
 
         def run():
-            f = self.forward.summary()
+            f = self.forward.tiled_pass()  # the tiled lane's O and L: not the dense pass
             return operands(
                 self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype
             )
@@ -112,8 +112,16 @@ class BackwardNumbers(Memo):
     def reference_D(self) -> np.ndarray:
         """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
 
-        self._need_do()
-        return self.forward.dense_pass(DISPLAY_CELLS).backward.D
+        do = self._need_do()
+        if SHARED.get("dense", (*self.forward._dense_key(DISPLAY_CELLS), self.do_key)):
+            return self.forward.dense_pass(DISPLAY_CELLS).backward.D
+
+        def run():  # before the pass over S: on the reference O of every row
+            d = np.sum(do * self.forward.all_rows()[2], axis=1)  # D = rowsum(dO ∘ O)
+            d.setflags(write=False)
+            return d
+
+        return self._memo("reference_D", 1, None, run)
 
     def backward_block(self, block: int) -> BackwardBlock:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
@@ -133,7 +141,7 @@ class BackwardNumbers(Memo):
             "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
-                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1), o_reference=self.forward.reference,
+                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1), o_reference=self.forward.all_rows()[2],
             ),
         )  # fmt: skip
 
@@ -192,6 +200,18 @@ class BackwardNumbers(Memo):
         `check` is called between chunks and may raise to cancel (nothing is kept)."""
         return self._memo("bwd_summary", 1, cap, lambda: self._backward_summary(cap, check))
 
+    def _tiled_backward_key(self) -> tuple:
+        return (*self.forward._tiled_key(), self.do_key)
+
+    def summary_cached(self, cap: int = DISPLAY_CELLS) -> bool:
+        """Whether `backward_summary(cap)` would find its passes done (this trace's, or
+        the shared ones of the same inputs, mask, B_c, order and dtype)."""
+        if ("bwd_summary", cap) in self._held():
+            return True
+        dense = SHARED.get("dense", (*self.forward._dense_key(cap), self.do_key))
+        tiled = SHARED.get("tiled_backward", self._tiled_backward_key())
+        return dense is not None and tiled is not None and self.forward.summary_cached(cap)
+
     def _backward_summary(self, cap: int, check: Check = None) -> BackwardSummary:
         self._need_do()
         # The same pass as the forward's S and P.
@@ -199,7 +219,7 @@ class BackwardNumbers(Memo):
         self.forward.tiled_pass(check)  # the tiled lane's L, which its backward reads
         tiled = SHARED.value(
             "tiled_backward",
-            (*self.forward._tiled_key(), self.do_key),
+            self._tiled_backward_key(),
             lambda: tiled_backward(
                 self._operands(), self.schedule, self.scale, self.dtype, check=check
             ),

@@ -8,14 +8,19 @@
 - A few query rows' dense softmax statistics and output, and the tiled lane's output,
   over those rows alone (O(rows · N_k · d)): what the selected row and the current
   tiles show.
+- Every query row's dense statistics and output in chunks (dense_all_rows): what a
+  backward's first tier needs of its forward (a key tile's P columns and D span every
+  row), without the backward's products.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
+from . import full_pass
 from .attention import (
     _divide_rows,
     _prepare,
@@ -107,6 +112,27 @@ def dense_rows(
     """Query rows r0:r1's (row max, row sum, softmax(S) V) in float64, over all keys."""
     _s, mx, sm, p = softmax_rows(q, k, np.arange(r0, r1), causal=causal, scale=scale)
     return mx, sm, p @ v  # O = softmax(S) V
+
+
+def dense_all_rows(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, scale: float,
+    check: Callable[[], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """dense_rows over every query row, in chunks of about CHUNK_ELEMENTS scores
+    (`check` between them may raise to cancel): the forward's numbers a backward's first
+    tier reads, in 1/3 of the backward's products."""
+    n_q, n_k = q.shape[0], k.shape[0]
+    mx, sm = np.empty(n_q), np.empty(n_q)
+    out = np.empty((n_q, v.shape[1]))
+    chunk = max(1, full_pass.CHUNK_ELEMENTS // max(1, n_k))  # read here: tests set it
+    for r0 in range(0, n_q, chunk):
+        if check is not None:
+            check()
+        r1 = min(n_q, r0 + chunk)
+        mx[r0:r1], sm[r0:r1], out[r0:r1] = dense_rows(q, k, v, r0, r1, causal=causal, scale=scale)
+    for a in (mx, sm, out):
+        a.setflags(write=False)
+    return mx, sm, out
 
 
 def tiled_rows(

@@ -21,7 +21,7 @@ from typing import TypeVar
 import numpy as np
 
 from .attention import RowHistory, causal_mask, round_to, stats_dtype
-from .first_tier import dense_rows, tiled_rows
+from .first_tier import dense_all_rows, dense_rows, tiled_rows
 from .full_pass import DensePass, FullPass, TiledPass, combine, dense_pass, tiled_pass
 from .inputs import HISTORY_BLOCKS
 from .numbers import SHARED
@@ -139,12 +139,15 @@ class ForwardNumbers(Memo):
         B_r, or back to blocks seen before): then nothing is worth streaming."""
         if ("summary", cap) in self._held():
             return True
+        return self._dense_found(cap) and SHARED.get("tiled", self._tiled_key()) is not None
+
+    def _dense_found(self, cap: int = DISPLAY_CELLS) -> bool:
+        """Whether `dense_pass(cap)` is done (for these inputs and mask, any blocks)."""
         key = self._dense_key(cap)
         keys = [(*key, None if self.do is None else self.do_key)]
         if self.do is None:
             keys.append((*key, DEFAULT_DO_KEY))
-        dense = any(SHARED.get("dense", k) is not None for k in keys)
-        return dense and SHARED.get("tiled", self._tiled_key()) is not None
+        return any(SHARED.get("dense", k) is not None for k in keys)
 
     def _tiled_key(self) -> tuple:
         s = self.schedule  # not B_r: each row's closed form is its own
@@ -217,6 +220,24 @@ class ForwardNumbers(Memo):
 
         return self._memo("dense_rows", 8, (r0, r1), run)
 
+    def all_rows(self, check: Check = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row's dense (row max, row sum, reference output), float64: from the dense
+        pass over S once it is done, before it in chunks without S's block means or the
+        backward's products (compute.first_tier.dense_all_rows; the same sums, a
+        product's summation order may differ in the last place). `check` may cancel."""
+        if self._dense_found():  # (a change of blocks keeps it)
+            f = self.dense_pass()
+            return f.row_max, f.row_sum, f.reference
+
+        def run():
+            with np.errstate(over="ignore", invalid="ignore"):
+                return dense_all_rows(
+                    self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale,
+                    check=check,
+                )  # fmt: skip
+
+        return self._memo("all_rows", 1, None, run)
+
     def reference_rows(self, r0: int, r1: int) -> np.ndarray:
         """The float64 reference output of rows r0:r1 (see dense_rows)."""
         return self.dense_rows(r0, r1)[2]
@@ -239,9 +260,12 @@ class ForwardNumbers(Memo):
         # The rows' softmax statistics: from the pass over S once it is done (a key tile
         # of the backward spans every row), before it over these rows alone (the same
         # sums; a product's summation order may differ in the last place).
-        if self.summary_cached():
-            f = self.summary()
+        if self._dense_found():
+            f = self.dense_pass()
             m, l = f.row_max[r0:r1], f.row_sum[r0:r1]  # noqa: E741
+        elif ("all_rows", None) in self._held() or r1 - r0 == self.schedule.n_q:
+            m, l, _ = self.all_rows()  # noqa: E741 (a key tile's columns: every row)
+            m, l = m[r0:r1], l[r0:r1]  # noqa: E741
         else:
             m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
         m, l = m[:, None], l[:, None]  # noqa: E741

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from compute import Trace
+from compute.forward_numbers import DISPLAY_CELLS
 from compute.timeline import BACKWARD_PHASES
 
 from .tiles import QUERY_TENSORS, SramTile
@@ -74,11 +75,13 @@ def is_backward(action) -> bool:
 def _operand(trace: Trace, tensor: str, rows, cols) -> np.ndarray | None:
     """A region of a tensor the backward reads, from the trace's arrays."""
     (r0, r1), (c0, c1) = rows, cols
-    arrays = {"Q": trace.q, "K": trace.k, "V": trace.v, "dO": trace.do, "O": trace.tiled_output}
+    arrays = {"Q": trace.q, "K": trace.k, "V": trace.v, "dO": trace.do}
     if tensor in arrays:
         return arrays[tensor][r0:r1, c0:c1]
+    if tensor == "O":  # the tiled lane's pass alone: in the first tier, before the dense one
+        return trace.forward.tiled_pass().tiled_output[r0:r1, c0:c1]
     if tensor == "L":
-        return trace.lse[r0:r1, None]
+        return trace.forward.tiled_pass().lse[r0:r1, None]
     if tensor == "D":
         return trace.backward_D[r0:r1, None]
     if tensor == "P":
@@ -89,11 +92,18 @@ def _operand(trace: Trace, tensor: str, rows, cols) -> np.ndarray | None:
 
 
 def dense_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
-    """The dense lane's SRAM in a backward step: the operands it read, the result."""
-    dq, dk, dv = trace.gradients("dense")
-    results = {"dQ": dq, "dK": dk, "dV": dv}
+    """The dense lane's SRAM in a backward step: the operands it read, the result. The
+    whole gradients come with the second tier (render.streams): until then they are
+    marked "computing…", never computed here on the GUI thread."""
+    results: dict[str, np.ndarray] = {}
+    if trace.backward.summary_cached(DISPLAY_CELLS):
+        dq, dk, dv = trace.gradients("dense")
+        results = {"dQ": dq, "dK": dk, "dV": dv}
     tiles = []
     for r in action.resident:
+        if r.tensor in ("dQ", "dK", "dV") and not results:
+            tiles.append(SramTile(r.tensor, _label(r, trace), None, note="computing…"))
+            continue
         if r.tensor in results:
             values = results[r.tensor][r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
         else:

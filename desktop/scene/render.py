@@ -19,7 +19,7 @@ from compute import Trace
 from compute.first_tier import row_sample, score_means
 from compute.timeline import PHASE_CODE
 
-from .backward import GRAD_SLOTS, grad_sources
+from .backward import GRAD_SLOTS, grad_slots, grad_sources
 
 DISPLAY_CAP = 256  # display cells per side before block-averaging
 MASKED_RGBA = (128, 128, 128, 90)  # causally masked score (−∞): a faint grey
@@ -258,12 +258,15 @@ STREAM_WORK = 1 << 28
 
 
 def streams(trace: Trace) -> bool:
-    """Whether a trace's numbers come in two tiers (see prepare_first): a forward's do
-    when its pass over S is large and not cached already (else both tiers cost two
-    paints for nothing); a backward's SRAM tiles read the gradients: it comes at once."""
+    """Whether a trace's numbers come in two tiers (see prepare_first): they do when its
+    pass over S is large and not cached already (else both tiers cost two paints for
+    nothing). A backward's first tier also has its forward's O, L and D (every row's,
+    without the backward's products: what the selected rows' gradients read)."""
     s = trace.schedule
-    if trace.pass_name != "forward" or s.n_q * s.n_k * (s.d + s.d_v) < STREAM_WORK:
+    if s.n_q * s.n_k * (s.d + s.d_v) < STREAM_WORK:
         return False
+    if trace.backward is not None:
+        return not trace.backward.summary_cached(DISPLAY_CAP)
     return not trace.forward.summary_cached(DISPLAY_CAP)
 
 
@@ -326,8 +329,10 @@ def lane_shapes(trace: Trace, lane: str) -> dict[str, tuple[int, int]]:
             out |= {"m": (nq, 1), "l": (nq, 1)}
         if s.save_lse:
             out["L"] = (nq, 1)
-    if trace.pass_name != "forward":
-        return {name: np.shape(v) for name, v in lane_sources(trace, lane).items()}
+    if trace.pass_name != "forward":  # grad_sources's keys, in its order, uncomputed
+        shapes = {name: (rows, cols) for name, rows, cols in grad_slots(trace)}
+        names = ("dO", "dP", "dS") if lane == "dense" else ("dO", "D")
+        out |= {name: shapes[name] for name in (*names, "dQ", "dK", "dV")}
     return out
 
 
@@ -340,7 +345,7 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
         first.scale, first.prob_scale, score_scale=first.score_scale, qk_scale=first.qk_scale
     )
     if trace.pass_name != "forward":
-        bwd = trace.backward_summary(DISPLAY_CAP)
+        bwd = trace.backward.backward_summary(DISPLAY_CAP, check)
         grads = [trace.do, *trace.gradients("dense"), bwd.sample]
         images.grad_scale = ColorScale(_shared_vmax(trace, grads))
     cache: dict[int, tuple[np.ndarray, int, int]] = {}

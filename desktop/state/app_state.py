@@ -69,7 +69,7 @@ class AppState(QObject):
         self.refusal = ""  # the veil says "computing" until this one is built or refused
         self.requested = config
         self.sigRequested.emit(config)
-        self.builder.request(config, row=self._row_hint)
+        self.builder.request(config, row=self._row_hint, key=self.key)
 
     @property
     def current_config(self) -> Config:

@@ -13,8 +13,9 @@ large forward's job delivers the trace with its first tier as soon as it has it 
 lifts; what is missing is marked "computing"), then the second tier as a part. A newer
 request cancels the job between chunks of its pass over S (compute.numbers.Cancelled),
 so the newest request starts within a chunk, and a part of an old trace never arrives;
-a job that comes in one part (a backward, a small or cached forward) is cancelled the
-same way.
+a job that comes in one part (a small or cached pass) is cancelled the same way. A
+large backward (or training step) streams too: its first tier has the forward's O, L,
+D and the selected rows' gradients, the second the whole gradients, dP and dS.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class _BuildJob(QRunnable):
         self.generation, self.config, self.relay = generation, config, relay
         self.current = current  # the builder's newest generation
         self.row = 0  # the selected query row (its block's history comes with the first tier)
+        self.key = 0  # the selected key row (a backward's first tier has its tile)
         # Set by the GUI once the first tier is painted: the second tier waits for it, as
         # a worker running Python beside the paint takes the GIL from it (the paint of a
         # first tier took 3-4x as long beside a running pass over S).
@@ -71,7 +73,9 @@ class _BuildJob(QRunnable):
             self.painted.wait(PAINT_WAIT_S)
 
         try:
-            result = build_all(self.config, on_first=first, check=self.check, row=self.row)
+            result = build_all(
+                self.config, on_first=first, check=self.check, row=self.row, key=self.key
+            )
             if streamed:  # the first tier went ahead: the rest is a part
                 self.relay.sigPart.emit(self.generation, result[1], result[2])
                 result = None
@@ -101,11 +105,15 @@ def build_all(
     on_first: Callable[[Config, object, LaneImages], None] | None = None,
     check: Callable[[], None] | None = None,
     row: int | None = None,
+    key: int = 0,
 ) -> tuple[Config, object, LaneImages]:
     """The Trace and its precomputed heatmap images: everything a new trace needs. With
     `on_first`, a trace that streams (render.streams) is handed over with its first tier
     before the second is computed (`check` between chunks may raise Cancelled), with
-    query row `row`'s block history (the statistics panel's series) made beforehand."""
+    query row `row`'s block history (the statistics panel's series) made beforehand; a
+    backward's first tier also has row `row`'s block and key row `key`'s tile (its L,
+    D, dQ_row, dK, dV: exact from those rows and columns once the forward's O and L are
+    in), the whole gradients and dP, dS come with the second."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
         if check is not None:  # the passes over S first, cancellable between chunks
@@ -113,9 +121,15 @@ def build_all(
             if trace.backward is not None:
                 trace.backward.backward_summary(DISPLAY_CAP, check)
         return config, trace, prepare_images(trace)
+    s = trace.schedule
+    if trace.backward is not None:  # its forward's every-row numbers, then the rows' own
+        trace.forward.all_rows(check)
+        trace.forward.tiled_pass(check)
+        trace.backward.backward_block(min(row or 0, s.n_q - 1) // s.block_q)
+        trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
     first = prepare_first(trace)
     if row is not None:  # the statistics panel's row: its block's history, once, here
-        trace.forward.block_history(min(row, trace.schedule.n_q - 1) // config.block_q)
+        trace.forward.block_history(min(row, s.n_q - 1) // config.block_q)
     if check is not None:
         check()
     on_first(config, trace, first)
@@ -165,6 +179,7 @@ class TraceBuilder(QObject):
         self._relay.sigPart.connect(self._part)
         self.force_inline = False  # screenshots and exports want the result now
         self._pending_row = 0  # the selected row when the newest request was made
+        self._pending_key = 0  # and the selected key row
         self._pending_config: Config | None = None  # the newest, waiting for the running
         self._running = False  # a job is in the pool (its result not yet handled)
 
@@ -189,11 +204,11 @@ class TraceBuilder(QObject):
         if self._busy:
             self.sigBusy.emit(True)
 
-    def request(self, config: Config, row: int = 0) -> None:
+    def request(self, config: Config, row: int = 0, key: int = 0) -> None:
         """Build `config`; `row` (the selected query row) has its block's history made
         on the worker with the first tier, not in a per-tile loop on the GUI thread."""
         self._generation += 1
-        self._pending_row = row
+        self._pending_row, self._pending_key = row, key
         if self.force_inline or config.estimated_work() <= THREAD_THRESHOLD_WORK:
             self._pending_config = None  # a running build's result will be discarded
             self._set_busy(False)
@@ -224,7 +239,7 @@ class TraceBuilder(QObject):
         if config is not None:
             self._running = True
             job = _BuildJob(self._generation, config, self._relay, lambda: self._generation)
-            job.row = self._pending_row
+            job.row, job.key = self._pending_row, self._pending_key
             self._pool.start(job)
 
     def _first(self, generation: int, result: object, painted: threading.Event) -> None:

@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compute.full_pass
+from compute.forward_numbers import DISPLAY_CELLS
 from compute.numbers import SHARED, Cancelled
 from desktop.scene import render
+from desktop.scene.backward import dense_backward_sram, is_backward, tiled_backward_sram
 from desktop.scene.render import (
     FIRST_TIER,
     LaneImages,
@@ -113,8 +115,8 @@ def test_streamed_numbers_equal_a_fresh_build_at_once(config, chunk):
     finally:
         compute.full_pass.CHUNK_ELEMENTS = old
     assert shown.n == config.n and trace.pass_name == config.pass_name
-    # Nothing cached: a forward streams; a backward's tiles read the gradients: one part.
-    assert bool(firsts) == (config.pass_name == "forward")
+    # Nothing cached: every pass streams (a backward's first tier has its forward's O, L).
+    assert firsts
     if firsts:
         ((first_config, first_trace, first),) = firsts
         assert first_config == shown and first_trace is trace
@@ -127,11 +129,13 @@ def test_streamed_numbers_equal_a_fresh_build_at_once(config, chunk):
     np.testing.assert_array_equal(fresh.reference, trace.reference)
 
 
-def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch):
-    """A forward streams its second tier slowly (tiny chunks, a pause in each check); a
+@pytest.mark.parametrize("pass_name", ["forward", "backward", "training"])
+def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch, pass_name):
+    """A forward (or a backward, a training step) streams its second tier slowly (tiny chunks, a pause in each check); a
     new change lands while it is pending. Every state a view could read (on each trace
     and part signal) is one configuration's: its images are that trace's first tier or
     its complete images, never another trace's; the old stream is cancelled."""
+    SHARED.clear()  # (another pass of these inputs has its passes cached: one part)
     monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # every build threaded
     monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
     real_check, cancelled = worker._BuildJob.check, []
@@ -160,6 +164,7 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch):
     state.sigTraceChanged.connect(snap)
     state.sigPartsChanged.connect(snap)
     a = Config(n=60, d=3, dv=2, block_q=7, block_k=5, input="random", seed=1, causal=True)
+    a = a.replace(pass_name=pass_name)
     b = a.replace(seed=2, block_q=4, order="kv-outer")
     state.set_config(a)
     qtbot.waitUntil(lambda: state.config == a, timeout=30000)
@@ -195,9 +200,9 @@ def test_a_change_that_finds_its_passes_cached_comes_at_once():
     assert len(firsts) == 2  # B_c changes the tiled lane's pass: streamed again
 
 
-def test_a_one_part_backward_is_cancelled_between_chunks_and_leaves_nothing_half_done():
-    """A backward comes in one part; a newer change cancels it mid-pass (its check
-    raises), and the next build of it equals a fresh one bit for bit."""
+def test_a_streamed_training_step_is_cancelled_between_chunks_and_leaves_nothing_half_done():
+    """A newer change cancels a training step's build mid-pass (its check raises), and
+    the next build of it equals a fresh one bit for bit."""
     SHARED.clear()
     c = Config(n=50, d=3, dv=2, block_q=6, block_k=7, input="random", seed=5, pass_name="training")
     calls = []
@@ -219,3 +224,77 @@ def test_a_one_part_backward_is_cancelled_between_chunks_and_leaves_nothing_half
     finally:
         compute.full_pass.CHUNK_ELEMENTS = old
     assert len(calls) == 3
+
+
+backward_configs = configs.filter(lambda c: c.pass_name != "forward")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    config=backward_configs,
+    chunk=st.sampled_from([96, 1 << 20]),
+    where=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+def test_a_backward_first_tier_equals_the_full_computation(config, chunk, where):
+    """What a backward's first tier shows of the selected query row (L, D, P̃, dQ_row
+    tile by tile) and key row (dK, dV block by block), and its SRAM tiles, before its
+    gradients' pass: the tiled lane's numbers bit for bit (the same tiled_pass operands
+    and the same products), the float64 references within rounding (every row's
+    statistics and O from compute.first_tier.dense_all_rows, the full pass's from its
+    own chunks: a product's summation order may differ in the last place)."""
+    SHARED.clear()
+    old = compute.full_pass.CHUNK_ELEMENTS
+    compute.full_pass.CHUNK_ELEMENTS = chunk
+    seen = {}
+
+    def first(_config, trace, _images):
+        s = trace.schedule
+        row, key = round(where[0] * (s.n_q - 1)), round(where[1] * (s.n_k - 1))
+        seen.update(row=row, key=key, b=trace.backward_row(row), k=trace.key_row(key))
+        for step in range(trace.n_steps):  # every SRAM tile a step shows, the dense lane's
+            for lane, tiles in (("dense", dense_backward_sram), ("tiled", tiled_backward_sram)):
+                action = trace.action(lane, step)
+                if is_backward(action):
+                    for tile in tiles(trace, step, action):
+                        if lane == "dense" and tile.tensor in ("dQ", "dK", "dV"):
+                            assert tile.values is None and tile.note == "computing…"
+        seen["cached"] = trace.backward.summary_cached(DISPLAY_CELLS)
+
+    try:
+        shown, trace, _ = worker.build_all(config, on_first=first, check=lambda: None, row=0)
+        SHARED.clear()
+        _, fresh = build(config)
+        fresh.backward.backward_summary(DISPLAY_CELLS)  # the references from the full pass
+    finally:
+        compute.full_pass.CHUNK_ELEMENTS = old
+    assert seen["cached"] is False  # the first tier came before the gradients' pass
+    b, k = fresh.backward_row(seen["row"]), fresh.key_row(seen["key"])
+    for got, want in ((seen["b"], b), (seen["k"], k)):
+        for field in ("L", "D", "p_tilde", "dq", "dk", "dv"):
+            if hasattr(want, field):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field), field)
+        for field in ("dq_reference", "dk_reference", "dv_reference"):
+            if hasattr(want, field):
+                np.testing.assert_allclose(
+                    getattr(got, field), getattr(want, field), rtol=1e-10, atol=1e-12
+                )
+    # ... and the full pass's references are what the first tier's stand for.
+    dq, dk, dv = fresh.gradients("dense")
+    np.testing.assert_allclose(seen["b"].dq_reference, dq[seen["row"]], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(seen["k"].dk_reference, dk[seen["key"]], rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(seen["k"].dv_reference, dv[seen["key"]], rtol=1e-9, atol=1e-11)
+
+
+def test_a_backward_blocks_change_streams_without_redoing_the_dense_rows():
+    """B_c moved: the tiled lane's passes are new (streamed), the dense pass of these
+    inputs is kept and the first tier reads its rows instead of recomputing them."""
+    SHARED.clear()
+    c = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=4, pass_name="backward")
+    worker.build_all(c, on_first=lambda *r: None, check=lambda: None)
+    firsts = []
+    _, trace, _ = worker.build_all(
+        c.replace(block_k=6), on_first=lambda *r: firsts.append(r), check=lambda: None
+    )
+    assert len(firsts) == 1 and trace.forward.cached("all_rows") == 0
+    worker.build_all(c, on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 1  # everything of c is cached: one part

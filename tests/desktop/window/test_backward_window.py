@@ -165,3 +165,52 @@ def test_only_the_forward_draws_the_running_statistics_columns(window, qtbot):
     assert {"L", "D", "dQ", "dK", "dV"} <= set(names)  # the backward's own columns stay
     _choose_pass(window, qtbot, "training")  # its forward half keeps them
     assert {"m", "l"} <= {name for name, _, _ in hbm_slots(window.state.trace)}
+
+
+def test_a_streamed_backward_forms_its_gradients_off_the_gui_thread(window, qtbot, monkeypatch):
+    """While a backward's second tier is pending, the window (every step of the timeline
+    painted, the statistics shown) never forms the whole gradients or the dense pass on
+    the GUI thread: they come from the worker, then replace the placeholders."""
+    import threading
+    import time
+
+    import compute.backward_numbers
+    import compute.forward_numbers
+    import compute.full_pass
+    from compute.numbers import SHARED
+    from desktop.scene import render
+    from desktop.state import worker
+    from desktop.state.config import Config
+
+    SHARED.clear()
+    monkeypatch.setattr(render, "STREAM_WORK", 0)
+    monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)
+    monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
+    on_gui = []
+
+    def watch(module, name):
+        real = getattr(module, name)
+
+        def wrapped(*a, **kw):
+            if threading.current_thread() is threading.main_thread():
+                on_gui.append(name)
+            return real(*a, **kw)
+
+        monkeypatch.setattr(module, name, wrapped)
+
+    watch(compute.forward_numbers, "dense_pass")
+    watch(compute.backward_numbers, "tiled_backward")
+    real_check = worker._BuildJob.check
+    monkeypatch.setattr(worker._BuildJob, "check", lambda job: (time.sleep(0.02), real_check(job)))
+    state = window.state
+    c = Config(n=40, d=3, dv=2, block_q=6, block_k=7, input="random", seed=11, pass_name="backward")
+    state.set_config(c)
+    qtbot.waitUntil(lambda: state.config == c, timeout=30000)
+    assert state.pending_parts  # the first tier is shown, the gradients still coming
+    for step in range(0, state.n_steps, max(1, state.n_steps // 12)):
+        state.set_step(step)
+        window.grab()  # paint every view at this step
+    assert on_gui == []
+    qtbot.waitUntil(lambda: not state.pending_parts and not state.builder.busy, timeout=60000)
+    window.grab()
+    assert not any(img.pending for img in state.images.lanes["dense"].values())
