@@ -139,13 +139,13 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch, 
     monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # every build threaded
     monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
     real_check, cancelled = worker._BuildJob.check, []
-    # The second tier waits at its first chunk until the test has seen a's first tier and
-    # made the next change, so a loaded machine cannot finish a's pass before the check.
-    gate, calls = threading.Event(), {}
+    # Once its first tier is painted (job.painted), a's second tier waits until the test
+    # has seen that tier and made the next change, so a loaded machine cannot finish a's
+    # pass before the check; the first tier's own chunks (a backward's rows) never wait.
+    gate = threading.Event()
 
     def slow_check(job):
-        calls[id(job)] = calls.get(id(job), 0) + 1
-        if calls[id(job)] > 1:  # the first call comes before the first tier is handed over
+        if job.painted.is_set():
             assert gate.wait(30)
         time.sleep(0.005)
         try:
