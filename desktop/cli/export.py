@@ -96,12 +96,23 @@ def _checked_config(args):
     return config
 
 
+def _one_frame(args, path) -> bool:
+    """Whether the export draws one step (a PNG or SVG still): its caches hold one query
+    block's history, not the window's 16; a storyboard, PDF pages or an animation visit
+    many blocks and are budgeted as the window."""
+    return args.storyboard is None and path.suffix.lower() in (".png", ".svg")
+
+
 def main(argv: list[str]) -> int:
     """`flash-explorer export`."""
     from desktop.export.atomic import clean_interrupts
+    from desktop.state.config import set_memory_context
 
-    with clean_interrupts():  # Ctrl+C: temp file removed, one line, exit 130
-        return _export(argv)
+    try:
+        with clean_interrupts():  # Ctrl+C: temp file removed, one line, exit 130
+            return _export(argv)
+    finally:  # a caller in the same process (a test, bench-gui) gets the window's again
+        set_memory_context("window")
 
 
 def _export(argv: list[str]) -> int:
@@ -122,6 +133,10 @@ def _export(argv: list[str]) -> int:
 
         path = check_suffix(args.out, VIEW_SUFFIXES)
         size = parse_size(args.size) if args.size else None
+        if _one_frame(args, path):  # its budget counts what one frame holds, not a window's
+            from desktop.state.config import set_memory_context
+
+            set_memory_context("export")
         config = _checked_config(args)
         window = headless_window(config, row=args.row, theme=args.theme, size=size or SCREEN_SIZE)
         if not 0 <= args.row < window.state.trace.schedule.n_q:

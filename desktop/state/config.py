@@ -201,18 +201,35 @@ def paper_blocks(config: Config) -> PaperBlocks:
     )
 
 
-def _memory_args(config: Config) -> tuple[tuple, dict]:
+def _memory_args(config: Config, context: str) -> tuple[tuple, dict]:
     from desktop.scene.render import NUMBERS_CAP
 
     t_c = math.ceil(config.n_k / config.block_k)
     whole = max(config.n, config.n_k) <= NUMBERS_CAP  # small N: S and P are held whole
     t_r = math.ceil(config.n / config.block_q)
     backward = (config.block_k, t_r) if config.pass_name != "forward" else None
+    held = {"history_blocks": 1, "key_tiles": 1} if context == "export" else {}
     return (config.n, config.n_k, config.d, config.dv, t_c), {
         "block_q": config.block_q,
         "whole": whole,
         "backward": backward,
+        **held,
     }
+
+
+# "window": what the window holds at most (its caches fill as the user moves through
+# blocks and sizes); "export": what a one-shot export of one frame holds (one query
+# block's history and one key tile's, the shared cache as one configuration fills it).
+MEMORY_CONTEXTS = ("window", "export")
+_context = ["window"]  # this process's (the export command sets "export" for one frame)
+
+
+def set_memory_context(context: str) -> None:
+    """Make `context` the default of config_memory and the budget checks in this process:
+    the export command, drawing one frame, sets "export" before its window builds."""
+    if context not in MEMORY_CONTEXTS:
+        raise ValueError(f"The memory context must be one of {', '.join(MEMORY_CONTEXTS)}.")
+    _context[0] = context
 
 
 # What the process itself holds before any array: the interpreter, Qt, pyqtgraph and
@@ -225,11 +242,13 @@ _LOWER_EXTRA = {
 }
 
 
-def config_memory_terms(config: Config) -> dict[str, int]:
+def config_memory_terms(config: Config, context: str | None = None) -> dict[str, int]:
     """Bytes by what holds them for `config`: compute.inputs.memory_terms (the arrays of
-    the trace and its caches at capacity), the process itself, and with a backward the
-    second chunk of temporaries its pass over S holds (dP, dS beside S and P)."""
-    args, kwargs = _memory_args(config)
+    the trace and its caches: at capacity for the window, as one frame fills them for an
+    export), the process itself, and with a backward the second chunk of temporaries its
+    pass over S holds (dP, dS beside S and P). context None: this process's default."""
+    context = _context[0] if context is None else context
+    args, kwargs = _memory_args(config, context)
     terms = dict(memory_terms(*args, **kwargs))
     terms["process"] = PROCESS_BYTES
     # compute.inputs counts the pass over S's chunk as CHUNK_BYTES whatever the sizes;
@@ -238,7 +257,10 @@ def config_memory_terms(config: Config) -> dict[str, int]:
     chunk = 24 * _chunk_elements(config)
     terms["rows"] += chunk - CHUNK_BYTES
     terms["backward_chunk"] = chunk if config.pass_name != "forward" else 0
-    terms["cached"] = _cached_bytes(config)
+    terms["cached"] = _cached_bytes(config, context)
+    if context == "export":  # one block's S and P regions drawn (and two temporaries),
+        # not the six regions the window keeps as the user moves between blocks
+        terms["pairs"] -= 8 * 8 * min(config.n, config.block_q) * config.n_k
     return terms
 
 
@@ -248,9 +270,10 @@ def _chunk_elements(config: Config) -> int:
     return min(config.n, rows) * config.n_k
 
 
-def _cached_bytes(config: Config) -> int:
-    """compute.numbers' shared cache (at most ENTRIES values of this config's size per
-    kind, never over MAX_BYTES) and the previous inputs kept by source (float64)."""
+def _cached_bytes(config: Config, context: str) -> int:
+    """compute.numbers' shared cache (for the window at most ENTRIES values of this
+    config's size per kind, never over MAX_BYTES; an export makes one of each) and the
+    previous inputs kept by source (float64)."""
     n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
     cells = min(DISPLAY_CELLS, n) * min(DISPLAY_CELLS, n_k)  # S and P at display size
     dense = 8 * n * (2 + d_v) + 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
@@ -259,14 +282,22 @@ def _cached_bytes(config: Config) -> int:
         grads = 8 * (n + n * d + n_k * (d + d_v))
         dense += grads + 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
         tiled += grads
+    if context == "export":
+        # The one entry of each kind is the trace's own (its rows and gradients counted in
+        # memory_terms' rows), with no previous inputs: only the display-size S, P and dP,
+        # dS summaries are the cache's alone.
+        summaries = 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
+        if config.pass_name != "forward":
+            summaries += 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
+        return summaries
     numbers = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * (dense + tiled))
     return numbers + 8 * (n * d + n_k * (d + d_v))
 
 
-def config_memory(config: Config) -> int:
+def config_memory(config: Config, context: str | None = None) -> int:
     """Bytes a process showing or exporting `config` holds at most (config_memory_terms);
     the memory budget is checked against this."""
-    return sum(config_memory_terms(config).values())
+    return sum(config_memory_terms(config, context).values())
 
 
 class BudgetError(InputError):
@@ -274,10 +305,10 @@ class BudgetError(InputError):
     GUI treats it apart: the user may be passing through it on the way to one that fits."""
 
 
-def check_config_memory(config: Config) -> None:
+def check_config_memory(config: Config, context: str | None = None) -> None:
     """One sentence (a BudgetError), before allocating, if `config` would pass the
-    memory budget."""
-    terms = config_memory_terms(config)
+    memory budget (context as config_memory_terms)."""
+    terms = config_memory_terms(config, context)
     need = sum(terms.values())
     if need > DEFAULT_MEMORY_BUDGET_BYTES:
         biggest = max(terms, key=terms.get)

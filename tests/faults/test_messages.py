@@ -34,7 +34,7 @@ CASES = {
     ),
     "export --n 400 --d 60000": (
         ["export", "--out", "a.png", "--n", "400", "--d", "60000"],
-        "lower d_v or block_q, or raise block_k",
+        "lower N, N_keys, d or d_v",  # one frame: its 1.6 GiB of inputs are the largest part
     ),
     "export --seed -1": (["export", "--out", "a.png", "--input", "random", "--seed", "-1"], "0 to"),
     "export --input-scale 1e200": (
