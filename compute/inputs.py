@@ -145,7 +145,7 @@ def memory_estimate(*args: object, **kwargs: object) -> int:
 
 
 # What to lower when a term dominates the estimate.
-_LOWER = {
+LOWER_ADVICE = {
     "inputs": "lower N, N_keys, d or d_v",
     "pairs": "lower N or N_keys",
     "rows": "lower N or d_v",
@@ -173,7 +173,7 @@ def check_memory_budget(
         raise InputError(
             f"N_q = {n_q:,}, N_k = {n_k:,}, d = {d:,}, d_v = {d_v:,} need about "
             f"{need / 2**20:,.0f} MiB, over the {memory_budget / 2**20:,.0f} MiB memory budget; "
-            f"{_LOWER[biggest]}."
+            f"{LOWER_ADVICE[biggest]}."
         )
 
 

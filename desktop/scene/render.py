@@ -17,11 +17,12 @@ import numpy as np
 
 from compute import Trace
 from compute.first_tier import row_sample, score_means
+from compute.forward_numbers import DISPLAY_CELLS
 from compute.timeline import PHASE_CODE
 
 from .backward import GRAD_SLOTS, grad_slots, grad_sources
 
-DISPLAY_CAP = 256  # display cells per side before block-averaging
+DISPLAY_CAP = DISPLAY_CELLS  # display cells per side before block-averaging (the core's)
 MASKED_RGBA = (128, 128, 128, 90)  # causally masked score (−∞): a faint grey
 # Diverging blue–white–red (ColorBrewer RdBu) anchors, negative to positive.
 _ANCHORS = np.array(

@@ -18,7 +18,7 @@ from compute import InputError, Inputs, Problem, Trace
 from compute import numbers as numbers_cache
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.full_pass import CHUNK_ELEMENTS
-from compute.inputs import _LOWER, CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, memory_terms
+from compute.inputs import CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, LOWER_ADVICE, memory_terms
 from compute.numbers import NumberCache
 from compute.schedule import Schedule
 
@@ -312,7 +312,7 @@ def check_config_memory(config: Config, context: str | None = None) -> None:
     need = sum(terms.values())
     if need > DEFAULT_MEMORY_BUDGET_BYTES:
         biggest = max(terms, key=terms.get)
-        lower = _LOWER_EXTRA.get(biggest) or _LOWER[biggest]
+        lower = _LOWER_EXTRA.get(biggest) or LOWER_ADVICE[biggest]
         raise BudgetError(
             f"N_q = {config.n:,}, N_k = {config.n_k:,}, d = {config.d:,}, d_v = {config.dv:,} "
             f"with {config.block_q}×{config.block_k} blocks ({config.pass_name}) need about "
