@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from .dtypes import DTYPE_NAMES, DType
+from .mask import SKIPPED, Mask
 
 Order = Literal["q-outer", "kv-outer"]
 ORDERS: tuple[str, ...] = ("q-outer", "kv-outer")
@@ -39,9 +40,17 @@ def causal_offset(n_q: int, n_k: int) -> int:
     return n_k - n_q
 
 
-def causal_mask(rows: np.ndarray, cols: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
-    """Boolean visibility of keys `cols` to queries `rows` (True = visible)."""
-    return cols[None, :] <= rows[:, None] + causal_offset(n_q, n_k)
+def causal_mask(
+    rows: np.ndarray, cols: np.ndarray, n_q: int, n_k: int, mask: Mask | bool = True
+) -> np.ndarray:
+    """Boolean visibility of keys `cols` to queries `rows` (True = visible) under `mask`
+    (by default the bottom-right causal mask; see compute.mask)."""
+    return Mask.of(mask).visible(rows, cols, n_q, n_k)
+
+
+def resolve_mask(causal: Mask | bool, mask: Mask | None) -> Mask:
+    """The mask a call names: `mask` when given, else the one `causal` means."""
+    return Mask.of(causal) if mask is None else mask
 
 
 def stats_dtype(dtype: str) -> type[np.floating]:
@@ -125,15 +134,18 @@ def dense_lane(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     rows: np.ndarray | None = None,
+    mask: Mask | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The dense path's S (−∞ where masked), P and output O, all float64.
 
     With `rows`, only those query rows are computed (a sample for large problems); the
-    causal mask still aligns them against the full N_q. Fully masked rows give P = O = 0.
+    mask still aligns them against the full N_q. Fully masked rows give P = O = 0.
+    `mask` (a compute.mask.Mask) overrides `causal`.
     """
+    mask = resolve_mask(causal, mask)
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -141,8 +153,8 @@ def dense_lane(
     rows = np.arange(n_q) if rows is None else np.asarray(rows)
     scale = default_scale(q.shape[1]) if scale is None else float(scale)
     s = (q[rows] @ k.T) * scale
-    if causal:
-        s = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s, -np.inf)
+    if not mask.is_none:
+        s = np.where(mask.visible(rows, np.arange(n_k), n_q, n_k), s, -np.inf)
     m = np.max(s, axis=1, initial=-np.inf)
     p = np.exp(s - _safe_max(m)[:, None])
     l = p.sum(axis=1)
@@ -154,25 +166,24 @@ def dense_attention(
     k: np.ndarray,
     v: np.ndarray,
     *,
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     rows: np.ndarray | None = None,
+    mask: Mask | None = None,
 ) -> np.ndarray:
     """Materialised softmax(Q Kᵀ · scale) V in float64: the reference for every other path.
 
     With `rows`, only those query rows are computed; see `dense_lane`.
     """
-    return dense_lane(q, k, v, causal=causal, scale=scale, rows=rows)[2]
+    return dense_lane(q, k, v, causal=causal, scale=scale, rows=rows, mask=mask)[2]
 
 
-def tile_visibility(n_q: int, n_k: int, block_q: int, block_k: int, causal: bool) -> np.ndarray:
-    """(T_r, T_c) booleans: True where some row of query block i can see some key of tile j."""
-    t_r, t_c = math.ceil(n_q / block_q), math.ceil(n_k / block_k)
-    if not causal:
-        return np.ones((t_r, t_c), dtype=bool)
-    last_row = np.minimum((np.arange(t_r) + 1) * block_q, n_q) - 1
-    first_col = np.arange(t_c) * block_k
-    return first_col[None, :] <= last_row[:, None] + causal_offset(n_q, n_k)
+def tile_visibility(
+    n_q: int, n_k: int, block_q: int, block_k: int, causal: bool | Mask
+) -> np.ndarray:
+    """(T_r, T_c) booleans: True where some row of query block i can see some key of tile j
+    (`causal` is a Mask or the bool that means bottom-right causal / none)."""
+    return Mask.of(causal).tile_classes(n_q, n_k, block_q, block_k) != SKIPPED
 
 
 @dataclass(frozen=True)
@@ -199,12 +210,15 @@ def _prepare(q, k, v, dtype, scale):
     return acc, qd, kd, vd, acc(scale)
 
 
-def _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal):
+def _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal, row0=0):
+    """S_ij = Q_i K_jᵀ · scale, −∞ where `causal` (a Mask, or the bool for bottom-right
+    causal) hides the key; qd's row 0 is row `row0` of the N_q-row problem."""
     s = (qd[rows] @ kd[cols].T) * scale  # S_ij = Q_i K_jᵀ · scale
-    if causal:
-        r = np.arange(n_q)[rows]
+    mask = Mask.of(causal)
+    if not mask.is_none:
+        r = row0 + np.arange(len(qd))[rows]
         c = np.arange(n_k)[cols]
-        s = np.where(causal_mask(r, c, n_q, n_k), s, s.dtype.type(-np.inf))
+        s = np.where(mask.visible(r, c, n_q, n_k), s, s.dtype.type(-np.inf))
     return s
 
 
@@ -240,15 +254,18 @@ def _tile_update(order, s, m_old, l_old, carried, v_tile, dtype, acc):
     return m_new, l_new, alpha, p, _divide_rows(a_now, l_new), a_now
 
 
-def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
+def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record, rows_of=None):
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {order!r}.")
     if block_q < 1 or block_k < 1:
         raise ValueError("block_q and block_k must be at least 1.")
     acc, qd, kd, vd, scale = _prepare(q, k, v, dtype, scale)
     n_q, n_k, d_v = len(qd), len(kd), vd.shape[1]
+    causal = Mask.of(causal)
+    # rows_of = (r0, N): Q holds rows r0.. of an N-row problem, masked as its rows are.
+    row0, n_all = rows_of if rows_of is not None else (0, n_q)
     t_c = math.ceil(n_k / block_k)
-    visible = tile_visibility(n_q, n_k, block_q, block_k, causal)
+    visible = causal.row_tile_classes(row0, row0 + n_q, n_all, n_k, block_q, block_k) != SKIPPED
     m = np.full(n_q, -np.inf, dtype=acc)
     l = np.zeros(n_q, dtype=acc)
     # q-outer carries the unnormalised numerator a; kv-outer (Algorithm 1) carries O = a/l.
@@ -271,10 +288,11 @@ def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record):
             hist.a[:, j + 1] = a if order == "q-outer" else o * l[:, None]
         if active_blocks.size == 0:
             continue
-        # Under causal masking visibility is monotone in the block index, so the blocks
-        # that load tile j are a contiguous run ending at the last block.
-        rows = slice(int(active_blocks[0]) * block_q, n_q)
-        s = _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal)
+        # Every mask's visible blocks of a tile are one contiguous run (compute.mask).
+        rows = slice(
+            int(active_blocks[0]) * block_q, min(n_q, (int(active_blocks[-1]) + 1) * block_q)
+        )
+        s = _tile_scores(qd, kd, rows, cols, n_all, n_k, scale, causal, row0)
         acc_rows = a[rows] if order == "q-outer" else o[rows]
         m_new, l_new, alpha, p, carried, a_now = _tile_update(
             order, s, m[rows], l[rows], acc_rows, vd[cols], dtype, acc
@@ -304,10 +322,11 @@ def tiled_attention(
     block_q: int,
     block_k: int,
     order: Order = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     dtype: str = "float64",
     return_lse: bool = False,
+    mask: Mask | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact attention by the online-softmax recurrence over (block_q × block_k) tiles.
 
@@ -315,8 +334,9 @@ def tiled_attention(
     order); order="kv-outer" is Algorithm 1 of the original paper. With a dtype other
     than float64, inputs and P̃ are rounded to that dtype and statistics kept in float32,
     as a GPU kernel does. With return_lse, also returns L = m + log ℓ per row (-inf for a
-    row that sees no key).
+    row that sees no key). `mask` (a compute.mask.Mask) overrides `causal`.
     """
+    causal = resolve_mask(causal, mask)
     # Overflow gives inf/NaN silently here, as on a GPU; overflow_notice reports it.
     with np.errstate(over="ignore", invalid="ignore"):
         out, lse, _ = _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=False)
@@ -331,10 +351,14 @@ def tiled_attention_history(
     block_q: int,
     block_k: int,
     order: Order = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     dtype: str = "float64",
+    mask: Mask | None = None,
+    rows_of: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, RowHistory]:
-    """`tiled_attention` that also records every row's state after each key tile."""
+    """`tiled_attention` that also records every row's state after each key tile. With
+    rows_of = (r0, N), Q is rows r0.. of an N-row problem and is masked as those rows."""
+    causal = resolve_mask(causal, mask)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record=True)
+        return _run(q, k, v, block_q, block_k, order, causal, scale, dtype, True, rows_of)

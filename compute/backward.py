@@ -28,7 +28,6 @@ from .attention import (
     _divide_rows,
     _safe_max,
     _tile_scores,
-    causal_mask,
     default_scale,
     output_dtype,
     round_to,
@@ -36,6 +35,7 @@ from .attention import (
     tile_visibility,
     tiled_attention,
 )
+from .mask import Mask
 
 Method = Literal["dense", "tiled"]
 METHODS: tuple[str, ...] = ("dense", "tiled")
@@ -75,8 +75,8 @@ def _dense(q, k, v, do, causal, scale, dtype) -> Gradients:
     n_q, n_k = len(qd), len(kd)
     scale = acc(scale)
     s = (qd @ kd.T) * scale  # S = Q Kᵀ · scale
-    if causal:
-        s = np.where(causal_mask(np.arange(n_q), np.arange(n_k), n_q, n_k), s, acc(-np.inf))
+    if not causal.is_none:
+        s = np.where(causal.visible(np.arange(n_q), np.arange(n_k), n_q, n_k), s, acc(-np.inf))
     m = _safe_max(np.max(s, axis=1, initial=-np.inf))
     e = np.exp(s - m[:, None])
     p = round_to(_divide_rows(e, e.sum(axis=1)), dtype).astype(acc)  # P = softmax(S), stored
@@ -115,10 +115,10 @@ def _tiled(q, k, v, do, causal, scale, dtype, block_q, block_k, saved=None) -> G
         blocks = np.flatnonzero(visible[:, j])
         if blocks.size == 0:
             continue  # no query block sees tile j: dK_j = dV_j = 0
-        # Visibility is monotone in the block index, so the visible blocks are a contiguous
-        # run ending at the last block. Their rows are processed at once: the inner loop over
-        # query blocks i becomes one matmul whose row sum is the accumulation over i.
-        rows = slice(int(blocks[0]) * block_q, n_q)
+        # Every mask's visible blocks of a tile are one contiguous run (compute.mask). Their
+        # rows are processed at once: the inner loop over query blocks i becomes one matmul
+        # whose row sum is the accumulation over i.
+        rows = slice(int(blocks[0]) * block_q, min(n_q, (int(blocks[-1]) + 1) * block_q))
         s = _tile_scores(qd, kd, rows, cols, n_q, n_k, scale, causal)  # S_ij = Q_i K_jᵀ · scale
         p = np.exp(s - lse[rows, None])  # P_ij = exp(S_ij − L_i), recomputed from the saved L
         p_lo = round_to(p, dtype).astype(acc)  # P̃ in the input dtype for the matmul
@@ -138,26 +138,30 @@ def attention_backward(
     v: np.ndarray,
     do: np.ndarray,
     *,
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     method: Method = "tiled",
     block_q: int | None = None,
     block_k: int | None = None,
     dtype: str = "float64",
     saved: tuple[np.ndarray, np.ndarray] | None = None,
+    mask: Mask | None = None,
 ) -> Gradients:
     """Gradients (dQ, dK, dV) of attention's output O with respect to Q, K and V, given dO.
 
     method="dense" is the standard backward from a materialised P; method="tiled" is
     FlashAttention-2's backward (Algorithm 2), recomputing P tile by tile from the saved
     L and D = rowsum(dO ∘ O). Blocks default to 64 (clipped to N) and may exceed N or not
-    divide it. Causal masking aligns bottom-right as in the forward; a query row that sees
-    no key gets dQ = 0 and contributes nothing to dK and dV. Gradients are returned in the
+    divide it. `mask` (a compute.mask.Mask; by default the one `causal` means, bottom-right)
+    masks as in the forward; a query row that sees no key gets dQ = 0 and contributes
+    nothing to dK and dV. Gradients are returned in the
     input dtype (float32 for bfloat16). `saved` = (O, L) of the tiled forward, when the
     caller has them already (method="tiled" then skips running the forward again).
     """
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     _check(q, k, v, do, method, dtype)
+    causal = Mask.of(causal) if mask is None else mask
+    causal.check(len(q), len(k))
     scale = default_scale(q.shape[1]) if scale is None else float(scale)
     if method == "dense":
         return _dense(q, k, v, do, causal, scale, dtype)

@@ -32,6 +32,7 @@ from .ledger import (
     ledger,
     visited_rows,
 )
+from .mask import Mask
 from .problem import Problem
 from .schedule import DIRECTIONS, LANES, Schedule
 
@@ -100,7 +101,7 @@ def _counted_or_closed(s: Schedule, pass_name: str, counted: bool, dtype: str) -
     if pass_name == "training":
         # The forward's own ledger (counted or closed form, as asked), L saved.
         shape = (s.n_q, s.n_k, s.d, s.d_v)
-        kw = dict(block_q=s.block_q, block_k=s.block_k, order=s.order, causal=s.causal)
+        kw = dict(block_q=s.block_q, block_k=s.block_k, order=s.order, causal=s.mask)
         forward = (ledger if counted else closed_form_ledger)(
             *shape, **kw, save_lse=True, dtype=dtype
         )
@@ -119,7 +120,7 @@ def pass_ledger(
     block_q: int,
     block_k: int,
     order: str = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     save_lse: bool = False,
     dtype: str = "float64",
     sram_capacity: int | None = None,
@@ -142,7 +143,7 @@ def pass_ledger(
         raise ValueError(f"pass must be one of {', '.join(PASSES)}, not {pass_name!r}.")
     check_ledger_args(dtype, sram_capacity)
     save_lse = True  # the tiled backward reads L, so its forward saved it
-    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
+    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, False, save_lse, Mask.of(causal))
     counts, sram = _counted_or_closed(s, pass_name, counted, dtype)
     lanes = {
         lane: LaneLedger(lane, counts[lane], dtype, sram[lane], sram_capacity) for lane in LANES

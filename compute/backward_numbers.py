@@ -244,7 +244,7 @@ def tiled_backward(
             if check is not None:
                 check()
             r1 = min(s.n_q, r0 + chunk)
-            st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.causal)
+            st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.mask)
             pt = np.exp(st - lse[r0:r1, None])
             dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), dtype).astype(acc)
             tv += round_to(pt, dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i

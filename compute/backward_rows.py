@@ -89,7 +89,7 @@ def operands(q, k, v, do, o, lse, dtype: str) -> Operands:
 
 
 def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
-    return _tile_scores(qd, kd, rows, cols, s.n_q, s.n_k, acc(scale), s.causal)  # S = Q Kᵀ · scale
+    return _tile_scores(qd, kd, rows, cols, s.n_q, s.n_k, acc(scale), s.mask)  # S = Q Kᵀ · scale
 
 
 def _frozen(*arrays):

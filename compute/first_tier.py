@@ -27,11 +27,11 @@ from .attention import (
     _safe_max,
     _tile_scores,
     causal_mask,
-    causal_offset,
     output_dtype,
     round_to,
 )
 from .full_pass import BlockMeans, _tiled_rows, softmax_rows
+from .mask import FULL, SKIPPED, Mask
 from .schedule import Schedule
 
 
@@ -57,16 +57,13 @@ def score_means(
     count = np.outer(rows, cols).astype(np.float64)
     mean = (qs @ ks.T) * scale / count  # mean(Q_I) · mean(K_J)ᵀ · scale
     if causal:
-        off = causal_offset(n_q, n_k)
         r_lo = np.arange(len(rows)) * fr
         r_hi = r_lo + rows - 1
         c_lo = np.arange(len(cols)) * fc
         c_hi = c_lo + cols - 1
-        # Key c is visible to query r when c <= r + off: a cell is whole when its last
-        # key is visible to its first query, empty when its first key is hidden from its
-        # last query, and cut otherwise.
-        whole = c_hi[None, :] <= r_lo[:, None] + off
-        empty = c_lo[None, :] > r_hi[:, None] + off
+        # A cell is whole, empty or cut as a (fr × fc) tile of the mask is (compute.mask).
+        classes = Mask.of(causal).tile_classes(n_q, n_k, fr, fc)
+        whole, empty = classes == FULL, classes == SKIPPED
         mean[empty] = -np.inf
         for i in np.flatnonzero((~whole & ~empty).any(axis=1)):
             cut = np.flatnonzero(~whole[i] & ~empty[i])
@@ -74,7 +71,7 @@ def score_means(
             r = np.arange(r_lo[i], r_hi[i] + 1)
             c = np.arange(c_lo[j0], c_hi[j1 - 1] + 1)
             s = (q[r] @ k[c].T) * scale
-            visible = causal_mask(r, c, n_q, n_k)
+            visible = causal_mask(r, c, n_q, n_k, causal)
             seen = np.add.reduceat(visible, np.arange(j1 - j0) * fc, axis=1).sum(axis=0)
             total = np.add.reduceat(np.where(visible, s, 0.0), np.arange(j1 - j0) * fc, axis=1)
             total = total.sum(axis=0)
@@ -98,7 +95,7 @@ def row_sample(
     rows = np.unique(np.linspace(0, n_q - 1, count).round().astype(np.intp))
     s = (q[rows] @ k.T) * scale  # S = Q Kᵀ · scale on those rows
     if causal:
-        s = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s, -np.inf)
+        s = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k, causal), s, -np.inf)
     mx = np.max(s, axis=1, initial=-np.inf)
     p = np.exp(s - _safe_max(mx)[:, None])
     p = _divide_rows(p, p.sum(axis=1))  # P = softmax(S); zeros for a fully masked row
@@ -142,6 +139,6 @@ def tiled_rows(
     """The tiled lane's output of rows r0:r1 in its dtype (compute.full_pass's closed form
     over these rows alone)."""
     acc, qd, kd, vd, scale_acc = _prepare(q, k, v, dtype, scale)
-    sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, scale_acc, s.causal)
+    sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, scale_acc, s.mask)
     out, _m, _l = _tiled_rows(sc.astype(acc, copy=False), vd, s, dtype, acc)
     return round_to(out, dtype).astype(output_dtype(dtype))

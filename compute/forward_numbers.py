@@ -111,7 +111,7 @@ class ForwardNumbers(Memo):
         return combine(self.dense_pass(cap, check), self.tiled_pass(check))
 
     def _dense_key(self, cap: int) -> tuple:
-        return (self.inputs_key, self.schedule.causal, self.scale, cap)
+        return (self.inputs_key, self.schedule.mask, self.scale, cap)
 
     def dense_pass(self, cap: int = DISPLAY_CELLS, check: Check = None) -> DensePass:
         """The dense lane's numbers (and, with a backward, its backward's, from the same
@@ -128,7 +128,7 @@ class ForwardNumbers(Memo):
             # once (attention.overflow_notice), not as NumPy warnings per chunk.
             with np.errstate(over="ignore", invalid="ignore"):
                 return dense_pass(
-                    self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale,
+                    self.q, self.k, self.v, causal=self.schedule.mask, scale=self.scale,
                     cap=cap, do=self.do, check=check,
                 )  # fmt: skip
 
@@ -151,7 +151,7 @@ class ForwardNumbers(Memo):
 
     def _tiled_key(self) -> tuple:
         s = self.schedule  # not B_r: each row's closed form is its own
-        return (self.inputs_key, s.causal, self.scale, s.block_k, s.order, self.dtype)
+        return (self.inputs_key, s.mask, self.scale, s.block_k, s.order, self.dtype)
 
     def tiled_pass(self, check: Check = None) -> TiledPass:
         """The tiled lane's output, L and final state, shared as `dense_pass` is."""
@@ -196,10 +196,11 @@ class ForwardNumbers(Memo):
 
     def _scores(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         s = (self.q[r0:r1] @ self.k[c0:c1].T) * self.scale  # S = Q Kᵀ · scale
-        if self.schedule.causal:
+        if self.schedule.mask:
             mask = causal_mask(
-                np.arange(r0, r1), np.arange(c0, c1), self.schedule.n_q, self.schedule.n_k
-            )
+                np.arange(r0, r1), np.arange(c0, c1), self.schedule.n_q, self.schedule.n_k,
+                self.schedule.mask,
+            )  # fmt: skip
             s = np.where(mask, s, -np.inf)
         s.setflags(write=False)
         return s
@@ -212,7 +213,7 @@ class ForwardNumbers(Memo):
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
                 out = dense_rows(
-                    self.q, self.k, self.v, r0, r1, causal=self.schedule.causal, scale=self.scale
+                    self.q, self.k, self.v, r0, r1, causal=self.schedule.mask, scale=self.scale
                 )
             for a in out:
                 a.setflags(write=False)
@@ -232,7 +233,7 @@ class ForwardNumbers(Memo):
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
                 return dense_all_rows(
-                    self.q, self.k, self.v, causal=self.schedule.causal, scale=self.scale,
+                    self.q, self.k, self.v, causal=self.schedule.mask, scale=self.scale,
                     check=check,
                 )  # fmt: skip
 
@@ -345,8 +346,8 @@ class ForwardNumbers(Memo):
         acc = stats_dtype(self.dtype)
         q, k = (round_to(x, self.dtype).astype(acc) for x in (self.q[r0:r1], self.k[c0:c1]))
         sc = (q @ k.T) * acc(self.scale)  # S_ij in the statistics dtype
-        if s.causal:
-            mask = causal_mask(np.arange(r0, r1), np.arange(c0, c1), s.n_q, s.n_k)
+        if s.mask:
+            mask = causal_mask(np.arange(r0, r1), np.arange(c0, c1), s.n_q, s.n_k, s.mask)
             sc = np.where(mask, sc, acc(-np.inf))
         m_new = self.state_after_tiles(tile + 1)[0][r0:r1]
         p = np.exp(sc - np.where(np.isfinite(m_new), m_new, 0)[:, None])  # exp(S_ij − m_new)

@@ -33,6 +33,7 @@ from .attention import (
     output_dtype,
     round_to,
 )
+from .mask import Mask
 from .schedule import Schedule
 
 CHUNK_ELEMENTS = 1 << 20  # scores per chunk (8 MB in float64): rows = this / N_k
@@ -193,13 +194,13 @@ class TiledPass:
 
 
 def softmax_rows(
-    q: np.ndarray, k: np.ndarray, rows: np.ndarray, *, causal: bool, scale: float
+    q: np.ndarray, k: np.ndarray, rows: np.ndarray, *, causal: bool | Mask, scale: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Query rows `rows` (consecutive) over all keys, float64: (S, row max, row sum, P)."""
     n_q, n_k = q.shape[0], k.shape[0]
     s64 = (q[rows[0] : rows[-1] + 1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
     if causal:
-        s64 = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k), s64, -np.inf)
+        s64 = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k, causal), s64, -np.inf)
     mx = np.max(s64, axis=1, initial=-np.inf)
     p = np.exp(s64 - _safe_max(mx)[:, None])
     sm = p.sum(axis=1)
@@ -304,7 +305,7 @@ def tiled_pass(
         if check is not None:
             check()
         r1 = min(n_q, r0 + chunk)
-        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.causal)
+        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.mask)
         out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(
             sc.astype(acc, copy=False), vd, s, dtype, acc
         )
@@ -336,7 +337,7 @@ def full_pass(
     sample: int = 32768,
 ) -> FullPass:
     """Both lanes' numbers (module docstring): dense_pass and tiled_pass, combined."""
-    dense = dense_pass(q, k, v, causal=s.causal, scale=scale, cap=cap, sample=sample)
+    dense = dense_pass(q, k, v, causal=s.mask, scale=scale, cap=cap, sample=sample)
     return combine(dense, tiled_pass(q, k, v, s, scale=scale, dtype=dtype))
 
 
@@ -357,7 +358,7 @@ def tiled_state_after(
     for r0 in range(0, n_q, chunk):
         r1 = min(n_q, r0 + chunk)
         # S = Q Kᵀ · scale over the keys seen
-        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, keys), n_q, s.n_k, scale, s.causal)
+        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, keys), n_q, s.n_k, scale, s.mask)
         o[r0:r1], m[r0:r1], l[r0:r1] = _tiled_rows(
             sc.astype(acc, copy=False), vd[:keys], s, dtype, acc
         )

@@ -13,7 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import numpy as np
+
 from .attention import DTYPE_BYTES, DTYPES
+from .mask import Mask
 from .schedule import (
     DIRECTIONS,
     LANES,
@@ -102,6 +105,7 @@ class Ledger:
             "block_k": s.block_k,
             "order": s.order,
             "causal": s.causal,
+            "mask": s.mask.to_dict(),
             "save_lse": s.save_lse,
             "dtype": self.dtype,
             "sram_capacity": self.sram_capacity,
@@ -179,13 +183,13 @@ def ledger(
     block_q: int,
     block_k: int,
     order: str = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     save_lse: bool = False,
     dtype: str = "float64",
     sram_capacity: int | None = None,
 ) -> Ledger:
     """Count both lanes' HBM transfers by walking the declared schedule, action by action."""
-    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
+    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, False, save_lse, Mask.of(causal))
     counts = {lane: count_actions(lane_actions(s, lane)) for lane in LANES}
     return make_ledger(s, counts, dtype, sram_capacity)
 
@@ -207,56 +211,106 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
         n, b, m, a = y_max // m, y_max % m, a, m
 
 
-def _causal_tile_sums(s: Schedule) -> tuple[int, int, int]:
-    """(Σ_i tiles_i · rows_i, Σ_i tiles_i, #{i : tiles_i = T_c}) over query blocks i, with
-    tiles_i the key tiles block i loads: ⌊(last row_i + N_k − N_q) / B_c⌋ + 1, clamped to
-    0..T_c (bottom-right alignment). From formulas over the T_r − 1 full blocks (tiles_i
-    is monotone in i, so its clamped ranges are found by bisection) and the last block:
-    O(log N) time and O(1) memory, so any N is counted without per-block arrays."""
-    b_r, b_c, t_c, off = s.block_q, s.block_k, s.t_c, s.n_k - s.n_q
+def _first(pred, hi: int) -> int:
+    """The first i in [0, hi) with pred(i) (pred monotone: False then True), else hi."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
-    def tiles(last_row: int) -> int:
-        return min(t_c, max(0, (last_row + off) // b_c + 1))
 
-    def first(pred, hi: int) -> int:  # the first i in [0, hi) with pred(i), else hi
-        lo = 0
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if pred(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+def _clamped_sum(s: Schedule, base: int, plus: int) -> tuple[int, int]:
+    """(Σ, #{= T_c}) over the full query blocks i < T_r − 1 of
+    f(i) = clamp(⌊(B_r i + base) / B_c⌋ + plus, 0, T_c), with plus 0 or 1: f is monotone in
+    i, so its clamped ranges are found by bisection and the middle is one floor_sum."""
+    b_r, b_c, t_c, full = s.block_q, s.block_k, s.t_c, s.t_r - 1
 
-    full = s.t_r - 1  # blocks 0..T_r − 2 have B_r rows; block i's last row is (i+1)B_r − 1
-    lo = first(lambda i: tiles((i + 1) * b_r - 1) > 0, full)
-    hi = first(lambda i: tiles((i + 1) * b_r - 1) >= t_c, full)
-    # Σ over lo ≤ i < hi of ⌊(B_r i + B_r − 1 + off) / B_c⌋ + 1, all terms ≥ 1 there.
+    def f(i: int) -> int:
+        return min(t_c, max(0, (b_r * i + base) // b_c + plus))
+
+    lo = _first(lambda i: f(i) > 0, full)
+    hi = _first(lambda i: f(i) >= t_c, full)
+    # Σ over lo ≤ i < hi of ⌊(B_r i + base) / B_c⌋ + plus: all terms ≥ 1, so B_r lo + base ≥ 0.
     mid = 0
     if hi > lo:
-        mid = floor_sum(hi - lo, b_c, b_r, b_r * lo + b_r - 1 + off) + (hi - lo)
-    tile_sum = mid + t_c * (full - hi)
-    saturated = full - hi
-    last_rows = s.n_q - full * b_r
-    last = tiles(s.n_q - 1)
-    rows_sum = b_r * tile_sum + last_rows * last
-    return rows_sum, tile_sum + last, saturated + (last == t_c)
+        mid = floor_sum(hi - lo, b_c, b_r, b_r * lo + base) + plus * (hi - lo)
+    return mid + t_c * (full - hi), full - hi
+
+
+def _band_tile_sums(s: Schedule) -> tuple[int, int, int]:
+    """(Σ_i tiles_i · rows_i, Σ_i tiles_i, #{i : block i loads the last tile}) over query
+    blocks i of a (non-packed) window or causal mask, from formulas: O(log N) time, O(1)
+    memory, so any N is counted without per-block arrays.
+
+    Block i (rows r0..r1 − 1) loads the key tiles j with j ≤ ⌊(r1 − 1 + off + right) / B_c⌋
+    and j ≥ ⌊(r0 + off − left) / B_c⌋ (each side only when bounded), so tiles_i = A(i) − B(i)
+    with A(i) = clamp(⌊(r1 − 1 + off + right) / B_c⌋ + 1, 0, T_c) the tiles up to its last
+    and B(i) = clamp(⌊(r0 + off − left) / B_c⌋, 0, T_c) those before its first (T_c when
+    that key is past N_k; A ≥ B as the band holds the diagonal); it loads the last tile
+    iff A = T_c > B.
+    """
+    m, b_r, b_c, t_c = s.mask, s.block_q, s.block_k, s.t_c
+    off, full = m.offset(s.n_q, s.n_k), s.t_r - 1
+    last_r0, last_r1 = full * b_r, s.n_q
+
+    def a_of(r1: int) -> int:
+        return t_c if m.right < 0 else min(t_c, max(0, (r1 - 1 + off + m.right) // b_c + 1))
+
+    def b_of(r0: int) -> int:
+        first_key = r0 + off - m.left
+        if m.left < 0:
+            return 0
+        # A first key past N_k (inside the last tile's padding) leaves no tile.
+        return t_c if first_key >= s.n_k else max(0, first_key // b_c)
+
+    def count_from(bound: int) -> int:  # #{i < full : B_r i + off − left ≥ bound}
+        return full - min(full, max(0, -(-(bound - off + m.left) // b_r)))
+
+    if m.right < 0:
+        a_sum, a_sat = t_c * full, full
+    else:
+        a_sum, a_sat = _clamped_sum(s, b_r - 1 + off + m.right, 1)
+    if m.left < 0:
+        b_sum, b_sat = 0, 0
+    else:
+        b_sum, b_sat = _clamped_sum(s, off - m.left, 0)
+        padded = count_from(s.n_k) - count_from(t_c * b_c)  # first key in the padding
+        b_sum, b_sat = b_sum + padded, b_sat + padded
+    tile_sum = a_sum - b_sum
+    last = a_of(last_r1) - b_of(last_r0)
+    rows_sum = b_r * tile_sum + (last_r1 - last_r0) * last
+    last_tile = (a_sat - b_sat) + (a_of(last_r1) == t_c > b_of(last_r0))
+    return rows_sum, tile_sum + last, last_tile
+
+
+def _tile_sums(s: Schedule) -> tuple[int, int, int]:
+    """`_band_tile_sums` for any mask: packed sequences from the mask's per-block spans
+    (O(T_r), independent of the tile classes the walk reads)."""
+    if s.mask.is_none:
+        return s.n_q * s.t_c, s.t_r * s.t_c, s.t_r
+    if not s.mask.lengths:
+        return _band_tile_sums(s)
+    lo, hi = s.row_span
+    tiles = hi - lo
+    rows = np.minimum(np.arange(1, s.t_r + 1) * s.block_q, s.n_q) - np.arange(s.t_r) * s.block_q
+    last = (hi == s.t_c) & (tiles > 0)
+    return int(tiles @ rows), int(tiles.sum()), int(last.sum())
 
 
 def _visible_keys(s: Schedule) -> int:
     """Σ over query blocks of the keys in the tiles each loads (tail tiles count their
-    real size): tiles · B_c, less the tail's shortfall T_c · B_c − N_k where all T_c load."""
-    if not s.causal:
-        return s.t_r * s.n_k
-    _, tile_sum, saturated = _causal_tile_sums(s)
-    return tile_sum * s.block_k - saturated * (s.t_c * s.block_k - s.n_k)
+    real size): tiles · B_c, less the tail's shortfall T_c · B_c − N_k where the last loads."""
+    _, tile_sum, last_tile = _tile_sums(s)
+    return tile_sum * s.block_k - last_tile * (s.t_c * s.block_k - s.n_k)
 
 
 def visited_rows(s: Schedule) -> int:
     """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
-    if not s.causal:
-        return s.n_q * s.t_c
-    return _causal_tile_sums(s)[0]
+    return _tile_sums(s)[0]
 
 
 def closed_form_counts(s: Schedule) -> dict[str, Counts]:
@@ -298,14 +352,14 @@ def closed_form_ledger(
     block_q: int,
     block_k: int,
     order: str = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     save_lse: bool = False,
     dtype: str = "float64",
     sram_capacity: int | None = None,
 ) -> Ledger:
     """The same ledger as `ledger`, from formulas: O(log N) time and O(1) memory, so the
     ledger of any N is answered (`ledger` walks the actions: for tests and small N)."""
-    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
+    s = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, False, save_lse, Mask.of(causal))
     return make_ledger(s, closed_form_counts(s), dtype, sram_capacity)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import DType
+from .mask import Mask
 from .schedule import ORDERS, Schedule
 
 
@@ -35,9 +36,14 @@ class Problem:
     causal: bool = False
     order: str = "q-outer"
     save_lse: bool = False
+    masking: Mask | None = None  # compute.mask.Mask; None: the one `causal` means
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", DType.of(self.dtype).name)
+        if self.masking is not None:
+            object.__setattr__(self, "causal", self.masking.causal)
+            if self.masking == Mask.of(self.causal):  # what `causal` says alone: one spelling
+                object.__setattr__(self, "masking", None)
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}.")
         for name in ("n", "d", "block_q", "block_k", "n_keys", "dv"):
@@ -61,7 +67,16 @@ class Problem:
 
     @property
     def mask(self) -> str:
-        return "causal" if self.causal else "none"
+        """The mask in words: "none", "causal" (bottom-right) or the Mask's label."""
+        m = self.attention_mask
+        if m.is_none or m == Mask.causal_mask():
+            return "causal" if m.causal else "none"
+        return m.label
+
+    @property
+    def attention_mask(self) -> Mask:
+        """The compute.mask.Mask every layer applies."""
+        return Mask.of(self.causal) if self.masking is None else self.masking
 
     @property
     def t_r(self) -> int:
@@ -75,7 +90,7 @@ class Problem:
         """The shape-only schedule both lanes' timelines and ledgers are built from."""
         return Schedule(
             self.n, self.n_k, self.d, self.d_v, self.block_q, self.block_k,
-            self.order, self.causal, self.save_lse,
+            self.order, self.causal, self.save_lse, self.attention_mask,
         )  # fmt: skip
 
     def replace(self, **changes: object) -> Problem:
@@ -87,7 +102,7 @@ class Problem:
             "block_q": self.block_q,
             "block_k": self.block_k,
             "order": self.order,
-            "causal": self.causal,
+            "causal": self.attention_mask,
             "save_lse": self.save_lse,
             "dtype": self.dtype,
         }

@@ -29,6 +29,7 @@ from .attention import (
     tiled_attention_history,
 )
 from .full_pass import tiled_state_after
+from .mask import Mask
 from .schedule import Schedule
 
 
@@ -47,8 +48,10 @@ def block_history(
     s = schedule
     r0, r1 = s.rows(block)
     n_rows = r1 - r0
-    n_keys = s.n_k
-    if s.causal:
+    n_keys, rows_of = s.n_k, None
+    if s.mask and s.mask != Mask.causal_mask():
+        rows_of = (r0, s.n_q)  # other masks: all keys, masked as the block's own rows
+    elif s.causal:
         # Row r sees key c iff c <= r + (N_k − N_q): the block's last row sees the first
         # r1 + N_k − N_q keys. Keeping exactly those keys gives the cut problem the same
         # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
@@ -70,9 +73,10 @@ def block_history(
             block_q=n_rows,
             block_k=s.block_k,
             order=s.order,
-            causal=s.causal,
+            causal=s.mask,
             scale=scale,
             dtype=dtype,
+            rows_of=rows_of,
         )
         seen = h.m.shape[1]  # 1 + the tiles this block loads
         hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
@@ -122,8 +126,8 @@ class TileCursor:
         self._tiles += 1
         if active.size == 0:
             return
-        rows = slice(int(active[0]) * s.block_q, s.n_q)
-        sc = _tile_scores(self.qd, self.kd, rows, cols, s.n_q, s.n_k, self.scale, s.causal)
+        rows = slice(int(active[0]) * s.block_q, min(s.n_q, (int(active[-1]) + 1) * s.block_q))
+        sc = _tile_scores(self.qd, self.kd, rows, cols, s.n_q, s.n_k, self.scale, s.mask)
         # The cursor carries a (q-outer) or O itself (kv-outer, as Algorithm 1 keeps it in HBM).
         m_new, l_new, _, _, carried, _ = _tile_update(
             s.order, sc, self._m[rows], self._l[rows], self._a[rows], self.vd[cols], dtype, acc

@@ -26,7 +26,8 @@ from functools import cached_property
 
 import numpy as np
 
-from .attention import ORDERS, tile_visibility
+from .attention import ORDERS
+from .mask import MASKED, SKIPPED, Mask
 
 TENSORS: tuple[str, ...] = ("Q", "K", "V", "O", "S", "P", "m", "l", "L")
 DIRECTIONS: tuple[str, ...] = ("read", "write")
@@ -97,14 +98,21 @@ class Schedule:
     order: str = "q-outer"
     causal: bool = False
     save_lse: bool = False
+    mask: Mask | None = None
 
     def __post_init__(self) -> None:
+        # `causal` is kept for callers that name the mask by a bool; the mask decides, and
+        # `causal` then says whether it is causal (any alignment).
+        mask = Mask.of(self.causal) if self.mask is None else self.mask
+        object.__setattr__(self, "mask", mask)
+        object.__setattr__(self, "causal", mask.causal)
         for name in ("n_q", "n_k", "d", "d_v", "block_q", "block_k"):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}.")
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}.")
+        mask.check(self.n_q, self.n_k)
 
     @property
     def t_r(self) -> int:
@@ -123,11 +131,38 @@ class Schedule:
         return j * self.block_k, min(self.n_k, (j + 1) * self.block_k)
 
     @cached_property
-    def visible(self) -> np.ndarray:
-        """(T_r, T_c): whether query block i loads key tile j (always True without causal)."""
-        out = tile_visibility(self.n_q, self.n_k, self.block_q, self.block_k, self.causal)
+    def tile_class(self) -> np.ndarray:
+        """(T_r, T_c): SKIPPED, MASKED or FULL (compute.mask) for block i and tile j."""
+        out = self.mask.tile_classes(self.n_q, self.n_k, self.block_q, self.block_k)
         out.setflags(write=False)
         return out
+
+    @cached_property
+    def visible(self) -> np.ndarray:
+        """(T_r, T_c): whether query block i loads key tile j (every tile not skipped)."""
+        out = self.tile_class != SKIPPED
+        out.setflags(write=False)
+        return out
+
+    @cached_property
+    def row_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) per query block: it loads key tiles lo ≤ j < hi (from the mask's row
+        bounds, not from `visible`: the tests hold the two equal)."""
+        lo, hi = self.mask.block_spans(self.n_q, self.n_k, self.block_q, self.block_k)
+        for x in (lo, hi):
+            x.setflags(write=False)
+        return lo, hi
+
+    @cached_property
+    def col_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) per key tile: query blocks lo ≤ i < hi load it (one run for every mask)."""
+        v = self.visible
+        seen = v.any(axis=0)
+        lo = np.where(seen, np.argmax(v, axis=0), 0).astype(np.int64)
+        hi = np.where(seen, v.shape[0] - np.argmax(v[::-1], axis=0), 0).astype(np.int64)
+        for x in (lo, hi):
+            x.setflags(write=False)
+        return lo, hi
 
     @cached_property
     def last_visit(self) -> np.ndarray:
@@ -162,6 +197,11 @@ def _read(tensor, rows, cols) -> Transfer:
 
 def _write(tensor, rows, cols) -> Transfer:
     return Transfer(Region(tensor, rows, cols), "write")
+
+
+def _masked(s: Schedule, i: int, j: int) -> str:
+    """ " (masked)" when tile (i, j) has hidden cells (a full tile needs no mask)."""
+    return " (masked)" if s.tile_class[i, j] == MASKED else ""
 
 
 def lane_kind(s: Schedule, lane: str) -> str:
@@ -246,7 +286,7 @@ def make_action(s: Schedule, lane: str, phase: str, i: int | None, j: int | None
             return Action(
                 lane,
                 phase,
-                f"scores, rescale by α and accumulate: block {i}, tile {j}",
+                f"scores{_masked(s, i, j)}, rescale by α and accumulate: block {i}, tile {j}",
                 i,
                 j,
                 (),
@@ -294,7 +334,7 @@ def make_action(s: Schedule, lane: str, phase: str, i: int | None, j: int | None
             return Action(
                 lane,
                 phase,
-                f"scores, rescale and update: block {i}, tile {j}",
+                f"scores{_masked(s, i, j)}, rescale and update: block {i}, tile {j}",
                 i,
                 j,
                 (),

@@ -223,9 +223,9 @@ class LaneTimeline:
 
     # ---- structure -------------------------------------------------------------------
     def _span_of(self, part: Part) -> tuple[np.ndarray, np.ndarray]:
-        """Each segment's inner indices as a range [lo, hi): visibility is a prefix of the
-        key tiles for a query block, and a suffix of the query blocks for a key tile
-        (causal or not), so O(T) numbers describe it, never a T_r × T_c matrix."""
+        """Each segment's inner indices as a range [lo, hi): the visible key tiles of a query
+        block, or query blocks of a key tile, are one run for every mask, so O(T) numbers
+        describe it."""
         s = self.schedule
         n_outer = {"rows": s.t_r, "cols": s.t_c, "once": 1}[part.outer]
         n_inner = s.t_c if part.outer == "rows" else s.t_r
@@ -234,16 +234,10 @@ class LaneTimeline:
             return zeros, zeros
         if part.inner_set == "all":
             return zeros, zeros + n_inner
-        if part.outer == "rows":  # query block i loads key tiles 0 .. last_visit[i]
-            return zeros, s.last_visit.astype(np.int64) + 1
-        # key tile j is loaded by query blocks first .. T_r − 1: the first whose last row
-        # reaches the tile's first key (row r sees key c iff c <= r + N_k − N_q)
-        last_row = np.minimum((np.arange(s.t_r) + 1) * s.block_q, s.n_q) - 1
-        if not s.causal:
-            return zeros, zeros + n_inner
-        first_col = np.arange(s.t_c) * s.block_k
-        lo = np.searchsorted(last_row, first_col - (s.n_k - s.n_q), side="left")
-        return lo.astype(np.int64), zeros + n_inner
+        # Every mask's visible tiles of a block, and blocks of a tile, are one run
+        # (compute.mask), so the schedule's spans describe them.
+        lo, hi = s.row_span if part.outer == "rows" else s.col_span
+        return lo.astype(np.int64), hi.astype(np.int64)
 
     def _inner_counts(self, part: Part) -> np.ndarray:
         lo, hi = self._span_of(part)

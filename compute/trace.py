@@ -31,6 +31,7 @@ from .backward_schedule import backward_sram_elements
 from .forward_numbers import DEFAULT_DO_KEY, DISPLAY_CELLS, ForwardNumbers, RowState
 from .inputs import validate_inputs
 from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_ledger
+from .mask import Mask
 from .problem import Problem
 from .schedule import DIRECTIONS, LANES, Action, Schedule
 from .timeline import LaneTimeline
@@ -154,6 +155,7 @@ class Trace:
         return Problem.of_shapes(
             (s.n_q, s.d), (s.n_k, s.d_v), block_q=s.block_q, block_k=s.block_k,
             dtype=self.dtype, causal=s.causal, order=s.order, save_lse=s.save_lse,
+            masking=s.mask,
         )  # fmt: skip
 
     # ---- the timeline ----------------------------------------------------------------
@@ -230,7 +232,7 @@ def build_trace(
     block_q: int | None = None,
     block_k: int | None = None,
     order: str = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     sram_capacity: int | None = None,
     dtype: str = "float64",
     save_lse: bool = False,
@@ -257,7 +259,7 @@ def build_trace(
                 f"d_v = {problem.d_v} but the inputs are Q {q.shape} and V {v.shape}."
             )
         block_q, block_k, order = problem.block_q, problem.block_k, problem.order
-        causal, dtype, save_lse = problem.causal, problem.dtype, problem.save_lse
+        causal, dtype, save_lse = problem.attention_mask, problem.dtype, problem.save_lse
     if block_q is None or block_k is None:
         raise ValueError("build_trace needs block_q and block_k (or a problem).")
     n_q, d = q.shape

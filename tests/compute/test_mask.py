@@ -1,0 +1,322 @@
+"""compute.mask against a cell-by-cell reading of its definition; the dense and tiled
+forward and backward under every mask against float64 references; and the schedules:
+the declared walk, the array timeline and the closed-form ledger agree, skipped tiles are
+never loaded and full tiles never masked."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compute import ORDERS, attention_backward, dense_attention, pass_ledger, tiled_attention
+from compute.backward_schedule import PASS_TENSORS, backward_steps
+from compute.ledger import closed_form_ledger, ledger
+from compute.mask import FULL, MASKED, NO_MASK, SKIPPED, Mask
+from compute.schedule import DIRECTIONS, TENSORS, Schedule, lane_actions
+from compute.timeline import NONE, PHASES, LaneTimeline
+
+
+@st.composite
+def masked_shapes(draw, n_max=24):
+    """(N_q, N_k, mask): none, causal either way, windows (some wider than N), packed."""
+    n_q = draw(st.integers(1, n_max))
+    n_k = draw(st.integers(1, n_max))
+    kind = draw(st.sampled_from(["none", "causal", "window", "packed"]))
+    top_left = draw(st.booleans())
+    side = st.integers(-1, 2 * n_max)
+    if kind == "none":
+        return n_q, n_k, NO_MASK
+    if kind == "causal":
+        return n_q, n_k, Mask.causal_mask(top_left)
+    if kind == "window":
+        return n_q, n_k, Mask(draw(side), draw(side), top_left)
+    lengths = []
+    while sum(lengths) < n_q:  # one-row sequences are common here
+        lengths.append(draw(st.integers(1, n_q - sum(lengths)).map(lambda x: 1 if x < 3 else x)))
+    windowed = draw(st.booleans())
+    left, right = (draw(side), draw(side)) if windowed else (-1, draw(st.sampled_from([-1, 0])))
+    return n_q, n_q, Mask(left, right, top_left, tuple(lengths))
+
+
+def reference_visible(mask: Mask, n_q: int, n_k: int) -> np.ndarray:
+    """The definition read cell by cell: same sequence, inside the aligned window."""
+    off = 0 if (mask.top_left or mask.lengths) else n_k - n_q
+    seq = np.repeat(np.arange(len(mask.lengths)), mask.lengths) if mask.lengths else None
+    out = np.zeros((n_q, n_k), dtype=bool)
+    for r in range(n_q):
+        for c in range(n_k):
+            ok = seq is None or seq[r] == seq[c]
+            ok &= mask.left < 0 or c >= r + off - mask.left
+            ok &= mask.right < 0 or c <= r + off + mask.right
+            out[r, c] = ok
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(shape=masked_shapes(), block_q=st.integers(1, 30), block_k=st.integers(1, 30))
+def test_cells_tiles_and_spans_follow_the_definition(shape, block_q, block_k):
+    n_q, n_k, mask = shape
+    ref = reference_visible(mask, n_q, n_k)
+    np.testing.assert_array_equal(mask.visible(np.arange(n_q), np.arange(n_k), n_q, n_k), ref)
+    np.testing.assert_array_equal(mask.empty_rows(n_q, n_k), np.flatnonzero(~ref.any(axis=1)))
+    t_r, t_c = math.ceil(n_q / block_q), math.ceil(n_k / block_k)
+    classes = mask.tile_classes(n_q, n_k, block_q, block_k)
+    lo, hi = mask.block_spans(n_q, n_k, block_q, block_k)
+    for i in range(t_r):
+        for j in range(t_c):
+            tile = ref[i * block_q : (i + 1) * block_q, j * block_k : (j + 1) * block_k]
+            want = FULL if tile.all() else MASKED if tile.any() else SKIPPED
+            assert classes[i, j] == want, (i, j)
+        seen = np.flatnonzero(classes[i] != SKIPPED)
+        # The seen tiles of a block are one run, and the spans (another formula) name it.
+        assert list(range(lo[i], hi[i])) == seen.tolist()
+    for j in range(t_c):
+        seen = np.flatnonzero(classes[:, j] != SKIPPED)
+        assert seen.size == 0 or seen.tolist() == list(range(seen[0], seen[-1] + 1))
+
+
+def test_names_and_the_causal_bool():
+    assert Mask.of(True) == Mask.causal_mask() == Mask.from_options("causal")
+    assert Mask.of(False) is NO_MASK and not NO_MASK and Mask.of(True)
+    tl = Mask.from_options("causal-top-left", window=(3, 5))
+    assert (tl.left, tl.right, tl.top_left, tl.kind) == (3, 0, True, "causal-top-left")
+    assert Mask.from_options("none", window=(2, 1)).label == "window (2, 1)"
+    assert Mask.from_options("none", packed=[5, 7]).to_dict()["packed"] == [5, 7]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Mask(-2, 0), "at least -1"),
+        (lambda: Mask(lengths=(3, 0)), "at least 1"),
+        (lambda: Mask.from_options("diagonal"), "mask must be one of"),
+        (lambda: Mask(lengths=(2, 3)).check(6, 6), "sum to 5 but N is 6"),
+        (lambda: Mask(lengths=(3, 3)).check(6, 7), "as many keys as queries"),
+    ],
+)
+def test_bad_masks_are_one_sentence(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_bottom_right_causal_with_more_queries_than_keys_gives_zero_rows():
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((7, 3)), rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    mask = Mask.causal_mask()
+    assert mask.empty_rows(7, 4).tolist() == [0, 1, 2]
+    assert "diagonal at key -3" in mask.why_empty(0, 7, 4)
+    assert mask.why_empty(3, 7, 4) is None
+    out, lse = tiled_attention(q, k, v, block_q=3, block_k=2, mask=mask, return_lse=True)
+    assert (out[:3] == 0).all() and np.isneginf(lse[:3]).all() and np.isfinite(lse[3:]).all()
+    top = tiled_attention(q, k, v, block_q=3, block_k=2, mask=Mask.causal_mask(True))
+    assert (top != 0).all(axis=1).all()  # top-left: row r sees keys 0..r, never none
+
+
+def reference_forward(q, k, v, visible):
+    """Row by row over each row's visible keys, float64; a row that sees none gives 0, −∞."""
+    scale = 1 / np.sqrt(q.shape[1])
+    out, lse = np.zeros((len(q), v.shape[1])), np.full(len(q), -np.inf)
+    for r in range(len(q)):
+        seen = visible[r]
+        if seen.any():
+            s = q[r] @ k[seen].T * scale
+            p = np.exp(s - s.max())
+            out[r] = p @ v[seen] / p.sum()
+            lse[r] = s.max() + np.log(p.sum())
+    return out, lse
+
+
+def reference_backward(q, k, v, do, visible):
+    """Row by row through the softmax Jacobian diag(p) − p pᵀ, in float64."""
+    scale = 1 / np.sqrt(q.shape[1])
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for r in range(len(q)):
+        seen = visible[r]
+        if not seen.any():
+            continue
+        s = q[r] @ k[seen].T * scale
+        p = np.exp(s - s.max())
+        p /= p.sum()
+        ds = (np.diag(p) - np.outer(p, p)) @ (v[seen] @ do[r])
+        dv[seen] += np.outer(p, do[r])
+        dq[r] = ds @ k[seen] * scale
+        dk[seen] += np.outer(ds, q[r]) * scale
+    return dq, dk, dv
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    shape=masked_shapes(16),
+    block_q=st.integers(1, 20),
+    block_k=st.integers(1, 20),
+    order=st.sampled_from(ORDERS),
+    seed=st.integers(0, 2**16),
+)
+def test_forward_and_backward_within_1e_12_of_float64(shape, block_q, block_k, order, seed):
+    n_q, n_k, mask = shape
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((n_q, 3)), rng.standard_normal((n_k, 3))
+    v, do = rng.standard_normal((n_k, 2)), rng.standard_normal((n_q, 2))
+    visible = reference_visible(mask, n_q, n_k)
+    want, want_lse = reference_forward(q, k, v, visible)
+    np.testing.assert_allclose(dense_attention(q, k, v, mask=mask), want, rtol=0, atol=1e-12)
+    out, lse = tiled_attention(
+        q, k, v, block_q=block_q, block_k=block_k, order=order, mask=mask, return_lse=True
+    )
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(want_lse))
+    seen = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[seen], want_lse[seen], rtol=0, atol=1e-12)
+    grads = reference_backward(q, k, v, do, visible)
+    for method in ("dense", "tiled"):
+        got = attention_backward(
+            q, k, v, do, mask=mask, method=method, block_q=block_q, block_k=block_k
+        )
+        for g, w in zip(got, grads, strict=True):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-12, err_msg=method)
+
+
+@st.composite
+def masked_schedules(draw):
+    n_q, n_k, mask = draw(masked_shapes(20))
+    return Schedule(
+        n_q, n_k, draw(st.integers(1, 4)), draw(st.integers(1, 4)),
+        draw(st.integers(1, 25)), draw(st.integers(1, 25)), draw(st.sampled_from(ORDERS)),
+        False, draw(st.booleans()), mask,
+    )  # fmt: skip
+
+
+def _counts(counts, tensors) -> np.ndarray:
+    return np.array([[counts[t][d] for d in DIRECTIONS] for t in tensors])
+
+
+def _summed(groups, tensors) -> np.ndarray:
+    """Elements moved per tensor and direction, summed over groups of transfers."""
+    out = np.zeros((len(tensors), len(DIRECTIONS)), dtype=np.int64)
+    for group in groups:
+        for tr in group:
+            out[tensors.index(tr.tensor), DIRECTIONS.index(tr.direction)] += tr.elements
+    return out
+
+
+@settings(max_examples=250, deadline=None)
+@given(s=masked_schedules(), lane=st.sampled_from(["dense", "tiled"]))
+def test_walk_timeline_and_closed_form_agree(s, lane):
+    walked = list(lane_actions(s, lane))
+    tl = LaneTimeline(s, lane)
+    steps = [
+        (PHASES[p], None if i == NONE else i, None if j == NONE else j)
+        for p, i, j in zip(*(x.tolist() for x in tl.arrays()), strict=True)
+    ]
+    assert steps == [(a.phase, a.block_i, a.block_j) for a in walked]
+    assert [tl.action(t) for t in range(tl.length)] == walked
+    running = _summed((a.transfers for a in walked), TENSORS)
+    np.testing.assert_array_equal(tl.totals, running)
+    kw = dict(block_q=s.block_q, block_k=s.block_k, order=s.order, causal=s.mask)
+    shape = (s.n_q, s.n_k, s.d, s.d_v)
+    counted = ledger(*shape, **kw, save_lse=s.save_lse).lanes[lane]
+    closed = closed_form_ledger(*shape, **kw, save_lse=s.save_lse).lanes[lane]
+    np.testing.assert_array_equal(_counts(counted.counts, TENSORS), running)
+    np.testing.assert_array_equal(_counts(closed.counts, TENSORS), running)
+    # The SRAM working set does not depend on the mask.
+    assert counted.sram_elements == Schedule(*shape, s.block_q, s.block_k).sram_elements(lane)
+    if lane == "tiled":
+        # A tile is loaded (q-outer: K_j, V_j; kv-outer: block i's state) iff not skipped,
+        # and its scores are masked iff some of its cells are hidden.
+        phase = "load_kv" if s.order == "q-outer" else "load_state"
+        loads = {(a.block_i, a.block_j) for a in walked if a.phase == phase}
+        assert loads == set(zip(*np.nonzero(s.tile_class != SKIPPED), strict=True))
+        masked = {(a.block_i, a.block_j) for a in walked if "(masked)" in a.label}
+        assert masked == set(zip(*np.nonzero(s.tile_class == MASKED), strict=True))
+
+
+@settings(max_examples=150, deadline=None)
+@given(s=masked_schedules(), lane=st.sampled_from(["dense", "tiled"]))
+def test_backward_and_training_agree(s, lane):
+    walked = list(backward_steps(s, lane))
+    tl = LaneTimeline(s, lane, "backward")
+    assert tl.length == len(walked)
+    running = _summed((w.moves for w in walked), PASS_TENSORS)
+    np.testing.assert_array_equal(tl.totals, running)
+    kw = dict(block_q=s.block_q, block_k=s.block_k, order=s.order, causal=s.mask)
+    shape = (s.n_q, s.n_k, s.d, s.d_v)
+    for pass_name in ("backward", "training"):
+        counted = pass_ledger(pass_name, *shape, **kw, counted=True).lanes[lane]
+        closed = pass_ledger(pass_name, *shape, **kw).lanes[lane]
+        np.testing.assert_array_equal(
+            _counts(counted.counts, PASS_TENSORS), _counts(closed.counts, PASS_TENSORS)
+        )
+        if pass_name == "backward":
+            np.testing.assert_array_equal(_counts(closed.counts, PASS_TENSORS), running)
+    if lane == "tiled":
+        visits = {(w.block_i, w.block_j) for w in walked if w.phase == "load_q"}
+        assert visits == set(zip(*np.nonzero(s.tile_class != SKIPPED), strict=True))
+
+
+def test_window_closed_form_answers_any_n_at_once():
+    start = time.perf_counter()
+    n = 10**12 + 7
+    led = closed_form_ledger(n, n, 64, 64, block_q=128, block_k=96, causal=Mask(4096, 0))
+    assert time.perf_counter() - start < 1.0
+    # Every full query block of 128 rows sees at most ⌈(4096 + 128) / 96⌉ + 1 tiles.
+    keys = led.lanes["tiled"].counts["K"]["read"] // 64
+    assert 0 < keys <= (n // 128 + 1) * 46 * 96
+
+
+def test_a_wide_window_is_no_mask_and_packed_blocks_skip_across_sequences():
+    shape = (13, 13, 4, 4)
+    kw = dict(block_q=4, block_k=4)
+    wide = closed_form_ledger(*shape, **kw, causal=Mask(40, 40))
+    none = closed_form_ledger(*shape, **kw)
+    assert wide.lanes["tiled"].counts == none.lanes["tiled"].counts
+    packed = closed_form_ledger(*shape, **kw, causal=Mask(lengths=(4, 4, 5)))
+    # Blocks 0, 1 each see one tile; block 2 (rows 8..11) and 3 (row 12) see tiles 2 and 3.
+    assert packed.lanes["tiled"].counts["K"]["read"] == (4 + 4 + 5 + 5) * 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    s=masked_schedules(),
+    seed=st.integers(0, 2**16),
+    pass_name=st.sampled_from(["forward", "backward"]),
+)
+def test_the_apps_numbers_follow_the_mask(s, seed, pass_name):
+    """What the window shows (compute.build_trace's numbers) against the float64 reference."""
+    from compute import build_trace, random_inputs
+    from compute.problem import Problem
+
+    r = random_inputs(s.n_q, s.d, s.d_v, n_k=s.n_k, seed=seed)
+    problem = Problem.of_shapes(
+        (s.n_q, s.d), (s.n_k, s.d_v), block_q=s.block_q, block_k=s.block_k, order=s.order,
+        masking=s.mask,
+    )  # fmt: skip
+    trace = build_trace(r.q, r.k, r.v, problem, pass_name=pass_name)
+    assert trace.schedule.mask == s.mask and trace.problem.attention_mask == s.mask
+    visible = reference_visible(s.mask, s.n_q, s.n_k)
+    want, _ = reference_forward(r.q, r.k, r.v, visible)
+    tol = dict(rtol=0, atol=1e-12)
+    np.testing.assert_allclose(trace.reference, want, **tol)
+    np.testing.assert_allclose(trace.tiled_output, want, **tol)
+    np.testing.assert_allclose(trace.tiled_output_rows(0, s.n_q), want, **tol)
+    lo, hi = s.mask.row_bounds(np.arange(s.n_q), s.n_q, s.n_k)
+    for block in range(s.t_r):
+        r0, r1 = s.rows(block)
+        h = trace.block_history(block)
+        np.testing.assert_allclose(
+            h.a[:, -1] / np.where(h.l[:, -1] > 0, h.l[:, -1], 1)[:, None], want[r0:r1], **tol
+        )
+    for tiles in range(s.t_c + 1):
+        m, _l, o = trace.state_after_tiles(tiles)
+        cut = np.zeros_like(visible)
+        cut[:, : tiles * s.block_k] = True
+        part, _ = reference_forward(r.q, r.k, r.v, visible & cut)
+        np.testing.assert_allclose(o, part, **tol)
+    assert (hi > lo).sum() == s.n_q - len(s.mask.empty_rows(s.n_q, s.n_k))
+    if pass_name == "backward":
+        grads = reference_backward(r.q, r.k, r.v, trace.do, visible)
+        for lane in ("dense", "tiled"):
+            for g, w in zip(trace.gradients(lane), grads, strict=True):
+                np.testing.assert_allclose(g, w, **tol, err_msg=lane)
