@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 from compute import DTYPES, PASSES
-from compute.cli_fields import add_problem_flags, problem_fields
+from compute.cli_fields import add_mask_flags, add_problem_flags, mask_fields, problem_fields
 from desktop.state.config import SEED_SIZES, Config
 
 
@@ -89,6 +89,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, inputs: bool = True
         g, count=positive_int, head=head, n=6, d=2, block=2, dtypes=DTYPES, dtype="float64",
         dtype_help="precision the tiled lane computes in; both lanes store O in it",
     )  # fmt: skip
+    add_mask_flags(parser, g)
     g.add_argument("--save-lse", action="store_true", help="write L = m + log ℓ per row")
     g.add_argument(
         "--sram",
@@ -147,7 +148,7 @@ def config_from_args(args: argparse.Namespace, open_path: str | None = None) -> 
     if open_path:
         source, path = "file", open_path
     return Config(
-        **problem_fields(args),
+        **{**problem_fields(args), **mask_fields(args)},
         dv=d_v,
         save_lse=args.save_lse,
         input=source,

@@ -26,6 +26,9 @@ CONFIG_FLAGS = (
     "--block-k",
     "--order",
     "--causal",
+    "--mask",
+    "--window",
+    "--packed",
     "--save-lse",
     "--dtype",
     "--sram",
@@ -84,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationDisplayName("FlashAttention Explorer")
     from desktop.window.saved_settings import widget_range_problem
 
-    problem = widget_range_problem(requested_config(args))
+    try:  # a contradicting or unfitting mask (compute.mask) is one sentence too
+        problem = widget_range_problem(requested_config(args).validated())
+    except ValueError as exc:
+        problem = str(exc)
     if problem:
         print(f"flash-explorer: error: {problem}", file=sys.stderr)
         return 2

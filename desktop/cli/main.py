@@ -43,7 +43,15 @@ def format_ledger(result: Ledger) -> str:
         f"HBM transfer ledger  N_q={c['n_q']} N_k={c['n_k']} d={c['d']} d_v={c['d_v']} "
         f"B_r={c['block_q']} B_c={c['block_k']} order={c['order']} "
         f"causal={'yes' if c['causal'] else 'no'} L={'saved' if c['save_lse'] else 'not saved'} "
-        f"dtype={c['dtype']}" + (f" pass={c['pass']}" if "pass" in c else ""),
+        f"dtype={c['dtype']}"
+        + (f" pass={c['pass']}" if "pass" in c else "")
+        + (
+            f" mask={c['mask']['label']}"
+            if c.get("mask", {}).get("window")
+            or c.get("mask", {}).get("packed")
+            or c.get("mask", {}).get("kind") == "causal-top-left"
+            else ""
+        ),
         "",
         f"{'tensor':<8}"
         + "".join(f"{h:>{w}}" for h in ("dense read", "dense write", "tiled read", "tiled write")),

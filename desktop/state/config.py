@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import compute
 from compute import InputError, Inputs, Problem, Trace
 from compute import numbers as numbers_cache
+from compute.cli_fields import mask_of
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.full_pass import CHUNK_ELEMENTS
 from compute.inputs import CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, LOWER_ADVICE, memory_terms
+from compute.mask import Mask
 from compute.numbers import NumberCache
 from compute.schedule import Schedule
 
@@ -49,6 +51,16 @@ class Config:
     file: str = ""
     sram: int | None = None
     pass_name: str = "forward"  # "forward", "backward" or "training" (forward then backward)
+    # The mask beyond `causal` (compute.mask): the causal diagonal's alignment, a window
+    # "LEFT,RIGHT" and packed lengths "5,7,18" ("" = none), as text so settings keep them.
+    top_left: bool = False
+    window: str = ""
+    packed: str = ""
+
+    @property
+    def mask(self) -> Mask:
+        """The compute.mask.Mask this config applies (ValueError for a bad window/packed)."""
+        return mask_of(self.causal, self.top_left, self.window, self.packed)
 
     @property
     def n_k(self) -> int:
@@ -62,7 +74,7 @@ class Config:
             n=self.n, d=self.d, block_q=self.block_q, block_k=self.block_k,
             n_keys=None if self.n_keys == self.n else self.n_keys,
             dv=None if self.dv == self.d else self.dv, dtype=self.dtype,
-            causal=self.causal, order=self.order, save_lse=self.save_lse,
+            causal=self.causal, order=self.order, save_lse=self.save_lse, masking=self.mask,
         )  # fmt: skip
 
     def core_options(self) -> dict[str, object]:
@@ -143,6 +155,10 @@ class Config:
             raise InputError("Choose a .npy or .npz file to open.")
         if not (math.isfinite(self.input_scale) and self.input_scale > 0):
             raise InputError(f"The input scale must be a positive number, not {self.input_scale}.")
+        try:
+            self.mask.check(self.n, self.n_k)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         return self
 
     def estimated_steps(self) -> int:
