@@ -148,10 +148,12 @@ def mask_fields(args: Namespace) -> dict[str, Any]:
 
 
 def mask_of(causal: bool, top_left: bool, window: str, packed: str) -> Mask:
-    """The Mask a configuration's mask fields describe (ValueError: one sentence)."""
+    """The Mask a configuration's mask fields describe (ValueError: one sentence); top_left
+    aligns a window without causal too (the window's Diagonal control)."""
     kind = ("causal-top-left" if top_left else "causal") if causal else "none"
-    return Mask.from_options(
+    mask = Mask.from_options(
         kind,
         parse_window(window) if window else None,
         parse_packed(packed) if packed else None,
     )
+    return Mask(mask.left, mask.right, top_left, mask.lengths)

@@ -60,7 +60,10 @@ class Mask:
                     f"Packed sequence lengths must be whole numbers of at least 1, not {value!r}."
                 )
         object.__setattr__(self, "lengths", tuple(int(x) for x in lengths))
-        object.__setattr__(self, "top_left", bool(self.top_left))
+        # Alignment matters only for a window (causal included) outside packed sequences
+        # (each of which is square): one spelling of every mask otherwise.
+        banded = self.left >= 0 or self.right >= 0
+        object.__setattr__(self, "top_left", bool(self.top_left) and banded and not lengths)
 
     # ---- constructors ------------------------------------------------------------------
     @classmethod

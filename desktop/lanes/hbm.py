@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QFont, QFontInfo, QFontMetricsF, QPainter, QPa
 
 from compute import Trace
 from desktop.lanes.context import LaneContext
+from desktop.lanes.masks import paint_mask
 from desktop.lanes.painting import NEUTRAL, draw_grid, draw_image, draw_numbers, veil_image
 from desktop.scene import geometry as geo
 from desktop.scene.backward import NK_TENSORS
@@ -113,6 +114,8 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
         p.setFont(ctx.font)
         if ghost:
             paint_ghost(p, ctx, r, name)
+            if name in NK_TENSORS:
+                paint_mask(p, ctx.palette, s, r)
             continue
         if name in ctx.live:
             continue  # drawn per step by paint_live
@@ -129,6 +132,8 @@ def paint_hbm(p: QPainter, ctx: LaneContext, trace: Trace, step: int | None = No
             s.block_k if name in NK_TENSORS else 0,
         )
         draw_grid(p, r, img.shape, block, grid)
+        if name in NK_TENSORS:
+            paint_mask(p, ctx.palette, s, r)
 
 
 def _unwritten(img, step: int | None):

@@ -6,6 +6,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from desktop.lanes.masks import LEGEND as MASK_LEGEND
 from desktop.scene.render import LUT, MASKED_RGBA, P_TILDE
 from desktop.state.app_state import AppState
 from desktop.theme import READ, WRITE
@@ -57,7 +58,8 @@ class Legend(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         state.sigTraceChanged.connect(self._on_trace)
 
-    def _on_trace(self, _trace: object) -> None:
+    def _on_trace(self, trace) -> None:
+        self.setToolTip(MASK_LEGEND if trace is not None and trace.schedule.mask else "")
         self._fit_height()
         self.update()
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 import compute
+from desktop.panels.mask_control import MaskControl
 from desktop.state.app_state import AppState
 from desktop.state.config import D_MAX, N_MAX, Config, paper_blocks
 
@@ -152,8 +153,10 @@ class ControlsPanel(QWidget):
         )
         self.causal_check = QCheckBox("Causal mask")
         self.causal_check.setToolTip(
-            "Row i sees keys j ≤ i + (N_keys − N); fully masked tiles are skipped"
+            "Row i sees keys j ≤ i + (N_keys − N) (bottom-right; the Diagonal below can align "
+            "it top-left); fully masked tiles are skipped"
         )
+        self.mask_control = MaskControl(self.state)
         self.lse_check = QCheckBox("Save L = m + log ℓ")
         self.lse_check.setToolTip(
             "Write the log-sum-exp per row (what the backward pass needs): N more elements"
@@ -229,6 +232,7 @@ class ControlsPanel(QWidget):
         tiling.addRow("Pass", self.pass_combo)
         tiling.addRow("Loop order", self.order_combo)
         tiling.addRow(self.causal_check)
+        tiling.addRow(self.mask_control)
         tiling.addRow(self.lse_check)
         tiling.addRow("dtype", self.dtype_combo)
         sram = QFormLayout()
@@ -379,6 +383,7 @@ class ControlsPanel(QWidget):
         for check, value in ((self.causal_check, cfg.causal), (self.lse_check, cfg.save_lse)):
             with QSignalBlocker(check):
                 check.setChecked(value)
+        self.mask_control.show_config(cfg)
         self.paper_button.setEnabled(bool(cfg.sram))
         self._show_fits()
 

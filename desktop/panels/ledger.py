@@ -8,6 +8,7 @@ tiled loop orders, beside Theorem 2's order N²d²/M; the current N is marked.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 
 import compute
 from compute import Trace, element_bytes
+from compute.mask import Mask
 from desktop.panels.backward_memory import BackwardMemory
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
@@ -56,12 +58,14 @@ def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     """Total transfers of the config's pass (forward, backward or training) against N, for
     dense, q-outer and kv-outer at the config's shapes."""
     key = (config.n_k / config.n, config.d, config.dv, config.block_q, config.block_k)
-    return _sweep(*key, config.causal, config.save_lse, sram, config.pass_name)
+    m = config.mask  # packed lengths sum to one N: the sweep keeps the window and alignment
+    mask = dataclasses.replace(m, lengths=())
+    return _sweep(*key, mask, config.save_lse, sram, config.pass_name)
 
 
 @functools.lru_cache(maxsize=64)  # dragging N leaves every other argument unchanged
 def _sweep(
-    ratio: float, d: int, dv: int, block_q: int, block_k: int, causal: bool, lse: bool, sram: int,
+    ratio: float, d: int, dv: int, block_q: int, block_k: int, causal: Mask, lse: bool, sram: int,
     pass_name: str,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     out = {"n": SWEEP_N, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}

@@ -91,6 +91,12 @@ class StatsPanel(FollowsPalette, QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(grid)
+        # Why the selected row's output is zero, when its mask leaves it no key.
+        self.mask_note = QLabel()
+        self.mask_note.setObjectName("mask_note")
+        self.mask_note.setWordWrap(True)
+        self.mask_note.hide()
+        layout.addWidget(self.mask_note)
         layout.addWidget(self.plots, 1)
         # Which colour is which component of a and a/ℓ (the plots draw no legend over
         # the curves).
@@ -314,6 +320,10 @@ class StatsPanel(FollowsPalette, QWidget):
         self.names["dense"].setText(self._readout_name("dense"))
         self.labels["dense"].setText(fmt_vec(dense_output_row(trace, row)))
         self.labels["ref"].setText(fmt_vec(ref))
+        s = trace.schedule
+        why = s.mask.why_empty(row, s.n_q, s.n_k) if s.mask else None
+        self.mask_note.setText(why or "")
+        self.mask_note.setVisible(why is not None)
         if "errors" in self.state.pending_parts:  # all rows' error needs all of S
             self.labels["error"].setText(f"this row {fmt(err_row)}, all rows computing…")
         else:

@@ -277,13 +277,13 @@ def prepare_first(trace: Trace) -> LaneImages:
     a grey placeholder of its display size marked `pending`, so the layout does not move
     when complete_images fills it."""
     s = trace.schedule
-    s_sample, p_sample = row_sample(trace.q, trace.k, causal=s.causal, scale=trace.scale)
+    s_sample, p_sample = row_sample(trace.q, trace.k, causal=s.mask, scale=trace.scale)
     images = LaneImages(
         ColorScale(_shared_vmax(trace, [trace.v])), ColorScale(_shared_vmax(trace, [p_sample]))
     )
     images.score_scale = ColorScale(_shared_vmax(trace, [s_sample]))
     images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
-    means = score_means(trace.q, trace.k, causal=s.causal, scale=trace.scale, cap=DISPLAY_CAP)
+    means = score_means(trace.q, trace.k, causal=s.mask, scale=trace.scale, cap=DISPLAY_CAP)
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}

@@ -1,0 +1,65 @@
+"""The Mask control sets the trace's mask; the lanes draw its tile classes; the statistics
+panel says why a row is zero."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QRectF
+
+from compute.mask import MASKED, SKIPPED, Mask
+from compute.schedule import Schedule
+from desktop.lanes.masks import tile_rects
+
+
+def test_the_mask_control_sets_the_trace_mask(window):
+    c, st = window.controls, window.state
+    m = c.mask_control
+    c.n_spin.setValue(12)
+    c.nk_spin.setValue(8)
+    c.causal_check.setChecked(True)
+    assert st.trace.schedule.mask == Mask.causal_mask()
+    m.swap_button.click()
+    assert st.trace.schedule.mask == Mask.causal_mask(top_left=True)
+    assert m.align_combo.currentData() is True
+    m.left_spin.setValue(3)
+    assert st.trace.schedule.mask == Mask(3, 0, True)
+    c.causal_check.setChecked(False)
+    c.nk_spin.setValue(0)  # N_keys = N again: packing needs it
+    m.right_spin.setValue(2)
+    assert st.trace.schedule.mask == Mask(3, 2, True)  # a window aligned top-left
+    m.packed_edit.setText("5,x")
+    m.packed_edit.editingFinished.emit()
+    assert not m.error_label.isHidden() and "commas" in m.error_label.text()
+    m.packed_edit.setText("5, 1, 6")
+    m.packed_edit.editingFinished.emit()
+    assert m.error_label.isHidden()
+    assert st.trace.schedule.mask == Mask(3, 2, False, (5, 1, 6))  # packed: square, no alignment
+    assert st.config.packed == "5,1,6" and st.config.window == "3,2"
+    m.show_config(st.config)  # set back from the config shown, as after a build
+    assert (m.left_spin.value(), m.right_spin.value(), m.packed_edit.text()) == (3, 2, "5,1,6")
+
+
+def test_the_stats_panel_says_why_a_row_is_zero(window):
+    c, st = window.controls, window.state
+    c.n_spin.setValue(10)
+    c.nk_spin.setValue(6)
+    c.causal_check.setChecked(True)
+    st.set_row(1)
+    note = window.findChild(type(c.mask_control.error_label), "mask_note")
+    assert not note.isHidden() and "Row 1 sees no key" in note.text()
+    st.set_row(7)
+    assert note.isHidden()
+
+
+def test_tile_rects_cover_exactly_the_tiles_of_a_class():
+    s = Schedule(11, 9, 2, 2, 3, 2, mask=Mask(2, 1, False, ()))
+    rect = QRectF(0, 0, s.n_k * 10, s.n_q * 10)  # 10 px a cell
+    for cls in (SKIPPED, MASKED):
+        covered = np.zeros((s.n_q, s.n_k), dtype=bool)
+        for r in tile_rects(s, rect, cls):
+            covered[round(r.top() / 10) : round(r.bottom() / 10), round(r.left() / 10) : round(r.right() / 10)] = True  # fmt: skip
+        want = np.zeros_like(covered)
+        for i, j in zip(*np.nonzero(s.tile_class == cls), strict=True):
+            (r0, r1), (c0, c1) = s.rows(int(i)), s.cols(int(j))
+            want[r0:r1, c0:c1] = True
+        np.testing.assert_array_equal(covered, want)
