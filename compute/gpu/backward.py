@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backward_schedule import PASS_TENSORS
+from ..mask import Mask
 from .tiled import (
     _CTYPES,
     _check_inputs,
@@ -24,6 +25,7 @@ from .tiled import (
     check_tile_request,
     fitting_blocks,
     load_functions,
+    mask_arguments,
     require_fit,
     tally_counts,
 )
@@ -152,7 +154,7 @@ def tiled_attention_backward_gpu(
     *,
     block_q: int,
     block_k: int,
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     count_transfers: bool = False,
 ) -> BackwardResult:
@@ -181,7 +183,7 @@ def tiled_attention_backward_gpu(
     pre_grid = (math.ceil(n_q / ROWS_PER_PREPROCESS_BLOCK), bh)
     comp.preprocess(pre_grid, (THREADS,), (o, do, d_row, dq_acc, i32(n_q), counts))
     args = (q, k, v, do, lse, d_row, dq_acc, dk, dv, i32(n_q), i32(n_k), f32(scale),
-            i32(bool(causal)), counts)  # fmt: skip
+            *mask_arguments(causal, n_q, n_k), counts)  # fmt: skip
     main_grid = (math.ceil(n_k / block_k), bh)
     comp.main(main_grid, (THREADS,), args, shared_mem=comp.shape.smem_bytes)
     dq = dq_acc if dtype == "float32" else dq_acc.astype(q.dtype)

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import ORDERS
+from ..mask import Mask
 from .dtypes import KERNEL_DTYPES
 from .sources import kernel_source
 
@@ -187,6 +190,21 @@ def compile_kernels(
     return compiled
 
 
+def mask_arguments(causal: Mask | bool, n_q: int, n_k: int) -> tuple:
+    """The kernels' MASK_PARAMS for a compute.mask.Mask (or the bool for bottom-right causal):
+    window left, right, diagonal offset, the packed sequences' ends (a device array) and
+    their count. ValueError (one sentence) when the mask does not fit N_q and N_k."""
+    cupy = _cupy()
+    mask = Mask.of(causal)
+    mask.check(n_q, n_k)
+    ends = np.cumsum(mask.lengths or (0,), dtype=np.int32)
+    i32 = cupy.int32
+    return (
+        i32(mask.left), i32(mask.right), i32(mask.offset(n_q, n_k)),
+        cupy.asarray(ends), i32(len(mask.lengths)),
+    )  # fmt: skip
+
+
 @dataclass
 class TiledResult:
     """Output (device array), optional log-sum-exp rows, and kernel-counted transfers."""
@@ -220,13 +238,16 @@ def tiled_attention_gpu(
     block_q: int,
     block_k: int,
     order: str = "q-outer",
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
     save_lse: bool = False,
     count_transfers: bool = False,
     out=None,
 ) -> TiledResult:
-    """Exact attention on (BH, N, d) device arrays by the tiled kernel of the given order."""
+    """Exact attention on (BH, N, d) device arrays by the tiled kernel of the given order.
+
+    `causal` is a compute.mask.Mask (causal either way, a window, packed sequences) or the
+    bool that means bottom-right causal; tiles no row of a block sees are never loaded."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {order!r}.")
     cupy = _cupy()
@@ -241,7 +262,8 @@ def tiled_attention_gpu(
     lse = cupy.empty((bh, n_q), dtype=cupy.float32) if save_lse else cupy.empty(1, cupy.float32)
     counts = cupy.zeros(len(COUNTER_SLOTS), dtype=cupy.uint64)
     i32, f32 = cupy.int32, cupy.float32  # scalar kernel arguments need exact C types
-    common = (i32(n_q), i32(n_k), f32(scale * LOG2E), i32(bool(causal)), i32(bool(save_lse)))
+    masking = mask_arguments(causal, n_q, n_k)
+    common = (i32(n_q), i32(n_k), f32(scale * LOG2E), *masking, i32(bool(save_lse)))
     threads, smem = comp.shape.threads, comp.shape.smem_bytes
     if order == "q-outer":
         grid = (math.ceil(n_q / block_q), bh)

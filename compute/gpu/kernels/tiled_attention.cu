@@ -4,8 +4,9 @@
 //   tiled_q_outer  : FlashAttention-2's forward order. One thread block per (query block,
 //                    batch*head). Q_i is staged once in shared memory; every K/V tile the block
 //                    can see passes through shared memory; m, l and the unnormalised numerator
-//                    a stay in registers; one division per row at the end. Causal tiles that no
-//                    row of the block can see are never loaded.
+//                    a stay in registers; one division per row at the end. Tiles that no row
+//                    of the block can see under the mask (MaskArgs: causal either way, a
+//                    window, packed sequences) are never loaded.
 //   tiled_kv_outer : Algorithm 1 of the FlashAttention paper, literally. One thread block per
 //                    batch*head. An init pass writes O = 0, l = 0, m = -inf to global memory; then
 //                    for each K/V tile j (loaded once) and each query block i that can see it,
@@ -102,7 +103,7 @@ __device__ __forceinline__ void stage(float* dst, const T* src, int rows, Counte
 template <int BQ, int BK, int D, int DV>
 __device__ __forceinline__ void score_tile(float (&s)[Shape<BQ, BK, D, DV>::RM][Shape<BQ, BK, D, DV>::RN],
                                            const float* smem, int q0, int rows, int k0, int n_k,
-                                           int offset, int causal, float scale_log2) {
+                                           const MaskArgs& mask, float scale_log2) {
     using S = Shape<BQ, BK, D, DV>;
     const int tx = threadIdx.x % S::TX, ty = threadIdx.x / S::TX;
     const float* Qs = smem + S::Q_OFF;
@@ -129,15 +130,16 @@ __device__ __forceinline__ void score_tile(float (&s)[Shape<BQ, BK, D, DV>::RM][
             }
         }
     }
-    // Causal, bottom-right aligned: row r sees column c iff c <= r + offset (offset = n_k - n_q).
+    // The mask: row r sees key c iff lo(r) <= c < hi(r) (MaskArgs, tiled_common.cuh).
 #pragma unroll
     for (int i = 0; i < S::RM; ++i) {
         const int r = ty + S::TY * i;
+        int lo = 0, hi = n_k;
+        if (r < rows) mask.bounds(q0 + r, n_k, lo, hi);
 #pragma unroll
         for (int j = 0; j < S::RN; ++j) {
             const int c = k0 + tx + S::TX * j;
-            const bool ok = r < rows && tx + S::TX * j < BK && c < n_k &&
-                            (!causal || c <= q0 + r + offset);
+            const bool ok = r < rows && tx + S::TX * j < BK && c >= lo && c < hi;
             s[i][j] = ok ? s[i][j] * scale_log2 : -INFINITY;
         }
     }
@@ -176,15 +178,6 @@ __device__ __forceinline__ void pv_tile(float4 (&acc)[Shape<BQ, BK, D, DV>::RM][
     }
 }
 
-// Number of K/V tiles query rows [q0, q0 + rows) can see (all T_c without causal masking).
-__device__ __forceinline__ int visible_tiles(int q0, int rows, int n_k, int bk, int offset, int causal) {
-    const int t_c = (n_k + bk - 1) / bk;
-    if (!causal) return t_c;
-    const int last = q0 + rows - 1 + offset;  // last key the block's last row can see
-    if (last < 0) return 0;
-    return min(t_c, last / bk + 1);
-}
-
 }  // namespace tiled
 
 // ---------------------------------------------------------------------------------------------
@@ -193,18 +186,19 @@ template <int BQ, int BK, int D, int DV, typename T>
 __global__ void __launch_bounds__(tiled::Shape<BQ, BK, D, DV>::NT)
 tiled_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
               T* __restrict__ O, float* __restrict__ LSE, int n_q, int n_k, float scale_log2,
-              int causal, int save_lse, unsigned long long* counts) {
+              MASK_PARAMS, int save_lse, unsigned long long* counts) {
     using namespace tiled;
     using S = Shape<BQ, BK, D, DV>;
+    MASK_FROM_PARAMS;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     Counter cnt;
     const int tx = threadIdx.x % S::TX, ty = threadIdx.x / S::TX;
     const int t_r = (n_q + BQ - 1) / BQ;
-    // Under causal masking the last query blocks see the most tiles: start them first.
-    const int qb = causal ? t_r - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    // Under a causal mask the last query blocks see the most tiles: start them first.
+    const int qb = mask.right == 0 ? t_r - 1 - (int)blockIdx.x : (int)blockIdx.x;
     const size_t bh = blockIdx.y;
-    const int q0 = qb * BQ, rows = min(BQ, n_q - q0), offset = n_k - n_q;
+    const int q0 = qb * BQ, rows = min(BQ, n_q - q0);
     const T* Qb = Q + (bh * n_q + q0) * D;
     const T* Kb = K + bh * n_k * D;
     const T* Vb = V + bh * n_k * DV;
@@ -221,8 +215,9 @@ tiled_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
         for (int g = 0; g < S::G; ++g) acc[i][g] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 
-    const int n_tiles = visible_tiles(q0, rows, n_k, BK, offset, causal);
-    for (int j = 0; j < n_tiles; ++j) {
+    int j_lo, j_hi;  // the key tiles this block sees; the others are never loaded
+    mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+    for (int j = j_lo; j < j_hi; ++j) {
         const int k0 = j * BK, kr = min(BK, n_k - k0);
         __syncthreads();  // previous tile's Ks, Vs, Ps are no longer read
         stage<T, S::BKP, S::D4, S::QLD, D, S::NT>(smem + S::K_OFF, Kb + (size_t)k0 * D, kr, cnt, K_READ);
@@ -230,7 +225,7 @@ tiled_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
         __syncthreads();
 
         float s[S::RM][S::RN];
-        score_tile<BQ, BK, D, DV>(s, smem, q0, rows, k0, n_k, offset, causal, scale_log2);  // S_ij
+        score_tile<BQ, BK, D, DV>(s, smem, q0, rows, k0, n_k, mask, scale_log2);  // S_ij
         float* Ps = smem + S::P_OFF;
 #pragma unroll
         for (int i = 0; i < S::RM; ++i) {
@@ -296,16 +291,16 @@ template <int BQ, int BK, int D, int DV, typename T>
 __global__ void __launch_bounds__(tiled::Shape<BQ, BK, D, DV>::NT)
 tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                T* O, float* LSE, float* Mbuf, float* Lbuf, int n_q, int n_k, float scale_log2,
-               int causal, int save_lse, unsigned long long* counts) {
+               MASK_PARAMS, int save_lse, unsigned long long* counts) {
     using namespace tiled;
     using S = Shape<BQ, BK, D, DV>;
+    MASK_FROM_PARAMS;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     Counter cnt;
     const int tx = threadIdx.x % S::TX, ty = threadIdx.x / S::TX;
     const int lane = threadIdx.x % 32, row_lane = lane & ~(S::TX - 1);
     const size_t bh = blockIdx.x;
-    const int offset = n_k - n_q;
     const int t_r = (n_q + BQ - 1) / BQ, t_c = (n_k + BK - 1) / BK;
     const T* Kb = K + bh * n_k * D;
     const T* Vb = V + bh * n_k * DV;
@@ -321,7 +316,9 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         Mb[r] = -INFINITY;
         ++inits;
         const int qb = r / BQ;
-        if (save_lse && visible_tiles(qb * BQ, min(BQ, n_q - qb * BQ), n_k, BK, offset, causal) == 0) {
+        int j_lo, j_hi;
+        if (save_lse) mask.tile_span(qb * BQ, min(BQ, n_q - qb * BQ), n_k, BK, j_lo, j_hi);
+        if (save_lse && j_lo == j_hi) {
             LSE[bh * n_q + r] = -INFINITY;
             cnt.add(LSE_WRITE, 1);
         }
@@ -341,8 +338,9 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         stage<T, S::BKP, S::VLD, S::VLD, DV, S::NT>(smem + S::V_OFF, Vb + (size_t)k0 * DV, kr, cnt, V_READ);
         for (int qb = 0; qb < t_r; ++qb) {
             const int q0 = qb * BQ, rows = min(BQ, n_q - q0);
-            const int n_vis = visible_tiles(q0, rows, n_k, BK, offset, causal);
-            if (j >= n_vis) continue;  // block i cannot see tile j
+            int j_lo, j_hi;
+            mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+            if (j < j_lo || j >= j_hi) continue;  // block i sees no key of tile j: skipped
             __syncthreads();           // previous block's Qs, Ps no longer read; O_i writes visible
             stage<T, S::BQP, S::D4, S::QLD, D, S::NT>(smem + S::Q_OFF, Q + (bh * n_q + q0) * D, rows,
                                                       cnt, Q_READ);
@@ -380,7 +378,7 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
             __syncthreads();  // Qs staged
 
             float s[S::RM][S::RN];
-            score_tile<BQ, BK, D, DV>(s, smem, q0, rows, k0, n_k, offset, causal, scale_log2);
+            score_tile<BQ, BK, D, DV>(s, smem, q0, rows, k0, n_k, mask, scale_log2);
             float* Ps = smem + S::P_OFF;
             float a_scale[S::RM], b_scale[S::RM];
 #pragma unroll
@@ -419,7 +417,7 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 
             // Write O_i, l_i, m_i back; on the block's last visit also L = m + log l.
             int o_writes = 0, st_writes = 0, lse_writes = 0;
-            const bool last_visit = j == n_vis - 1;
+            const bool last_visit = j == j_hi - 1;
 #pragma unroll
             for (int i = 0; i < S::RM; ++i) {
                 const int r = ty + S::TY * i;
@@ -460,16 +458,16 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates a few variants so CI type-checks the templates.
 template __global__ void tiled_q_outer<64, 64, 64, 64, float>(const float*, const float*, const float*,
-                                                              float*, float*, int, int, float, int,
-                                                              int, unsigned long long*);
+                                                              float*, float*, int, int, float,
+                                                              int, int, int, const int*, int, int, unsigned long long*);
 template __global__ void tiled_q_outer<7, 1, 20, 12, unsigned short>(
     const unsigned short*, const unsigned short*, const unsigned short*, unsigned short*, float*,
-    int, int, float, int, int, unsigned long long*);
+    int, int, float, int, int, int, const int*, int, int, unsigned long long*);
 template __global__ void tiled_kv_outer<128, 32, 64, 64, unsigned short>(
     const unsigned short*, const unsigned short*, const unsigned short*, unsigned short*, float*,
-    float*, float*, int, int, float, int, int, unsigned long long*);
+    float*, float*, int, int, float, int, int, int, const int*, int, int, unsigned long long*);
 template __global__ void tiled_kv_outer<1, 7, 16, 16, float>(const float*, const float*, const float*,
                                                              float*, float*, float*, float*, int,
-                                                             int, float, int, int,
+                                                             int, float, int, int, int, const int*, int, int,
                                                              unsigned long long*);
 #endif

@@ -13,9 +13,10 @@
 //                    the last with atomicAdd into global memory: blocks of different key tiles
 //                    update the same dQ_i concurrently, as FA2 does. After the query blocks,
 //                    dK_j and dV_j are written once. S, P, dP and dS never leave the chip.
-//   Causal masking aligns bottom-right (row r sees key c iff c <= r + n_k - n_q); a query block
-//   none of whose rows can see a key of tile j is skipped (never loaded). Rows that see no key
-//   at all have L = -inf: their P is 0, so they add nothing and get dQ = 0.
+//   The mask (MaskArgs in tiled_common.cuh: causal either way, a window, packed sequences) says
+//   which keys each row sees; a query block none of whose rows can see a key of tile j is
+//   skipped (never loaded). Rows that see no key at all have L = -inf: their P is 0, so they
+//   add nothing and get dQ = 0.
 //
 // Template parameters: BQ = block_q (B_r), BK = block_k (B_c), D = head size of Q/K, DV = head
 // size of V, T = float or unsigned short (IEEE half bits, converted with cvt as in the forward).
@@ -128,10 +129,11 @@ __global__ void __launch_bounds__(256)
 bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
              const T* __restrict__ dO, const float* __restrict__ LSE,
              const float* __restrict__ Dvec, float* dQacc, T* __restrict__ dK,
-             T* __restrict__ dV, int n_q, int n_k, float scale, int causal,
+             T* __restrict__ dV, int n_q, int n_k, float scale, MASK_PARAMS,
              unsigned long long* counts) {
     using namespace tiled_bwd;
     using S = BwdShape<BQ, BK, D, DV>;
+    MASK_FROM_PARAMS;
     extern __shared__ float smem[];
     float* Ks = smem + S::K_OFF;
     float* Vs = smem + S::V_OFF;
@@ -146,7 +148,7 @@ bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     const int tid = threadIdx.x;
     const size_t bh = blockIdx.y;
     const int k0 = blockIdx.x * BK, kr = min(BK, n_k - k0);
-    const int offset = n_k - n_q, t_r = (n_q + BQ - 1) / BQ;
+    const int t_r = (n_q + BQ - 1) / BQ;
     const float scale_log2 = scale * LOG2E;
 
     // Load K_j, V_j; dK_j = dV_j = 0 on chip.
@@ -157,9 +159,10 @@ bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
 
     for (int qb = 0; qb < t_r; ++qb) {
         const int q0 = qb * BQ, rows = min(BQ, n_q - q0);
-        // Skip block i if none of its rows sees a key of tile j: its last row sees keys up to
-        // q0 + rows - 1 + offset (the same test as compute.attention.tile_visibility).
-        if (causal && k0 > q0 + rows - 1 + offset) continue;
+        // Skip block i if none of its rows sees a key of tile j (compute.mask's tile span).
+        int j_lo, j_hi;
+        mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+        if ((int)blockIdx.x < j_lo || (int)blockIdx.x >= j_hi) continue;
         __syncthreads();  // the previous visit's reads of Qs, dOs, Ps, Ls, Ds are done
         const size_t row0 = bh * n_q + q0;
         stage<T, D, S::QLD, S::NT>(Qs, Q + row0 * D, rows, cnt, Q_READ);
@@ -180,7 +183,9 @@ bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
         for (int e = tid; e < rows * BK; e += S::NT) {
             const int r = e / BK, c = e % BK;
             float p = 0.f;
-            if (c < kr && (!causal || k0 + c <= q0 + r + offset)) {
+            int lo, hi;  // the row's visible keys
+            mask.bounds(q0 + r, n_k, lo, hi);
+            if (c < kr && k0 + c >= lo && k0 + c < hi) {
                 const float* qr = Qs + r * S::QLD;
                 const float* kc = Ks + c * S::QLD;
                 float s = 0.f;
@@ -260,9 +265,9 @@ template __global__ void bwd_preprocess<20, 12, unsigned short>(
     const unsigned short*, const unsigned short*, float*, float*, int, unsigned long long*);
 template __global__ void bwd_kv_outer<64, 64, 64, 64, float>(
     const float*, const float*, const float*, const float*, const float*, const float*, float*,
-    float*, float*, int, int, float, int, unsigned long long*);
+    float*, float*, int, int, float, int, int, int, const int*, int, unsigned long long*);
 template __global__ void bwd_kv_outer<7, 1, 20, 12, unsigned short>(
     const unsigned short*, const unsigned short*, const unsigned short*, const unsigned short*,
-    const float*, const float*, float*, unsigned short*, unsigned short*, int, int, float, int,
-    unsigned long long*);
+    const float*, const float*, float*, unsigned short*, unsigned short*, int, int, float,
+    int, int, int, const int*, int, unsigned long long*);
 #endif

@@ -51,3 +51,65 @@ template <> __device__ __forceinline__ unsigned short from_f32<unsigned short>(f
 template <typename T> __device__ __forceinline__ float round_as(float x) {
     return to_f32(from_f32<T>(x));
 }
+
+// The attention mask (compute/mask.py), as both kernels take it: row r sees keys
+// lo(r) <= c < hi(r), where [lo, hi) starts as all keys, or the row's packed sequence
+// (ends[] = cumulative sequence lengths, n_seg of them; none when n_seg = 0), and is cut to
+// the window [r + offset - left, r + offset + right] on each bounded side (-1 = unbounded;
+// causal is right = 0; offset = n_k - n_q bottom-right, 0 top-left or packed). lo and hi are
+// non-decreasing in r, so a query block's visible keys are one run and so are its tiles.
+struct MaskArgs {
+    int left, right, offset, n_seg;
+    const int* ends;
+
+    __device__ __forceinline__ bool none() const { return left < 0 && right < 0 && n_seg == 0; }
+
+    __device__ __forceinline__ void bounds(int r, int n_k, int& lo, int& hi) const {
+        lo = 0;
+        hi = n_k;
+        if (n_seg > 0) {  // the first sequence whose end is past r
+            int a = 0, b = n_seg - 1;
+            while (a < b) {
+                const int mid = (a + b) / 2;
+                if (ends[mid] > r) b = mid; else a = mid + 1;
+            }
+            hi = ends[a];
+            lo = a > 0 ? ends[a - 1] : 0;
+        }
+        if (left >= 0) lo = max(lo, r + offset - left);
+        if (right >= 0) hi = min(hi, r + offset + right + 1);
+    }
+
+    // The key tiles [j_lo, j_hi) that some row of [q0, q0 + rows) sees (j_lo = j_hi: none),
+    // the span compute/mask.py's block_spans gives and the ledger counts.
+    __device__ __forceinline__ void tile_span(int q0, int rows, int n_k, int bk, int& j_lo,
+                                              int& j_hi) const {
+        if (none()) {
+            j_lo = 0;
+            j_hi = (n_k + bk - 1) / bk;
+            return;
+        }
+        int first = n_k, last = 0;  // the run's first key and one past its last
+        for (int r = q0; r < q0 + rows; ++r) {
+            int lo, hi;
+            bounds(r, n_k, lo, hi);
+            if (hi > lo) {
+                first = min(first, lo);
+                last = max(last, hi);
+            }
+        }
+        if (last <= first) {
+            j_lo = j_hi = 0;
+            return;
+        }
+        j_lo = first / bk;
+        j_hi = (last - 1) / bk + 1;
+    }
+};
+
+// Kernels take the mask as plain arguments (what a launcher passes most simply) and build
+// their MaskArgs from them with MASK_FROM_PARAMS.
+#define MASK_PARAMS \
+    int mask_left, int mask_right, int mask_offset, const int* __restrict__ mask_ends, int mask_n_seg
+#define MASK_FROM_PARAMS \
+    const MaskArgs mask { mask_left, mask_right, mask_offset, mask_n_seg, mask_ends }
