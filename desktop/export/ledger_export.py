@@ -111,7 +111,8 @@ def paint_ledger(p, result: Ledger) -> None:
         QRectF(20, 40, width - 40, 40),
         Qt.TextFlag.TextWordWrap,
         f"N_q={c['n_q']}  N_k={c['n_k']}  d={c['d']}  d_v={c['d_v']}  B_r={c['block_q']}  "
-        f"B_c={c['block_k']}  order={c['order']}  causal={'yes' if c['causal'] else 'no'}  "
+        f"B_c={c['block_k']}  order={c['order']}  "
+        f"mask={c['mask']['label'] if 'mask' in c else ('causal' if c['causal'] else 'none')}  "
         f"L {'saved' if c['save_lse'] else 'not saved'}  dtype={c['dtype']}"
         + (f"  pass={c['pass']}" if "pass" in c else ""),
     )

@@ -3,7 +3,8 @@
 The table and totals show the Trace's running counts up to the current step (the very
 transfers the lanes animate). The plot sweeps N with the compute core's closed-form
 ledger at the current block sizes, d, d_v, mask and dtype, for the dense lane and both
-tiled loop orders, beside Theorem 2's order N²d²/M; the current N is marked.
+tiled loop orders, beside Theorem 2's order N²d²/M; the current N is marked. With a
+sliding window it sweeps the window's left size at the current N instead.
 """
 
 from __future__ import annotations
@@ -54,13 +55,36 @@ NARROW = 620  # below this width the counts and the sweep stack
 SWEEP_N = np.unique(np.geomspace(4, 4096, 28).astype(int))
 
 
+N_AXIS = "N (query and key positions)"
+WINDOW_AXIS = "window left size (keys before the diagonal)"
+
+
 def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     """Total transfers of the config's pass (forward, backward or training) against N, for
-    dense, q-outer and kv-outer at the config's shapes."""
+    dense, q-outer and kv-outer at the config's shapes; with a sliding window (a bounded
+    left side, not packed), against the window's left size at the config's N instead."""
+    m = config.mask
+    if m.left >= 0 and not m.lengths:
+        return _window_sweep(config, m, sram)
     key = (config.n_k / config.n, config.d, config.dv, config.block_q, config.block_k)
-    m = config.mask  # packed lengths sum to one N: the sweep keeps the window and alignment
-    mask = dataclasses.replace(m, lengths=())
-    return _sweep(*key, mask, config.save_lse, sram, config.pass_name)
+    mask = dataclasses.replace(m, lengths=())  # packed lengths sum to one N: kept out
+    return {**_sweep(*key, mask, config.save_lse, sram, config.pass_name), "axis": N_AXIS}
+
+
+def _window_sweep(config: Config, mask: Mask, sram: int) -> dict:
+    sizes = np.unique(np.geomspace(1, max(2, config.n_k), 24).astype(int))
+    sizes = np.unique(np.append(sizes, max(1, mask.left)))  # log axis: sizes from 1
+    out = {"n": sizes, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}
+    shape = (config.n, config.n_k, config.d, config.dv)
+    kw = dict(block_q=config.block_q, block_k=config.block_k, save_lse=config.save_lse)
+    for left in sizes.tolist():
+        window = dataclasses.replace(mask, left=left)
+        for order in ("q-outer", "kv-outer"):
+            led = compute.pass_ledger(config.pass_name, *shape, order=order, causal=window, **kw)
+            out[order].append(led.lanes["tiled"].total_elements)
+        out["dense"].append(led.lanes["dense"].total_elements)
+        out["bound"].append(compute.theorem2_bound(config.n, config.d, sram))
+    return {**{k: np.asarray(v, dtype=float) for k, v in out.items()}, "axis": WINDOW_AXIS}
 
 
 @functools.lru_cache(maxsize=64)  # dragging N leaves every other argument unchanged
@@ -230,7 +254,7 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
         item.setLogMode(x=True, y=True)
-        item.setLabel("bottom", "N (query and key positions)")
+        item.setLabel("bottom", N_AXIS)
         item.setLabel("left", "HBM transfers")  # elements: the totals and the note say so
         # Log axes already read 10³…10⁹; an SI factor on top ("×1e+09", ticks 10⁻⁹…0.1) is
         # what pyqtgraph adds once a curve passes 10⁹ (a training step at large N).
@@ -301,14 +325,17 @@ class LedgerPanel(FollowsPalette, QWidget):
             line.setData(data["n"], data[key])
             line.setVisible(key in pens)
         self.legend_label.setText(legend_html(pens))
+        self.plot.getPlotItem().setLabel("bottom", data["axis"])
         totals = trace.totals_at(trace.n_steps - 1)  # the whole run's totals
         n = trace.schedule.n_q
+        x = n if data["axis"] == N_AXIS else max(1, trace.schedule.mask.left)
         self._marks.setData(
-            [np.log10(n)] * 2, [np.log10(totals["dense"]), np.log10(totals["tiled"])]
+            [np.log10(x)] * 2, [np.log10(totals["dense"]), np.log10(totals["tiled"])]
         )
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(
-            f"● N = {n}; blocks {trace.schedule.block_q}×"
+            (f"● N = {n}" if data["axis"] == N_AXIS else f"● window left {x}, N = {n}")
+            + f"; blocks {trace.schedule.block_q}×"
             f"{trace.schedule.block_k}, {m_note}; "
             + ("" if config.pass_name == "forward" else f"{config.pass_name} pass; ")
             + "the bound is drawn with constant 1"

@@ -63,3 +63,18 @@ def test_tile_rects_cover_exactly_the_tiles_of_a_class():
             (r0, r1), (c0, c1) = s.rows(int(i)), s.cols(int(j))
             want[r0:r1, c0:c1] = True
         np.testing.assert_array_equal(covered, want)
+
+
+def test_the_ledger_sweeps_the_window_size_for_a_window():
+    from compute import pass_ledger
+    from desktop.panels.ledger import N_AXIS, WINDOW_AXIS, sweep
+    from desktop.state.config import Config
+
+    config = Config(n=64, d=4, dv=4, block_q=8, block_k=8, causal=True, window="16,0")
+    data = sweep(config, 1000)
+    assert data["axis"] == WINDOW_AXIS and 16 in data["n"].tolist()
+    at = data["n"].tolist().index(16)
+    led = pass_ledger("forward", 64, 64, 4, 4, block_q=8, block_k=8, causal=config.mask)
+    assert data["q-outer"][at] == led.lanes["tiled"].total_elements
+    assert np.all(np.diff(data["q-outer"]) >= 0)  # a wider window never loads less
+    assert sweep(config.replace(window=""), 1000)["axis"] == N_AXIS
