@@ -23,10 +23,11 @@ from PySide6.QtWidgets import (
 )
 
 from compute.cli_fields import parse_packed, parse_window
+from desktop.panels.alignment_compare import AlignmentDialog
 from desktop.state.app_state import AppState
 from desktop.state.config import N_MAX, Config
 
-ALIGNMENTS = {False: "bottom-right (FlashAttention)", True: "top-left (PyTorch SDPA)"}
+ALIGNMENTS = {False: "bottom-right (FA)", True: "top-left (SDPA)"}
 
 
 def _side(tip: str) -> QSpinBox:
@@ -54,6 +55,11 @@ class MaskControl(QWidget):
         )
         self.swap_button = QPushButton("Swap")
         self.swap_button.setToolTip("Show the other alignment of the same problem (one click)")
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setToolTip(
+            "Both causal alignments of this problem side by side: tiles loaded, rows that see "
+            "no key, transfers"
+        )
         self.left_spin = _side("Window left: keys before the diagonal each row sees (∞: all)")
         self.right_spin = _side(
             "Window right: keys after the diagonal each row sees (∞: all; 0 with Causal)"
@@ -67,15 +73,18 @@ class MaskControl(QWidget):
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
         self.error_label.hide()
-        for name in ("align_combo", "swap_button", "left_spin", "right_spin", "packed_edit"):
+        names = ("align_combo", "swap_button", "compare_button", "left_spin", "right_spin")
+        for name in (*names, "packed_edit"):
             getattr(self, name).setObjectName(name)
         self.error_label.setObjectName("mask_error")
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
-        align = QHBoxLayout()
-        align.addWidget(self.align_combo, 1)
-        align.addWidget(self.swap_button)
-        form.addRow("Diagonal", align)
+        # The buttons get a row of their own: beside the combo they would widen the panel.
+        form.addRow("Diagonal", self.align_combo)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.swap_button)
+        buttons.addWidget(self.compare_button)
+        form.addRow("", buttons)
         window = QHBoxLayout()
         window.addWidget(self.left_spin)
         window.addWidget(self.right_spin)
@@ -88,9 +97,16 @@ class MaskControl(QWidget):
         self.swap_button.clicked.connect(
             lambda: state.update_config(top_left=not state.current_config.top_left)
         )
+        self.compare_button.clicked.connect(self.compare)
         self.left_spin.valueChanged.connect(self._window)
         self.right_spin.valueChanged.connect(self._window)
         self.packed_edit.editingFinished.connect(self._packed)
+
+    def compare(self) -> AlignmentDialog:
+        """Open the side-by-side of both causal alignments for the config asked for."""
+        dialog = AlignmentDialog(self.state.current_config, self)
+        dialog.show()
+        return dialog
 
     def _window(self, _value: int) -> None:
         left, right = self.left_spin.value(), self.right_spin.value()

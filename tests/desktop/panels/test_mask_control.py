@@ -78,3 +78,17 @@ def test_the_ledger_sweeps_the_window_size_for_a_window():
     assert data["q-outer"][at] == led.lanes["tiled"].total_elements
     assert np.all(np.diff(data["q-outer"]) >= 0)  # a wider window never loads less
     assert sweep(config.replace(window=""), 1000)["axis"] == N_AXIS
+
+
+def test_compare_shows_both_alignments_in_one_click(window):
+    c = window.controls
+    c.n_spin.setValue(12)
+    c.nk_spin.setValue(8)
+    dialog = c.mask_control.compare()
+    bottom, top = (m.schedule for m in dialog.maps)
+    assert bottom.mask == Mask.causal_mask() and top.mask == Mask.causal_mask(top_left=True)
+    assert "4 row(s) see no key" in dialog.texts[0].text()  # rows 0..3: 12 queries, 8 keys
+    assert "0 row(s) see no key" in dialog.texts[1].text()
+    assert f"{int(bottom.visible.sum())} of" in dialog.texts[0].text()
+    dialog.grab()  # paints without error
+    dialog.close()
