@@ -17,6 +17,7 @@ from .ledger import (
     paper_block_sizes,
     theorem2_bound,
 )
+from .mask import Mask
 from .problem import DType, Problem
 from .schedule import DIRECTIONS, TENSORS, Action, Region
 from .trace import Step, Trace, build_trace
@@ -34,6 +35,7 @@ __all__ = [
     "InputError",
     "Inputs",
     "Ledger",
+    "Mask",
     "Region",
     "Step",
     "Trace",
