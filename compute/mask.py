@@ -250,7 +250,9 @@ class Mask:
 
         From the row bounds alone (the union of the block's visible keys is one run from
         the lo of its first non-empty row to the hi of its last), independent of
-        `tile_classes`, so each checks the other.
+        `tile_classes`, so each checks the other. Both arrays are non-decreasing: a block
+        that sees nothing gets lo = hi where its first row's window would start (0 above
+        the keys, T_c past them), so the blocks that see a tile are found by bisection.
         """
         t_r = math.ceil(n_q / block_q)
         lo, hi = self.row_bounds(np.arange(n_q), n_q, n_k)
@@ -263,9 +265,27 @@ class Mask:
         any_rows = before[r1] > before[r0]
         first_row = order[np.minimum(before[r0], max(len(order) - 1, 0))] if len(order) else r0
         last_row = order[np.maximum(before[r1] - 1, 0)] if len(order) else r0
-        j_lo = np.where(any_rows, lo[first_row] // block_k, 0)
-        j_hi = np.where(any_rows, (hi[last_row] - 1) // block_k + 1, 0)
+        t_c = math.ceil(n_k / block_k)
+        idle = np.where(lo[r0] >= n_k, t_c, np.clip(lo[r0] // block_k, 0, t_c))
+        j_lo = np.where(any_rows, lo[first_row] // block_k, idle)
+        j_hi = np.where(any_rows, (hi[last_row] - 1) // block_k + 1, idle)
         return j_lo.astype(np.int64), j_hi.astype(np.int64)
+
+    def full_spans(
+        self, n_q: int, n_k: int, block_q: int, block_k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) per query block: its FULL tiles are lo ≤ j < hi (lo ≥ hi: none). A tile
+        is full iff the block's last row starts at or before the tile's first key and its
+        first row ends at or after the tile's last (the bounds are monotone)."""
+        t_r, t_c = math.ceil(n_q / block_q), math.ceil(n_k / block_k)
+        r0 = np.arange(t_r) * block_q
+        r1 = np.minimum(r0 + block_q, n_q)
+        lo_last = self.row_bounds(r1 - 1, n_q, n_k)[0]
+        hi_first = self.row_bounds(r0, n_q, n_k)[1]
+        f_lo = np.clip(-(-lo_last // block_k), 0, t_c)  # first tile with c0 ≥ lo(last row)
+        # tiles whose c1 = min((j + 1) B_c, N_k) ≤ hi(first row)
+        f_hi = np.where(hi_first >= n_k, t_c, np.clip(hi_first // block_k, 0, t_c))
+        return f_lo.astype(np.int64), np.maximum(f_hi, f_lo).astype(np.int64)
 
 
 NO_MASK = Mask()

@@ -122,11 +122,11 @@ class TileCursor:
         """One key tile j = self._tiles for every query block that loads it (`_run`'s body)."""
         s, j, dtype, acc = self.s, self._tiles, self.dtype, self.acc
         cols = slice(j * s.block_k, min(s.n_k, (j + 1) * s.block_k))
-        active = np.flatnonzero(s.visible[:, j])
+        lo, hi = (int(x[j]) for x in s.col_span)  # the blocks that load tile j: one run
         self._tiles += 1
-        if active.size == 0:
+        if hi <= lo:
             return
-        rows = slice(int(active[0]) * s.block_q, min(s.n_q, (int(active[-1]) + 1) * s.block_q))
+        rows = slice(lo * s.block_q, min(s.n_q, hi * s.block_q))
         sc = _tile_scores(self.qd, self.kd, rows, cols, s.n_q, s.n_k, self.scale, s.mask)
         # The cursor carries a (q-outer) or O itself (kv-outer, as Algorithm 1 keeps it in HBM).
         m_new, l_new, _, _, carried, _ = _tile_update(

@@ -27,7 +27,7 @@ from functools import cached_property
 import numpy as np
 
 from .attention import ORDERS
-from .mask import MASKED, SKIPPED, Mask
+from .mask import FULL, MASKED, SKIPPED, Mask
 
 TENSORS: tuple[str, ...] = ("Q", "K", "V", "O", "S", "P", "m", "l", "L")
 DIRECTIONS: tuple[str, ...] = ("read", "write")
@@ -155,21 +155,38 @@ class Schedule:
 
     @cached_property
     def col_span(self) -> tuple[np.ndarray, np.ndarray]:
-        """(lo, hi) per key tile: query blocks lo ≤ i < hi load it (one run for every mask)."""
-        v = self.visible
-        seen = v.any(axis=0)
-        lo = np.where(seen, np.argmax(v, axis=0), 0).astype(np.int64)
-        hi = np.where(seen, v.shape[0] - np.argmax(v[::-1], axis=0), 0).astype(np.int64)
+        """(lo, hi) per key tile: query blocks lo ≤ i < hi load it (one run for every mask),
+        by bisection over the blocks' spans (both ends non-decreasing in the block)."""
+        b_lo, b_hi = self.row_span
+        j = np.arange(self.t_c)
+        first = np.searchsorted(b_hi, j, side="right")  # first block whose span ends past j
+        end = np.searchsorted(b_lo, j, side="right")  # blocks whose span starts at or before j
+        seen = first < end
+        lo, hi = np.where(seen, first, 0), np.where(seen, end, 0)
+        for x in (lo, hi):
+            x.setflags(write=False)
+        return lo.astype(np.int64), hi.astype(np.int64)
+
+    @cached_property
+    def full_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) per query block: its FULL tiles (no mask needed) are lo ≤ j < hi."""
+        lo, hi = self.mask.full_spans(self.n_q, self.n_k, self.block_q, self.block_k)
         for x in (lo, hi):
             x.setflags(write=False)
         return lo, hi
 
+    def tile_class_at(self, i: int, j: int) -> int:
+        """SKIPPED, MASKED or FULL of tile (i, j) from the spans (no T_r × T_c matrix)."""
+        (lo, hi), (f_lo, f_hi) = self.row_span, self.full_span
+        if not lo[i] <= j < hi[i]:
+            return SKIPPED
+        return FULL if f_lo[i] <= j < f_hi[i] else MASKED
+
     @cached_property
     def last_visit(self) -> np.ndarray:
         """(T_r,): the last key tile query block i loads; -1 when it sees none."""
-        v = self.visible
-        last = v.shape[1] - 1 - np.argmax(v[:, ::-1], axis=1)
-        out = np.where(v.any(axis=1), last, -1)
+        lo, hi = self.row_span
+        out = np.where(hi > lo, hi - 1, -1)
         out.setflags(write=False)
         return out
 
@@ -201,7 +218,7 @@ def _write(tensor, rows, cols) -> Transfer:
 
 def _masked(s: Schedule, i: int, j: int) -> str:
     """ " (masked)" when tile (i, j) has hidden cells (a full tile needs no mask)."""
-    return " (masked)" if s.tile_class[i, j] == MASKED else ""
+    return " (masked)" if s.tile_class_at(i, j) == MASKED else ""
 
 
 def lane_kind(s: Schedule, lane: str) -> str:

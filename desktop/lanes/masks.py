@@ -20,22 +20,34 @@ MIN_TILE_PX = 3.0  # tiles narrower than this are drawn as runs, never as single
 EMPTY_ROW_RGB = (192, 57, 43)  # rows that see no key: the red the ledger's dense curve uses
 
 
+def _runs(s: Schedule, cls: int) -> list[tuple[int, int, int]]:
+    """(block i, first tile, end tile) runs of class `cls`, from the schedule's spans (O(T_r),
+    no T_r × T_c matrix): a block sees tiles [lo, hi), of which [f_lo, f_hi) are full."""
+    (lo, hi), (f_lo, f_hi) = s.row_span, s.full_span
+    out = []
+    for i in range(s.t_r):
+        a, b = int(lo[i]), int(hi[i])
+        fa, fb = (int(f_lo[i]), int(f_hi[i])) if f_hi[i] > f_lo[i] else (b, b)
+        if cls == SKIPPED:
+            runs = ((0, a), (b, s.t_c)) if b > a else ((0, s.t_c),)
+        elif cls == MASKED:
+            runs = ((a, fa), (fb, b))
+        else:
+            runs = ((fa, fb),)
+        out += [(i, j0, j1) for j0, j1 in runs if j1 > j0]
+    return out
+
+
 def tile_rects(s: Schedule, rect: QRectF, cls: int) -> list[QRectF]:
     """Rectangles of `rect` (an N_q × N_k tensor) covering the tiles of class `cls`,
-    merged into runs along each block row so a large T_c draws few rectangles."""
-    classes = s.tile_class
+    one per run along a block row, so a large T_c draws few rectangles."""
     ch, cw = rect.height() / s.n_q, rect.width() / s.n_k
     out = []
-    for i in np.flatnonzero((classes == cls).any(axis=1)).tolist():
-        r0, r1 = s.rows(i)
-        hit = np.concatenate([[False], classes[i] == cls, [False]])
-        starts = np.flatnonzero(hit[1:] & ~hit[:-1])
-        ends = np.flatnonzero(~hit[1:] & hit[:-1])
-        for j0, j1 in zip(starts.tolist(), ends.tolist(), strict=True):
-            c0, c1 = s.cols(j0)[0], s.cols(j1 - 1)[1]
-            out.append(
-                QRectF(rect.left() + c0 * cw, rect.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
-            )
+    for i, j0, j1 in _runs(s, cls):
+        (r0, r1), c0, c1 = s.rows(i), s.cols(j0)[0], s.cols(j1 - 1)[1]
+        out.append(
+            QRectF(rect.left() + c0 * cw, rect.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
+        )
     return out
 
 
@@ -54,13 +66,16 @@ def paint_mask(p: QPainter, palette: QPalette, s: Schedule, rect: QRectF) -> Non
         edge = QColor(palette.color(QPalette.ColorRole.Highlight))
         p.setPen(QPen(edge, 1.2, Qt.PenStyle.DashLine))
         p.setBrush(Qt.BrushStyle.NoBrush)
-        classes = s.tile_class
         ch, cw = rect.height() / s.n_q, rect.width() / s.n_k
-        for i, j in zip(*np.nonzero(classes == MASKED), strict=True):
-            (r0, r1), (c0, c1) = s.rows(int(i)), s.cols(int(j))
-            p.drawRect(
-                QRectF(rect.left() + c0 * cw, rect.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
-            )
+        for i, j0, j1 in _runs(s, MASKED):
+            r0, r1 = s.rows(i)
+            for j in range(j0, j1):
+                c0, c1 = s.cols(j)
+                p.drawRect(
+                    QRectF(
+                        rect.left() + c0 * cw, rect.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch
+                    )
+                )
     empty = s.mask.empty_rows(s.n_q, s.n_k)
     if empty.size:
         ch = rect.height() / s.n_q

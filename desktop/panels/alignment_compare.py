@@ -32,7 +32,8 @@ def alignment_summary(config: Config, top_left: bool) -> tuple[Schedule, str]:
         causal=mask, save_lse=s.save_lse, dtype=config.dtype,
     )  # fmt: skip
     empty = len(mask.empty_rows(s.n_q, s.n_k))
-    loaded = int(s.visible.sum())
+    lo, hi = s.row_span
+    loaded = int((hi - lo).sum())
     text = (
         f"<b>{'top-left (PyTorch SDPA is_causal)' if top_left else 'bottom-right (FlashAttention)'}"
         f"</b><br>{loaded} of {s.t_r * s.t_c} tiles loaded; {empty} row(s) see no key"

@@ -73,9 +73,16 @@ def test_cells_tiles_and_spans_follow_the_definition(shape, block_q, block_k):
         seen = np.flatnonzero(classes[i] != SKIPPED)
         # The seen tiles of a block are one run, and the spans (another formula) name it.
         assert list(range(lo[i], hi[i])) == seen.tolist()
+    f_lo, f_hi = mask.full_spans(n_q, n_k, block_q, block_k)
+    s = Schedule(n_q, n_k, 1, 1, block_q, block_k, mask=mask)
+    c_lo, c_hi = s.col_span
+    for i in range(t_r):
+        assert np.flatnonzero(classes[i] == FULL).tolist() == list(range(f_lo[i], f_hi[i]))
+        assert [s.tile_class_at(i, j) for j in range(t_c)] == classes[i].tolist()
+        assert s.last_visit[i] == (hi[i] - 1 if hi[i] > lo[i] else -1)
     for j in range(t_c):
         seen = np.flatnonzero(classes[:, j] != SKIPPED)
-        assert seen.size == 0 or seen.tolist() == list(range(seen[0], seen[-1] + 1))
+        assert seen.tolist() == list(range(c_lo[j], c_hi[j]))  # one run, found by bisection
 
 
 def test_names_and_the_causal_bool():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QRectF
 
-from compute.mask import MASKED, SKIPPED, Mask
+from compute.mask import FULL, MASKED, SKIPPED, Mask
 from compute.schedule import Schedule
 from desktop.lanes.masks import tile_rects
 
@@ -53,8 +53,9 @@ def test_the_stats_panel_says_why_a_row_is_zero(window):
 
 def test_tile_rects_cover_exactly_the_tiles_of_a_class():
     s = Schedule(11, 9, 2, 2, 3, 2, mask=Mask(2, 1, False, ()))
+    assert {SKIPPED, MASKED, FULL} <= set(s.tile_class.ravel().tolist())
     rect = QRectF(0, 0, s.n_k * 10, s.n_q * 10)  # 10 px a cell
-    for cls in (SKIPPED, MASKED):
+    for cls in (SKIPPED, MASKED, FULL):
         covered = np.zeros((s.n_q, s.n_k), dtype=bool)
         for r in tile_rects(s, rect, cls):
             covered[round(r.top() / 10) : round(r.bottom() / 10), round(r.left() / 10) : round(r.right() / 10)] = True  # fmt: skip
