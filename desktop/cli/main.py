@@ -109,6 +109,12 @@ def run_export_ledger(argv: Sequence[str]) -> int:
     return main_ledger(list(argv))
 
 
+def run_paper_check(argv: Sequence[str]) -> int:
+    from desktop.cli.paper_check import run_paper_check as paper_check_main
+
+    return paper_check_main(argv)
+
+
 def run_bench_gui(argv: Sequence[str]) -> int:
     try:
         from desktop.cli.bench_gui import main as bench_gui_main
@@ -134,6 +140,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "export": run_export,
     "export-ledger": run_export_ledger,
     "bench-gui": run_bench_gui,
+    "paper-check": run_paper_check,
 }
 
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
@@ -143,6 +150,7 @@ USAGE = """usage: flash-explorer [GUI flags]            open the explorer (defau
        flash-explorer export-ledger --out FILE  write the ledger as PNG, SVG, PDF, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
        flash-explorer bench-gui [flags]         time the window offscreen: change, frame
+       flash-explorer paper-check [--json]      FlashAttention's Figure 2 beside our ledgers
 Run `flash-explorer gui --help` for the GUI flags, any other command with --help for its
 flags, and `flash-explorer --version` for the version."""
 
