@@ -188,3 +188,68 @@ def reading(w: Workload = PAPER) -> str:
         "declared write and read at 2 bytes, so a measured implementation that keeps one in "
         "float32 or adds an elementwise pass over it moves more."
     )
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One path's DRAM bytes on the workload, as a GPU report's "dram" block recorded them."""
+
+    label: str
+    read_bytes: int
+    write_bytes: int
+    declared_bytes: int | None  # the path's declared ledger at its own tiles (None: peers)
+
+    @property
+    def gb(self) -> float:
+        return (self.read_bytes + self.write_bytes) / GB
+
+
+def is_workload(report: dict, w: Workload = PAPER) -> bool:
+    """Whether a GPU report measured the workload's training step (any device)."""
+    c = report["config"]
+    return (
+        (c["n"], c["n_keys"], c["d"], c["d_v"], c["batch_heads"], c["dtype"])
+        == (w.n, w.n, w.d, w.d, w.batch_heads, w.dtype)
+        and not c["causal"]
+        and c.get("pass_name") == "training"
+    )
+
+
+def measured_rows(reports: list[dict], w: Workload = PAPER) -> tuple[dict | None, list]:
+    """The report of `reports` whose "dram" block measured the workload (the last one
+    recorded), and its paths' measured bytes (no such report: None and no rows)."""
+    found = [r for r in reports if r.get("dram") and is_workload(r, w)]
+    if not found:
+        return None, []
+    report = found[-1]
+    rows = []
+    for e in report["dram"]["paths"]:
+        m = e.get("measured")
+        if m is None:
+            continue
+        name = e["path"] + (f" {e['order']}" if e["path"] == "tiled" else "")
+        dec = e.get("declared")
+        rows.append(MeasuredRow(name, m["dram_read_bytes"], m["dram_write_bytes"],
+                                None if dec is None else dec["bytes"]))  # fmt: skip
+    return report, rows
+
+
+def measured_reading(rows: list[MeasuredRow], device: str) -> str:
+    """One sentence setting the measured bytes beside the paper's (empty without the dense
+    path and a fused one)."""
+    by = {r.label.split()[0]: r for r in rows}
+    fused = by.get("flash") or by.get("tiled")
+    if "dense" not in by or fused is None:
+        return ""
+    dense = by["dense"]
+    first, later = PAPER_FIGURES
+
+    def of_declared(r: MeasuredRow) -> str:
+        return "" if not r.declared_bytes else f", {r.gb * GB / r.declared_bytes:.0%} of its ledger"
+
+    return (
+        f"Measured on the {device}: DRAM moved {dense.gb:.1f} GB for the dense path"
+        f"{of_declared(dense)} (the paper's standard attention: {later.standard_gb} to "
+        f"{first.standard_gb} GB) and {fused.gb:.2f} GB for {fused.label}{of_declared(fused)} "
+        f"(the paper's FlashAttention: {first.flash_gb} GB)."
+    )
