@@ -198,6 +198,7 @@ class MeasuredRow:
     read_bytes: int
     write_bytes: int
     declared_bytes: int | None  # the path's declared ledger at its own tiles (None: peers)
+    reading: str = ""  # compute.gpu.report.dram_reading of the path
 
     @property
     def gb(self) -> float:
@@ -221,16 +222,20 @@ def measured_rows(reports: list[dict], w: Workload = PAPER) -> tuple[dict | None
     found = [r for r in reports if r.get("dram") and is_workload(r, w)]
     if not found:
         return None, []
+    from .gpu.report import dram_reading  # no CuPy: the report module reads JSON only
+
     report = found[-1]
+    block = report["dram"]
     rows = []
-    for e in report["dram"]["paths"]:
+    for e in block["paths"]:
         m = e.get("measured")
         if m is None:
             continue
         name = e["path"] + (f" {e['order']}" if e["path"] == "tiled" else "")
         dec = e.get("declared")
+        reading = dram_reading(e, block["score_bytes"], block["l2_bytes"])
         rows.append(MeasuredRow(name, m["dram_read_bytes"], m["dram_write_bytes"],
-                                None if dec is None else dec["bytes"]))  # fmt: skip
+                                None if dec is None else dec["bytes"], reading))  # fmt: skip
     return report, rows
 
 
@@ -251,5 +256,6 @@ def measured_reading(rows: list[MeasuredRow], device: str) -> str:
         f"Measured on the {device}: DRAM moved {dense.gb:.1f} GB for the dense path"
         f"{of_declared(dense)} (the paper's standard attention: {later.standard_gb} to "
         f"{first.standard_gb} GB) and {fused.gb:.2f} GB for {fused.label}{of_declared(fused)} "
-        f"(the paper's FlashAttention: {first.flash_gb} GB)."
+        f"(the paper's FlashAttention: {first.flash_gb} GB). Dense: {dense.reading}. "
+        f"{fused.label.capitalize()}: {fused.reading}."
     )

@@ -9,7 +9,7 @@ splits the kernels at the markers (`split_at_markers`) and sums each path
 them) and `--cache-control none` (L2 is not flushed between kernels, so a kernel reading
 what the one before it wrote sees it in L2 as the real pipeline does).
 `declared(cfg, entry)` is the same path's closed-form ledger in bytes, all heads, per
-tensor; `gap_reading` is the one line that says how the two differ and why.
+tensor; report.dram_reading is the one line that says how the two differ and why.
 The report's "dram" block (report.py, version 4) is what `dram_block` returns.
 """
 
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .. import closed_form_ledger, element_bytes, pass_ledger
 from .dram_driver import MARKER
+from .report import dram_reading
 
 METRICS = (
     "dram__bytes_read.sum",
@@ -200,31 +201,6 @@ def score_bytes(cfg) -> int:
     return cfg.batch_heads * cfg.n * cfg.n_k * element_bytes("S", cfg.dtype)
 
 
-def gap_reading(entry: dict, s_bytes: int, l2_bytes: int) -> str:
-    """One line: how the measured DRAM bytes stand to the declared ones, and why."""
-    m, dec = entry.get("measured"), entry.get("declared")
-    if m is None:
-        return f"not measured: {entry.get('error', 'no profile')}"
-    gb = m["dram_bytes"] / 1e9
-    hit = m["l2_hit_rate_pct"]
-    hit_text = "" if hit is None else f", L2 hit rate {hit:.0f}%"
-    if dec is None:
-        return f"{gb:.3g} GB from DRAM{hit_text}; its transfers are not modelled, no ledger"
-    ratio = m["dram_bytes"] / dec["bytes"] if dec["bytes"] else float("inf")
-    fits = s_bytes <= l2_bytes
-    what = f"DRAM moved {ratio:.0%} of the declared {dec['bytes'] / 1e9:.3g} GB{hit_text}"
-    if entry["path"] == "dense":
-        size = f"S is {s_bytes / 2**20:,.0f} MiB against the {l2_bytes / 2**20:,.0f} MiB L2"
-        if fits:
-            return f"{what}: {size}, so S and P stay in L2 and DRAM sees less"
-        return f"{what}: {size}, so S and P go to DRAM"
-    if ratio < 0.8:
-        return f"{what}: the K/V tiles each query block re-reads are served by L2"
-    if ratio > 1.25:
-        return f"{what}: more than the ledger counts (its temporaries and partial sectors)"
-    return f"{what}: about what the ledger declares"
-
-
 NCU_ROOT = Path("/opt/nvidia")  # where Nsight Compute installs when ncu is not on PATH
 
 
@@ -295,7 +271,7 @@ def dram_block(cfg, entries: list[dict], l2_bytes: int) -> dict:
     """The report's "dram" block: the method, S against the L2, each path with its reading."""
     s_bytes = score_bytes(cfg)
     for e in entries:
-        e["reading"] = gap_reading(e, s_bytes, l2_bytes)
+        e["reading"] = dram_reading(e, s_bytes, l2_bytes)
     return {
         "tool": "Nsight Compute (ncu --csv --clock-control none --cache-control none "
         "--profile-from-start off), each path once after a marker kernel",

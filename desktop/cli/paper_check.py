@@ -11,7 +11,13 @@ import json
 from collections.abc import Sequence
 
 from compute import paper_check as pc
+from compute.gpu.report import bundled_report, split_reports
 from desktop.cli.args import OneLineParser
+
+
+def _measured() -> tuple[dict | None, list[pc.MeasuredRow]]:
+    """The bundled H200 report's measurement of the workload, if it holds one."""
+    return pc.measured_rows(split_reports(bundled_report()))
 
 
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -29,6 +35,8 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[st
 def paper_check_dict(w: pc.Workload = pc.PAPER) -> dict:
     """The check as one JSON-ready object."""
     flops = pc.flop_check(w)
+    report, measured = _measured()
+    device = "" if report is None else report["device"].get("name") or "GPU"
     return {
         "workload": {
             "batch": w.batch,
@@ -45,6 +53,11 @@ def paper_check_dict(w: pc.Workload = pc.PAPER) -> dict:
         "declared": [{**vars(r), "gb": r.gb} for r in pc.declared_rows(w)],
         "flops": {**vars(flops), "sentence": flops.sentence()},
         "reading": pc.reading(w),
+        "measured": {
+            "device": None if report is None else report["device"].get("name"),
+            "paths": [{**vars(m), "gb": m.gb} for m in measured],
+            "reading": pc.measured_reading(measured, device),
+        },
     }
 
 
@@ -76,7 +89,17 @@ def format_paper_check(w: pc.Workload = pc.PAPER) -> str:
     ]
     lines += _table(["declared ledger (closed form)", "tiles", "order", "GB", "bytes"],
                     declared, {3, 4})  # fmt: skip
+    report, measured = _measured()
+    if measured:
+        device = report["device"].get("name") or "GPU"
+        rows = [[m.label, f"{m.read_bytes / pc.GB:.3f}", f"{m.write_bytes / pc.GB:.3f}",
+                 f"{m.gb:.3f}", "-" if m.declared_bytes is None else f"{m.declared_bytes / pc.GB:.3f}"]
+                for m in measured]  # fmt: skip
+        lines += ["", *_table([f"measured DRAM on {device} (ncu)", "read GB", "write GB", "GB",
+                               "declared GB"], rows, {1, 2, 3, 4})]  # fmt: skip
     lines += ["", pc.flop_check(w).sentence(), pc.reading(w)]
+    if measured:
+        lines.append(pc.measured_reading(measured, device))
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from compute import element_bytes
-from compute.gpu.report import dram_label
+from compute.gpu.report import dram_label, dram_reading
 from desktop.panels.gpu.sweep import CappedPlot
 from desktop.theme import FollowsPalette, style_plot
 
@@ -83,7 +83,8 @@ def path_bars(report: dict) -> list[PathBars]:
             scale, note = flash["declared"]["bytes"], "the tensor-core kernel's ledger"
         else:
             scale, note = 0, "no ledger"
-        bars.append(PathBars(dram_label(e), declared, measured, scale, note, e.get("reading", "")))
+        reading = dram_reading(e, block["score_bytes"], block["l2_bytes"])
+        bars.append(PathBars(dram_label(e), declared, measured, scale, note, reading))
     return bars
 
 

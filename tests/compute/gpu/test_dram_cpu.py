@@ -16,6 +16,7 @@ from compute.gpu.report import (
     VERSION,
     ReportError,
     bundled_report,
+    dram_reading,
     format_report,
     split_reports,
 )
@@ -109,17 +110,31 @@ def test_declared_flash_training_is_forward_plus_backward():
     assert dram.declared(cfg, entry)["bytes"] == want
 
 
-def test_gap_readings():
+def test_dram_readings():
     dec = {"bytes": 1000, "by_tensor": {}}
-    m = lambda b: {"dram_bytes": b, "l2_hit_rate_pct": 80.0}  # noqa: E731
-    low = dram.gap_reading({"path": "tiled", "measured": m(300), "declared": dec}, 10, 20)
-    assert "30%" in low and "served by L2" in low
-    fits = dram.gap_reading({"path": "dense", "measured": m(300), "declared": dec}, 10, 20)
-    assert "stay in L2" in fits
-    spills = dram.gap_reading({"path": "dense", "measured": m(950), "declared": dec}, 30, 20)
-    assert "go to DRAM" in spills and "95%" in spills
-    assert "no ledger" in dram.gap_reading({"path": "sdpa-cudnn", "measured": m(5)}, 1, 2)
-    assert "not measured" in dram.gap_reading({"path": "fa4", "error": "absent"}, 1, 2)
+
+    def m(b):
+        return {"dram_bytes": b, "l2_hit_rate_pct": 80.0, "kernels": [{}] * 14}
+
+    def read(path, measured, s_bytes=10, **kw):
+        return dram_reading({"path": path, "measured": measured, "declared": dec, **kw},
+                            s_bytes, 20)  # fmt: skip
+
+    low = read("tiled", m(300), order="q-outer", **{"pass": "forward"})
+    assert "30%" in low and "K/V tiles each query block re-reads are served by L2" in low
+    kv = read("tiled", m(600), order="q-outer+kv-outer", **{"pass": "training"})
+    assert "K/V tiles" in kv and "Q, dO, L, D and dQ" in kv and "partly served" in kv
+    flash = read("flash", m(100), **{"pass": "training"})
+    assert "K/V tiles" in flash and "dQ each key tile" in flash
+    assert "partly kept in L2" in read("dense", m(300))
+    spills = read("dense", m(950), s_bytes=30)
+    assert "go to DRAM as declared" in spills and "95%" in spills
+    more = read("dense", m(4000), s_bytes=30)
+    assert "400%" in more and "14 kernels" in more and "is larger than" in more
+    assert "fits in" in read("dense", m(2000))
+    peer = dram_reading({"path": "sdpa-cudnn", "measured": m(5)}, 1, 2)
+    assert "no ledger" in peer
+    assert "not measured" in dram_reading({"path": "fa4", "error": "absent"}, 1, 2)
 
 
 def _dram_report(entries=None) -> dict:

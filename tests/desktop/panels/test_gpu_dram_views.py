@@ -68,28 +68,43 @@ def test_path_bars_fractions_and_per_tensor_segments():
     assert bars["fa4"].measured == [] and "not measured" in bars["fa4"].reading
 
 
-def test_panel_shows_dram_and_paper_check(qtbot):
+def test_panel_shows_the_bundled_measurement_and_paper_check(qtbot):
     from desktop.panels.gpu.panel import GpuPanel
 
     panel = GpuPanel(device=NO_GPU)
     qtbot.addWidget(panel)
-    reports = [*split_reports(bundled_report()), split_reports(_report(PAPER_CFG))[0]]
+    reports = split_reports(bundled_report())
     panel.set_reports(reports)
+    paper, measured = pc.measured_rows(reports)
+    assert paper is not None and paper["device"]["name"] == "NVIDIA H200"
     panel.pass_combo.setCurrentText("training")
     labels = [panel.selector.itemText(i) for i in range(panel.selector.count())]
-    i = next(i for i, t in enumerate(labels) if "DRAM bytes" in t)
-    panel.selector.setCurrentIndex(i)
+    panel.selector.setCurrentIndex(labels.index(next(t for t in labels if "DRAM bytes" in t)))
     view = panel.dram_view
-    assert len(view.bars) == 5
-    assert "S is 2,048 MiB and does not fit in the 60 MiB L2" in view.title.text()
-    assert "tiled q-outer: DRAM moved 25%" in view.readings.text()
+    assert panel.current_report() is paper
+    assert [b.name for b in view.bars] == [
+        "tiled q-outer+kv-outer", "tiled kv-outer+kv-outer", "dense", "flash", "sdpa-flash",
+        "sdpa-cudnn", "fa4",
+    ]  # fmt: skip
+    assert "does not fit in the" in view.title.text()
+    dense = next(e for e in paper["dram"]["paths"] if e["path"] == "dense")
+    ratio = dense["measured"]["dram_bytes"] / dense["declared"]["bytes"]
+    assert f"dense: DRAM moved {ratio:.0%}" in view.readings.text()
+    # The teaching kernel's declared bar is split per tensor (its counted build), summing to
+    # the ledger's bytes: the kernel's counts equal the ledger's.
+    tiled = view.bars[0]
+    assert len(tiled.declared) > 3 and sum(s.bytes for s in tiled.declared) == tiled.scale_bytes
     # The paper check lists the paper, the declared ledgers and the measured paths.
     table = panel.paper_view.table
     first = [table.item(r, 0).text() for r in range(table.rowCount())]
     assert first[:2] == [f.label for f in pc.PAPER_FIGURES]
     assert first.count("declared ledger") == 4
-    assert sum(t.startswith("measured DRAM on") for t in first) == 4  # fa4 not measured
+    assert sum(t == "measured DRAM on NVIDIA H200" for t in first) == len(measured) == 6
     assert "14.4x" in panel.paper_view.notes.text()
+    assert pc.measured_reading(measured, "NVIDIA H200") in panel.paper_view.notes.text()
+    # A timing report of the same pass shows the measurement recorded beside it.
+    panel.selector.setCurrentIndex(0)
+    assert view.bars
     panel.shutdown()
 
 
