@@ -14,17 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from compute import element_bytes
+from compute import PASS_TENSORS, element_bytes
 from compute.gpu.report import dram_label, dram_reading
 from desktop.panels.gpu.sweep import CappedPlot
 from desktop.theme import FollowsPalette, style_plot
 
 WIDTH = 0.38
 # One colour per tensor (declared segments) and for DRAM read / write (measured).
+# One colour per tensor, the same in every bar (PASS_TENSORS' order: Q K V O S P m l L dO dQ
+# dK dV dP dS D).
 TENSOR_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b",
-                  "#b279a2", "#ff9da6", "#9d755d", "#bab0ac", "#1f77b4", "#8c564b")  # fmt: skip
+                  "#b279a2", "#ff9da6", "#9d755d", "#bab0ac", "#17becf", "#8c564b",
+                  "#bcbd22", "#7f7f7f", "#aec7e8", "#98df8a")  # fmt: skip
 READ, WRITE, WHOLE = "#2f4b7c", "#a05195", "#999999"
 
 
@@ -53,10 +57,12 @@ def _counted_segments(entry: dict, cfg: dict) -> list[Segment]:
     """The teaching kernel's own per-tensor counts (per head) as bytes over all heads."""
     counts, heads, dtype = entry["counts_kernel"], cfg["batch_heads"], cfg["dtype"]
     out = []
-    for i, (tensor, rw) in enumerate(sorted(counts.items())):
+    order = {t: i for i, t in enumerate(PASS_TENSORS)}
+    for tensor, rw in sorted(counts.items(), key=lambda kv: order.get(kv[0], len(order))):
         n = (rw.get("read", 0) + rw.get("write", 0)) * heads * element_bytes(tensor, dtype)
         if n:
-            out.append(Segment(tensor, n, TENSOR_COLOURS[i % len(TENSOR_COLOURS)]))
+            colour = TENSOR_COLOURS[order.get(tensor, 0) % len(TENSOR_COLOURS)]
+            out.append(Segment(tensor, n, colour))
     return out
 
 
@@ -102,12 +108,16 @@ class DramView(FollowsPalette, QWidget):
         item.showGrid(y=True, alpha=0.3)
         self.title = QLabel()
         self.title.setWordWrap(True)
+        self.legend = QLabel()  # the colours of the bars' segments
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.readings = QLabel()
         self.readings.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
         layout.addWidget(self.plot, 1)
+        layout.addWidget(self.legend)
         layout.addWidget(self.readings)
         self.bars: list[PathBars] = []
         self.restyle()
@@ -123,6 +133,7 @@ class DramView(FollowsPalette, QWidget):
             self.bars = []
             self.title.setText("No DRAM measurement for this report (flash-explorer bench --dram).")
             self.readings.setText("")
+            self.legend.setText("")
             return
         c, block = report["config"], report["dram"]
         fits = "fits in" if block["s_fits_l2"] else "does not fit in"
@@ -136,30 +147,42 @@ class DramView(FollowsPalette, QWidget):
         self.bars = path_bars(report)
         ticks = []
         top = 1.0
+        colours: dict[str, str] = {}
         for i, bar in enumerate(self.bars):
-            ticks.append((i, bar.name.replace(" ", "\n")))
+            # Numbers, named in the readings below: seven names do not fit a side dock.
+            ticks.append((i, str(i + 1)))
             if not bar.scale_bytes:
                 continue
+            heights = []
             for x, segments in ((i - WIDTH / 2, bar.declared), (i + WIDTH / 2, bar.measured)):
                 y = 0.0
                 for seg in segments:
                     h = seg.bytes / bar.scale_bytes
                     item.addItem(pg.BarGraphItem(x=[x], y0=[y], height=[h], width=WIDTH,
                                                  brush=seg.colour, pen=None))  # fmt: skip
+                    colours.setdefault(seg.label, seg.colour)
                     y += h
-                if segments:
-                    gb = sum(s.bytes for s in segments) / 1e9
-                    text = pg.TextItem(f"{gb:.3g} GB", anchor=(0.5, 1.0), color="#888888")
-                    text.setPos(x, y)
-                    item.addItem(text)
-                    top = max(top, y)
+                heights.append(y)
+            # One label a path, above its taller bar: declared, then measured gigabytes.
+            gb = [sum(s.bytes for s in segs) / 1e9 for segs in (bar.declared, bar.measured)]
+            label = "\n".join(f"{g:.3g}" if segs else "-" for g, segs in
+                              zip(gb, (bar.declared, bar.measured), strict=True))  # fmt: skip
+            text = pg.TextItem(label, anchor=(0.5, 1.0), color="#888888")
+            text.setPos(i, max(heights))
+            item.addItem(text)
+            top = max(top, *heights)
         item.getAxis("bottom").setTicks([ticks])
-        item.setYRange(0, top * 1.15, padding=0)
+        item.setYRange(0, top * 1.25, padding=0)
         item.setXRange(-0.6, len(self.bars) - 0.4, padding=0)
+        self.legend.setText(
+            "Bars, as fractions of the path's declared bytes; labels: declared, then measured "
+            "GB. " + " ".join(f'<span style="color:{c}">■</span>&nbsp;{name}'
+                              for name, c in colours.items())
+        )  # fmt: skip
         self.readings.setText(
             "\n".join(
-                f"{b.name}: {b.reading}"
+                f"{i}. {b.name}: {b.reading}"
                 + ("" if b.scale_note == "its own ledger" else f" (drawn against {b.scale_note})")
-                for b in self.bars
+                for i, b in enumerate(self.bars, 1)
             )
         )

@@ -19,23 +19,24 @@ from PySide6.QtWidgets import (
 
 from compute import paper_check as pc
 
-HEADER = ["source", "what", "standard / dense GB", "FlashAttention / tiled GB"]
+# The figures first: in a side dock the source, last and stretched, is what gets cut.
+HEADER = ["standard / dense GB", "Flash / tiled GB", "source"]
 
 
 def paper_rows(reports: list[dict]) -> tuple[list[list[str]], str]:
     """The table's rows and the measured device's name ("" when no report measured it)."""
-    rows = [[f.label, "HBM reads + writes", f"{f.standard_gb:.1f}", f"{f.flash_gb:.1f}"]
+    rows = [[f"{f.standard_gb:.1f}", f"{f.flash_gb:.1f}", f"{f.label}: HBM reads + writes"]
             for f in pc.PAPER_FIGURES]  # fmt: skip
     for r in pc.declared_rows():
         dense = r.lane == "dense"
         cells = [f"{r.gb:.3f}", ""] if dense else ["", f"{r.gb:.3f}"]
-        rows.append(["declared ledger", f"{r.label.split(', ')[1]} ({r.tiles})", *cells])
+        rows.append([*cells, f"declared ledger, {r.label.split(', ')[1]} ({r.tiles})"])
     report, measured = pc.measured_rows(reports)
     device = "" if report is None else report["device"].get("name") or "a GPU"
     for m in measured:
         dense = m.label == "dense"
         cells = [f"{m.gb:.3f}", ""] if dense else ["", f"{m.gb:.3f}"]
-        rows.append([f"measured DRAM on {device}", m.label, *cells])
+        rows.append([*cells, f"measured DRAM on {device}: {m.label}"])
     return rows, device
 
 
@@ -72,7 +73,12 @@ class PaperView(QWidget):
         self.table.setRowCount(len(rows))
         for i, cells in enumerate(rows):
             for j, text in enumerate(cells):
-                self.table.setItem(i, j, QTableWidgetItem(text))
+                cell = QTableWidgetItem(text)
+                cell.setToolTip(cells[-1])  # the whole source, where the column cuts it
+                self.table.setItem(i, j, cell)
+        self.table.resizeRowsToContents()
+        rows_px = sum(self.table.rowHeight(r) for r in range(self.table.rowCount()))
+        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + rows_px + 4)
         _, measured = pc.measured_rows(reports)
         notes = [pc.flop_check().sentence(), pc.reading()]
         measured_text = pc.measured_reading(measured, device) if measured else ""

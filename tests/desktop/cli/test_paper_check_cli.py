@@ -32,3 +32,16 @@ def test_bad_flag(capsys):
         main(["paper-check", "--nope"])
     assert exc.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_table_shows_the_bundled_measurement(capsys):
+    from compute.gpu.report import bundled_report, split_reports
+
+    report, measured = pc.measured_rows(split_reports(bundled_report()))
+    assert report is not None and measured
+    assert main(["paper-check"]) == 0
+    out = capsys.readouterr().out
+    assert "measured DRAM on NVIDIA H200 (ncu)" in out
+    for m in measured:
+        assert f"{m.gb:.3f}" in out
+    assert pc.measured_reading(measured, "NVIDIA H200") in out

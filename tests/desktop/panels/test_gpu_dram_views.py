@@ -89,17 +89,21 @@ def test_panel_shows_the_bundled_measurement_and_paper_check(qtbot):
     assert "does not fit in the" in view.title.text()
     dense = next(e for e in paper["dram"]["paths"] if e["path"] == "dense")
     ratio = dense["measured"]["dram_bytes"] / dense["declared"]["bytes"]
-    assert f"dense: DRAM moved {ratio:.0%}" in view.readings.text()
+    assert f"3. dense: DRAM moved {ratio:.0%}" in view.readings.text()
     # The teaching kernel's declared bar is split per tensor (its counted build), summing to
     # the ledger's bytes: the kernel's counts equal the ledger's.
     tiled = view.bars[0]
     assert len(tiled.declared) > 3 and sum(s.bytes for s in tiled.declared) == tiled.scale_bytes
     # The paper check lists the paper, the declared ledgers and the measured paths.
     table = panel.paper_view.table
-    first = [table.item(r, 0).text() for r in range(table.rowCount())]
-    assert first[:2] == [f.label for f in pc.PAPER_FIGURES]
-    assert first.count("declared ledger") == 4
-    assert sum(t == "measured DRAM on NVIDIA H200" for t in first) == len(measured) == 6
+    source = [table.item(r, table.columnCount() - 1).text() for r in range(table.rowCount())]
+    assert source[:2] == [f"{f.label}: HBM reads + writes" for f in pc.PAPER_FIGURES]
+    assert sum(t.startswith("declared ledger") for t in source) == 4
+    assert sum(t.startswith("measured DRAM on NVIDIA H200: ") for t in source) == len(measured)
+    assert len(measured) == 6  # every path but FA4, which was not installed
+    dense_row = source.index("measured DRAM on NVIDIA H200: dense")
+    dense = next(m for m in measured if m.label == "dense")
+    assert table.item(dense_row, 0).text() == f"{dense.gb:.3f}"
     assert "14.4x" in panel.paper_view.notes.text()
     assert pc.measured_reading(measured, "NVIDIA H200") in panel.paper_view.notes.text()
     # A timing report of the same pass shows the measurement recorded beside it.
