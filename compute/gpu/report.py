@@ -164,6 +164,12 @@ def format_report(report: dict) -> str:
     return "\n".join(out)
 
 
+# --cache-control none: L2 is not flushed, so what a path's warm-up runs left in it (its
+# inputs, when they fit) is read from L2 in the profiled run, as in a steady loop.
+L2_CAVEAT = (
+    "L2 is not flushed before a path: inputs its warm-up left there are read from L2, "
+    "so a small problem can read less from DRAM than its inputs' size."
+)
 DRAM_HEADER = ["path", "order / tiles", "declared GB", "DRAM read GB", "DRAM write GB",
                "DRAM / declared", "L2 hit %", "kernel ms", "GB/s"]  # fmt: skip
 
@@ -256,7 +262,7 @@ def format_dram(block: dict) -> str:
     out = [
         f"DRAM bytes measured by {block['tool']}",
         f"S (one N_q x N_k matrix, all heads) is {block['score_bytes'] / 2**20:,.1f} MiB: "
-        f"it {fits} the {block['l2_bytes'] / 2**20:,.0f} MiB L2",
+        f"it {fits} the {block['l2_bytes'] / 2**20:,.0f} MiB L2. " + L2_CAVEAT,
         "",
         _table(DRAM_HEADER, dram_rows(block)),
         "",

@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from compute import PASS_TENSORS, element_bytes
-from compute.gpu.report import dram_label, dram_reading
+from compute.gpu.report import L2_CAVEAT, dram_label, dram_reading
 from desktop.panels.gpu.sweep import CappedPlot
 from desktop.theme import FollowsPalette, style_plot
 
@@ -142,7 +142,7 @@ class DramView(FollowsPalette, QWidget):
             f"DRAM bytes measured by ncu (right bar: read, written) at N={c['n']}, "
             f"batch·heads={c['batch_heads']}, {c['dtype']}, {c.get('pass_name', 'forward')}; "
             f"S is {block['score_bytes'] / 2**20:,.0f} MiB and {fits} the "
-            f"{block['l2_bytes'] / 2**20:,.0f} MiB L2."
+            f"{block['l2_bytes'] / 2**20:,.0f} MiB L2. {L2_CAVEAT}"
         )
         self.bars = path_bars(report)
         ticks = []

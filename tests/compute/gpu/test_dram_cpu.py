@@ -221,3 +221,25 @@ def test_dram_refuses_the_sweep(capsys, monkeypatch):
     monkeypatch.setattr(bench_cli, "status", lambda: type("S", (), {"usable": True})())
     assert bench_cli.main(["--dram", "--sweep-blocks", "--kernel", "dense"]) == 2
     assert "leave out --sweep-blocks" in capsys.readouterr().err
+
+
+def test_bench_dram_writes_a_version_4_report(tmp_path, monkeypatch, capsys):
+    from compute.gpu import device
+
+    usable = device.DeviceStatus(True, name="Fake GPU", compute_capability=(9, 0),
+                                 l2_bytes=60 * 2**20)  # fmt: skip
+    monkeypatch.setattr(device, "status", lambda: usable)
+    monkeypatch.setattr(bench_cli, "status", lambda: usable)
+    entries = [{"path": "dense", "pass": "forward"}]
+    text = _csv((0, dram.MARKER, "0", "0", "0", "1"), (1, "gemm", "700", "300", "20", "50"))
+    monkeypatch.setenv("PATH", _fake_ncu(tmp_path, text, entries) + os.pathsep + os.environ["PATH"])
+    out = tmp_path / "r.json"
+    args = ["--dram", "--kernel", "dense", "--n", "256", "--batch-heads", "2", "--json", str(out)]
+    assert bench_cli.main(args) == 0
+    rep = split_reports(json.loads(out.read_text()))[0]
+    assert rep["version"] == VERSION == 4 and rep["results"] == []
+    (path,) = rep["dram"]["paths"]
+    assert path["measured"]["dram_bytes"] == 1000
+    assert path["declared"] == dram.declared(BenchConfig(n=256, batch_heads=2, dtype="float16"),
+                                             {"path": "dense"})  # fmt: skip
+    assert "DRAM bytes measured by" in capsys.readouterr().out
