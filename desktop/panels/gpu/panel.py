@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -155,10 +156,23 @@ class GpuPanel(QWidget):
         self.dram_tabs = QTabWidget()
         self.dram_tabs.addTab(self.dram_view, "DRAM: declared vs measured")
         self.dram_tabs.addTab(self.paper_view, "Paper check")
+        # Folded by default, so the timing tables and the heatmap fit the dock unscrolled;
+        # it opens by itself when the report chosen is a DRAM measurement.
+        self.dram_toggle = QToolButton(checkable=True)
+        self.dram_toggle.setText("DRAM, paper check")
+        self.dram_toggle.setToolTip(
+            "Declared against measured DRAM bytes per path, and FlashAttention's Figure 2 "
+            "beside our ledgers (below the results)"
+        )
+        self.dram_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.dram_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.dram_toggle.toggled.connect(self._show_dram)
+        self.dram_tabs.setVisible(False)
 
         files = QHBoxLayout()
         files.addWidget(self.open_button)
         files.addWidget(self.pass_combo)
+        files.addWidget(self.dram_toggle)  # on this row: a row of its own made the dock scroll
         files.addStretch(1)
         # The report's name on a row of its own: beside the buttons a side dock cut it.
         picker = QHBoxLayout()
@@ -213,6 +227,10 @@ class GpuPanel(QWidget):
         self.table.setVisible(not narrow)
         self.by_measure.setVisible(narrow)
         super().resizeEvent(event)
+
+    def _show_dram(self, shown: bool) -> None:
+        self.dram_tabs.setVisible(shown)
+        self.dram_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
 
     @staticmethod
     def _table(header: list[str], kind: type[QTableWidget] = QTableWidget) -> QTableWidget:
@@ -345,6 +363,8 @@ class GpuPanel(QWidget):
                else f"median of {c['repeats']} runs.")
         )  # fmt: skip
         self.dram_view.show_report(dram_for(report, self.reports))
+        if report.get("dram"):
+            self.dram_toggle.setChecked(True)
         self._fill_results(report)
         self._fill_counts(report)
         sweep = find_sweep(report, self.reports)

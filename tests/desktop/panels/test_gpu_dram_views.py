@@ -75,6 +75,7 @@ def test_panel_shows_the_bundled_measurement_and_paper_check(qtbot):
     qtbot.addWidget(panel)
     reports = split_reports(bundled_report())
     panel.set_reports(reports)
+    assert not panel.dram_toggle.isChecked()  # folded until a DRAM report is chosen
     paper, measured = pc.measured_rows(reports)
     assert paper is not None and paper["device"]["name"] == "NVIDIA H200"
     panel.pass_combo.setCurrentText("training")
@@ -82,6 +83,7 @@ def test_panel_shows_the_bundled_measurement_and_paper_check(qtbot):
     panel.selector.setCurrentIndex(labels.index(next(t for t in labels if "DRAM bytes" in t)))
     view = panel.dram_view
     assert panel.current_report() is paper
+    assert panel.dram_toggle.isChecked() and not panel.dram_tabs.isHidden()
     assert [b.name for b in view.bars] == [
         "tiled q-outer+kv-outer", "tiled kv-outer+kv-outer", "dense", "flash", "sdpa-flash",
         "sdpa-cudnn", "fa4",
