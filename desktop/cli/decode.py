@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 from compute import DTYPES
 from compute.decode import (
@@ -74,7 +75,7 @@ def problem_from_args(args) -> DecodeProblem:
         args.h_q, args.h_kv, block_k=args.block_k, dtype=args.dtype,
     )  # fmt: skip
     splits = filling_splits(shape.h_kv, shape.t_c) if args.splits is None else args.splits
-    return DecodeProblem(**{**shape.__dict__, "splits": splits})
+    return replace(shape, splits=splits)
 
 
 def format_summary(summary: dict) -> str:

@@ -10,6 +10,8 @@ computed after a short pause; bad input shows one sentence in the view, never a 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
@@ -139,7 +141,7 @@ class DecodeView(QWidget):
             dtype=self.dtype.currentData(),
         )  # fmt: skip
         splits = self.splits.value() or filling_splits(shape.h_kv, shape.t_c)
-        return DecodeProblem(**{**shape.__dict__, "splits": splits})
+        return replace(shape, splits=splits)
 
     def recompute(self) -> None:
         """Compute the step the controls describe, or show why it cannot be."""
