@@ -21,7 +21,6 @@ from desktop.decode.model import DecodeStep
 MAX_ROWS = 4  # K/V head rows drawn per band
 ROW_H, GAP, BAND_GAP, LABEL_H = 18, 5, 10, 18
 MARGIN = 10
-MAX_BARS = 64  # split weights drawn in the combine band
 
 
 def split_hue(split: int, count: int) -> QColor:
@@ -134,7 +133,7 @@ class DecodeCanvas(QWidget):
         height -= LABEL_H
         if height < 30:
             return
-        rows = table.splits[:MAX_BARS]
+        rows = table.splits  # every split, one bar each (at least a pixel wide)
         box_w = min(150.0, width * 0.3)
         bars_w = width - box_w - 30
         bar_w = bars_w / max(len(rows), 1)

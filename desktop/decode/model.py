@@ -26,10 +26,15 @@ from compute.decode import (
     split_table,
 )
 
-# Sizes the view computes numbers for at once (seconds of NumPy at most).
+# Sizes the view computes numbers for at once, on the GUI thread: about 2 s of NumPy at most
+# (measured on the shared development machine: 1e8 multiply-adds take about 2 s, a tile step
+# of the streamed schedules 1-3 ms, one split's block about 5 ms).
 MAX_VIEW_KEYS = 16384
 MAX_VIEW_HEADS = 64
-MAX_VIEW_SPLITS = 256
+MAX_VIEW_SPLITS = 512
+MAX_VIEW_WORK = 100_000_000  # H_q · N_q · N_k · (d + d_v)
+MAX_VIEW_TILE_STEPS = 1024  # H_kv · T_c
+MAX_VIEW_BLOCKS = 512  # H_kv · S' (the default splits fill 2 x 132 SMs: 264 and more)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,16 @@ def check_view_size(problem: DecodeProblem) -> None:
         )
     if problem.splits > MAX_VIEW_SPLITS:
         raise ValueError(f"The decode view draws at most {MAX_VIEW_SPLITS} splits.")
+    p = problem
+    if (
+        p.h_q * p.n_q * p.n_k * (p.d + p.d_v) > MAX_VIEW_WORK
+        or p.h_kv * p.t_c > MAX_VIEW_TILE_STEPS
+    ):
+        raise ValueError(
+            "This step is too large to compute in the window at once: use fewer heads, new "
+            "tokens or keys, a smaller head size or a larger tile (`flash-explorer decode` "
+            "prints the ledger of any size)."
+        )
 
 
 def decode_step(

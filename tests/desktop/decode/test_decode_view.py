@@ -31,9 +31,17 @@ def test_split_kv_finishes_in_a_fraction_of_the_steps():
     assert steps_to_finish(more) == (2, 1)  # more splits than tiles: S' = T_c
 
 
-def test_too_large_for_the_view_is_one_sentence():
+@pytest.mark.parametrize(
+    "problem",
+    [
+        DecodeProblem(1, 100_000, 8, 8),  # too many keys
+        DecodeProblem(16, 16384, 256, 256, 64, 64, splits=256),  # a minute of NumPy
+        DecodeProblem(1, 16384, 8, 8, block_k=1),  # 16384 tile steps
+    ],
+)
+def test_too_large_for_the_view_is_one_sentence(problem):
     with pytest.raises(ValueError, match="flash-explorer decode"):
-        check_view_size(DecodeProblem(1, 100_000, 8, 8))
+        check_view_size(problem)
 
 
 def test_view_shows_every_split_and_the_merge(qtbot):
