@@ -97,6 +97,12 @@ def run_bench(argv: Sequence[str]) -> int:
     return bench_main(list(argv))
 
 
+def run_decode(argv: Sequence[str]) -> int:
+    from desktop.cli.decode import main as decode_main
+
+    return decode_main(list(argv))
+
+
 def run_export(argv: Sequence[str]) -> int:
     from desktop.cli.export import main as export_main
 
@@ -137,6 +143,7 @@ def run_gui(argv: Sequence[str]) -> int:
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "ledger": run_ledger,
     "bench": run_bench,
+    "decode": run_decode,
     "export": run_export,
     "export-ledger": run_export_ledger,
     "bench-gui": run_bench_gui,
@@ -146,6 +153,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
        flash-explorer ledger [flags] [--pass P] [--json]
                                            print both lanes' HBM transfer ledger
+       flash-explorer decode [--n-q N --n-k N --h-q H --h-kv H --splits S] [--json]
+                                           a decode step's bytes and roofline, every schedule
        flash-explorer export --out FILE ...     frames, PDFs, storyboards, animations headless
        flash-explorer export-ledger --out FILE  write the ledger as PNG, SVG, PDF, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
