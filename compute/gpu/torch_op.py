@@ -163,17 +163,18 @@ def _backward(
     b, h, n_q, d = q.shape
     hk, n_k = k.shape[1], k.shape[2]
     group = h // hk
-    q, k, v, o, do = (_dense(t) for t in (q, k, v, o, do))  # copies only what is not dense
-    if group > 1 and causal:
-        kx, vx = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    q, o, do = (_dense(t) for t in (q, o, do))  # copies only what is not dense
+    if group > 1 and causal:  # the repeat is a contiguous copy of any layout
+        kx, vx = (_dense(t.repeat_interleave(group, dim=1)) for t in (k, v))
         dq, dk, dv = torch_launch.backward(q, kx, vx, o, do, lse, causal, scale)
         return dq, *(g.view(b, hk, group, n_k, d).sum(2) for g in (dk, dv))
     if group > 1:
         fold = (b, hk, group * n_q, d)
+        k, v = _dense(k), _dense(v)
         q, o, do, lse = q.view(fold), o.view(fold), do.view(fold), lse.view(fold[:3])
         dq, dk, dv = torch_launch.backward(q, k, v, o, do, lse, causal, scale)
         return dq.view(b, h, n_q, d), dk, dv
-    return torch_launch.backward(q, k, v, o, do, lse, causal, scale)
+    return torch_launch.backward(q, _dense(k), _dense(v), o, do, lse, causal, scale)
 
 
 def _pad_keys(torch: Any, g: Any, n_k: int) -> Any:
