@@ -36,11 +36,17 @@ THREADS = 256  # two warpgroups
 # bulk reduction per warpgroup's 64 x 64 tile (kept in accumulator order), 5 is 4 in a fixed
 # key-block order. BACKWARD_NOTES.md has 4 1.04-1.13x faster than 0 at d = 128 and 0.98x at
 # d = 64, hence the per-d default; DEFAULT_MODE = None means "the default for q's d".
-MODES = (0, 4, 5)
+# Modes 6-9 are the warp-specialised kernel (kernels/flash_bwd_ws.cu: a TMA producer warpgroup
+# and mbarrier rings instead of cp.async by the consumers), WS_MODES giving its dQ MODE (0, 4
+# or 5, as above) and its ring's stages.
+MODES = (0, 4, 5, 6, 7, 8, 9)
+WS_MODES = {6: (0, 2), 7: (4, 2), 8: (0, 3), 9: (5, 2)}
+WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 DEFAULT_MODES = {64: 0, 128: 4}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+FRAG_MODES = (4, 5, 7, 9)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
 DETERMINISTIC_MODE = 5
+TICKET_MODES = (5, 9)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
 
 
@@ -49,19 +55,28 @@ def smem_bytes(d: int, mode: int = 0) -> int:
     (+ the four fp32 dQ buffers in MODES 4, 5), plus 1 KB for the 1024-byte alignment."""
     tiles = (2 * BLOCK_KEYS * d + 4 * BLOCK_QUERIES * d + BLOCK_KEYS * BLOCK_QUERIES) * 2
     dq_tile = DQ_BUFFERS_BYTES if mode in FRAG_MODES else 0
+    if mode in WS_MODES:  # flash_bwd_ws.cu's FbwSmem: ST stages, two dS^T tiles, mbarriers
+        stages = WS_MODES[mode][1]
+        tiles = (2 * BLOCK_KEYS * d + 2 * stages * BLOCK_QUERIES * d) * 2
+        tiles += 2 * BLOCK_KEYS * BLOCK_QUERIES * 2
+        return tiles + dq_tile + stages * 512 + 8 * (1 + 3 * stages) + 1024
     return tiles + 1024 + dq_tile + 1024
 
 
 @functools.cache
 def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
+    if mode in WS_MODES:
+        main_name, source = f"flash_bwd_ws<{dt},{d},{WS_MODES[mode][0]},{WS_MODES[mode][1]}>", "ws"
+    else:
+        main_name, source = f"flash_bwd_main<{dt},{d},{mode}>", "wgmma"
     names = [
         f"flash_bwd_pre<{dt},{d}>",
-        f"flash_bwd_main<{dt},{d},{mode}>",
+        main_name,
         f"flash_bwd_post_frag<{dt},{d}>" if mode in FRAG_MODES else f"flash_bwd_post<{dt},{d}>",
     ]
     mod = cp.RawModule(
-        code=kernel_source(KERNEL_DIR / "flash_bwd_wgmma.cu"),
+        code=kernel_source(KERNEL_DIR / f"flash_bwd_{source}.cu"),
         options=("-std=c++17", "-I" + str(KERNEL_DIR), "-arch=sm_90a", "-DFA_FORCE_WGMMA"),
         name_expressions=names,
     )
@@ -130,7 +145,7 @@ def backward_mode(
     dsum = cp.empty((bh, n_pad), dtype=cp.float32)
     dq_acc = cp.zeros((bh, n_pad, d), dtype=cp.float32)
     frag = mode in FRAG_MODES
-    n_tickets = bh * (n_pad // BLOCK_QUERIES) * (d // 64) if mode == DETERMINISTIC_MODE else 1
+    n_tickets = bh * (n_pad // BLOCK_QUERIES) * (d // 64) if mode in TICKET_MODES else 1
     tickets = cp.zeros((n_tickets,), dtype=cp.int32)
     rows = bh * n_pad
     pre(
@@ -138,7 +153,9 @@ def backward_mode(
         (256,),
         (o, do, lse, l2, dsum, cp.int32(n_q), cp.int32(n_pad), cp.int32(rows)),
     )
-    if n_k:
+    if n_k and mode in WS_MODES:
+        _launch_ws(main, mode, q, k, v, do, l2, dsum, dq_acc, dk, dv, tickets, n_pad, scale, causal)
+    elif n_k:
         main(
             (-(-n_k // BLOCK_KEYS), bh, 1),
             (THREADS, 1, 1),
@@ -175,3 +192,23 @@ def backward_mode(
         (dq_acc, dq, cp.int32(n_q), cp.int32(n_pad), cp.int64(pairs), cp.float32(scale)),
     )
     return dq, dk, dv
+
+
+def _launch_ws(main, mode, q, k, v, do, l2, dsum, dq_acc, dk, dv, tickets, n_pad, scale,
+               causal) -> None:  # fmt: skip
+    """flash_bwd_ws over contiguous (batch, heads, N, d) inputs: Q, K, V, dO as TMA tensor maps
+    (64-row boxes for the query side, 128-row for the key side), the rest as pointers."""
+    from . import tma
+
+    cp = _cupy()
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    maps = (tma.tiled_map(q, BLOCK_QUERIES), tma.tiled_map(k, BLOCK_KEYS),
+            tma.tiled_map(v, BLOCK_KEYS), tma.tiled_map(do, BLOCK_QUERIES))  # fmt: skip
+    args = (
+        *(tma.kernel_arg(m) for m in maps), l2, dsum, dq_acc, dk, dv, tickets, cp.int32(n_q),
+        cp.int32(n_k), cp.int32(n_pad), cp.float32(scale), cp.float32(scale * _LOG2E),
+        cp.int32(1 if causal else 0),
+    )  # fmt: skip
+    grid = (-(-n_k // BLOCK_KEYS), b * h, 1)
+    main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))
