@@ -1,4 +1,4 @@
-"""Tensor-core FlashAttention backward for CuPy arrays (Hopper wgmma, `kernels/flash_bwd_wgmma.cu`).
+"""Tensor-core FlashAttention backward for CuPy arrays (Hopper, `kernels/flash_bwd_ws.cu`).
 
 ``flash_attention_backward(q, k, v, o, do, lse, causal=..., scale=...) -> (dq, dk, dv)`` takes
 what ``flash.flash_attention(q, k, v, ..., return_lse=True)`` took and returned (``o``, ``lse``)
@@ -8,11 +8,13 @@ and ``lse`` float32 (batch, heads, N_q). Accumulation is float32; the gradients 
 the input dtype. Query rows that see no key (LSE = -inf) get dQ = 0 and add nothing to dK, dV.
 
 Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
-padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head,
-dK and dV in registers, query blocks streamed past, dQ added into a float32 accumulator: by
-atomics at d = 64, by one bulk reduction per 64 x 64 tile at d = 128) and a conversion of dQ to
-the input dtype, times the scale. ``deterministic=True`` makes the key blocks add each dQ tile
-in a fixed order (bitwise repeatable gradients, at a cost BACKWARD_NOTES.md records).
+padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head: a
+producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
+in registers and add dQ into a float32 accumulator by one bulk reduction per 64 x 64 tile)
+and a conversion of dQ to the input dtype, times the scale. ``deterministic=True`` makes the
+key blocks add each dQ tile in a fixed order (bitwise repeatable gradients, at a cost
+BACKWARD_NOTES.md records). ``backward_mode`` also runs the earlier wgmma kernel
+(`kernels/flash_bwd_wgmma.cu`, consumers loading by cp.async), kept as the fallback.
 BACKWARD_NOTES.md ("Tensor-core backward" and after) records the design and its measurements.
 
 Hopper (sm_90) only: on another GPU the call raises ValueError saying so (the portable
@@ -32,20 +34,22 @@ BLOCK_QUERIES = 64  # rows per streamed query block (FB_BM)
 THREADS = 256  # two warpgroups
 
 
-# flash_bwd_main's MODE (the kernel's comment): 0 adds dQ by per-thread red atomics, 4 by one
-# bulk reduction per warpgroup's 64 x 64 tile (kept in accumulator order), 5 is 4 in a fixed
-# key-block order. BACKWARD_NOTES.md has 4 1.04-1.13x faster than 0 at d = 128 and 0.98x at
-# d = 64, hence the per-d default; DEFAULT_MODE = None means "the default for q's d".
-# Modes 6-9 are the warp-specialised kernel (kernels/flash_bwd_ws.cu: a TMA producer warpgroup
-# and mbarrier rings instead of cp.async by the consumers), WS_MODES giving its dQ MODE (0, 4
-# or 5, as above) and its ring's stages.
-MODES = (0, 4, 5, 6, 7, 8, 9)
-WS_MODES = {6: (0, 2), 7: (4, 2), 8: (0, 3), 9: (5, 2)}
+# Modes 0, 4, 5 are flash_bwd_main's MODE (kernels/flash_bwd_wgmma.cu, the fallback): dQ by
+# per-thread red atomics (0), by one bulk reduction per warpgroup's 64 x 64 tile kept in
+# accumulator order (4), or 4 in a fixed key-block order (5). Modes 7 and 9 are 4 and 5 in the
+# warp-specialised kernel (kernels/flash_bwd_ws.cu: a TMA producer warpgroup and mbarrier rings
+# instead of cp.async by the consumers), WS_MODES giving its DET argument. BACKWARD_NOTES.md has
+# 7 1.28-1.38x the wgmma kernel's best mode and 9 1.04-1.10x 5 (bf16, N 4096 and 16384), hence
+# the defaults (6 and 8, the ws kernel with atomics and with three stages, lost and are gone).
+# DEFAULT_MODE = None means "the default for q's d".
+MODES = (0, 4, 5, 7, 9)
+WS_MODES = {7: False, 9: True}
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
-DEFAULT_MODES = {64: 0, 128: 4}
+WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
+DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
 FRAG_MODES = (4, 5, 7, 9)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
-DETERMINISTIC_MODE = 5
+DETERMINISTIC_MODE = 9
 TICKET_MODES = (5, 9)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
 
@@ -55,11 +59,10 @@ def smem_bytes(d: int, mode: int = 0) -> int:
     (+ the four fp32 dQ buffers in MODES 4, 5), plus 1 KB for the 1024-byte alignment."""
     tiles = (2 * BLOCK_KEYS * d + 4 * BLOCK_QUERIES * d + BLOCK_KEYS * BLOCK_QUERIES) * 2
     dq_tile = DQ_BUFFERS_BYTES if mode in FRAG_MODES else 0
-    if mode in WS_MODES:  # flash_bwd_ws.cu's FbwSmem: ST stages, two dS^T tiles, mbarriers
-        stages = WS_MODES[mode][1]
-        tiles = (2 * BLOCK_KEYS * d + 2 * stages * BLOCK_QUERIES * d) * 2
+    if mode in WS_MODES:  # flash_bwd_ws.cu's FbwSmem: two dS^T tiles, L2 / D, mbarriers
+        tiles = (2 * BLOCK_KEYS * d + 2 * WS_STAGES * BLOCK_QUERIES * d) * 2
         tiles += 2 * BLOCK_KEYS * BLOCK_QUERIES * 2
-        return tiles + dq_tile + stages * 512 + 8 * (1 + 3 * stages) + 1024
+        return tiles + dq_tile + WS_STAGES * 512 + 8 * (1 + 3 * WS_STAGES) + 1024
     return tiles + 1024 + dq_tile + 1024
 
 
@@ -67,7 +70,7 @@ def smem_bytes(d: int, mode: int = 0) -> int:
 def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
     if mode in WS_MODES:
-        main_name, source = f"flash_bwd_ws<{dt},{d},{WS_MODES[mode][0]},{WS_MODES[mode][1]}>", "ws"
+        main_name, source = f"flash_bwd_ws<{dt},{d},{str(WS_MODES[mode]).lower()}>", "ws"
     else:
         main_name, source = f"flash_bwd_main<{dt},{d},{mode}>", "wgmma"
     names = [

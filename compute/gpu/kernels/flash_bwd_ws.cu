@@ -5,7 +5,7 @@
 // (128 keys per CTA, 64-row query blocks) and the same dQ split; what changes is who loads:
 //   * warpgroup 0 is the producer: after setmaxnreg drops it to 24 registers, one thread loads
 //     K and V once (TMA, one mbarrier) and then streams Q + L2 and dO + D of every query block
-//     into a ring of ST stages, each stage with two "full" mbarriers (Q's, so Sᵀ can start
+//     into a ring of FBW_ST stages, each stage with two "full" mbarriers (Q's, so Sᵀ can start
 //     before dO lands, and dO's) and one "empty" one the consumers release;
 //   * warpgroups 1 and 2 (240 registers each) compute as before, waiting on the mbarriers
 //     instead of cp.async groups and CTA barriers. The one barrier left per query block is
@@ -15,22 +15,25 @@
 // boxes, 64 columns and the 128-byte swizzle: the layout fa_load_panels writes, so every GEMM
 // descriptor is the wgmma kernel's. Rows past N are zero-filled by the copy engine; L2, D are
 // padded per head (flash_bwd_pre), so each block's 256 bytes of either are one bulk copy.
-// MODE: 0 dQ by per-thread red atomics, 4 by one bulk reduction per 64 x 64 tile, 5 as 4 with
-// the key blocks adding each tile in a fixed order (flash_bwd_wgmma.cu's MODEs 0, 4, 5: the
-// same tickets, order and grid reversal).
+// dQ: flash_bwd_wgmma.cu's MODE 4, one bulk reduction per warpgroup's 64 x 64 tile kept in
+// accumulator order; DET = true is its MODE 5 (the key blocks add each tile in a fixed order:
+// the same tickets, order and grid reversal). Per-thread atomics and a third stage measured
+// slower here (BACKWARD_NOTES.md) and were removed.
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_common.cuh"
 #include "ws_pipeline.cuh"
 
 #define FBW_NT 384  // producer warpgroup + two consumer warpgroups
+#define FBW_ST 2     // stages of the Q / dO ring (d = 128: 231,480 bytes of shared memory)
 
-// Shared memory from the 1024-byte aligned base (FbwSmem<D, ST, MODE>::BYTES is the host's
-// flash_backward.ws_smem_bytes): K, V | ST stages of Q, of dO | two dSᵀ buffers | MODE 4:
-// four fp32 dQ tiles | ST stages of L2 and D (256 bytes each) | mbarriers: KV, fullQ[ST],
-// fulldO[ST], empty[ST].
-template <int D, int ST, int MODE>
+// Shared memory from the 1024-byte aligned base (FbwSmem<D>::BYTES + 1024 is the host's
+// flash_backward.smem_bytes): K, V | ST stages of Q, of dO | two dSᵀ buffers | four fp32 dQ
+// tiles | ST stages of L2 and D (256 bytes each) | mbarriers: KV, fullQ[ST], fulldO[ST],
+// empty[ST].
+template <int D>
 struct FbwSmem {
+    static constexpr int ST = FBW_ST;
     static constexpr u32 KV_BYTES = FB_BN * D * 2;
     static constexpr u32 QT_BYTES = FB_BM * D * 2;
     static constexpr u32 DS_BYTES = FB_BN * FB_BM * 2;
@@ -40,7 +43,7 @@ struct FbwSmem {
     static constexpr u32 DO_OFF = Q_OFF + ST * QT_BYTES;
     static constexpr u32 DS_OFF = DO_OFF + ST * QT_BYTES;
     static constexpr u32 DQ_OFF = DS_OFF + 2 * DS_BYTES;
-    static constexpr u32 LD_OFF = DQ_OFF + (MODE >= 4 ? 4 * 16384 : 0);
+    static constexpr u32 LD_OFF = DQ_OFF + 4 * 16384;
     static constexpr u32 BAR_OFF = LD_OFF + ST * 512;
     static constexpr u32 BYTES = BAR_OFF + 8 * (1 + 3 * ST);
 };
@@ -54,7 +57,7 @@ __device__ __forceinline__ void fbw_bulk_load(u32 dst, const void* src, u32 byte
 }
 #endif
 
-template <int DT, int D, int MODE, int ST>
+template <int DT, int D, bool DET>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -63,14 +66,11 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                  int* __restrict__ sems, int Nq, int Nk, int Npad, float scale,
                  float scale_log2, int causal) {
 #if FA_HAVE_WGMMA
-    static_assert(MODE == 0 || MODE == 4 || MODE == 5, "flash_bwd_ws: MODE 0, 4 or 5");
-    static_assert(ST >= 2, "flash_bwd_ws: at least two stages");
-    using L = FbwSmem<D, ST, MODE>;
+    using L = FbwSmem<D>;
+    constexpr int ST = L::ST;
     constexpr int NS = FB_BM / 2;  // Sᵀ / dPᵀ accumulator registers (64 x 64 per warpgroup)
     constexpr int NA = D / 2;      // dK / dV accumulator registers (64 x D per warpgroup)
     constexpr int NP = D / 64;     // 64-column panels
-    constexpr bool FRAG = MODE >= 4;
-    constexpr bool DET = MODE == 5;
     extern __shared__ __align__(128) unsigned char fb_smem[];
     const u32 base = (fa_smem_addr(fb_smem) + 1023u) & ~1023u;
     const u32 sK = base + L::K_OFF, sV = base + L::V_OFF, sQ = base + L::Q_OFF;
@@ -87,12 +87,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int k0 = kb * FB_BN;
     const int bh = static_cast<int>(blockIdx.y);
     const int offset = Nk - Nq;
-    // Causal: query block i is needed iff its last row sees key k0: 64 i + 63 + offset >= k0.
-    int i0 = 0;
-    if (causal) {
-        const int x = k0 - offset - (FB_BM - 1);
-        i0 = x > 0 ? (x + FB_BM - 1) / FB_BM : 0;
-    }
+    const int i0 = fb_first_block(k0, offset, causal);
     const int nblk = Npad / FB_BM;
 
     if (tid == 0) {
@@ -140,9 +135,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int t = lane & 3;
     const int kw0 = k0 + cw * 64;
     const int row_k = kw0 + warp * 16 + g;  // key row of accumulator elements with h = 0
-    float* dQb = dQacc + static_cast<long long>(bh) * Npad * D;
     const float* fLD = reinterpret_cast<const float*>(fb_smem + (sLD - fa_smem_addr(fb_smem)));
-    int ntile = 0;  // FRAG: dQ tiles this warpgroup has written (its buffer is ntile & 1)
+    int ntile = 0;  // dQ tiles this warpgroup has written (its buffer is ntile & 1)
 
     float dv[NA], dk[NA];
 #pragma unroll
@@ -166,73 +160,21 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
-        // Element e: key row row_k + 8 ((e >> 1) & 1), query column 8 (e >> 2) + 2 t + (e & 1).
         const bool mask = (kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset);
         const float* lrow = fLD + s * 128;
-#pragma unroll
-        for (int e = 0; e < NS; e += 2) {
-            const int col = 8 * (e >> 2) + 2 * t;
-            const float2 l2 = *reinterpret_cast<const float2*>(lrow + col);
-            float p0 = fa_exp2(fmaf(sv[e], scale_log2, -l2.x));
-            float p1 = fa_exp2(fmaf(sv[e + 1], scale_log2, -l2.y));
-            if (mask) {
-                const int row = row_k + 8 * ((e >> 1) & 1);
-                const int r = q0 + col;
-                if (row >= Nk || (causal && row > r + offset)) p0 = 0.f;
-                if (row >= Nk || (causal && row > r + 1 + offset)) p1 = 0.f;
-            }
-            sv[e] = p0;
-            sv[e + 1] = p1;
-        }
+        fb_probs<NS>(sv, lrow, scale_log2, mask, row_k, q0, t, Nk, causal, offset);
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
-#pragma unroll
-        for (int e = 0; e < NS; e += 2) {
-            const int col = 8 * (e >> 2) + 2 * t;
-            const float2 dd = *reinterpret_cast<const float2*>(lrow + 64 + col);
-            dp[e] = sv[e] * (dp[e] - dd.x);
-            dp[e + 1] = sv[e + 1] * (dp[e + 1] - dd.y);
-        }
-        u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
-        fa_to_a<DT, NS>(sv, ap);
-        fa_to_a<DT, NS>(dp, ads);
-        // dSᵀ rows (keys) of 64 queries into the swizzled tile; a[kk][q] holds columns
-        // 16 kk + 8 (q >> 1) + 2 t of row row_k + 8 (q & 1). Buffer it & 1 was last read by
-        // block it - 2's dQ GEMM, which both warpgroups finished before block it - 1's barrier.
-#pragma unroll
-        for (int kk = 0; kk < FB_BM / 16; ++kk) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int r = row_k - k0 + 8 * (q & 1);
-                const int chunk = 2 * kk + (q >> 1);
-                const u32 addr = dsbuf + r * 128 + ((chunk ^ (r & 7)) << 4) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ads[kk][q]));
-            }
-        }
-#pragma unroll
-        for (int e = 0; e < NA; ++e) {
-            fa_reg_fence(dv[e]);
-            fa_reg_fence(dk[e]);
-        }
-        fa_issue_pv<DT, D, FB_BM>(dv, ap, dobase);
-        fa_issue_pv<DT, D, FB_BM>(dk, ads, qbase);
-        fa_fence_proxy_async();
+        fb_dsoft<NS>(dp, sv, lrow + 64, t);
+        // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
+        // finished before block it - 1's barrier.
+        fb_dkv_step<DT, D, NS, NA>(sv, dp, dv, dk, dsbuf, row_k - k0, t, dobase, qbase);
         fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
 
         const bool dq_here = (D == 128) || (cw == (it & 1));
         float dq[32];
-        if (dq_here) {
-            const u32 kpanel = sK + (D == 128 ? cw : 0) * (FB_BN * 128);
-            fa_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < FB_BN / 16; ++kk) {
-                const u64 da = fa_desc(dsbuf + kk * 2048, FB_BN * 128, 1024);
-                const u64 db = fa_desc(kpanel + kk * 2048, FB_BN * 128, 1024);
-                fa_wgmma_tt<DT, 64>(dq, da, db, kk > 0);
-            }
-            fa_wgmma_commit();
-        }
+        if (dq_here) fb_issue_dq<DT>(dq, dsbuf, sK + (D == 128 ? cw : 0) * (FB_BN * 128));
         fa_wgmma_wait<0>();
         fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
 #pragma unroll
@@ -240,50 +182,17 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             fa_reg_fence(dv[e]);
             fa_reg_fence(dk[e]);
         }
-        if (FRAG && dq_here) {
+        if (dq_here) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            // flash_bwd_wgmma.cu's MODE 4: the tile in accumulator order, one bulk reduction.
             const u32 buf = sDQ + static_cast<u32>(cw * 2 + (ntile & 1)) * 16384u;
-            if (ctid == 0) fb_bulk_wait_read<1>();  // this buffer's last reduction has read it
-            fb_wg_bar(cw + 1);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                                 buf + static_cast<u32>(j * 128 + ctid) * 16u),
-                             "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]),
-                             "f"(dq[4 * j + 3]));
-            }
-            fa_fence_proxy_async();
-            fb_wg_bar(cw + 1);
-            if (ctid == 0) {
-                const long long chunk =
-                    (static_cast<long long>(bh) * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
-                if constexpr (DET) {
-                    // Causal: block i's contributors are key blocks 0 .. last; last goes first.
-                    const int last = min(static_cast<int>(gridDim.x) - 1,
-                                         (i * FB_BM + FB_BM - 1 + offset) / FB_BN);
-                    fb_sem_wait(sems + chunk, causal ? last - kb : kb);
-                }
-                fb_bulk_add(dQacc + chunk * 4096, buf, 16384u);
-                if constexpr (DET) fb_sem_release(sems + chunk);
-            }
+            const long long chunk =
+                (static_cast<long long>(bh) * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+            fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, i, offset, kb, causal);
             ++ntile;
-        } else if (dq_here) {
-#pragma unroll
-            for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            const int col0 = (D == 128 ? cw : 0) * 64;
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const int r = q0 + warp * 16 + g + 8 * ((e >> 1) & 1);
-                const int c = col0 + 8 * (e >> 2) + 2 * t;
-                fb_red_v2(dQb + static_cast<long long>(r) * D + c, dq[e], dq[e + 1]);
-            }
         }
     }
-    if constexpr (FRAG) {
-        if (ctid == 0) fb_bulk_wait();  // shared memory stays until the reads are done
-    }
+    if (ctid == 0) fb_bulk_wait();  // shared memory stays until the reads are done
     const long long kvb = static_cast<long long>(bh) * Nk * D;
     fb_store_rows<DT, D>(dv, dV + kvb, row_k, Nk, t, 1.f);
     fb_store_rows<DT, D>(dk, dK + kvb, row_k, Nk, t, scale);
@@ -294,15 +203,19 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, M, ST)                                                                \
-    template __global__ void flash_bwd_ws<DT, D, M, ST>(                                      \
+#define FBW_MAIN(DT, D, DET)                                                                  \
+    template __global__ void flash_bwd_ws<DT, D, DET>(                                        \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int);
-FBW_MAIN(0, 64, 0, 2)
-FBW_MAIN(1, 64, 0, 2)
-FBW_MAIN(0, 128, 4, 2)
-FBW_MAIN(1, 128, 4, 2)
-FBW_MAIN(0, 64, 5, 2)
-FBW_MAIN(1, 128, 5, 2)
+#define FBW_INST(DT, D)                                                                       \
+    template __global__ void flash_bwd_pre<DT, D>(const u16*, const u16*, const float*,      \
+                                                  float*, float*, int, int, int);             \
+    template __global__ void flash_bwd_post_frag<DT, D>(const float*, u16*, int, int,        \
+                                                        long long, float);                    \
+    FBW_MAIN(DT, D, false) FBW_MAIN(DT, D, true)
+FBW_INST(0, 64)
+FBW_INST(1, 64)
+FBW_INST(0, 128)
+FBW_INST(1, 128)
 #endif
