@@ -107,18 +107,18 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             fa_tma_prefetch(&tmQ);
             fa_tma_prefetch(&tmdO);
             fa_mbar_expect_tx(barKV, 2 * L::KV_BYTES);
-            fa_load_kv<NP, FB_BN>(sK, &tmK, k0, bh, barKV);
-            fa_load_kv<NP, FB_BN>(sV, &tmV, k0, bh, barKV);
+            fa_load_kv<NP, FB_BN>(sK, &tmK, k0, bh, 0, barKV);
+            fa_load_kv<NP, FB_BN>(sV, &tmV, k0, bh, 0, barKV);
             const float* L2b = L2 + static_cast<long long>(bh) * Npad;
             const float* Db = Dsum + static_cast<long long>(bh) * Npad;
             for (int i = i0, it = 0; i < nblk; ++i, ++it) {
                 const int s = it % ST;
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);  // a fresh stage: at once
                 fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + 256);
-                fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, bh, fullQ + 8 * s);
+                fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, bh, 0, fullQ + 8 * s);
                 fbw_bulk_load(sLD + s * 512, L2b + i * FB_BM, 256, fullQ + 8 * s);
                 fa_mbar_expect_tx(fulldO + 8 * s, L::QT_BYTES + 256);
-                fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, bh,
+                fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, bh, 0,
                                       fulldO + 8 * s);
                 fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
             }
