@@ -54,12 +54,17 @@ class NumberCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, kind: str, key: Hashable) -> object | None:
+    def get(self, kind: str, key: Hashable, count: bool = False) -> object | None:
+        """The value held, or None; `count`: a use, not a probe (hits and misses)."""
         with self._lock:
             cache = self._kinds.get(kind)
             if cache is None or key not in cache:
+                if count:
+                    self.misses += 1
                 return None
             cache.move_to_end(key)
+            if count:
+                self.hits += 1
             return cache[key]
 
     def put(self, kind: str, key: Hashable, value: T) -> T:

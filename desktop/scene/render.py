@@ -383,11 +383,6 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
 
 def prepare_images(trace: Trace) -> LaneImages:
     """Heatmaps and write histories of both lanes' HBM tensors: both tiers at once."""
-    if trace.pass_name != "forward":
-        # A backward's first tier reads P (its shapes come from its values); P's row
-        # statistics then come from the pass over S, as on the streamed path, so both
-        # paths show the same last digit.
-        trace.forward.summary(DISPLAY_CAP)
     return complete_images(trace, prepare_first(trace))
 
 

@@ -123,8 +123,8 @@ def build_all(
         return config, trace, prepare_images(trace)
     s = trace.schedule
     if trace.backward is not None:  # its forward's every-row numbers, then the rows' own
-        trace.forward.all_rows(check)
-        trace.forward.tiled_pass(check)
+        trace.forward.forward_pass(DISPLAY_CAP, check)  # (the second tier reuses them)
+        trace.forward.tiled_pass(check)  # (in float64 made by the same pass)
         trace.backward.backward_block(min(row or 0, s.n_q - 1) // s.block_q)
         trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
     first = prepare_first(trace)

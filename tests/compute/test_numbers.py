@@ -67,13 +67,24 @@ def test_cached_numbers_are_bit_identical_to_a_fresh_build(n_q, n_k, causal, see
 def test_a_different_key_is_never_shared():
     SHARED.clear()
     a, b = random_inputs(12, 3, 3, seed=1), random_inputs(12, 3, 3, seed=2)
-    ta = build_trace(a.q, a.k, a.v, block_q=4, block_k=4, inputs_key=("x", 1))
-    tb = build_trace(b.q, b.k, b.v, block_q=4, block_k=4, inputs_key=("x", 2))
+    kw = {"dtype": "float16"}
+    ta = build_trace(a.q, a.k, a.v, block_q=4, block_k=4, inputs_key=("x", 1), **kw)
+    tb = build_trace(b.q, b.k, b.v, block_q=4, block_k=4, inputs_key=("x", 2), **kw)
     assert not np.array_equal(ta.reference, tb.reference)
     # Same key, other blocks: the dense pass is reused (one computed), the tiled one not.
-    tc = build_trace(a.q, a.k, a.v, block_q=3, block_k=5, inputs_key=("x", 1))
+    tc = build_trace(a.q, a.k, a.v, block_q=3, block_k=5, inputs_key=("x", 1), **kw)
     np.testing.assert_array_equal(tc.reference, ta.reference)
     assert SHARED.held("dense") == 2 and SHARED.held("tiled") == 3
+    # In float64 the tiled lane comes from the dense pass's products (full_pass.TiledPass):
+    # nothing of its own, whatever B_c and the order, and not another key's.
+    t64 = build_trace(a.q, a.k, a.v, block_q=3, block_k=7, inputs_key=("x", 1))
+    u64 = build_trace(a.q, a.k, a.v, block_q=5, block_k=2, order="kv-outer", inputs_key=("x", 1))
+    assert t64.tiled_pass() is u64.tiled_pass()  # (the dense pass had none: one of its own)
+    assert SHARED.held("dense") == 2 and SHARED.held("tiled") == 4
+    fresh = build_trace(a.q, a.k, a.v, block_q=3, block_k=7, inputs_key=("x", 3))
+    assert fresh.tiled_pass() is fresh.dense_pass().tiled64 is not None  # made by the pass
+    np.testing.assert_array_equal(fresh.tiled_output, t64.tiled_output)
+    assert not np.array_equal(t64.tiled_output, tb.tiled_output)
 
 
 @settings(max_examples=30, deadline=None)
