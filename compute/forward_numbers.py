@@ -22,9 +22,10 @@ from typing import TypeVar
 import numpy as np
 
 from .attention import RowHistory, causal_mask, round_to, stats_dtype
-from .first_tier import dense_chunk, tiled_rows
+from .first_tier import dense_chunk, row_sample, score_means, tiled_rows
 from .full_pass import (
     DISPLAY_CELLS,
+    BlockMeans,
     DensePass,
     FullPass,
     TiledPass,
@@ -223,6 +224,30 @@ class ForwardNumbers(Memo):
                 )
 
         return SHARED.value("tiled", self._tiled_key(), run)
+
+    def score_means(self, cap: int = DISPLAY_CELLS) -> BlockMeans:
+        """S by block means at `cap` cells a side without forming S
+        (compute.first_tier.score_means): inputs and mask only, so shared as the dense
+        pass is (a change of blocks, order, dtype or pass finds it)."""
+        return SHARED.value(
+            "score_means",
+            self._dense_key(cap),
+            lambda: score_means(
+                self.q, self.k, causal=self.schedule.causal, scale=self.scale, cap=cap
+            ),
+        )
+
+    def row_sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|S|, P) on evenly spaced whole rows (compute.first_tier.row_sample), for the
+        colour scales: shared as score_means is."""
+
+        def run():
+            out = row_sample(self.q, self.k, causal=self.schedule.causal, scale=self.scale)
+            for a in out:
+                a.setflags(write=False)
+            return out
+
+        return SHARED.value("row_sample", self._dense_key(0), run)
 
     @property
     def reference(self) -> np.ndarray:

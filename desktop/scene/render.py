@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute import Trace
-from compute.first_tier import row_sample, score_means
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.timeline import PHASE_CODE
 
@@ -276,14 +275,13 @@ def prepare_first(trace: Trace) -> LaneImages:
     (P's from whole sampled rows) and S's write history, exact without all of S. Every other tensor is
     a grey placeholder of its display size marked `pending`, so the layout does not move
     when complete_images fills it."""
-    s = trace.schedule
-    s_sample, p_sample = row_sample(trace.q, trace.k, causal=s.causal, scale=trace.scale)
+    s_sample, p_sample = trace.forward.row_sample()  # (inputs and mask only: cached)
     images = LaneImages(
         ColorScale(_shared_vmax(trace, [trace.v])), ColorScale(_shared_vmax(trace, [p_sample]))
     )
     images.score_scale = ColorScale(_shared_vmax(trace, [s_sample]))
     images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
-    means = score_means(trace.q, trace.k, causal=s.causal, scale=trace.scale, cap=DISPLAY_CAP)
+    means = trace.forward.score_means(DISPLAY_CAP)
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}
