@@ -339,6 +339,7 @@ def dense_pass(
             reference = forward.reference[r0:r1]
         if fold:  # the float64 tiled lane: a_T = E V, ℓ_T = rowsum(E) (TiledPass)
             acc.rows("tiled_output", r0, r1, _divide_rows(e @ v, sm))
+        del e  # (the chunk's arrays are few at a time: the memory estimate counts them)
         if do is None:
             continue
         # The standard backward on the same P: D = rowsum(dO ∘ O), then five products.
@@ -346,7 +347,8 @@ def dense_pass(
         d_ref = np.sum(do_c * reference, axis=1)
         acc.rows("D", r0, r1, d_ref)
         dp = do_c @ v.T  # dP = dO Vᵀ
-        ds = p * (dp - d_ref[:, None])  # dS = P ∘ (dP − D)
+        ds = dp - d_ref[:, None]
+        ds *= p  # dS = P ∘ (dP − D)
         acc.add("dv", p.T @ do_c)  # dV = Pᵀ dO, summed over row chunks
         acc.rows("dq", r0, r1, (ds @ k) * scale)  # dQ = dS K · scale
         acc.add("dk", (ds.T @ q[r0:r1]) * scale)  # dK = dSᵀ Q · scale
@@ -398,11 +400,14 @@ def _tiled64(out: np.ndarray, dense: DensePass) -> TiledPass:
 def _tiled64_backward_chunk(acc, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale) -> None:
     """The float64 tiled lane's backward for one chunk (compute.backward_numbers's
     tiled_backward in float64, on the dense pass's S and dP: the same products):
-    P̃ = exp(S − L) from its forward's L, D = rowsum(dO ∘ O) on its own O."""
+    P̃ = exp(S − L) from its forward's L, D = rowsum(dO ∘ O) on its own O. Overwrites
+    s64 (the chunk's S) with P̃."""
     lse = _lse(mx, sm)
-    pt = np.exp(s64 - _safe_max(lse)[:, None])  # P̃ = exp(S − L), recomputed from L
+    pt = np.subtract(s64, _safe_max(lse)[:, None], out=s64)  # (S is not read after this)
+    np.exp(pt, out=pt)  # P̃ = exp(S − L), recomputed from L
     d_t = np.sum(do_c * o_t, axis=1)  # D = rowsum(dO ∘ O)
-    dst = pt * (dp - d_t[:, None])  # dS = P̃ ∘ (dP − D)
+    dst = dp - d_t[:, None]
+    dst *= pt  # dS = P̃ ∘ (dP − D)
     acc.add("tv", pt.T @ do_c)  # dV_j += P̃ᵀ dO_i
     acc.rows("tq", r0, r1, (dst @ k) * scale)  # dQ_i = Σ_j dS_ij K_j · scale
     acc.add("tk", (dst.T @ q[r0:r1]) * scale)  # dK_j += dS_ijᵀ Q_i · scale
