@@ -292,7 +292,7 @@ class ForwardNumbers(Memo):
         if found is not None:
             return found.row_max[r0:r1], found.row_sum[r0:r1], found.reference[r0:r1]
         chunks = row_chunks(*self._sizes, r0, r1)
-        if len(chunks) > 2:  # most of the pass: make the pass (and keep it)
+        if len(chunks) > 2 and r1 - r0 == self.schedule.n_q:  # all rows: make the pass
             f = self.forward_pass()
             return f.row_max[r0:r1], f.row_sum[r0:r1], f.reference[r0:r1]
         parts = [self._dense_chunk(a, b) for a, b in chunks]
@@ -327,7 +327,12 @@ class ForwardNumbers(Memo):
         (compute.first_tier.tiled_rows: the same digits)."""
         if self._tiled_found():
             return self.tiled_pass().tiled_output[r0:r1]
+        chunks = row_chunks(*self._sizes, r0, r1)
+        parts = [self._tiled_chunk(a, b) for a, b in chunks]
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out[r0 - chunks[0][0] : r1 - chunks[0][0]]
 
+    def _tiled_chunk(self, r0: int, r1: int) -> np.ndarray:
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
                 out = tiled_rows(
@@ -337,7 +342,7 @@ class ForwardNumbers(Memo):
             out.setflags(write=False)
             return out
 
-        return self._memo("tiled_rows", 8, (r0, r1), run)
+        return self._memo("tiled_rows", 4, (r0, r1), run)
 
     def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         # The rows' softmax statistics: dense_rows (one source: the pass's chunks).
