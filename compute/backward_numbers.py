@@ -99,7 +99,9 @@ class BackwardNumbers(Memo):
         backward_summary (it forms P, dP and dS anyway): the tiled lane's sums are taken
         over row chunks instead of tile by tile, so they equal compute.attention_backward's
         up to the order of the additions (a test holds them within rounding), and a large
-        N with tiny blocks costs no Python loop over thousands of tiles."""
+        N with tiny blocks costs no Python loop over thousands of tiles. In float64 the
+        tiled lane's are formed in the dense pass's own loop, on its S and dP
+        (compute.full_pass.dense_pass's `tiled64`)."""
         g = self.backward_summary(DISPLAY_CELLS)
         return g.gradients if lane == "dense" else g.tiled_gradients
 
