@@ -121,11 +121,14 @@ def _cover(q: np.ndarray, k: np.ndarray, r0: int, r1: int) -> list[tuple[int, in
 
 
 def dense_chunk(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, r0: int, r1: int, *, causal: bool, scale: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One chunk's (row max, row sum, softmax(S) V), as compute.full_pass.dense_pass forms it."""
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, r0: int, r1: int, *, causal: bool,
+    scale: float, fold: bool = False,
+) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """One chunk's (row max, row sum, softmax(S) V), as compute.full_pass.dense_pass forms
+    it; with `fold` also the float64 tiled lane's output E V / ℓ from the same E."""
     _s, mx, e, sm = _softmax_chunk(q, k, r0, r1, causal, scale)
-    return mx, sm, _divide_rows(e, sm) @ v  # O = softmax(S) V
+    out = (mx, sm, _divide_rows(e, sm) @ v)  # O = softmax(S) V
+    return (*out, _divide_rows(e @ v, sm)) if fold else out
 
 
 def tiled_rows(

@@ -295,7 +295,7 @@ class ForwardNumbers(Memo):
         if len(chunks) > 2 and r1 - r0 == self.schedule.n_q:  # all rows: make the pass
             f = self.forward_pass()
             return f.row_max[r0:r1], f.row_sum[r0:r1], f.reference[r0:r1]
-        parts = [self._dense_chunk(a, b) for a, b in chunks]
+        parts = [self._dense_chunk(a, b)[:3] for a, b in chunks]
         a0 = chunks[0][0]
         if len(parts) == 1:
             return tuple(x[r0 - a0 : r1 - a0] for x in parts[0])  # type: ignore[return-value]
@@ -305,12 +305,15 @@ class ForwardNumbers(Memo):
     def _sizes(self) -> tuple[int, int]:
         return self.schedule.n_q, self.schedule.n_k
 
-    def _dense_chunk(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _dense_chunk(self, r0: int, r1: int) -> tuple[np.ndarray, ...]:
+        """One chunk's dense rows (and in float64 its tiled lane's: the same E)."""
+
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
                 out = dense_chunk(
-                    self.q, self.k, self.v, r0, r1, causal=self.schedule.causal, scale=self.scale
-                )
+                    self.q, self.k, self.v, r0, r1, causal=self.schedule.causal,
+                    scale=self.scale, fold=self._wide,
+                )  # fmt: skip
             for a in out:
                 a.setflags(write=False)
             return out
@@ -333,6 +336,9 @@ class ForwardNumbers(Memo):
         return out[r0 - chunks[0][0] : r1 - chunks[0][0]]
 
     def _tiled_chunk(self, r0: int, r1: int) -> np.ndarray:
+        if self._wide:  # the fold of the dense chunk's E (full_pass.TiledPass)
+            return self._dense_chunk(r0, r1)[3]
+
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
                 out = tiled_rows(
