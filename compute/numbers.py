@@ -4,7 +4,8 @@ A change of block sizes, loop order, dtype or pass keeps the inputs, so everythi
 depends on the inputs and the mask alone (the dense lane's S, P summaries, reference
 output, row statistics and, with dO, its backward and gradients: compute.full_pass's
 DensePass) is found here instead of computed again; the tiled lane's forward depends on
-B_c, the order and the dtype too (not B_r), and its backward on the same plus dO.
+B_c, the order and the dtype too (not B_r), and its backward on the same plus dO; in
+float64 on neither (the dense pass forms it from its own products: full_pass.TiledPass).
 
 Keys start with the inputs' key: whoever makes the inputs names them by their source
 (desktop.state.config: seed, scale, N, N_k, d, d_v, or a file's path and stat), so
