@@ -129,6 +129,14 @@ def run_bench_gui(argv: Sequence[str]) -> int:
     return bench_gui_main(list(argv))
 
 
+def run_bench_memory(argv: Sequence[str]) -> int:
+    try:
+        from desktop.cli.bench_memory import main as bench_memory_main
+    except ImportError as exc:
+        return fail(f"the memory benchmark needs Qt ({exc}).", "flash-explorer bench-memory")
+    return bench_memory_main(list(argv))
+
+
 def run_gui(argv: Sequence[str]) -> int:
     try:
         from desktop.cli.gui import main as app_main
@@ -148,6 +156,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "export-ledger": run_export_ledger,
     "bench-gui": run_bench_gui,
     "paper-check": run_paper_check,
+    "bench-memory": run_bench_memory,
 }
 
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
@@ -160,6 +169,7 @@ USAGE = """usage: flash-explorer [GUI flags]            open the explorer (defau
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
        flash-explorer bench-gui [flags]         time the window offscreen: change, frame
        flash-explorer paper-check [--json]      FlashAttention's Figure 2 beside our ledgers
+       flash-explorer bench-memory [flags]      the window's peak memory against its estimate
 Run `flash-explorer gui --help` for the GUI flags, any other command with --help for its
 flags, and `flash-explorer --version` for the version."""
 
