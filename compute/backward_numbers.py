@@ -22,7 +22,7 @@ import numpy as np
 from .attention import _tile_scores, output_dtype, round_to
 from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
 from .forward_numbers import DISPLAY_CELLS, Check, ForwardNumbers, Memo
-from .full_pass import CHUNK_ELEMENTS, BlockMeans
+from .full_pass import BlockMeans, row_chunks
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 from .numbers import SHARED
 
@@ -99,7 +99,9 @@ class BackwardNumbers(Memo):
         backward_summary (it forms P, dP and dS anyway): the tiled lane's sums are taken
         over row chunks instead of tile by tile, so they equal compute.attention_backward's
         up to the order of the additions (a test holds them within rounding), and a large
-        N with tiny blocks costs no Python loop over thousands of tiles."""
+        N with tiny blocks costs no Python loop over thousands of tiles. In float64 the
+        tiled lane's are formed in the dense pass's own loop, on its S and dP
+        (compute.full_pass.dense_pass's `tiled64`)."""
         g = self.backward_summary(DISPLAY_CELLS)
         return g.gradients if lane == "dense" else g.tiled_gradients
 
@@ -111,17 +113,27 @@ class BackwardNumbers(Memo):
     @property
     def reference_D(self) -> np.ndarray:
         """D = rowsum(dO ∘ O) in float64 on the reference output (the dense lane's)."""
+        found = self._found_dense()
+        if found is not None:
+            return found.backward.D
 
-        do = self._need_do()
-        if SHARED.get("dense", (*self.forward._dense_key(DISPLAY_CELLS), self.do_key)):
-            return self.forward.dense_pass(DISPLAY_CELLS).backward.D
-
-        def run():  # before the pass over S: on the reference O of every row
-            d = np.sum(do * self.forward.all_rows()[2], axis=1)  # D = rowsum(dO ∘ O)
+        def run():  # before the backward's pass: on every row's reference O, by chunks
+            do, o = self._need_do(), self.forward.dense_rows(0, self.schedule.n_q)[2]
+            d = np.empty(self.schedule.n_q)
+            for r0, r1 in row_chunks(self.schedule.n_q, self.schedule.n_k):
+                d[r0:r1] = np.sum(do[r0:r1] * o[r0:r1], axis=1)  # D = rowsum(dO ∘ O)
             d.setflags(write=False)
             return d
 
         return self._memo("reference_D", 1, None, run)
+
+    def _found_dense(self, cap: int = DISPLAY_CELLS):
+        """The dense backward pass of these inputs, mask and dO, if made (with the float64
+        tiled lane's backward when this trace is float64)."""
+        found = SHARED.get("dense", (*self.forward._dense_key(cap), self.do_key))
+        if found is None or (self.dtype == "float64" and found.backward.tiled64 is None):
+            return None
+        return found
 
     def backward_block(self, block: int) -> BackwardBlock:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
@@ -141,7 +153,8 @@ class BackwardNumbers(Memo):
             "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
-                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1), o_reference=self.forward.all_rows()[2],
+                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1),
+                o_reference=self.forward.dense_rows(0, self.schedule.n_q)[2],
             ),
         )  # fmt: skip
 
@@ -208,29 +221,36 @@ class BackwardNumbers(Memo):
         the shared ones of the same inputs, mask, B_c, order and dtype)."""
         if ("bwd_summary", cap) in self._held():
             return True
-        dense = SHARED.get("dense", (*self.forward._dense_key(cap), self.do_key))
-        tiled = SHARED.get("tiled_backward", self._tiled_backward_key())
-        return dense is not None and tiled is not None and self.forward.summary_cached(cap)
+        if self._found_dense(cap) is None or not self.forward.summary_cached(cap):
+            return False
+        return (
+            self.dtype == "float64"
+            or SHARED.get("tiled_backward", self._tiled_backward_key()) is not None
+        )
 
     def _backward_summary(self, cap: int, check: Check = None) -> BackwardSummary:
         self._need_do()
-        # The same pass as the forward's S and P.
+        # The same pass as the forward's S and P (in float64 with the tiled lane's).
         dense = self.forward.dense_pass(cap, check).backward
-        self.forward.tiled_pass(check)  # the tiled lane's L, which its backward reads
-        tiled = SHARED.value(
-            "tiled_backward",
-            self._tiled_backward_key(),
-            lambda: tiled_backward(
-                self._operands(), self.schedule, self.scale, self.dtype, check=check
-            ),
-        )
+        if self.dtype == "float64":
+            tiled = dense.tiled64
+        else:
+            self.forward.tiled_pass(check)  # the tiled lane's L, which its backward reads
+            tiled = SHARED.value(
+                "tiled_backward",
+                self._tiled_backward_key(),
+                lambda: tiled_backward(
+                    self._operands(), self.schedule, self.scale, self.dtype, check=check
+                ),
+            )
         return BackwardSummary(dense.dp_small, dense.ds_small, dense.sample, dense.gradients, tiled)
 
 
 def tiled_backward(
     ops: Operands, s, scale: float, dtype: str, check: Check = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The tiled lane's (dQ, dK, dV) in its output dtype, over row chunks: inputs, O and dO
+    """The tiled lane's (dQ, dK, dV) in a narrow dtype, over row chunks (in float64 the
+    dense pass forms them, compute.full_pass.dense_pass's `tiled64`): inputs, O and dO
     rounded to the dtype, statistics and accumulators in the statistics dtype, P̃ =
     exp(S − L) from its forward's L (as compute.backward), P̃ and dS rounded before their
     matmuls as a kernel does. Only the order of the additions differs from the tile loop."""
@@ -238,12 +258,10 @@ def tiled_backward(
     lse, d_t, sc_t = ops.lse_a, ops.D, acc(scale)  # lse_a: P̃ = 0 on −∞ rows
     tq = np.empty((s.n_q, s.d), dtype=acc)
     tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
-    chunk = max(1, CHUNK_ELEMENTS // s.n_k)
     with np.errstate(over="ignore", invalid="ignore"):
-        for r0 in range(0, s.n_q, chunk):
+        for r0, r1 in row_chunks(s.n_q, s.n_k):
             if check is not None:
                 check()
-            r1 = min(s.n_q, r0 + chunk)
             st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.mask)
             pt = np.exp(st - lse[r0:r1, None])
             dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), dtype).astype(acc)

@@ -92,6 +92,23 @@ def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
     return _tile_scores(qd, kd, rows, cols, s.n_q, s.n_k, acc(scale), s.mask)  # S = Q Kᵀ · scale
 
 
+def _split(x: np.ndarray, block: int) -> np.ndarray:
+    """(rows, w) to (blocks, block, w): consecutive blocks of rows, the last one padded
+    with zero rows (which add nothing to a product)."""
+    rows, w = x.shape
+    blocks = -(-rows // block)
+    if blocks * block != rows:
+        x = np.concatenate([x, np.zeros((blocks * block - rows, w), dtype=x.dtype)])
+    return x.reshape(blocks, block, w)
+
+
+def _running(per_block: np.ndarray) -> np.ndarray:
+    """Partial sums after each block, index 0 = before any (zeros)."""
+    out = np.zeros((per_block.shape[0] + 1, *per_block.shape[1:]), dtype=per_block.dtype)
+    np.cumsum(per_block, axis=0, out=out[1:])
+    return out
+
+
 def _frozen(*arrays):
     for x in arrays:
         x.setflags(write=False)
@@ -110,10 +127,10 @@ def backward_block(
     d_rows = ops.D[rows]  # D_i = rowsum(dO_i ∘ O_i)
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
     ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
-    dq = np.zeros((s.t_c + 1, r1 - r0, s.d), dtype=acc)
-    for j in range(s.t_c):  # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile
-        c0, c1 = s.cols(j)
-        dq[j + 1] = dq[j] + (ds[:, c0:c1] @ kd[c0:c1]) * acc(scale)
+    # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: every tile's product at once,
+    # then their running sums in tile order (a cumulative sum, no loop over tiles).
+    per_tile = np.matmul(_split(ds.T, s.block_k).transpose(0, 2, 1), _split(kd, s.block_k))
+    dq = _running(per_tile * acc(scale))
     # The float64 reference: the dense formulas on the exact P rows.
     k64, v64, do64 = ops.k, ops.v, ops.do
     p64 = np.asarray(p_reference, dtype=np.float64)
@@ -139,12 +156,12 @@ def key_tile(
     dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
     p_lo = round_to(p, dtype).astype(acc)
     ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
-    dk = np.zeros((s.t_r + 1, c1 - c0, s.d), dtype=acc)
-    dv = np.zeros((s.t_r + 1, c1 - c0, s.d_v), dtype=acc)
-    for i in range(s.t_r):  # per query block i (a block that sees no key here adds 0)
-        r0, r1 = s.rows(i)
-        dv[i + 1] = dv[i] + p_lo[r0:r1].T @ dod[r0:r1]  # dV_j ← dV_j + P̃_ijᵀ dO_i
-        dk[i + 1] = dk[i] + (ds_lo[r0:r1].T @ qd[r0:r1]) * acc(scale)  # dK_j ← dK_j + dS_ijᵀ Q_i
+    # Per query block i (a block that sees no key here adds 0), every block's product at
+    # once, then their running sums in block order:
+    do_b, q_b = _split(dod, s.block_q), _split(qd, s.block_q)
+    dv = _running(np.matmul(_split(p_lo, s.block_q).transpose(0, 2, 1), do_b))  # dV_j += P̃ᵀ dO_i
+    dk_i = np.matmul(_split(ds_lo, s.block_q).transpose(0, 2, 1), q_b) * acc(scale)
+    dk = _running(dk_i)  # dK_j ← dK_j + dS_ijᵀ Q_i · scale
     q64, v64, do64 = ops.q, ops.v, ops.do
     p64 = np.asarray(p_reference, dtype=np.float64)
     dp64 = do64 @ v64[cols].T

@@ -6,17 +6,15 @@
   need their entries (a diagonal band: one small product per row of cells).
 - |S| and P on a few evenly spaced whole rows, for S's and P's colour scales.
 - A few query rows' dense softmax statistics and output, and the tiled lane's output,
-  over those rows alone (O(rows · N_k · d)): what the selected row and the current
-  tiles show.
-- Every query row's dense statistics and output in chunks (dense_all_rows): what a
-  backward's first tier needs of its forward (a key tile's P columns and D span every
-  row), without the backward's products.
+  over the chunks holding those rows (O(chunk · N_k · d)): what the selected row and
+  the current tiles show.
+Every row's numbers here are formed in the chunks of compute.full_pass.row_chunks, as
+the pass over S forms them, so a row shows the same digits before and after that pass.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -25,12 +23,11 @@ from .attention import (
     _divide_rows,
     _prepare,
     _safe_max,
-    _tile_scores,
     causal_mask,
     output_dtype,
     round_to,
 )
-from .full_pass import BlockMeans, _tiled_rows, softmax_rows
+from .full_pass import BlockMeans, _softmax_chunk, tiled_chunk
 from .mask import FULL, SKIPPED, Mask
 from .schedule import Schedule
 
@@ -106,39 +103,45 @@ def row_sample(
 def dense_rows(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, r0: int, r1: int, *, causal: bool, scale: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Query rows r0:r1's (row max, row sum, softmax(S) V) in float64, over all keys."""
-    _s, mx, sm, p = softmax_rows(q, k, np.arange(r0, r1), causal=causal, scale=scale)
-    return mx, sm, p @ v  # O = softmax(S) V
+    """Query rows r0:r1's (row max, row sum, softmax(S) V) in float64, over all keys,
+    formed in the pass's chunks that cover them (compute.full_pass.row_chunks): the
+    same digits as the pass over S, at the cost of a chunk or two."""
+    parts = [
+        dense_chunk(q, k, v, a, b, causal=causal, scale=scale) for a, b in _cover(q, k, r0, r1)
+    ]
+    a0 = _cover(q, k, r0, r1)[0][0]
+    return tuple(np.concatenate(x)[r0 - a0 : r1 - a0] for x in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def dense_all_rows(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool, scale: float,
-    check: Callable[[], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """dense_rows over every query row, in chunks of about CHUNK_ELEMENTS scores
-    (`check` between them may raise to cancel): the forward's numbers a backward's first
-    tier reads, in 1/3 of the backward's products."""
-    n_q, n_k = q.shape[0], k.shape[0]
-    mx, sm = np.empty(n_q), np.empty(n_q)
-    out = np.empty((n_q, v.shape[1]))
-    chunk = max(1, full_pass.CHUNK_ELEMENTS // max(1, n_k))  # read here: tests set it
-    for r0 in range(0, n_q, chunk):
-        if check is not None:
-            check()
-        r1 = min(n_q, r0 + chunk)
-        mx[r0:r1], sm[r0:r1], out[r0:r1] = dense_rows(q, k, v, r0, r1, causal=causal, scale=scale)
-    for a in (mx, sm, out):
-        a.setflags(write=False)
-    return mx, sm, out
+def _cover(q: np.ndarray, k: np.ndarray, r0: int, r1: int) -> list[tuple[int, int]]:
+    return full_pass.row_chunks(q.shape[0], k.shape[0], r0, r1)
+
+
+def dense_chunk(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, r0: int, r1: int, *, causal: bool,
+    scale: float, fold: bool = False,
+) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """One chunk's (row max, row sum, softmax(S) V), as compute.full_pass.dense_pass forms
+    it; with `fold` also the float64 tiled lane's output E V / ℓ from the same E."""
+    _s, mx, e, sm = _softmax_chunk(q, k, r0, r1, causal, scale)
+    out = (mx, sm, _divide_rows(e, sm) @ v)  # O = softmax(S) V
+    return (*out, _divide_rows(e @ v, sm)) if fold else out
 
 
 def tiled_rows(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, s: Schedule, r0: int, r1: int, *,
     scale: float, dtype: str,
 ) -> np.ndarray:  # fmt: skip
-    """The tiled lane's output of rows r0:r1 in its dtype (compute.full_pass's closed form
-    over these rows alone)."""
-    acc, qd, kd, vd, scale_acc = _prepare(q, k, v, dtype, scale)
-    sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, scale_acc, s.mask)
-    out, _m, _l = _tiled_rows(sc.astype(acc, copy=False), vd, s, dtype, acc)
+    """The tiled lane's output of rows r0:r1 in its dtype, formed in the chunks that
+    cover them as compute.full_pass.tiled_pass forms them (the same digits)."""
+    if dtype == "float64":  # the fold over the dense chunk's E (full_pass.TiledPass)
+        outs = []
+        for a, b in _cover(q, k, r0, r1):
+            _s, _mx, e, sm = _softmax_chunk(q, k, a, b, s.mask, scale)
+            outs.append(_divide_rows(e @ v, sm))
+    else:
+        prepared = _prepare(q, k, v, dtype, scale)
+        outs = [tiled_chunk(prepared, s, a, b, dtype)[0] for a, b in _cover(q, k, r0, r1)]
+    a0 = _cover(q, k, r0, r1)[0][0]
+    out = np.concatenate(outs)[r0 - a0 : r1 - a0]
     return round_to(out, dtype).astype(output_dtype(dtype))

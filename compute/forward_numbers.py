@@ -12,6 +12,7 @@ every row's state at a tile for KV-outer's HBM (a cursor). Views look numbers up
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -21,8 +22,18 @@ from typing import TypeVar
 import numpy as np
 
 from .attention import RowHistory, causal_mask, round_to, stats_dtype
-from .first_tier import dense_all_rows, dense_rows, tiled_rows
-from .full_pass import DensePass, FullPass, TiledPass, combine, dense_pass, tiled_pass
+from .first_tier import dense_chunk, row_sample, score_means, tiled_rows
+from .full_pass import (
+    DISPLAY_CELLS,
+    BlockMeans,
+    DensePass,
+    FullPass,
+    TiledPass,
+    combine,
+    dense_pass,
+    row_chunks,
+    tiled_pass,
+)
 from .inputs import HISTORY_BLOCKS
 from .numbers import SHARED
 from .recurrence import TileCursor, block_history
@@ -32,7 +43,6 @@ from .timeline import LaneTimeline
 T = TypeVar("T")
 Check = Callable[[], None] | None  # called between chunks; raises to cancel a pass
 
-DISPLAY_CELLS = 256  # S, P, dP and dS are summarised at this many cells a side unless asked
 DEFAULT_DO_KEY = ("default dO",)  # compute.backward_rows.default_do, the same for a shape
 
 
@@ -108,53 +118,98 @@ class ForwardNumbers(Memo):
         return self._memo("summary", 2, cap, lambda: self._summary_uncached(cap, check))
 
     def _summary_uncached(self, cap: int, check: Check = None) -> FullPass:
-        return combine(self.dense_pass(cap, check), self.tiled_pass(check))
+        dense = self.dense_pass(cap, check)
+        return combine(dense, self.tiled_pass(check))
 
     def _dense_key(self, cap: int) -> tuple:
         return (self.inputs_key, self.schedule.mask, self.scale, cap)
 
+    @property
+    def _wide(self) -> bool:
+        return self.dtype == "float64"  # the tiled lane comes from the dense products
+
+    def _found_forward(self, cap: int = DISPLAY_CELLS, count: bool = False) -> DensePass | None:
+        """A dense pass of these inputs and mask already made (its forward numbers: a
+        backward's pass holds them too), or None; `count` as NumberCache.get."""
+        key = self._dense_key(cap)
+        keys = [(*key, None), (*key, DEFAULT_DO_KEY)]
+        if self.do is not None:
+            keys.insert(1, (*key, self.do_key))
+        for k in keys:
+            found = SHARED.get("dense", k)
+            if found is not None:
+                return SHARED.get("dense", k, count=count)
+        if count:
+            SHARED.misses += 1
+        return None
+
+    def _run_dense(self, cap: int, check: Check, **kw) -> DensePass:
+        # Scores beyond a narrow dtype give inf/NaN, as on a GPU; the app reports that
+        # once (attention.overflow_notice), not as NumPy warnings per chunk.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return dense_pass(
+                self.q, self.k, self.v, causal=self.schedule.mask, scale=self.scale,
+                cap=cap, check=check, tiled64=self._wide, **kw,
+            )  # fmt: skip
+
+    def forward_pass(self, cap: int = DISPLAY_CELLS, check: Check = None) -> DensePass:
+        """The dense lane's forward numbers (and in float64 the tiled lane's, from the
+        same products), without a backward's: what a backward's first tier reads of
+        every row (a key tile's P columns and D span every row). Shared through
+        compute.numbers by every trace of these inputs and mask."""
+        found = self._found_forward(cap, count=True)
+        if found is not None:
+            return found
+        return SHARED.put("dense", (*self._dense_key(cap), None), self._run_dense(cap, check))
+
     def dense_pass(self, cap: int = DISPLAY_CELLS, check: Check = None) -> DensePass:
         """The dense lane's numbers (and, with a backward, its backward's, from the same
-        S and P): shared through compute.numbers by every trace of these inputs and mask."""
-        key = self._dense_key(cap)
-        if self.do is None:  # a backward's pass of the same inputs holds the forward's too
-            found = SHARED.get("dense", (*key, DEFAULT_DO_KEY))
-            if found is not None:
-                return found
-        do_key = None if self.do is None else self.do_key
-
-        def run() -> DensePass:
-            # Scores beyond a narrow dtype give inf/NaN, as on a GPU; the app reports that
-            # once (attention.overflow_notice), not as NumPy warnings per chunk.
-            with np.errstate(over="ignore", invalid="ignore"):
-                return dense_pass(
-                    self.q, self.k, self.v, causal=self.schedule.mask, scale=self.scale,
-                    cap=cap, do=self.do, check=check,
-                )  # fmt: skip
-
-        return SHARED.value("dense", (*key, do_key), run)
+        S and P; in float64 the tiled lane's too): shared through compute.numbers by
+        every trace of these inputs and mask. A backward whose forward numbers are made
+        already forms only its own products (the same chunks: the same digits)."""
+        if self.do is None:
+            return self.forward_pass(cap, check)
+        key = (*self._dense_key(cap), self.do_key)
+        found = SHARED.get("dense", key, count=True)
+        if found is not None and (found.backward.tiled64 is not None or not self._wide):
+            return found
+        forward = self._found_forward(cap)
+        if forward is not None:
+            forward = dataclasses.replace(forward, backward=None)
+        return SHARED.put("dense", key, self._run_dense(cap, check, do=self.do, forward=forward))
 
     def summary_cached(self, cap: int = DISPLAY_CELLS) -> bool:
         """Whether `summary(cap)` would find its passes over S already done (a change of
         B_r, or back to blocks seen before): then nothing is worth streaming."""
         if ("summary", cap) in self._held():
             return True
-        return self._dense_found(cap) and SHARED.get("tiled", self._tiled_key()) is not None
+        return self._dense_found(cap) and self._tiled_found()
 
     def _dense_found(self, cap: int = DISPLAY_CELLS) -> bool:
-        """Whether `dense_pass(cap)` is done (for these inputs and mask, any blocks)."""
-        key = self._dense_key(cap)
-        keys = [(*key, None if self.do is None else self.do_key)]
-        if self.do is None:
-            keys.append((*key, DEFAULT_DO_KEY))
-        return any(SHARED.get("dense", k) is not None for k in keys)
+        """Whether the dense lane's forward numbers are made (these inputs and mask)."""
+        return self._found_forward(cap) is not None
 
     def _tiled_key(self) -> tuple:
         s = self.schedule  # not B_r: each row's closed form is its own
+        if self._wide:  # the fold: B_c and the order change nothing (TiledPass)
+            return (self.inputs_key, s.mask, self.scale, "float64")
         return (self.inputs_key, s.mask, self.scale, s.block_k, s.order, self.dtype)
 
+    def _tiled_found(self) -> bool:
+        if SHARED.get("tiled", self._tiled_key()) is not None:
+            return True
+        found = self._found_forward() if self._wide else None
+        return found is not None and found.tiled64 is not None
+
     def tiled_pass(self, check: Check = None) -> TiledPass:
-        """The tiled lane's output, L and final state, shared as `dense_pass` is."""
+        """The tiled lane's output, L and final state, shared as `dense_pass` is. In
+        float64, from the dense pass's products when it has them (full_pass.TiledPass)."""
+        if self._wide:
+            found = self._found_forward()
+            if found is None and SHARED.get("tiled", self._tiled_key()) is None:
+                found = self.forward_pass(DISPLAY_CELLS, check)  # makes both lanes' numbers
+            if found is not None and found.tiled64 is not None:
+                return found.tiled64
 
         def run() -> TiledPass:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -169,6 +224,30 @@ class ForwardNumbers(Memo):
                 )
 
         return SHARED.value("tiled", self._tiled_key(), run)
+
+    def score_means(self, cap: int = DISPLAY_CELLS) -> BlockMeans:
+        """S by block means at `cap` cells a side without forming S
+        (compute.first_tier.score_means): inputs and mask only, so shared as the dense
+        pass is (a change of blocks, order, dtype or pass finds it)."""
+        return SHARED.value(
+            "score_means",
+            self._dense_key(cap),
+            lambda: score_means(
+                self.q, self.k, causal=self.schedule.mask, scale=self.scale, cap=cap
+            ),
+        )
+
+    def row_sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|S|, P) on evenly spaced whole rows (compute.first_tier.row_sample), for the
+        colour scales: shared as score_means is."""
+
+        def run():
+            out = row_sample(self.q, self.k, causal=self.schedule.mask, scale=self.scale)
+            for a in out:
+                a.setflags(write=False)
+            return out
+
+        return SHARED.value("row_sample", self._dense_key(0), run)
 
     @property
     def reference(self) -> np.ndarray:
@@ -206,45 +285,60 @@ class ForwardNumbers(Memo):
         return s
 
     def dense_rows(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows r0:r1's dense (row max, row sum, reference output), float64, computed over
-        those rows alone (compute.first_tier): the selected row and the current tiles read
-        these, so they are exact within a frame, before the pass over all of S."""
+        """Rows r0:r1's dense (row max, row sum, reference output), float64: the pass
+        over S's rows once it is made, before it the same chunks' products formed for
+        these rows (compute.first_tier.dense_chunk: the same digits, whichever is at
+        hand), so the selected row and the current tiles are exact within a frame."""
+        found = self._found_forward()
+        if found is not None:
+            return found.row_max[r0:r1], found.row_sum[r0:r1], found.reference[r0:r1]
+        chunks = row_chunks(*self._sizes, r0, r1)
+        if len(chunks) > 2 and r1 - r0 == self.schedule.n_q:  # all rows: make the pass
+            f = self.forward_pass()
+            return f.row_max[r0:r1], f.row_sum[r0:r1], f.reference[r0:r1]
+        parts = [self._dense_chunk(a, b)[:3] for a, b in chunks]
+        a0 = chunks[0][0]
+        if len(parts) == 1:
+            return tuple(x[r0 - a0 : r1 - a0] for x in parts[0])  # type: ignore[return-value]
+        return tuple(np.concatenate(x)[r0 - a0 : r1 - a0] for x in zip(*parts, strict=True))  # type: ignore[return-value]
+
+    @property
+    def _sizes(self) -> tuple[int, int]:
+        return self.schedule.n_q, self.schedule.n_k
+
+    def _dense_chunk(self, r0: int, r1: int) -> tuple[np.ndarray, ...]:
+        """One chunk's dense rows (and in float64 its tiled lane's: the same E)."""
 
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
-                out = dense_rows(
-                    self.q, self.k, self.v, r0, r1, causal=self.schedule.mask, scale=self.scale
-                )
+                out = dense_chunk(
+                    self.q, self.k, self.v, r0, r1, causal=self.schedule.mask,
+                    scale=self.scale, fold=self._wide,
+                )  # fmt: skip
             for a in out:
                 a.setflags(write=False)
             return out
 
-        return self._memo("dense_rows", 8, (r0, r1), run)
-
-    def all_rows(self, check: Check = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every row's dense (row max, row sum, reference output), float64: from the dense
-        pass over S once it is done, before it in chunks without S's block means or the
-        backward's products (compute.first_tier.dense_all_rows; the same sums, a
-        product's summation order may differ in the last place). `check` may cancel."""
-        if self._dense_found():  # (a change of blocks keeps it)
-            f = self.dense_pass()
-            return f.row_max, f.row_sum, f.reference
-
-        def run():
-            with np.errstate(over="ignore", invalid="ignore"):
-                return dense_all_rows(
-                    self.q, self.k, self.v, causal=self.schedule.mask, scale=self.scale,
-                    check=check,
-                )  # fmt: skip
-
-        return self._memo("all_rows", 1, None, run)
+        return self._memo("dense_rows", 4, (r0, r1), run)
 
     def reference_rows(self, r0: int, r1: int) -> np.ndarray:
         """The float64 reference output of rows r0:r1 (see dense_rows)."""
         return self.dense_rows(r0, r1)[2]
 
     def tiled_output_rows(self, r0: int, r1: int) -> np.ndarray:
-        """The tiled lane's output of rows r0:r1 in its dtype, over those rows alone."""
+        """The tiled lane's output of rows r0:r1 in its dtype: the tiled pass's rows once
+        it is made, before it the same chunks' closed form for these rows
+        (compute.first_tier.tiled_rows: the same digits)."""
+        if self._tiled_found():
+            return self.tiled_pass().tiled_output[r0:r1]
+        chunks = row_chunks(*self._sizes, r0, r1)
+        parts = [self._tiled_chunk(a, b) for a, b in chunks]
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out[r0 - chunks[0][0] : r1 - chunks[0][0]]
+
+    def _tiled_chunk(self, r0: int, r1: int) -> np.ndarray:
+        if self._wide:  # the fold of the dense chunk's E (full_pass.TiledPass)
+            return self._dense_chunk(r0, r1)[3]
 
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
@@ -255,20 +349,11 @@ class ForwardNumbers(Memo):
             out.setflags(write=False)
             return out
 
-        return self._memo("tiled_rows", 8, (r0, r1), run)
+        return self._memo("tiled_rows", 4, (r0, r1), run)
 
     def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
-        # The rows' softmax statistics: from the pass over S once it is done (a key tile
-        # of the backward spans every row), before it over these rows alone (the same
-        # sums; a product's summation order may differ in the last place).
-        if self._dense_found():
-            f = self.dense_pass()
-            m, l = f.row_max[r0:r1], f.row_sum[r0:r1]  # noqa: E741
-        elif ("all_rows", None) in self._held() or r1 - r0 == self.schedule.n_q:
-            m, l, _ = self.all_rows()  # noqa: E741 (a key tile's columns: every row)
-            m, l = m[r0:r1], l[r0:r1]  # noqa: E741
-        else:
-            m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
+        # The rows' softmax statistics: dense_rows (one source: the pass's chunks).
+        m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
         m, l = m[:, None], l[:, None]  # noqa: E741
         p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
         out = np.zeros_like(p)

@@ -18,6 +18,7 @@ blocks loops over 2048 tiles for every row. One pass over chunks of query rows m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from .mask import Mask
 from .schedule import Schedule
 
 CHUNK_ELEMENTS = 1 << 20  # scores per chunk (8 MB in float64): rows = this / N_k
+DISPLAY_CELLS = 256  # S, P, dP and dS are summarised at this many cells a side unless asked
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class FullPass:
 
 
 class _Means:
-    """Accumulates block sums of row chunks aligned to the row factor."""
+    """Accumulates block sums of row chunks (any rows: a cell a chunk cuts gets its part)."""
 
     def __init__(self, rows: int, cols: int, cap: int) -> None:
         self.fr, self.fc = math.ceil(rows / cap), math.ceil(cols / cap)
@@ -73,33 +75,44 @@ class _Means:
         self.count = np.zeros((self.hr, self.hc))
         self.masked = np.zeros((self.hr, self.hc))
 
-    def _cells(self, x: np.ndarray) -> np.ndarray:
-        """Per-cell sums of a row chunk, zero-padded where the cells overhang the matrix."""
+    def _span(self, r0: int, n: int) -> tuple[int, int, np.ndarray]:
+        """(first cell row, cell rows, rows of the chunk in each)."""
+        c0, c1 = r0 // self.fr, (r0 + n - 1) // self.fr + 1
+        lo = np.maximum(np.arange(c0, c1) * self.fr, r0)
+        hi = np.minimum(np.arange(c0 + 1, c1 + 1) * self.fr, r0 + n)
+        return c0, c1 - c0, hi - lo
+
+    def _cells(self, x: np.ndarray, r0: int) -> np.ndarray:
+        """Per-cell sums of a row chunk starting at row r0."""
         n = x.shape[0]
-        h = math.ceil(n / self.fr)
-        if n == h * self.fr and self.cols == self.hc * self.fc:
-            blocks = x  # cells divide the chunk: a view, no copy
+        c0, h, _ = self._span(r0, n)
+        if r0 % self.fr == 0 and n == h * self.fr and self.cols == self.hc * self.fc:
+            return x.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))  # a view's sum
+        if r0 % self.fr == 0 and n == h * self.fr:
+            rows = x.reshape(h, self.fr, self.cols).sum(axis=1, dtype=np.float64)
         else:
-            blocks = np.zeros((h * self.fr, self.hc * self.fc), dtype=x.dtype)
-            blocks[:n, : self.cols] = x
-        return blocks.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))
+            starts = np.maximum(np.arange(c0, c0 + h) * self.fr - r0, 0)
+            rows = np.add.reduceat(x, starts, axis=0, dtype=np.float64)
+        if self.cols != self.hc * self.fc:
+            pad = np.zeros((h, self.hc * self.fc))
+            pad[:, : self.cols] = rows
+            rows = pad
+        return rows.reshape(h, self.hc, self.fc).sum(axis=2)
 
     def add(self, r0: int, chunk: np.ndarray, all_finite: bool = False) -> None:
         n = chunk.shape[0]
-        h = math.ceil(n / self.fr)
-        c0 = r0 // self.fr
+        c0, h, in_rows = self._span(r0, n)
         if all_finite:
             # No −∞ anywhere (no mask, or P): each cell counts the entries it covers.
-            in_rows = np.minimum(self.fr, n - np.arange(h) * self.fr)
             in_cols = np.minimum(self.fc, self.cols - np.arange(self.hc) * self.fc)
-            self.total[c0 : c0 + h] += self._cells(chunk)
+            self.total[c0 : c0 + h] += self._cells(chunk, r0)
             self.count[c0 : c0 + h] += np.outer(in_rows, in_cols)
             return
         # Finite entries summed and counted, −∞ (masked) counted: three cell sums.
         finite = np.isfinite(chunk)
-        self.total[c0 : c0 + h] += self._cells(np.where(finite, chunk, 0.0))
-        self.count[c0 : c0 + h] += self._cells(finite.view(np.uint8))
-        self.masked[c0 : c0 + h] += self._cells(np.isneginf(chunk).view(np.uint8))
+        self.total[c0 : c0 + h] += self._cells(np.where(finite, chunk, 0.0), r0)
+        self.count[c0 : c0 + h] += self._cells(finite.view(np.uint8), r0)
+        self.masked[c0 : c0 + h] += self._cells(np.isneginf(chunk).view(np.uint8), r0)
 
     def result(self) -> BlockMeans:
         mean = np.divide(
@@ -168,6 +181,7 @@ class DensePass:
     scores_sample: np.ndarray
     probs_sample: np.ndarray
     backward: DenseBackward | None = None
+    tiled64: TiledPass | None = None  # the float64 tiled lane's, from the same products
 
 
 @dataclass(frozen=True)
@@ -180,13 +194,22 @@ class DenseBackward:
     ds_small: BlockMeans
     sample: np.ndarray
     gradients: tuple[np.ndarray, np.ndarray, np.ndarray]
+    tiled64: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # float64 tiled lane's
 
 
 @dataclass(frozen=True)
 class TiledPass:
     """The tiled lane's output in its dtype, L, and the final (m, ℓ, O) in the statistics
     dtype: they depend on the inputs, the mask, B_c, the order and the dtype (not B_r:
-    each row's closed form is its own)."""
+    each row's closed form is its own).
+
+    In float64 nothing is rounded, and the closed form's weighted tiles fold into one
+    exponential: e^(m_j − m_T) · exp(S_j − m_j) = exp(S_j − m_T) = E, the dense lane's
+    unnormalised P, whatever B_c and the order. So the float64 lane is a_T = E V,
+    ℓ_T = rowsum(E), m_T = the row max, O = a_T / ℓ_T: formed from the dense pass's S
+    and E (dense_pass's `tiled64`), not from scores of its own. It still differs from
+    the reference P V (= (E / ℓ) V) where a kernel's result does: the division comes
+    after the sum over keys, not before."""
 
     tiled_output: np.ndarray
     lse: np.ndarray
@@ -197,19 +220,80 @@ def softmax_rows(
     q: np.ndarray, k: np.ndarray, rows: np.ndarray, *, causal: bool | Mask, scale: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Query rows `rows` (consecutive) over all keys, float64: (S, row max, row sum, P)."""
+    s64, mx, e, sm = _softmax_chunk(q, k, int(rows[0]), int(rows[-1]) + 1, causal, scale)
+    return s64, mx, sm, _divide_rows(e, sm)  # P = softmax(S); zeros for a masked row
+
+
+def chunk_rows(n_q: int, n_k: int) -> int:
+    """Query rows per chunk of every pass over S: about CHUNK_ELEMENTS scores, a whole
+    number of display cells. A row's float64 numbers (S, its statistics, P, O) are the
+    products of its chunk wherever they are formed (the pass, or a few rows for the first
+    tier): a product's last digit depends on how many rows it is formed for, so one
+    partition makes every path give the same digits."""
+    fr = math.ceil(n_q / DISPLAY_CELLS)
+    chunk = max(1, CHUNK_ELEMENTS // max(1, n_k))
+    return min(max(1, n_q), max(fr, chunk - chunk % fr))
+
+
+def row_chunks(n_q: int, n_k: int, r0: int = 0, r1: int | None = None) -> list[tuple[int, int]]:
+    """The chunks (chunk_rows) that cover query rows r0:r1 (all rows by default)."""
+    r1 = n_q if r1 is None else r1
+    c = chunk_rows(n_q, n_k)
+    return [(a, min(n_q, a + c)) for a in range((r0 // c) * c, r1, c)]
+
+
+def _softmax_chunk(q, k, r0: int, r1: int, causal: bool, scale: float):
+    """One chunk's float64 (S, row max, E = exp(S − row max), row sum)."""
     n_q, n_k = q.shape[0], k.shape[0]
-    s64 = (q[rows[0] : rows[-1] + 1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
+    s64 = (q[r0:r1] @ k.T) * scale  # S = Q Kᵀ · scale, float64
     if causal:
-        s64 = np.where(causal_mask(rows, np.arange(n_k), n_q, n_k, causal), s64, -np.inf)
+        s64 = np.where(
+            causal_mask(np.arange(r0, r1), np.arange(n_k), n_q, n_k, causal), s64, -np.inf
+        )
     mx = np.max(s64, axis=1, initial=-np.inf)
-    p = np.exp(s64 - _safe_max(mx)[:, None])
-    sm = p.sum(axis=1)
-    return s64, mx, sm, _divide_rows(p, sm)  # P = softmax(S); zeros for a masked row
+    e = np.exp(s64 - _safe_max(mx)[:, None])
+    return s64, mx, e, e.sum(axis=1)
 
 
-def _chunk_rows(n_k: int, fr: int) -> int:
-    chunk = max(1, CHUNK_ELEMENTS // n_k)
-    return max(fr, chunk - chunk % fr)  # chunks aligned to display cells
+def _lse(m: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
+    """L = m + log ℓ, −∞ for a row that sees no key."""
+    return np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(l.dtype)
+
+
+@dataclass
+class _Acc:
+    """What a pass accumulates over chunks (filled row by row, frozen at the end)."""
+
+    n_q: int
+    n_k: int
+    d: int
+    d_v: int
+    cap: int
+
+    def __post_init__(self) -> None:
+        n_q, n_k = self.n_q, self.n_k
+        self.fields: dict[str, np.ndarray] = {}
+        self.means = {name: _Means(n_q, n_k, self.cap) for name in ("S", "P", "dP", "dS")}
+        self.samples: dict[str, list] = {"S": [], "P": [], "grad": []}
+
+    def rows(self, name: str, r0: int, r1: int, values: np.ndarray) -> None:
+        out = self.fields.get(name)
+        if out is None:
+            out = self.fields[name] = np.empty((self.n_q, *values.shape[1:]), values.dtype)
+        out[r0:r1] = values
+
+    def add(self, name: str, values: np.ndarray) -> None:
+        out = self.fields.get(name)
+        self.fields[name] = values.copy() if out is None else np.add(out, values, out=out)
+
+    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        return self.fields.get(name, np.zeros(shape))
+
+    def frozen(self, *names: str) -> list[np.ndarray]:
+        out = [self.fields[n] for n in names]
+        for a in out:
+            a.setflags(write=False)
+        return out
 
 
 def dense_pass(
@@ -221,66 +305,115 @@ def dense_pass(
     scale: float,
     cap: int,
     do: np.ndarray | None = None,
+    forward: DensePass | None = None,
+    tiled64: bool = False,
     sample: int = 32768,
     check: Callable[[], None] | None = None,
 ) -> DensePass:
-    """One pass over row chunks of S forming each chunk's S and P once: the dense lane's
-    forward numbers, and with `do` its backward's in the same loop. `check` is called
-    before each chunk: it raises (compute.numbers.Cancelled) to abandon the pass."""
-    n_q, n_k, d_v = q.shape[0], k.shape[0], v.shape[1]
-    row_max, row_sum = np.empty(n_q), np.empty(n_q)
-    reference = np.empty((n_q, d_v))
-    s_means, p_means = _Means(n_q, n_k, cap), _Means(n_q, n_k, cap)
+    """One pass over row chunks (row_chunks) forming each chunk's S and P once: the
+    dense lane's forward numbers, and with `do` its backward's in the same loop. With
+    `forward` (this pass's forward numbers, made before) only the backward's products
+    are formed (S and P again, from the same chunks: the same digits). `tiled64` adds
+    the float64 tiled lane's forward (and with `do` its backward) from the same products
+    (TiledPass's docstring). `check` is called before each chunk: it raises
+    (compute.numbers.Cancelled) to abandon the pass."""
+    n_q, n_k, d, d_v = q.shape[0], k.shape[0], q.shape[1], v.shape[1]
+    acc = _Acc(n_q, n_k, d, d_v, cap)
     stride = max(1, (n_q * n_k) // sample)
-    samples, p_samples = [], []
-    chunk = _chunk_rows(n_k, s_means.fr)
-    if do is not None:
-        d_ref = np.empty(n_q)
-        dp_means, ds_means = _Means(n_q, n_k, cap), _Means(n_q, n_k, cap)
-        g_stride = max(1, (n_q * n_k) // 16384)
-        g_samples = []
-        dq = np.empty((n_q, q.shape[1]))
-        dk, dv = np.zeros((n_k, q.shape[1])), np.zeros((n_k, d_v))
-    for r0 in range(0, n_q, chunk):
+    g_stride = max(1, (n_q * n_k) // 16384)
+    fold = tiled64 and (forward is None or forward.tiled64 is None)
+    for r0, r1 in row_chunks(n_q, n_k):
         if check is not None:
             check()
-        r1 = min(n_q, r0 + chunk)
-        rows = np.arange(r0, r1)
-        s64, mx, sm, p = softmax_rows(q, k, rows, causal=causal, scale=scale)
-        row_max[r0:r1], row_sum[r0:r1] = mx, sm
-        reference[r0:r1] = p @ v  # O = P V
-        s_means.add(r0, s64, all_finite=not causal)
-        p_means.add(r0, p, all_finite=True)  # P is finite everywhere (0 where masked)
-        first = (-(r0 * n_k)) % stride  # the same global stride across chunks
-        flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
-        samples.append(np.abs(flat[np.isfinite(flat)]))
-        p_samples.append(p_flat.copy())  # a copy: a view would keep the whole chunk alive
+        s64, mx, e, sm = _softmax_chunk(q, k, r0, r1, causal, scale)
+        p = _divide_rows(e, sm)  # P = softmax(S); zeros for a fully masked row
+        if forward is None:
+            acc.rows("row_max", r0, r1, mx)
+            acc.rows("row_sum", r0, r1, sm)
+            acc.rows("reference", r0, r1, p @ v)  # O = P V
+            acc.means["S"].add(r0, s64, all_finite=not causal)
+            acc.means["P"].add(r0, p, all_finite=True)  # P is finite (0 where masked)
+            first = (-(r0 * n_k)) % stride  # the same global stride across chunks
+            flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
+            acc.samples["S"].append(np.abs(flat[np.isfinite(flat)]))
+            acc.samples["P"].append(p_flat.copy())  # a copy: a view keeps the chunk alive
+            reference = acc.fields["reference"][r0:r1]
+        else:
+            reference = forward.reference[r0:r1]
+        if fold:  # the float64 tiled lane: a_T = E V, ℓ_T = rowsum(E) (TiledPass)
+            acc.rows("tiled_output", r0, r1, _divide_rows(e @ v, sm))
+        del e  # (the chunk's arrays are few at a time: the memory estimate counts them)
         if do is None:
             continue
         # The standard backward on the same P: D = rowsum(dO ∘ O), then five products.
-        d_ref[r0:r1] = np.sum(do[r0:r1] * reference[r0:r1], axis=1)
-        dp = do[r0:r1] @ v.T  # dP = dO Vᵀ
-        ds = p * (dp - d_ref[r0:r1, None])  # dS = P ∘ (dP − D)
-        dv += p.T @ do[r0:r1]  # dV = Pᵀ dO, summed over row chunks
-        dq[r0:r1] = (ds @ k) * scale  # dQ = dS K · scale
-        dk += (ds.T @ q[r0:r1]) * scale  # dK = dSᵀ Q · scale
-        dp_means.add(r0, dp, all_finite=True)
-        ds_means.add(r0, ds, all_finite=True)
+        do_c = do[r0:r1]
+        d_ref = np.sum(do_c * reference, axis=1)
+        acc.rows("D", r0, r1, d_ref)
+        dp = do_c @ v.T  # dP = dO Vᵀ
+        ds = dp - d_ref[:, None]
+        ds *= p  # dS = P ∘ (dP − D)
+        acc.add("dv", p.T @ do_c)  # dV = Pᵀ dO, summed over row chunks
+        acc.rows("dq", r0, r1, (ds @ k) * scale)  # dQ = dS K · scale
+        acc.add("dk", (ds.T @ q[r0:r1]) * scale)  # dK = dSᵀ Q · scale
+        acc.means["dP"].add(r0, dp, all_finite=True)
+        acc.means["dS"].add(r0, ds, all_finite=True)
         first = (-(r0 * n_k)) % g_stride
-        g_samples += [np.abs(dp.ravel()[first::g_stride]), np.abs(ds.ravel()[first::g_stride])]
-    for a in (row_max, row_sum, reference):
+        acc.samples["grad"] += [
+            np.abs(dp.ravel()[first::g_stride]),
+            np.abs(ds.ravel()[first::g_stride]),
+        ]
+        if tiled64:  # the float64 tiled backward on the same S and dP
+            o_t = acc.fields["tiled_output"][r0:r1] if fold else forward.tiled64.tiled_output[r0:r1]
+            _tiled64_backward_chunk(acc, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale)
+    if forward is None:
+        row_max, row_sum, reference = acc.frozen("row_max", "row_sum", "reference")
+        forward = DensePass(
+            row_max, row_sum, reference, acc.means["S"].result(), acc.means["P"].result(),
+            np.concatenate(acc.samples["S"]), np.concatenate(acc.samples["P"]),
+        )  # fmt: skip
+    if fold:
+        (out,) = acc.frozen("tiled_output")
+        forward = dataclasses.replace(forward, tiled64=_tiled64(out, forward))
+    if do is None:
+        return forward
+    (d_ref, dq) = acc.frozen("D", "dq")
+    dk, dv = acc.get("dk", (n_k, d)), acc.get("dv", (n_k, d_v))
+    for a in (dk, dv):
         a.setflags(write=False)
-    backward = None
-    if do is not None:
-        for a in (d_ref, dq, dk, dv):
+    tiled_grads = None
+    if tiled64:
+        tiled_grads = tuple(acc.frozen("tq")) + (acc.get("tk", (n_k, d)), acc.get("tv", (n_k, d_v)))
+        for a in tiled_grads:
             a.setflags(write=False)
-        backward = DenseBackward(
-            d_ref, dp_means.result(), ds_means.result(), np.concatenate(g_samples), (dq, dk, dv)
-        )
-    return DensePass(
-        row_max, row_sum, reference, s_means.result(), p_means.result(),
-        np.concatenate(samples), np.concatenate(p_samples), backward,
+    backward = DenseBackward(
+        d_ref, acc.means["dP"].result(), acc.means["dS"].result(),
+        np.concatenate(acc.samples["grad"]), (dq, dk, dv), tiled_grads,
     )  # fmt: skip
+    return dataclasses.replace(forward, backward=backward)
+
+
+def _tiled64(out: np.ndarray, dense: DensePass) -> TiledPass:
+    """The float64 tiled lane's TiledPass from its folded output and the dense rows'
+    statistics (m_T is the row max, ℓ_T the row sum of E)."""
+    lse = _lse(dense.row_max, dense.row_sum)
+    lse.setflags(write=False)
+    return TiledPass(out, lse, (dense.row_max, dense.row_sum, out))
+
+
+def _tiled64_backward_chunk(acc, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale) -> None:
+    """The float64 tiled lane's backward for one chunk (compute.backward_numbers's
+    tiled_backward in float64, on the dense pass's S and dP: the same products):
+    P̃ = exp(S − L) from its forward's L, D = rowsum(dO ∘ O) on its own O. Overwrites
+    s64 (the chunk's S) with P̃."""
+    lse = _lse(mx, sm)
+    pt = np.subtract(s64, _safe_max(lse)[:, None], out=s64)  # (S is not read after this)
+    np.exp(pt, out=pt)  # P̃ = exp(S − L), recomputed from L
+    d_t = np.sum(do_c * o_t, axis=1)  # D = rowsum(dO ∘ O)
+    dst = dp - d_t[:, None]
+    dst *= pt  # dS = P̃ ∘ (dP − D)
+    acc.add("tv", pt.T @ do_c)  # dV_j += P̃ᵀ dO_i
+    acc.rows("tq", r0, r1, (dst @ k) * scale)  # dQ_i = Σ_j dS_ij K_j · scale
+    acc.add("tk", (dst.T @ q[r0:r1]) * scale)  # dK_j += dS_ijᵀ Q_i · scale
 
 
 def tiled_pass(
@@ -295,25 +428,42 @@ def tiled_pass(
 ) -> TiledPass:
     """The tiled lane's closed form (module docstring) over row chunks of its own scores
     (inputs rounded to the dtype, statistics dtype; in float64 the dense scores); `check`
-    as in dense_pass."""
-    acc, qd, kd, vd, scale_acc = _prepare(q, k, v, dtype, scale)
+    as in dense_pass. In float64, the fold of TiledPass's docstring on the dense
+    chunks' S and E (the same digits as dense_pass's `tiled64`)."""
+    if dtype == "float64":
+        n_q, n_k = s.n_q, s.n_k
+        out, m_t, l_t = np.empty((n_q, s.d_v)), np.empty(n_q), np.empty(n_q)
+        for r0, r1 in row_chunks(n_q, n_k):
+            if check is not None:
+                check()
+            _s, m_t[r0:r1], e, l_t[r0:r1] = _softmax_chunk(q, k, r0, r1, s.mask, scale)
+            out[r0:r1] = _divide_rows(e @ v, l_t[r0:r1])  # a_T / ℓ_T with a_T = E V
+        lse = _lse(m_t, l_t)
+        for a in (out, m_t, l_t, lse):
+            a.setflags(write=False)
+        return TiledPass(out, lse, (m_t, l_t, out))
+    prepared = _prepare(q, k, v, dtype, scale)
+    acc = prepared[0]
     n_q, n_k = s.n_q, s.n_k
     out = np.empty((n_q, s.d_v), dtype=acc)
     m_t, l_t = np.empty(n_q, dtype=acc), np.empty(n_q, dtype=acc)
-    chunk = max(1, CHUNK_ELEMENTS // n_k)
-    for r0 in range(0, n_q, chunk):
+    for r0, r1 in row_chunks(n_q, n_k):
         if check is not None:
             check()
-        r1 = min(n_q, r0 + chunk)
-        sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, n_k), n_q, n_k, scale_acc, s.mask)
-        out[r0:r1], m_t[r0:r1], l_t[r0:r1] = _tiled_rows(
-            sc.astype(acc, copy=False), vd, s, dtype, acc
-        )
-    lse = np.where(l_t > 0, m_t + np.log(np.where(l_t > 0, l_t, 1)), -np.inf).astype(acc)
+        out[r0:r1], m_t[r0:r1], l_t[r0:r1] = tiled_chunk(prepared, s, r0, r1, dtype)
+    lse = _lse(m_t, l_t)
     tiled = round_to(out, dtype).astype(output_dtype(dtype))
     for a in (tiled, lse, m_t, l_t, out):
         a.setflags(write=False)
     return TiledPass(tiled, lse, (m_t, l_t, out))
+
+
+def tiled_chunk(prepared: tuple, s: Schedule, r0: int, r1: int, dtype: str):
+    """The tiled lane's (O, m_T, ℓ_T) of one chunk of rows (row_chunks) in a narrow
+    dtype, from `_prepare`'s rounded inputs: its own scores, the closed form."""
+    acc, qd, kd, vd, scale_acc = prepared
+    sc = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, scale_acc, s.mask)
+    return _tiled_rows(sc.astype(acc, copy=False), vd, s, dtype, acc)
 
 
 def combine(dense: DensePass, tiled: TiledPass) -> FullPass:
@@ -337,8 +487,11 @@ def full_pass(
     sample: int = 32768,
 ) -> FullPass:
     """Both lanes' numbers (module docstring): dense_pass and tiled_pass, combined."""
-    dense = dense_pass(q, k, v, causal=s.mask, scale=scale, cap=cap, sample=sample)
-    return combine(dense, tiled_pass(q, k, v, s, scale=scale, dtype=dtype))
+    wide = dtype == "float64"
+    dense = dense_pass(q, k, v, causal=s.mask, scale=scale, cap=cap, sample=sample, tiled64=wide)
+    return combine(
+        dense, dense.tiled64 if wide else tiled_pass(q, k, v, s, scale=scale, dtype=dtype)
+    )
 
 
 def tiled_state_after(

@@ -4,7 +4,8 @@ A change of block sizes, loop order, dtype or pass keeps the inputs, so everythi
 depends on the inputs and the mask alone (the dense lane's S, P summaries, reference
 output, row statistics and, with dO, its backward and gradients: compute.full_pass's
 DensePass) is found here instead of computed again; the tiled lane's forward depends on
-B_c, the order and the dtype too (not B_r), and its backward on the same plus dO.
+B_c, the order and the dtype too (not B_r), and its backward on the same plus dO; in
+float64 on neither (the dense pass forms it from its own products: full_pass.TiledPass).
 
 Keys start with the inputs' key: whoever makes the inputs names them by their source
 (desktop.state.config: seed, scale, N, N_k, d, d_v, or a file's path and stat), so
@@ -54,12 +55,17 @@ class NumberCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, kind: str, key: Hashable) -> object | None:
+    def get(self, kind: str, key: Hashable, count: bool = False) -> object | None:
+        """The value held, or None; `count`: a use, not a probe (hits and misses)."""
         with self._lock:
             cache = self._kinds.get(kind)
             if cache is None or key not in cache:
+                if count:
+                    self.misses += 1
                 return None
             cache.move_to_end(key)
+            if count:
+                self.hits += 1
             return cache[key]
 
     def put(self, kind: str, key: Hashable, value: T) -> T:

@@ -18,8 +18,10 @@ step: at N = 4096 with 2×2 blocks a lane has millions of steps.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -58,6 +60,9 @@ PHASE_CODE = {p: k for k, p in enumerate(PHASES)}
 BACKWARD_PHASES = frozenset(p for p in PHASES if p.startswith("bwd_"))
 NONE = -1  # block_i / block_j of an action that involves no block or tile
 _D = {d: k for k, d in enumerate(DIRECTIONS)}
+
+
+SEGMENTS_KEPT = 8  # segments whose per-step arrays a lane keeps (a playback touches one or two)
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,11 @@ class LaneTimeline:
         cum = np.zeros((len(lengths) + 1, len(self.tensors), len(DIRECTIONS)), dtype=np.int64)
         np.cumsum(totals, axis=0, out=cum[1:])
         self.seg_cumulative = _readonly(cum)
-        self._segment_cache = lru_cache(maxsize=8)(self._segment_uncached)
+        # A plain LRU, not functools.lru_cache on a bound method: that would make a cycle
+        # (self -> cache -> method -> self), so every replaced trace's timelines would wait
+        # for the cyclic collector, and the window's memory grew by a trace per change.
+        self._segments: OrderedDict[int, tuple] = OrderedDict()
+        self._segments_lock = threading.Lock()
 
     # ---- structure -------------------------------------------------------------------
     def _span_of(self, part: Part) -> tuple[np.ndarray, np.ndarray]:
@@ -300,7 +309,17 @@ class LaneTimeline:
     def segment(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Segment k's actions as arrays (phase code, block_i, block_j) and running counts
         within it ((len, tensors, directions), cumulative from the segment's start)."""
-        return self._segment_cache(k)
+        with self._segments_lock:  # the worker and the GUI thread both step through
+            found = self._segments.get(k)
+            if found is not None:
+                self._segments.move_to_end(k)
+                return found
+        found = self._segment_uncached(k)
+        with self._segments_lock:
+            self._segments[k] = found
+            while len(self._segments) > SEGMENTS_KEPT:
+                self._segments.popitem(last=False)
+        return found
 
     def _segment_uncached(self, k: int):
         part = self.parts[int(self.seg_part[k])]

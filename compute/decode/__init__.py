@@ -37,6 +37,7 @@ from .roofline import (
     bandwidth_fraction,
     decode_roofline,
     decode_summary,
+    filling_splits,
     roofline_point,
 )
 from .statistics import SplitRow, SplitTable, split_table
@@ -70,6 +71,7 @@ __all__ = [
     "decode_summary",
     "decode_walk",
     "dense_decode",
+    "filling_splits",
     "merge_states",
     "one_pass_decode",
     "roofline_point",

@@ -13,10 +13,11 @@ H_kv · S' blocks are for (`DecodeLedger.blocks` against `H200_SMS`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
-from .ledger import DecodeLedger, decode_ledgers
-from .problem import DecodeProblem
+from .ledger import DecodeLedger, closed_form_decode_ledger, decode_ledgers
+from .problem import SCHEDULES, DecodeProblem
 
 H200_NOMINAL_BANDWIDTH = 4.8e12  # bytes/s, the data sheet's HBM3e figure
 H200_COPY_BANDWIDTH = 4.3e12  # bytes/s, measured device-to-device copy
@@ -121,17 +122,33 @@ def decode_summary(
     *,
     bandwidth: float = H200_COPY_BANDWIDTH,
     peak: float = H200_MATMUL_PEAK,
+    closed_form: bool = False,
 ) -> dict:
-    """Every schedule's ledger and roofline for one decode step, as plain data (JSON-ready)."""
+    """Every schedule's ledger and roofline for one decode step, as plain data (JSON-ready).
+    With closed_form the ledgers come from the formulas (held equal to the counted walk by
+    the tests) in constant time, for caches too long to walk tile by tile."""
     config = asdict(problem) | {
         "group": problem.group,
         "t_c": problem.t_c,
         "splits_used": problem.splits_used,
     }
+    ledgers = (
+        {name: closed_form_decode_ledger(problem, name) for name in SCHEDULES}
+        if closed_form
+        else decode_ledgers(problem)
+    )
     schedules = {
         name: led.to_dict()
         | {"roofline": decode_roofline(led, bandwidth=bandwidth, peak=peak).to_dict()}
-        for name, led in decode_ledgers(problem).items()
+        for name, led in ledgers.items()
     }
     machine = {"bandwidth": bandwidth, "peak": peak, "sms": H200_SMS}
     return {"config": config, "machine": machine, "schedules": schedules}
+
+
+def filling_splits(h_kv: int, t_c: int, *, sms: int = H200_SMS, waves: int = 2) -> int:
+    """Splits per K/V head so that H_kv · S >= waves · SMs (one-pass launches only H_kv
+    blocks), capped at the T_c tiles a split needs at least one of."""
+    if min(h_kv, t_c, sms, waves) < 1:
+        raise ValueError("Heads, tiles, SMs and waves must be whole numbers of at least 1.")
+    return max(1, min(t_c, math.ceil(waves * sms / h_kv)))

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the forward (default), the backward alone (from what the path's forward "
         "saved), or a training step (forward + backward)",
     )  # fmt: skip
+    p.add_argument(
+        "--dram", action="store_true",
+        help="instead of timing, profile each path once under Nsight Compute (ncu) and record "
+        "its DRAM bytes read and written, L2 hit rate and bandwidth beside its declared ledger "
+        "(the teaching kernels in both loop orders; with --peers also SDPA and FA4)",
+    )  # fmt: skip
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the report")
     # One line on a bad flag, not the whole usage (8 lines for `--n 0`).
     p.error = lambda message: p.exit(2, f"{p.prog}: error: {message}\n")  # type: ignore[method-assign]
@@ -102,12 +108,37 @@ def main(argv: list[str] | None = None) -> int:
     def progress(done: int, total: int, message: str) -> None:
         print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
 
+    if args.dram:
+        return _dram(cfg, args)
     try:
         report = bench.run_bench(cfg, progress=progress)
     except (bench.GpuUnavailable, bench.BenchCancelled) as exc:
         print(f"flash-explorer bench: {exc}", file=sys.stderr)
         return 1
     return _finish(report, args.json)
+
+
+def _dram(cfg, args) -> int:
+    """`--dram`: profile the paths under ncu; 0 unless one of ours failed (a peer that is
+    not available here keeps its error row and is noted on stderr)."""
+    from . import dram
+
+    if args.sweep_blocks:
+        print("flash-explorer bench: --dram profiles the chosen tiles; leave out "
+              "--sweep-blocks.", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        report = dram.dram_report(cfg, dram.default_paths(cfg.kernels, args.peers))
+    except (dram.DramUnavailable, ValueError) as exc:
+        print(f"flash-explorer bench: {exc}", file=sys.stderr)
+        return 1
+    status = _finish(report, args.json)
+    failed = False
+    for e in report["dram"]["paths"]:
+        if "error" in e:
+            failed |= e["path"] in dram.OURS
+            print(f"flash-explorer bench: {e['path']} not profiled: {e['error']}", file=sys.stderr)
+    return 1 if failed else status
 
 
 def _kernels(args) -> tuple[str, ...]:

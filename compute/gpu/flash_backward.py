@@ -1,4 +1,4 @@
-"""Tensor-core FlashAttention backward for CuPy arrays (Hopper wgmma, `kernels/flash_bwd_wgmma.cu`).
+"""Tensor-core FlashAttention backward for CuPy arrays (Hopper, `kernels/flash_bwd_ws.cu`).
 
 ``flash_attention_backward(q, k, v, o, do, lse, causal=..., scale=...) -> (dq, dk, dv)`` takes
 what ``flash.flash_attention(q, k, v, ..., return_lse=True)`` took and returned (``o``, ``lse``)
@@ -8,11 +8,13 @@ and ``lse`` float32 (batch, heads, N_q). Accumulation is float32; the gradients 
 the input dtype. Query rows that see no key (LSE = -inf) get dQ = 0 and add nothing to dK, dV.
 
 Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
-padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head,
-dK and dV in registers, query blocks streamed past, dQ added into a float32 accumulator: by
-atomics at d = 64, by one bulk reduction per 64 x 64 tile at d = 128) and a conversion of dQ to
-the input dtype, times the scale. ``deterministic=True`` makes the key blocks add each dQ tile
-in a fixed order (bitwise repeatable gradients, at a cost BACKWARD_NOTES.md records).
+padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head: a
+producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
+in registers and add dQ into a float32 accumulator by one bulk reduction per 64 x 64 tile)
+and a conversion of dQ to the input dtype, times the scale. ``deterministic=True`` makes the
+key blocks add each dQ tile in a fixed order (bitwise repeatable gradients, at a cost
+BACKWARD_NOTES.md records). ``backward_mode`` also runs the earlier wgmma kernel
+(`kernels/flash_bwd_wgmma.cu`, consumers loading by cp.async), kept as the fallback.
 BACKWARD_NOTES.md ("Tensor-core backward" and after) records the design and its measurements.
 
 Hopper (sm_90) only: on another GPU the call raises ValueError saying so (the portable
@@ -32,15 +34,23 @@ BLOCK_QUERIES = 64  # rows per streamed query block (FB_BM)
 THREADS = 256  # two warpgroups
 
 
-# flash_bwd_main's MODE (the kernel's comment): 0 adds dQ by per-thread red atomics, 4 by one
-# bulk reduction per warpgroup's 64 x 64 tile (kept in accumulator order), 5 is 4 in a fixed
-# key-block order. BACKWARD_NOTES.md has 4 1.04-1.13x faster than 0 at d = 128 and 0.98x at
-# d = 64, hence the per-d default; DEFAULT_MODE = None means "the default for q's d".
-MODES = (0, 4, 5)
-DEFAULT_MODES = {64: 0, 128: 4}
+# Modes 0, 4, 5 are flash_bwd_main's MODE (kernels/flash_bwd_wgmma.cu, the fallback): dQ by
+# per-thread red atomics (0), by one bulk reduction per warpgroup's 64 x 64 tile kept in
+# accumulator order (4), or 4 in a fixed key-block order (5). Modes 7 and 9 are 4 and 5 in the
+# warp-specialised kernel (kernels/flash_bwd_ws.cu: a TMA producer warpgroup and mbarrier rings
+# instead of cp.async by the consumers), WS_MODES giving its DET argument. BACKWARD_NOTES.md has
+# 7 1.28-1.38x the wgmma kernel's best mode and 9 1.04-1.10x 5 (bf16, N 4096 and 16384), hence
+# the defaults (6 and 8, the ws kernel with atomics and with three stages, lost and are gone).
+# DEFAULT_MODE = None means "the default for q's d".
+MODES = (0, 4, 5, 7, 9)
+WS_MODES = {7: False, 9: True}
+WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
+WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
+DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
-DETERMINISTIC_MODE = 5
+FRAG_MODES = (4, 5, 7, 9)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+DETERMINISTIC_MODE = 9
+TICKET_MODES = (5, 9)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
 
 
@@ -49,19 +59,27 @@ def smem_bytes(d: int, mode: int = 0) -> int:
     (+ the four fp32 dQ buffers in MODES 4, 5), plus 1 KB for the 1024-byte alignment."""
     tiles = (2 * BLOCK_KEYS * d + 4 * BLOCK_QUERIES * d + BLOCK_KEYS * BLOCK_QUERIES) * 2
     dq_tile = DQ_BUFFERS_BYTES if mode in FRAG_MODES else 0
+    if mode in WS_MODES:  # flash_bwd_ws.cu's FbwSmem: two dS^T tiles, L2 / D, mbarriers
+        tiles = (2 * BLOCK_KEYS * d + 2 * WS_STAGES * BLOCK_QUERIES * d) * 2
+        tiles += 2 * BLOCK_KEYS * BLOCK_QUERIES * 2
+        return tiles + dq_tile + WS_STAGES * 512 + 8 * (1 + 3 * WS_STAGES) + 1024
     return tiles + 1024 + dq_tile + 1024
 
 
 @functools.cache
 def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
+    if mode in WS_MODES:
+        main_name, source = f"flash_bwd_ws<{dt},{d},{str(WS_MODES[mode]).lower()}>", "ws"
+    else:
+        main_name, source = f"flash_bwd_main<{dt},{d},{mode}>", "wgmma"
     names = [
         f"flash_bwd_pre<{dt},{d}>",
-        f"flash_bwd_main<{dt},{d},{mode}>",
+        main_name,
         f"flash_bwd_post_frag<{dt},{d}>" if mode in FRAG_MODES else f"flash_bwd_post<{dt},{d}>",
     ]
     mod = cp.RawModule(
-        code=kernel_source(KERNEL_DIR / "flash_bwd_wgmma.cu"),
+        code=kernel_source(KERNEL_DIR / f"flash_bwd_{source}.cu"),
         options=("-std=c++17", "-I" + str(KERNEL_DIR), "-arch=sm_90a", "-DFA_FORCE_WGMMA"),
         name_expressions=names,
     )
@@ -130,7 +148,7 @@ def backward_mode(
     dsum = cp.empty((bh, n_pad), dtype=cp.float32)
     dq_acc = cp.zeros((bh, n_pad, d), dtype=cp.float32)
     frag = mode in FRAG_MODES
-    n_tickets = bh * (n_pad // BLOCK_QUERIES) * (d // 64) if mode == DETERMINISTIC_MODE else 1
+    n_tickets = bh * (n_pad // BLOCK_QUERIES) * (d // 64) if mode in TICKET_MODES else 1
     tickets = cp.zeros((n_tickets,), dtype=cp.int32)
     rows = bh * n_pad
     pre(
@@ -138,7 +156,9 @@ def backward_mode(
         (256,),
         (o, do, lse, l2, dsum, cp.int32(n_q), cp.int32(n_pad), cp.int32(rows)),
     )
-    if n_k:
+    if n_k and mode in WS_MODES:
+        _launch_ws(main, mode, q, k, v, do, l2, dsum, dq_acc, dk, dv, tickets, n_pad, scale, causal)
+    elif n_k:
         main(
             (-(-n_k // BLOCK_KEYS), bh, 1),
             (THREADS, 1, 1),
@@ -175,3 +195,23 @@ def backward_mode(
         (dq_acc, dq, cp.int32(n_q), cp.int32(n_pad), cp.int64(pairs), cp.float32(scale)),
     )
     return dq, dk, dv
+
+
+def _launch_ws(main, mode, q, k, v, do, l2, dsum, dq_acc, dk, dv, tickets, n_pad, scale,
+               causal) -> None:  # fmt: skip
+    """flash_bwd_ws over contiguous (batch, heads, N, d) inputs: Q, K, V, dO as TMA tensor maps
+    (64-row boxes for the query side, 128-row for the key side), the rest as pointers."""
+    from . import tma
+
+    cp = _cupy()
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    maps = (tma.tiled_map(q, BLOCK_QUERIES), tma.tiled_map(k, BLOCK_KEYS),
+            tma.tiled_map(v, BLOCK_KEYS), tma.tiled_map(do, BLOCK_QUERIES))  # fmt: skip
+    args = (
+        *(tma.kernel_arg(m) for m in maps), l2, dsum, dq_acc, dk, dv, tickets, cp.int32(n_q),
+        cp.int32(n_k), cp.int32(n_pad), cp.float32(scale), cp.float32(scale * _LOG2E),
+        cp.int32(1 if causal else 0),
+    )  # fmt: skip
+    grid = (-(-n_k // BLOCK_KEYS), b * h, 1)
+    main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))

@@ -1,14 +1,29 @@
 """Compiling and launching the tensor-core forward's kernels (CuPy, NVRTC, TMA).
 
-`compiled(cfg, dt)` builds one variant's instantiation (cached); `launch(...)` runs it over
-(batch, heads, N, d) arrays. The ws kernel takes its inputs as TMA tensor maps (tma.py)
-and, when persistent, a ticket counter; `ws_arguments` prepares both. CuPy is imported on
-first use, so the module imports without it.
+The internal API of the forward, shared by ``flash.flash_attention`` (CuPy arrays) and
+``torch_launch`` (torch tensors):
+
+* `compiled(cfg, dt)`: one variant's instantiation (cached);
+* `readable(shape, strides, ptr)`: whether the kernels read or write a (batch, heads, N, d)
+  tensor of these element strides in place (otherwise the caller copies it);
+* `prepare(cfg, dt, ...)`: a `Launch`, everything one launch of one shape needs except the
+  tensors' addresses: grid, the `FaFwdLayout` of the strides (kernels/flash_fwd_layout.cuh)
+  and, for the ws kernel, the tensor maps of Q, K and V (tma.py);
+* `Launch.run(ptrs, tickets)`: points the maps at this call's tensors
+  (``cuTensorMapReplaceAddress``, no re-encoding) and launches on the current stream.
+
+CuPy is imported on first use, so the module imports without it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from .flash_plan import lpt_section
 from .flash_variants import Config
@@ -64,59 +79,142 @@ def compiled(cfg: Config, dt: int):
     return fn
 
 
-def launch(cfg: Config, dt: int, q, k, v, out, lse, scale: float, causal: bool) -> None:
-    """Run variant cfg on contiguous q, k, v into out (and lse, or None)."""
-    cp = cupy()
-    b, h, n_q, _ = q.shape
-    n_k = k.shape[2]
-    grid = ((n_q + cfg.block_m - 1) // cfg.block_m, b * h, 1)
-    inputs, extra, keep = (q, k, v), (), ()
-    if cfg.kernel == "ws":
-        # `inputs` point into `keep`, which this frame holds past the launch.
-        grid, inputs, extra, keep = ws_arguments(cfg, grid, q, k, v, out)
-    compiled(cfg, dt)(
-        grid,
-        (cfg.threads, 1, 1),
-        (
-            *inputs,
-            out,
-            lse if lse is not None else cp.uint64(0),
-            cp.int32(n_q),
-            cp.int32(n_k),
-            cp.float32(scale * LOG2E),
-            cp.int32(1 if causal else 0),
-            *extra,
-        ),
-        shared_mem=cfg.smem_bytes(),
+Strides = tuple[int, int, int]  # batch, head and row strides in elements (the last is unit)
+
+
+class _Layout(ctypes.Structure):
+    """kernels/flash_fwd_layout.cuh's FaFwdLayout, passed to the kernels by value."""
+
+    _fields_ = [
+        ("strides", ctypes.c_longlong * 12),
+        ("heads", ctypes.c_int),
+        ("group", ctypes.c_int),
+    ]
+
+
+def readable(shape: tuple[int, ...], strides: tuple[int, ...], ptr: int) -> bool:
+    """Whether a (batch, heads, N, d) tensor of these element strides at address ptr is read
+    (or written) in place: a unit last dimension, a 16-byte aligned base and, on every other
+    dimension longer than one, a positive stride of whole 16 bytes (the copy engine's rule
+    and the pointer kernels' 16-byte accesses)."""
+    if ptr % 16 or (shape[3] > 1 and strides[3] != 1):
+        return False
+    return all(
+        n <= 1 or (s > 0 and s % 8 == 0) for n, s in zip(shape[:3], strides[:3], strict=True)
     )
-    del keep
 
 
-def ws_arguments(cfg: Config, grid, q, k, v, out) -> tuple[tuple, tuple, tuple, tuple]:
-    """flash_fwd_ws's grid, inputs and trailing arguments, and what its inputs point into
-    (the tensor maps of Q, K, V and O, then the ticket counter).
+def normal_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> Strides:
+    """(batch, head, row) strides with those of dimensions of length one (never stepped, but
+    checked by the copy engine) replaced by the packed value above the next one."""
+    b, h, n, d = shape
+    sr = strides[2] if n > 1 else d
+    sh = strides[1] if h > 1 else max(1, n) * sr
+    sb = strides[0] if b > 1 else max(1, h) * sh
+    return (sb, sh, sr)
 
-    Q, K, V and O go in as TMA tensor maps passed by value (copied at launch); the kernel also
-    takes the query-block and head counts, the ticket counter of the persistent schedule
-    and the heads per LPT section. O's map and the last three arguments (a workspace and two
-    counts) are left from removed variants and unused by the kernel (kernels/flash_fwd_ws.cu)."""
+
+@dataclass
+class Launch:
+    """One variant launched on one geometry, all but the tensors' addresses (prepare)."""
+
+    cfg: Config
+    fn: Any  # the CuPy kernel function
+    grid: tuple[int, int, int]
+    consts: tuple  # N_q, N_k, scale·log2(e), causal (numpy scalars, packed by CuPy)
+    layout: _Layout
+    layout_arg: Any  # the layout as a kernel argument (a pointer to it, copied at launch)
+    # ws only: Q's, K's and V's tensor maps, their addresses, the maps as kernel arguments,
+    # and the trailing arguments: query blocks, batch·heads (before the ticket counter) and
+    # the heads per LPT section (after it)
+    maps: tuple = ()
+    map_ptrs: tuple = ()
+    map_args: tuple = ()
+    ws_args: tuple = ()
+    section: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def needs_tickets(self) -> bool:
+        """Whether run() wants a zeroed int32 ticket counter (the persistent grid)."""
+        return self.cfg.kernel == "ws" and self.cfg.persistent
+
+    def run(
+        self, ptrs: tuple[int, int, int, int, int], tickets: int = 0, stream: Any = None
+    ) -> None:
+        """Launch on Q, K, V, O, LSE at these addresses (LSE 0: not written) and the ticket
+        counter (needs_tickets), on `stream` (None: CuPy's current stream)."""
+        u64 = np.uint64
+        cfg = self.cfg
+        block, smem = (cfg.threads, 1, 1), cfg.smem_bytes()
+        if not self.maps:
+            args = (*(u64(p) for p in ptrs), *self.consts, self.layout_arg)
+            self.fn(self.grid, block, args, shared_mem=smem, stream=stream)
+            return
+        replace_address = _replace_address_fn()
+        with self.lock:  # the maps are this launch's: point them at these tensors, launch
+            for m, p in zip(self.map_ptrs, ptrs[:3], strict=True):
+                rc = replace_address(m, p)
+                if rc != 0:
+                    raise RuntimeError(f"cuTensorMapReplaceAddress failed with CUresult {rc}")
+            args = (
+                *self.map_args, u64(ptrs[3]), u64(ptrs[4]), *self.consts, *self.ws_args,
+                u64(tickets), self.section, self.layout_arg,
+            )  # fmt: skip
+            self.fn(self.grid, block, args, shared_mem=smem, stream=stream)
+
+
+def prepare(
+    cfg: Config, dt: int, shape: tuple[int, int, int, int], kv_heads: int, n_k: int,
+    strides: tuple[Strides, Strides, Strides, Strides], ptrs: tuple[int, int, int],
+    scale: float, causal: bool,
+) -> Launch:  # fmt: skip
+    """The launch of variant cfg (dtype code dt) on Q of `shape` (batch, heads, N_q, d), K and
+    V of kv_heads heads (dividing heads: GQA) and n_k rows, at the element strides of Q, K,
+    V and O (normal_strides of readable tensors); ptrs are Q's, K's and V's addresses now (the
+    ws kernel's maps are encoded on them; run() re-points them)."""
     from . import tma
 
-    cp = cupy()
-    num_qb, heads = grid[0], grid[1]
-    tickets = cp.zeros(1, dtype=cp.int32) if cfg.persistent else cp.uint64(0)
-    if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
-        grid = (min(grid[0] * grid[1], sm_count()), 1, 1)
-    maps = (
-        tma.tiled_map(q, cfg.block_m),
-        tma.tiled_map(k, cfg.block_n),
-        tma.tiled_map(v, cfg.block_n),
-        tma.tiled_map(out, 64),
+    b, h, n_q, d = shape
+    num_qb = -(-n_q // cfg.block_m)
+    grid = (num_qb, b * h, 1)
+    consts = (np.int32(n_q), np.int32(n_k), np.float32(scale * LOG2E), np.int32(int(causal)))
+    layout = _Layout()
+    layout.strides[:] = [s for st in strides for s in st]
+    layout.heads, layout.group = h, h // kv_heads
+    from cupy.cuda.function import CPointer
+
+    launch = Launch(
+        cfg, compiled(cfg, dt), grid, consts, layout, CPointer(ctypes.addressof(layout))
     )
-    inputs = tuple(tma.kernel_arg(m) for m in maps)
-    section = lpt_section(k.shape[2], cfg.d, heads, l2_bytes())
-    extra = (
-        cp.int32(num_qb), cp.int32(heads), tickets, cp.int32(section),
-        cp.uint64(0), cp.int32(0), cp.int32(0),
-    )  # fmt: skip
-    return grid, inputs, extra, (*maps, tickets)
+    if cfg.kernel != "ws":
+        return launch
+    if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
+        launch.grid = (min(num_qb * b * h, sm_count()), 1, 1)
+    shapes = ((b, h, n_q, d), (b, kv_heads, n_k, d), (b, kv_heads, n_k, d))
+    rows = (cfg.block_m, cfg.block_n, cfg.block_n)
+    launch.maps = tuple(
+        tma.tensor_map(p, s, st, r)
+        for p, s, st, r in zip(ptrs, shapes, strides, rows, strict=False)
+    )
+    # Copies of the (cached, shared) encoded maps: run() re-points these, not the cache's.
+    copies = []
+    for m in launch.maps:
+        copy = tma._TensorMap()
+        ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(m), ctypes.sizeof(copy))
+        copies.append(copy)
+    launch.maps = tuple(copies)
+    launch.map_ptrs = tuple(ctypes.addressof(m) for m in copies)
+    launch.map_args = tuple(tma.kernel_arg(m) for m in copies)
+    launch.ws_args = (np.int32(num_qb), np.int32(b * h))
+    launch.section = np.int32(lpt_section(n_k, cfg.d, b * h, l2_bytes()))
+    return launch
+
+
+@functools.cache
+def _replace_address_fn() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuTensorMapReplaceAddress
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    return fn

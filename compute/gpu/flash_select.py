@@ -68,3 +68,12 @@ def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
     if d == 128 and n_q >= WS_WIDE_N:
         return WS_WIDE_D128
     return WS_CONFIGS[d]
+
+
+def launch_config(d: int, n_q: int, n_k: int, causal: bool, config: Config | None = None) -> Config:
+    """The variant a launch runs: `config` or default_config, with the ws kernel replaced by
+    the wgmma one when there is no key (a tensor map cannot describe an empty K)."""
+    cfg = config or default_config(d, n_q, causal)
+    if cfg.kernel == "ws" and n_k == 0:
+        return WGMMA_CONFIGS[d]
+    return cfg

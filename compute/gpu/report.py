@@ -4,7 +4,9 @@ One report (format BENCH_FORMAT) is what `compute.gpu.bench.run_bench` returns a
 `flash-explorer bench --json` writes; a figures file (FIGURES_FORMAT) holds several, as
 the tools write them. Both carry `version`: 3 adds the passes (config `pass_name` "forward",
 "backward" or "training"; every row and a sweep carry their `pass`), 2 named the
-tensor-core kernel's rows "flash", version 1 said "fast"; `split_reports` reads all three
+tensor-core kernel's rows "flash", version 1 said "fast"; 4 adds the optional "dram" block
+(`bench --dram`, compute.gpu.dram: per path the DRAM bytes ncu measured beside the declared
+ledger, its results list empty); `split_reports` reads all four
 (an older report is a forward one) and refuses, with what to run instead, the backward
 comparison that lab/flash_bwd_vs_sdpa writes (BWD_COMPARISON_FORMAT, rows of another
 shape). `bundled_report()` reads the
@@ -29,7 +31,7 @@ _NOT_A_REPORT = (
     "The file is a backward comparison from flash_bwd_vs_sdpa (its tables are in the README); "
     "to see the backward here, run `flash-explorer bench --pass backward --peers --json FILE`."
 )
-VERSION = 3
+VERSION = 4
 BUNDLED_DEFAULT = "tiled_vs_dense_h200"  # compute/gpu/reports/<name>.json
 MIB = 2**20
 # Real reports are tens of kB (the bundled figures file of 26 is 88 kB) and sweep 3x3 to
@@ -128,14 +130,15 @@ def format_report(report: dict) -> str:
     """The device line, the config, the results table, counts and the sweep grid."""
     c = report["config"]
     dev = report["device"]
+    how = f"(median of {c['repeats']} runs, {report['rotated_input_sets']} rotated input sets)"
     out = [
         f"device: {dev['name']} (sm_{''.join(map(str, dev['compute_capability']))})",
         f"N_q={c['n']} N_k={c['n_keys']} d={c['d']} d_v={c['d_v']} dtype={c['dtype']} "
         f"batch*heads={c['batch_heads']} causal={c['causal']} pass={c.get('pass_name', 'forward')} "
-        f"(median of {c['repeats']} runs, {report['rotated_input_sets']} rotated input sets)",
-        "",
-        _table(HEADER, [r for r in result_rows(report) if len(r) == len(HEADER)]),
+        + ("(DRAM profile: each path once, untimed)" if report.get("dram") else how),
     ]
+    if report["results"] or not report.get("dram"):
+        out += ["", _table(HEADER, [r for r in result_rows(report) if len(r) == len(HEADER)])]
     for r in report["results"]:  # failures below the table, one sentence each
         if "error" in r:
             out.append(f"{r['kernel']} {r.get('order', '')}: {r['error']}".replace("  ", " "))
@@ -144,6 +147,8 @@ def format_report(report: dict) -> str:
             verdict = "equal" if r["counts_match"] else "DIFFERENT"
             out += ["", f"transfers per head, {r['order']} {r['block_q']}x{r['block_k']}: "
                     f"kernel-counted vs ledger ({verdict})", format_counts(r)]  # fmt: skip
+    if report.get("dram"):
+        out += ["", format_dram(report["dram"])]
     sweep = report.get("sweep")
     if sweep:
         header = ["block_q \\ block_k", *map(str, sweep["block_k"])]
@@ -156,6 +161,114 @@ def format_report(report: dict) -> str:
         if sweep["best"]:
             b = sweep["best"]
             out.append(f"best: {b['block_q']}x{b['block_k']} at {b['ms']:.3f} ms")
+    return "\n".join(out)
+
+
+# --cache-control none: L2 is not flushed, so what a path's warm-up runs left in it (its
+# inputs, when they fit) is read from L2 in the profiled run, as in a steady loop.
+L2_CAVEAT = (
+    "L2 is not flushed before a path: inputs its warm-up left there are read from L2, "
+    "so a small problem can read less from DRAM than its inputs' size."
+)
+DRAM_HEADER = ["path", "order / tiles", "declared GB", "DRAM read GB", "DRAM write GB",
+               "DRAM / declared", "L2 hit %", "kernel ms", "GB/s"]  # fmt: skip
+
+
+def dram_label(entry: dict) -> str:
+    """A path's name in the DRAM tables: the teaching kernels with their loop order."""
+    return entry["path"] + (f" {entry['order']}" if entry["path"] == "tiled" else "")
+
+
+def _gb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.4g}"
+
+
+def dram_rows(block: dict) -> list[list[str]]:
+    """One list of cells per path of a "dram" block."""
+    rows = []
+    for e in block["paths"]:
+        m, dec = e.get("measured"), e.get("declared")
+        tiles = e.get("order", "") or e.get("variant", "")
+        if e["path"] == "tiled":
+            tiles = f"{e['order']} {e['block_q']}x{e['block_k']}"
+        if m is None:
+            rows.append([dram_label(e), tiles, _gb(dec and dec["bytes"]), "error: " + e["error"]])
+            continue
+        ratio = m["dram_bytes"] / dec["bytes"] if dec and dec["bytes"] else None
+        rows.append([
+            dram_label(e), tiles, _gb(dec and dec["bytes"]), _gb(m["dram_read_bytes"]),
+            _gb(m["dram_write_bytes"]), _fmt(ratio, ".2f"), _fmt(m["l2_hit_rate_pct"], ".1f"),
+            _fmt(m["duration_ns"] and m["duration_ns"] / 1e6, ".3f"),
+            _fmt(m["bandwidth_gbs"], ".0f"),
+        ])  # fmt: skip
+    return rows
+
+
+# What a schedule re-reads (the ledger counts it each time), by the loop order it runs.
+RE_READS = {
+    "q-outer": "the K/V tiles each query block re-reads",
+    "kv-outer": "the Q, O and row statistics each key tile re-reads",
+    "backward": "the Q, dO, L, D and dQ each key tile re-reads",
+}
+
+
+def _re_reads(entry: dict) -> str:
+    if entry["path"] == "flash":
+        orders = {"forward": ["q-outer"], "backward": ["backward"]}.get(
+            entry.get("pass", "forward"), ["q-outer", "backward"]
+        )
+    else:
+        orders = entry.get("order", "q-outer").split("+")
+        if entry.get("pass") in ("backward", "training"):
+            orders = [*orders[:-1], "backward"] if entry.get("pass") == "training" else ["backward"]
+    return " and ".join(RE_READS[o] for o in orders)
+
+
+def dram_reading(entry: dict, s_bytes: int, l2_bytes: int) -> str:
+    """One line: how a path's measured DRAM bytes stand to its declared ones, and why."""
+    m, dec = entry.get("measured"), entry.get("declared")
+    if m is None:
+        return f"not measured: {entry.get('error', 'no profile')}"
+    hit = m.get("l2_hit_rate_pct")
+    hit_text = "" if hit is None else f", L2 hit rate {hit:.0f}%"
+    if dec is None:
+        return (f"{m['dram_bytes'] / 1e9:.3g} GB from DRAM{hit_text}; its transfers are not "
+                "modelled, so there is no ledger to set it against")  # fmt: skip
+    ratio = m["dram_bytes"] / dec["bytes"] if dec["bytes"] else float("inf")
+    what = f"DRAM moved {ratio:.0%} of the declared {dec['bytes'] / 1e9:.3g} GB{hit_text}"
+    if entry["path"] == "dense":
+        where = "fits in" if s_bytes <= l2_bytes else "is larger than"
+        size = f"S ({s_bytes / 2**20:,.0f} MiB) {where} the {l2_bytes / 2**20:,.0f} MiB L2"
+        if ratio > 1.25:
+            return (f"{what}: {size}, and each of the path's {len(m.get('kernels', []))} kernels "
+                    "(float32 copies around the matmuls, one per elementwise step) moves an "
+                    "N x N array again, where the dense lane counts one write and one read of "
+                    "each of S and P")  # fmt: skip
+        if ratio < 0.8:
+            return f"{what}: {size}, so S and P are partly kept in L2"
+        return f"{what}: {size}, so S and P go to DRAM as declared"
+    if ratio < 0.5:
+        return f"{what}: {_re_reads(entry)} are served by L2"
+    if ratio < 0.8:
+        return f"{what}: {_re_reads(entry)} are partly served by L2"
+    if ratio > 1.25:
+        return f"{what}: more than the ledger counts (temporaries, partial sectors)"
+    return f"{what}: about what the ledger declares"
+
+
+def format_dram(block: dict) -> str:
+    """The DRAM table of a report, S against the L2, and each path's reading."""
+    fits = "fits in" if block["s_fits_l2"] else "does not fit in"
+    out = [
+        f"DRAM bytes measured by {block['tool']}",
+        f"S (one N_q x N_k matrix, all heads) is {block['score_bytes'] / 2**20:,.1f} MiB: "
+        f"it {fits} the {block['l2_bytes'] / 2**20:,.0f} MiB L2. " + L2_CAVEAT,
+        "",
+        _table(DRAM_HEADER, dram_rows(block)),
+        "",
+    ]
+    out += [f"{dram_label(e)}: {dram_reading(e, block['score_bytes'], block['l2_bytes'])}"
+            for e in block["paths"]]  # fmt: skip
     return "\n".join(out)
 
 
@@ -173,6 +286,8 @@ def report_label(report: dict) -> str:
     held = ", ".join(kinds) if kinds else ""
     if report.get("sweep"):
         held = (held + ", " if held else "") + "block sweep"
+    if report.get("dram"):
+        held = (held + ", " if held else "") + "DRAM bytes"
     mask = " causal" if c["causal"] else ""
     pass_name = pass_of(report)
     shown = "" if pass_name == "forward" else f" {pass_name}"
@@ -312,6 +427,44 @@ def check_report(report: object, path: str = "") -> None:
                   f"{where}.counts_ledger", "counted for the same tensors as counts_kernel")  # fmt: skip
     if report.get("sweep") is not None:
         _check_sweep(report["sweep"], f"{at}sweep")
+    if report.get("dram") is not None:
+        _check_dram(report["dram"], f"{at}dram")
+
+
+_BYTES = (lambda x: _is_int(x) and x >= 0, "a byte count")
+_DRAM_MEASURED = {
+    "dram_read_bytes": _BYTES, "dram_write_bytes": _BYTES, "dram_bytes": _BYTES,
+    "l2_hit_rate_pct": _MAYBE_NUMBER, "duration_ns": _MAYBE_NUMBER,
+    "bandwidth_gbs": _MAYBE_NUMBER,
+}  # fmt: skip
+
+
+def _check_dram(block: object, path: str) -> None:
+    """The "dram" block of version 4: S and the L2 in bytes, and each path's entry."""
+    _need(isinstance(block, dict), path, "a DRAM block")
+    _check_fields(block, path, {"score_bytes": _BYTES, "l2_bytes": _BYTES, "s_fits_l2": _FLAG},
+                  ("paths", "score_bytes", "l2_bytes"))  # fmt: skip
+    paths = block["paths"]
+    _need(isinstance(paths, list) and len(paths) <= MAX_RESULTS, f"{path}.paths",
+          f"a list of at most {MAX_RESULTS} paths")  # fmt: skip
+    for i, entry in enumerate(paths):
+        where = f"{path}.paths[{i}]"
+        _need(isinstance(entry, dict), where, "a path (a JSON object)")
+        _check_fields(entry, where, {"path": _TEXT, "order": _TEXT, "error": _TEXT,
+                                     "reading": _TEXT}, ("path",))  # fmt: skip
+        measured = entry.get("measured")
+        _need(measured is not None or "error" in entry, f"{where}.measured", "present")
+        if measured is not None:
+            _need(isinstance(measured, dict), f"{where}.measured", "an object")
+            _check_fields(measured, f"{where}.measured", _DRAM_MEASURED,
+                          ("dram_read_bytes", "dram_write_bytes", "dram_bytes"))  # fmt: skip
+        dec = entry.get("declared")
+        if dec is not None:
+            _need(isinstance(dec, dict) and _BYTES[0](dec.get("bytes")), f"{where}.declared",
+                  "a declared ledger with its bytes")  # fmt: skip
+            _check_counts(dec.get("by_tensor"), f"{where}.declared.by_tensor")
+        if "counts_kernel" in entry:
+            _check_counts(entry["counts_kernel"], f"{where}.counts_kernel")
 
 
 def read_reports(path: str | Path) -> list[dict]:

@@ -1,10 +1,11 @@
 """Tensor maps for Hopper's bulk tensor copy engine (TMA), encoded on the host via the driver.
 
 CuPy does not wrap ``cuTensorMapEncodeTiled``, so this module calls it in ``libcuda`` through
-ctypes. ``tiled_map(array, box_rows)`` describes a contiguous (batch*heads, N, D) array of
-16-bit elements as a 3-D tensor (D, N, batch*heads) read in boxes of 64 columns x box_rows
-rows x 1 head with the 128-byte swizzle: one box is one 64-column panel of the shared-memory
-layout wgmma reads, and rows past N of a head come back as zeros. ``kernel_arg(map)`` wraps
+ctypes. ``tensor_map(ptr, shape, strides, box_rows)`` describes (batch, heads, N, D) memory
+of 16-bit elements at any batch, head and row strides (SDPA's views of (batch, N, heads, D)
+memory, GQA's K/V heads) as a 4-D tensor (D, N, heads, batch) read in boxes of 64 columns x
+box_rows rows x 1 head x 1 batch with the 128-byte swizzle: one box is one 64-column panel of
+the shared-memory layout wgmma reads, and rows past N of a head come back as zeros. ``kernel_arg(map)`` wraps
 the 128 bytes for a CuPy launch, which copies them into the kernel's __grid_constant__
 parameter. Nothing is imported or loaded until first use.
 """
@@ -53,37 +54,42 @@ def _encode_fn() -> Any:
 
 
 @functools.lru_cache(maxsize=256)
-def _encode(ptr: int, heads: int, n: int, d: int, box_rows: int) -> _TensorMap:
-    # Keyed on the address and shape only: the map holds nothing else, so a freed and
-    # reused buffer of the same shape gets a correct map from the cache.
+def _encode(
+    ptr: int, d: int, n: int, heads: int, batch: int, strides: tuple[int, int, int], box_rows: int
+) -> _TensorMap:
+    # Keyed on the address, shape and strides only: the map holds nothing else, so a freed
+    # and reused buffer of the same shape gets a correct map from the cache.
     out = _TensorMap()
-    dims = (ctypes.c_uint64 * 3)(d, n, heads)
-    strides = (ctypes.c_uint64 * 2)(d * 2, n * d * 2)
-    box = (ctypes.c_uint32 * 3)(PANEL_COLS, box_rows, 1)
-    elem = (ctypes.c_uint32 * 3)(1, 1, 1)
+    dims = (ctypes.c_uint64 * 4)(d, n, heads, batch)
+    byte_strides = (ctypes.c_uint64 * 3)(*(2 * s for s in strides))
+    box = (ctypes.c_uint32 * 4)(PANEL_COLS, box_rows, 1, 1)
+    elem = (ctypes.c_uint32 * 4)(1, 1, 1, 1)
     rc = _encode_fn()(
-        ctypes.byref(out), _UINT16, 3, ctypes.c_void_p(ptr), dims, strides, box, elem,
+        ctypes.byref(out), _UINT16, 4, ctypes.c_void_p(ptr), dims, byte_strides, box, elem,
         _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_128B, _OOB_FILL_ZERO,
     )  # fmt: skip
     if rc != 0:
         raise RuntimeError(
-            f"cuTensorMapEncodeTiled failed with CUresult {rc} "
-            f"(heads={heads}, N={n}, d={d}, box rows={box_rows})"
+            f"cuTensorMapEncodeTiled failed with CUresult {rc} (batch={batch}, heads={heads}, "
+            f"N={n}, d={d}, strides={strides}, box rows={box_rows})"
         )
     return out
 
 
-def tiled_map(a: Any, box_rows: int) -> _TensorMap:
-    """The tensor map of a contiguous CuPy array shaped (..., N, D) of 16-bit elements."""
-    if a.itemsize != 2 or not a.flags.c_contiguous:
-        raise ValueError("TMA maps here take contiguous 16-bit arrays")
-    n, d = a.shape[-2], a.shape[-1]
+def tensor_map(
+    ptr: int, shape: tuple[int, int, int, int], strides: tuple[int, int, int], box_rows: int
+) -> _TensorMap:
+    """The tensor map of 16-bit (batch, heads, N, D) memory at `ptr` whose batch, head and row
+    strides (in elements; the last dimension is unit) are `strides`: 4-D (D, N, heads,
+    batch), read in boxes of 64 columns x box_rows rows. The copy engine takes strides that
+    are multiples of 16 bytes and a 16-byte aligned base (flash_launch.readable checks both)."""
+    batch, heads, n, d = shape
     if d % PANEL_COLS or not 1 <= box_rows <= 256:
         raise ValueError(f"d must be a multiple of {PANEL_COLS} and box rows in 1..256")
-    if a.data.ptr % 16:
-        raise ValueError("TMA needs a 16-byte aligned base address")
-    heads = a.size // (n * d) if n * d else 0
-    return _encode(int(a.data.ptr), heads, n, d, box_rows)
+    if ptr % 16 or any(s % 8 or s <= 0 for s in strides):
+        raise ValueError("TMA needs a 16-byte aligned base and strides of whole 16 bytes")
+    sb, sh, sr = strides
+    return _encode(int(ptr), d, n, heads, batch, (sr, sh, sb), box_rows)
 
 
 def kernel_arg(tmap: _TensorMap) -> Any:
@@ -91,3 +97,13 @@ def kernel_arg(tmap: _TensorMap) -> Any:
     from cupy.cuda.function import CPointer
 
     return CPointer(ctypes.addressof(tmap))
+
+
+def tiled_map(a: Any, box_rows: int) -> _TensorMap:
+    """The tensor map of a contiguous CuPy array shaped (..., N, D) of 16-bit elements, as
+    one batch of batch*heads heads: coordinates (column, row, batch*head index, 0)."""
+    if a.itemsize != 2 or not a.flags.c_contiguous:
+        raise ValueError("TMA maps here take contiguous 16-bit arrays")
+    n, d = a.shape[-2], a.shape[-1]
+    heads = a.size // (n * d) if n * d else 0
+    return tensor_map(int(a.data.ptr), (1, heads, n, d), (heads * n * d, n * d, d), box_rows)

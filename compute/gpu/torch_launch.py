@@ -1,103 +1,100 @@
 """The forward kernel launched on torch tensors with almost no host work per call.
 
-``forward(q, k, v, causal, scale) -> (o, lse)`` runs the kernel variant that
+``forward(q, k, v, causal, scale, o, lse) -> (o, lse)`` runs the kernel variant that
 ``compute.gpu.flash.flash_attention`` would run on the same shapes, on torch's current CUDA
-stream, and returns the output and the row log-sum-exp as torch tensors allocated by torch's
-caching allocator. Its inputs are what the kernels read: contiguous (batch, heads, N, d)
-CUDA tensors, float16 or bfloat16, 16-byte aligned, K and V with q's heads
-(``compute.gpu.torch_op`` makes them so).
+stream. Its inputs are what the kernels read in place (``flash_launch.readable``: a unit
+last dimension, 16-byte aligned, the other strides in whole 16 bytes; ``compute.gpu.torch_op``
+copies anything else): (batch, heads, N, d) tensors at any such strides, so SDPA's views of
+(batch, N, heads, d) memory are not copied, and K and V with heads dividing q's (GQA: query
+head h reads K/V head h // group inside the kernel, nothing repeated).
 
-Where the host time goes and what is cached: flash_attention, called on CuPy views, does per
-call the shape checks, the variant choice, three DLPack views and two back, CuPy allocations,
-the TMA tensor maps and a CuPy stream object. Here the first call of a shape (dtype, device,
-batch·heads, N_q, N_k, d, mask, scale) builds a plan through flash.py's own functions
-(variant, grid, the tensor maps, the workspaces' sizes) and every later call only reads the
-tensors' addresses, points the plan's four tensor-map copies at them
-(``cuTensorMapReplaceAddress``, no re-encoding), allocates O, LSE and the zeroed
-workspaces (ticket counters) through torch and launches on a cached stream object. A GPU test
-checks the output bit for bit against flash_attention's on every branch the plan mirrors.
+Where the host time goes and what is cached: the first call of a shape (dtype, device,
+batch, heads, K/V heads, N_q, N_k, d, the four tensors' strides, mask, scale) builds a
+``flash_launch.Launch`` through the forward's internal API (``flash_select.launch_config``,
+``flash_launch.prepare``: variant, grid, the strides' layout, the tensor maps); every later
+call reads the tensors' addresses, allocates the zeroed ticket counter when the variant
+wants one, and calls ``Launch.run`` (which re-points the maps, no re-encoding) on a cached
+stream object. A GPU test checks the output bit for bit against flash_attention's on every
+branch.
 
 Imports neither torch nor CuPy until the first call.
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import threading
 import warnings
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-
-@dataclass
-class _Plan:
-    """Everything a launch of one shape needs except the tensors' addresses."""
-
-    fn: Any  # the CuPy kernel function
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    smem: int
-    consts: tuple  # N_q, N_k, scale·log2(e), causal (numpy scalars, packed by CuPy)
-    # ws only: the addresses of the plan's copies of the tensor maps of Q, K, V and O, and the
-    # trailing arguments, each a numpy scalar or ("work", numel, torch dtype): a zeroed workspace
-    maps: tuple = ()
-    map_args: tuple = ()  # the maps as kernel arguments (pointers to the plan's copies)
-    extra: tuple = ()
-    keep: list = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_PLANS: dict[tuple, _Plan | None] = {}
+_PLANS: dict[tuple, Any] = {}
+_PLANS_LOCK = threading.Lock()
 _STREAMS: dict[int, Any] = {}
+_DTYPE_CODES = {"torch.float16": 0, "torch.bfloat16": 1}
 
 
 def forward(
-    q: Any, k: Any, v: Any, causal: bool, scale: float, o: Any = None, lse: Any = None
-) -> tuple[Any, Any]:
-    """(O, LSE) of the kernel on prepared tensors (module docstring): O contiguous like q,
-    LSE float32 (batch, heads, N_q), written into `o` and `lse` when given (contiguous, of
-    those shapes' sizes: the caller's own shapes, so that it returns no view)."""
+    q: Any, k: Any, v: Any, causal: bool, scale: float, o: Any = None, lse: Any = None,
+    config: Any = None,
+) -> tuple[Any, Any]:  # fmt: skip
+    """(O, LSE) of the kernel on readable tensors (module docstring): O written into `o`
+    (readable, q's shape; by default a new tensor with q's strides when they are dense),
+    LSE float32 contiguous (batch, heads, N_q) into `lse`; `config` (a flash Config)
+    overrides the variant, as flash_attention's does (for tests and benchmarks)."""
     import torch
 
     if not q.is_cuda:
         raise ValueError(f"torch_attention runs on CUDA tensors; q is on {q.device}")
     b, h, n_q, d = q.shape
-    n_k = k.shape[2]
+    hk, n_k = k.shape[1], k.shape[2]
     if o is None:
-        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        o = torch.empty_like(q)
     if lse is None:
         lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    key = (q.dtype, q.device.index, b * h, n_q, n_k, d, causal, scale)
+    key = (
+        q.dtype, q.device.index, b, h, hk, n_q, n_k, d, causal, scale,
+        q.stride(), k.stride(), v.stride(), o.stride(), config,
+    )  # fmt: skip
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
     plan = _PLANS.get(key, False)
     if plan is False:
-        plan = _PLANS[key] = _make_plan(q, k, v, o, lse, causal, scale)
+        plan = _make_plan(q, k, v, o, ptrs, causal, scale, config)
+        with _PLANS_LOCK:
+            _PLANS[key] = plan
     if plan is None:  # nothing to compute (no head or no query row)
         return o, lse
     stream = _stream(torch, q.device.index)
-    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
-    if not plan.maps:
-        args = (*(np.uint64(p) for p in ptrs), np.uint64(lse.data_ptr()), *plan.consts)
-        plan.fn(plan.grid, plan.block, args, shared_mem=plan.smem, stream=stream)
-        return o, lse
-    # Zeroed workspaces from torch's pool, held until the launch is queued; freed after, their
-    # blocks go only to later work on this stream, which runs after the kernel.
-    work = [torch.zeros(x[1], dtype=x[2], device=q.device) for x in plan.extra if type(x) is tuple]
-    it = iter(work)
-    extra = tuple(np.uint64(next(it).data_ptr()) if type(x) is tuple else x for x in plan.extra)
-    replace_address = _replace_address_fn()
-    with plan.lock:  # the maps are the plan's: point them at this call's tensors, launch
-        for m, p in zip(plan.maps, ptrs, strict=True):
-            rc = replace_address(m, p)
-            if rc != 0:
-                raise RuntimeError(f"cuTensorMapReplaceAddress failed with CUresult {rc}")
-        args = (
-            *plan.map_args, np.uint64(ptrs[3]), np.uint64(lse.data_ptr()), *plan.consts, *extra,
-        )  # fmt: skip
-        plan.fn(plan.grid, plan.block, args, shared_mem=plan.smem, stream=stream)
+    # A zeroed ticket counter from torch's pool, held until the launch is queued; freed after,
+    # its block goes only to later work on this stream, which runs after the kernel.
+    tickets = torch.zeros(1, dtype=torch.int32, device=q.device) if plan.needs_tickets else None
+    plan.run(
+        (*ptrs, o.data_ptr(), lse.data_ptr()),
+        tickets.data_ptr() if tickets is not None else 0,
+        stream,
+    )
     return o, lse
+
+
+def _make_plan(
+    q: Any, k: Any, v: Any, o: Any, ptrs: tuple, causal: bool, scale: float, config: Any
+):  # fmt: skip
+    """The Launch flash_attention would make on these shapes and strides (None when it
+    launches nothing)."""
+    import cupy as cp
+
+    from .flash_launch import normal_strides, prepare
+    from .flash_select import launch_config
+
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    if not (b * h and n_q):
+        return None
+    cfg = launch_config(d, n_q, n_k, causal, config)
+    strides = tuple(normal_strides(t.shape, t.stride()) for t in (q, k, v, o))
+    with cp.cuda.Device(q.device.index):
+        return prepare(
+            cfg, _DTYPE_CODES[str(q.dtype)], (b, h, n_q, d), k.shape[1], n_k, strides, ptrs,
+            scale, causal,
+        )  # fmt: skip
 
 
 def backward(
@@ -154,60 +151,3 @@ def _stream(torch: Any, device: int) -> Any:
             warnings.simplefilter("ignore", DeprecationWarning)
             stream = _STREAMS[ptr] = cupy.cuda.ExternalStream(ptr)
     return stream
-
-
-def _make_plan(q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool, scale: float):
-    """The plan of flash_attention's launch on these shapes (None when it launches nothing),
-    built by flash.py's own variant choice and _ws_launch on CuPy views of the tensors."""
-    import cupy as cp
-    import torch
-
-    from . import flash
-    from .peers import cupy_view
-
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    if not (b * h and n_q):
-        return None
-    qc, kc, vc, oc = (cupy_view(torch, t.detach()) for t in (q, k, v, o))
-    dt = flash._dtype_code(qc)
-    # The variant adjustments of flash.flash_attention, in its order.
-    cfg = flash.default_config(d, n_q, causal)
-    if cfg.kernel == "ws" and n_k == 0:
-        cfg = flash.WGMMA_CONFIGS[d]
-    grid = (-(-n_q // cfg.block_m), b * h, 1)
-    consts = (
-        np.int32(n_q), np.int32(n_k), np.float32(scale * flash._LOG2E), np.int32(int(causal)),
-    )  # fmt: skip
-    fn = flash._function(cfg, dt)
-    plan = _Plan(fn, grid, (cfg.threads, 1, 1), cfg.smem_bytes(), consts)
-    if cfg.kernel != "ws":
-        return plan
-    with cp.cuda.Device(q.device.index):
-        grid, _, extra, maps = flash._ws_launch(cfg, grid, qc, kc, vc, oc, causal)
-    from .tma import _TensorMap, kernel_arg
-
-    plan.grid = tuple(int(g) for g in grid)
-    copies = []
-    for m in maps[:4]:  # Q, K, V, O
-        copy = _TensorMap()
-        ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(m), ctypes.sizeof(copy))
-        copies.append(copy)
-    plan.maps = tuple(ctypes.addressof(m) for m in copies)
-    plan.map_args = tuple(kernel_arg(m) for m in copies)
-    plan.keep = copies  # the maps' storage, which map_args point into
-    dtypes = {"int32": torch.int32, "float32": torch.float32}
-    plan.extra = tuple(
-        ("work", int(x.size), dtypes[str(x.dtype)]) if isinstance(x, cp.ndarray) else x
-        for x in extra
-    )
-    return plan
-
-
-@functools.cache
-def _replace_address_fn() -> Any:
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuTensorMapReplaceAddress
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    return fn

@@ -15,21 +15,23 @@ an ``autograd.Function`` instead, which runs the same functions with less Python
 (the benchmark, ``lab/torch_op_bench.py``, times both), or, when no input needs a
 gradient, straight to them.
 
-What is copied, and why: the kernels read row-major (batch·heads, N, d) memory, 16-byte
-aligned, so an input that is not (e.g. SDPA's (batch, heads, N, d) view of (batch, N,
-heads, d) memory) is copied (``contiguous()``) in the forward; the eager path saves the
-copies for the backward, while under torch.compile the op's autograd saves its inputs, so
-the backward copies them again. A non-contiguous upstream gradient is copied too; the
-output is contiguous (batch, heads, N, d). Taking those layouts without the copy needs the kernels to take the row and head
-strides (the TMA maps' strides and the pointer kernels' offsets), which they do not yet.
+What is copied, and why: the forward copies nothing. Its kernels read Q, K, V and write O
+at their batch, head and row strides (4-D tensor maps, strided pointers), so SDPA's (batch,
+heads, N, d) views of (batch, N, heads, d) memory, as transformers passes them, are read in
+place; only a tensor the kernels cannot address (a last dimension that is not unit, a
+base or stride not in whole 16 bytes: ``flash_launch.readable``) is copied. O is allocated
+with q's strides (``empty_like``, as SDPA's flash backend does), so the caller's
+``transpose(1, 2)`` back to (batch, N, heads, d) is free. The backward kernel
+(``flash_attention_backward``) still reads contiguous (batch, heads, N, d) memory, so the
+backward copies (once each) those of Q, K, V, O and dO that are not.
 
-GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA; query head h
-reads K/V head h // group): without a mask nothing is copied: the group's query heads are
-adjacent in memory, so they are one (batch, kv_heads, group·N_q, d) problem whose dK and dV
-are summed over the group by the kernel itself. With ``is_causal`` each row's mask depends on
-its row within its own head, so K and V are repeated to q's heads (``repeat_interleave``, a
-copy of group × their size in the forward and again in the backward) and dK, dV summed over
-the group after the backward (one reduction).
+GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA): the forward
+kernels read K/V head h // group for query head h; nothing is repeated. The backward: without
+a mask the group's query heads, made contiguous, are one (batch, kv_heads, group·N_q, d)
+problem whose dK and dV the kernel sums itself; with ``is_causal`` (each row's mask depends
+on its row within its own head) K and V are repeated to q's heads (``repeat_interleave``)
+and dK, dV summed over the group after it (one reduction), until the backward kernel takes
+the group.
 
 Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r sees keys
 c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
@@ -48,6 +50,7 @@ import math
 from typing import Any
 
 from .flash import SUPPORTED_HEAD_DIMS
+from .flash_launch import readable
 
 NO_TORCH = "torch_attention needs PyTorch: install torch (pip install torch) to use it."
 ALIGNS = ("top-left", "bottom-right")
@@ -95,48 +98,58 @@ def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align
             "is_causal top-left (SDPA's) with N_q > N_k is not supported: use equal lengths "
             "or causal_align='bottom-right'"
         )
-    launched = b * h if is_causal and hk != h else b * hk  # causal GQA repeats K/V to h heads
-    if launched > 65535:
-        raise ValueError(
-            f"batch * heads of the launch ({launched}) must be at most 65535 (one grid row per head)"
-        )
+    if b * h > 65535:
+        raise ValueError(f"batch * heads ({b * h}) must be at most 65535 (one grid row per head)")
 
 
 def _dense(t: Any) -> Any:
-    """t itself when the kernels can read it (contiguous, 16-byte aligned), else one copy."""
+    """t itself when the backward kernel can read it (contiguous, 16-byte aligned), else one
+    copy."""
     if t.is_contiguous() and t.data_ptr() % 16 == 0:
         return t
     return t.clone() if t.is_contiguous() else t.contiguous()  # clone: a fresh, aligned block
 
 
+def _readable(t: Any) -> Any:
+    """t itself when the forward kernels read it in place (flash_launch.readable), else one
+    contiguous, aligned copy. (The common case, every stride positive and in whole 16
+    bytes, is tested inline: this runs three times per call.)"""
+    sb, sh, sr, sd = t.stride()
+    ptr = t.data_ptr()
+    if sd == 1 and not (ptr % 16 or sb % 8 or sh % 8 or sr % 8) and min(sb, sh, sr) > 0:
+        return t
+    if readable(t.shape, (sb, sh, sr, sd), ptr):
+        return t
+    return t.clone(memory_format=_torch().contiguous_format)
+
+
 def _prepare(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, Any, Any]:
-    """q, k, v as the kernels read them, with top-left causal turned into the kernel's own
-    mask: N_q < N_k keys past N_q are never seen, so K and V end there (then N_q = N_k).
-    Idempotent, so the backward may call it on what the forward saved."""
+    """q, k, v as the forward kernels read them, with top-left causal turned into the
+    kernel's own mask: N_q < N_k keys past N_q are never seen, so K and V end there (views;
+    then N_q = N_k). Idempotent, so the backward may call it on what the forward saved."""
     n_q = q.shape[2]
     if causal and align == "top-left" and n_q < k.shape[2]:
         k, v = k[:, :, :n_q], v[:, :, :n_q]
-    return _dense(q), _dense(k), _dense(v)
+    return _readable(q), _readable(k), _readable(v)
 
 
-def _forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
-    """(O, LSE) on prepared tensors, K/V heads dividing q's (GQA as the module says)."""
+def _empty_out(torch: Any, q: Any) -> Any:
+    """O's tensor: q's strides where they are dense with a unit last dimension (so that the
+    caller's transpose back to (batch, N, heads, d) is free, as with SDPA), else contiguous.
+    The fake implementation uses it too, so compiled graphs see the strides eager returns."""
+    o = torch.empty_like(q)
+    return o if o.stride(3) == 1 else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
+def _forward(q: Any, k: Any, v: Any, causal: bool, scale: float, like: Any) -> tuple[Any, Any]:
+    """(O, LSE) on prepared tensors, K/V heads dividing q's (the kernels take the group), O
+    shaped after `like` (the caller's q)."""
     from . import torch_launch
 
     torch = _torch()
-    b, h, n_q, d = q.shape
-    hk = k.shape[1]
-    group = h // hk
-    # O and LSE in the shapes returned, so that no view leaves the op (autograd's handling of
-    # a returned view costs host time); the kernel gets views of them where it folds.
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    b, h, n_q, _ = q.shape
+    o = _empty_out(torch, like)
     lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    if group > 1 and causal:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    elif group > 1:
-        fold = (b, hk, group * n_q, d)
-        torch_launch.forward(q.view(fold), k, v, causal, scale, o.view(fold), lse.view(fold[:3]))
-        return o, lse
     torch_launch.forward(q, k, v, causal, scale, o, lse)
     return o, lse
 
@@ -150,17 +163,18 @@ def _backward(
     b, h, n_q, d = q.shape
     hk, n_k = k.shape[1], k.shape[2]
     group = h // hk
-    do = _dense(do)
-    if group > 1 and causal:
-        kx, vx = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    q, o, do = (_dense(t) for t in (q, o, do))  # copies only what is not dense
+    if group > 1 and causal:  # the repeat is a contiguous copy of any layout
+        kx, vx = (_dense(t.repeat_interleave(group, dim=1)) for t in (k, v))
         dq, dk, dv = torch_launch.backward(q, kx, vx, o, do, lse, causal, scale)
         return dq, *(g.view(b, hk, group, n_k, d).sum(2) for g in (dk, dv))
     if group > 1:
         fold = (b, hk, group * n_q, d)
+        k, v = _dense(k), _dense(v)
         q, o, do, lse = q.view(fold), o.view(fold), do.view(fold), lse.view(fold[:3])
         dq, dk, dv = torch_launch.backward(q, k, v, o, do, lse, causal, scale)
         return dq.view(b, h, n_q, d), dk, dv
-    return torch_launch.backward(q, k, v, o, do, lse, causal, scale)
+    return torch_launch.backward(q, _dense(k), _dense(v), o, do, lse, causal, scale)
 
 
 def _pad_keys(torch: Any, g: Any, n_k: int) -> Any:
@@ -179,9 +193,9 @@ def _function() -> Any:
         @staticmethod
         def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str):
             n_k = k.shape[2]
-            q, k, v = _prepare(q, k, v, is_causal, align)
-            o, lse = _forward(q, k, v, is_causal, scale)
-            ctx.save_for_backward(q, k, v, o, lse)
+            qp, kp, vp = _prepare(q, k, v, is_causal, align)
+            o, lse = _forward(qp, kp, vp, is_causal, scale, q)
+            ctx.save_for_backward(qp, kp, vp, o, lse)
             ctx.args = (is_causal, scale, n_k)
             return o
 
@@ -212,12 +226,12 @@ def _register_ops() -> bool:
         " -> (Tensor, Tensor)",
     )  # fmt: skip
     def attention_forward(q, k, v, is_causal, scale, causal_align):
-        return _forward(*_prepare(q, k, v, is_causal, causal_align), is_causal, scale)
+        return _forward(*_prepare(q, k, v, is_causal, causal_align), is_causal, scale, q)
 
     @attention_forward.register_fake
     def _(q, k, v, is_causal, scale, causal_align):
         b, h, n_q, _ = q.shape
-        return q.new_empty(q.shape), q.new_empty((b, h, n_q), dtype=torch.float32)
+        return _empty_out(torch, q), q.new_empty((b, h, n_q), dtype=torch.float32)
 
     @lib.custom_op(
         f"{NAMESPACE}::attention_backward", mutates_args=(),
@@ -263,8 +277,8 @@ def torch_attention(
     q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads = heads, or
     dividing it with ``enable_gqa=True``; float16 or bfloat16 CUDA tensors, d ∈ {64, 128}.
     scale defaults to 1/sqrt(d), as SDPA's. ``causal_align`` places the causal mask when
-    N_q != N_k (module docstring). Returns a contiguous tensor shaped (batch, heads, N_q, d),
-    typed as q.
+    N_q != N_k (module docstring). Returns a tensor shaped (batch, heads, N_q, d), typed as
+    q, with q's strides when they are dense (module docstring), else contiguous.
     """
     torch = _torch()
     _check(torch, q, k, v, is_causal, enable_gqa, causal_align)
@@ -277,7 +291,7 @@ def torch_attention(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _function().apply(q, k, v, bool(is_causal), scale, causal_align)
     # No graph to record (inference): skip the autograd.Function's own host cost.
-    return _forward(*_prepare(q, k, v, is_causal, causal_align), bool(is_causal), scale)[0]
+    return _forward(*_prepare(q, k, v, is_causal, causal_align), bool(is_causal), scale, q)[0]
 
 
 def register_ops() -> None:

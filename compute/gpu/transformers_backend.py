@@ -13,9 +13,11 @@ SDPA's mask builder returns no mask when the mask is purely causal (no padding, 
 one query row), which is what the kernels take; GQA goes to the op (``enable_gqa``) without
 repeating K and V. What the kernels cannot do is refused with one sentence: an explicit mask
 (padding, packed sequences, sliding windows), dropout in training, soft-capping, attention
-sinks, a position bias, head sizes other than 64 and 128, float32 models. The output leaves as
-transformers expects, (batch, N, heads, d) contiguous: one transpose copy, since the kernel
-writes (batch, heads, N, d).
+sinks, a position bias, head sizes other than 64 and 128, float32 models. The query, key and
+value transformers passes ((batch, heads, N, d) views of (batch, N, heads, d) memory) are
+read in place, and the output leaves as transformers expects, (batch, N, heads, d)
+contiguous, with no copy: the op writes O with the query's strides, so the transpose back
+is a view.
 
 transformers and torch stay optional: this module imports neither until ``register`` or
 ``attention_forward`` runs.
@@ -74,4 +76,4 @@ def attention_forward(
         enable_gqa=key.shape[1] != query.shape[1],
         causal_align="bottom-right",
     )  # fmt: skip  (bottom-right: queries are the latest tokens when N_q < N_k)
-    return out.transpose(1, 2).contiguous(), None
+    return out.transpose(1, 2).contiguous(), None  # a view when O has the query's strides

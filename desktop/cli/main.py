@@ -105,6 +105,12 @@ def run_bench(argv: Sequence[str]) -> int:
     return bench_main(list(argv))
 
 
+def run_decode(argv: Sequence[str]) -> int:
+    from desktop.cli.decode import main as decode_main
+
+    return decode_main(list(argv))
+
+
 def run_export(argv: Sequence[str]) -> int:
     from desktop.cli.export import main as export_main
 
@@ -117,12 +123,26 @@ def run_export_ledger(argv: Sequence[str]) -> int:
     return main_ledger(list(argv))
 
 
+def run_paper_check(argv: Sequence[str]) -> int:
+    from desktop.cli.paper_check import run_paper_check as paper_check_main
+
+    return paper_check_main(argv)
+
+
 def run_bench_gui(argv: Sequence[str]) -> int:
     try:
         from desktop.cli.bench_gui import main as bench_gui_main
     except ImportError as exc:
         return fail(f"the GUI benchmark needs Qt ({exc}).", "flash-explorer bench-gui")
     return bench_gui_main(list(argv))
+
+
+def run_bench_memory(argv: Sequence[str]) -> int:
+    try:
+        from desktop.cli.bench_memory import main as bench_memory_main
+    except ImportError as exc:
+        return fail(f"the memory benchmark needs Qt ({exc}).", "flash-explorer bench-memory")
+    return bench_memory_main(list(argv))
 
 
 def run_gui(argv: Sequence[str]) -> int:
@@ -139,18 +159,25 @@ def run_gui(argv: Sequence[str]) -> int:
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "ledger": run_ledger,
     "bench": run_bench,
+    "decode": run_decode,
     "export": run_export,
     "export-ledger": run_export_ledger,
     "bench-gui": run_bench_gui,
+    "paper-check": run_paper_check,
+    "bench-memory": run_bench_memory,
 }
 
 USAGE = """usage: flash-explorer [GUI flags]            open the explorer (default: the reference example)
        flash-explorer ledger [flags] [--pass P] [--json]
                                            print both lanes' HBM transfer ledger
+       flash-explorer decode [--n-q N --n-k N --h-q H --h-kv H --splits S] [--json]
+                                           a decode step's bytes and roofline, every schedule
        flash-explorer export --out FILE ...     frames, PDFs, storyboards, animations headless
        flash-explorer export-ledger --out FILE  write the ledger as PNG, SVG, PDF, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
        flash-explorer bench-gui [flags]         time the window offscreen: change, frame
+       flash-explorer paper-check [--json]      FlashAttention's Figure 2 beside our ledgers
+       flash-explorer bench-memory [flags]      the window's peak memory against its estimate
 Run `flash-explorer gui --help` for the GUI flags, any other command with --help for its
 flags, and `flash-explorer --version` for the version."""
 

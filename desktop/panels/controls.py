@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -35,6 +35,7 @@ from desktop.state.config import D_MAX, N_MAX, Config, paper_blocks
 
 INPUT_LABELS = {"seed": "Reference example", "random": "Seeded random", "file": "File…"}
 PASS_LABELS = {"forward": "Forward", "backward": "Backward", "training": "Training step"}
+DECODE_PASS = "decode"  # not a Config pass: the window swaps the lanes for desktop.decode's view
 
 
 SLIDER_STEPS = 1000
@@ -62,6 +63,8 @@ def _spin(lo: int, hi: int, tip: str, special: str | None = None) -> QSpinBox:
 
 
 class ControlsPanel(QWidget):
+    decode_toggled = Signal(bool)  # Pass -> Decode chosen (True) or left (False)
+
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
@@ -146,6 +149,7 @@ class ControlsPanel(QWidget):
         self.pass_combo = QComboBox()
         for key, text in PASS_LABELS.items():
             self.pass_combo.addItem(text, key)
+        self.pass_combo.addItem("Decode (KV cache)", DECODE_PASS)
         self.pass_combo.setToolTip(
             "Which pass the lanes animate: the forward; the backward (dense reads the stored P "
             "and writes dP, dS; tiled recomputes P̃ = exp(S − L) tile by tile); or a training "
@@ -271,9 +275,7 @@ class ControlsPanel(QWidget):
         self.order_combo.currentIndexChanged.connect(
             lambda _i: st.update_config(order=self.order_combo.currentData())
         )
-        self.pass_combo.currentIndexChanged.connect(
-            lambda _i: st.update_config(pass_name=self.pass_combo.currentData())
-        )
+        self.pass_combo.currentIndexChanged.connect(lambda _i: self._pass_chosen())
         self.causal_check.toggled.connect(lambda v: st.update_config(causal=v))
         self.lse_check.toggled.connect(lambda v: st.update_config(save_lse=v))
         self.dtype_combo.currentIndexChanged.connect(
@@ -374,11 +376,13 @@ class ControlsPanel(QWidget):
         for combo, value in (
             (self.input_combo, cfg.input),
             (self.order_combo, cfg.order),
-            (self.pass_combo, cfg.pass_name),
             (self.dtype_combo, cfg.dtype),
         ):
             with QSignalBlocker(combo):
                 combo.setCurrentIndex(combo.findData(value))
+        if self.pass_combo.currentData() != DECODE_PASS:  # Decode stays chosen across traces
+            with QSignalBlocker(self.pass_combo):
+                self.pass_combo.setCurrentIndex(self.pass_combo.findData(cfg.pass_name))
         self._name_file(cfg)
         for check, value in ((self.causal_check, cfg.causal), (self.lse_check, cfg.save_lse)):
             with QSignalBlocker(check):
@@ -386,6 +390,12 @@ class ControlsPanel(QWidget):
         self.mask_control.show_config(cfg)
         self.paper_button.setEnabled(bool(cfg.sram))
         self._show_fits()
+
+    def _pass_chosen(self) -> None:
+        key = self.pass_combo.currentData()
+        self.decode_toggled.emit(key == DECODE_PASS)
+        if key != DECODE_PASS:
+            self.state.update_config(pass_name=key)
 
     def _name_file(self, cfg: Config) -> None:
         """Source names the open file (elided to the box), not "File…"."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute import Trace
-from compute.first_tier import row_sample, score_means
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.timeline import PHASE_CODE
 
@@ -276,14 +275,13 @@ def prepare_first(trace: Trace) -> LaneImages:
     (P's from whole sampled rows) and S's write history, exact without all of S. Every other tensor is
     a grey placeholder of its display size marked `pending`, so the layout does not move
     when complete_images fills it."""
-    s = trace.schedule
-    s_sample, p_sample = row_sample(trace.q, trace.k, causal=s.mask, scale=trace.scale)
+    s_sample, p_sample = trace.forward.row_sample()  # (inputs and mask only: cached)
     images = LaneImages(
         ColorScale(_shared_vmax(trace, [trace.v])), ColorScale(_shared_vmax(trace, [p_sample]))
     )
     images.score_scale = ColorScale(_shared_vmax(trace, [s_sample]))
     images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
-    means = score_means(trace.q, trace.k, causal=s.mask, scale=trace.scale, cap=DISPLAY_CAP)
+    means = trace.forward.score_means(DISPLAY_CAP)
     cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}
@@ -383,11 +381,6 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
 
 def prepare_images(trace: Trace) -> LaneImages:
     """Heatmaps and write histories of both lanes' HBM tensors: both tiers at once."""
-    if trace.pass_name != "forward":
-        # A backward's first tier reads P (its shapes come from its values); P's row
-        # statistics then come from the pass over S, as on the streamed path, so both
-        # paths show the same last digit.
-        trace.forward.summary(DISPLAY_CAP)
     return complete_images(trace, prepare_first(trace))
 
 

@@ -109,31 +109,46 @@ def build_all(
 ) -> tuple[Config, object, LaneImages]:
     """The Trace and its precomputed heatmap images: everything a new trace needs. With
     `on_first`, a trace that streams (render.streams) is handed over with its first tier
-    before the second is computed (`check` between chunks may raise Cancelled), with
-    query row `row`'s block history (the statistics panel's series) made beforehand; a
-    backward's first tier also has row `row`'s block and key row `key`'s tile (its L,
-    D, dQ_row, dK, dV: exact from those rows and columns once the forward's O and L are
-    in), the whole gradients and dP, dS come with the second."""
+    before the second is computed (`check` between chunks may raise Cancelled). Query
+    row `row`'s block history (the statistics panel's series) is made here, streamed or
+    not, and in a backward row `row`'s block and key row `key`'s tile (its L, D,
+    dQ_row, dK, dV: exact from those rows and columns once the forward's O and L are
+    in); the whole gradients and dP, dS come with the second tier."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
         if check is not None:  # the passes over S first, cancellable between chunks
             trace.forward.summary(DISPLAY_CAP, check)
             if trace.backward is not None:
                 trace.backward.backward_summary(DISPLAY_CAP, check)
-        return config, trace, prepare_images(trace)
-    s = trace.schedule
+        images = prepare_images(trace)
+        if row is not None:  # the selected rows' numbers here, not on the GUI thread
+            _selected_rows(trace, row, key)
+        return config, trace, images
     if trace.backward is not None:  # its forward's every-row numbers, then the rows' own
-        trace.forward.all_rows(check)
-        trace.forward.tiled_pass(check)
-        trace.backward.backward_block(min(row or 0, s.n_q - 1) // s.block_q)
-        trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
+        trace.forward.forward_pass(DISPLAY_CAP, check)  # (the second tier reuses them)
+        trace.forward.tiled_pass(check)  # (in float64 made by the same pass)
     first = prepare_first(trace)
-    if row is not None:  # the statistics panel's row: its block's history, once, here
-        trace.forward.block_history(min(row, s.n_q - 1) // config.block_q)
+    if row is not None:
+        _selected_rows(trace, row, key)
     if check is not None:
         check()
     on_first(config, trace, first)
     return config, trace, complete_images(trace, first, check)
+
+
+def _selected_rows(trace, row: int, key: int) -> None:
+    """The statistics panel's row: its block's history (a loop over key tiles), its
+    dense and tiled rows (their chunk's products), and in a backward its block's and key
+    row `key`'s tile, made once here, on the worker."""
+    s = trace.schedule
+    row = min(row, s.n_q - 1)
+    trace.forward.block_history(row // s.block_q)
+    r0, r1 = s.rows(row // s.block_q)  # its block's chunks (they hold the row)
+    trace.forward.dense_rows(r0, r1)
+    trace.forward.tiled_output_rows(r0, r1)
+    if trace.backward is not None:
+        trace.backward.backward_block(min(row, s.n_q - 1) // s.block_q)
+        trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
 
 
 # Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,

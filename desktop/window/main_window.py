@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from compute.attention import overflow_notice
 from desktop import version
+from desktop.decode.view import DecodeView
 from desktop.lanes.legend import Legend
 from desktop.lanes.view import LaneView
 from desktop.panels.controls import ControlsPanel
@@ -151,6 +152,10 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addWidget(splitter, 1)
+        # Pass -> Decode swaps the lanes for the decode view (its own controls and numbers).
+        self.lanes_splitter, self.decode_view = splitter, DecodeView()
+        self.decode_view.hide()
+        layout.addWidget(self.decode_view, 1)
         self.setCentralWidget(central)
         # The bar spans the window's whole width, under the docks: between them the lanes
         # are about 550 px wide on a 1280 x 720 screen, which left the scrubber, the main
@@ -174,9 +179,15 @@ class MainWindow(QMainWindow):
         self.addToolBar(Qt.ToolBarArea.BottomToolBarArea, bar)
         return splitter
 
+    def show_decode(self, on: bool) -> None:
+        """The decode view in place of the two lanes (on), or the lanes back."""
+        self.lanes_splitter.setVisible(not on)
+        self.decode_view.setVisible(on)
+
     def _build_docks(self) -> None:
         """Controls left, the selected row's statistics right, the ledger below."""
         self.controls = ControlsPanel(self.state)
+        self.controls.decode_toggled.connect(self.show_decode)
         self.stats_panel = StatsPanel(self.state)
         self.ledger_panel = LedgerPanel(self.state)
         scroll = QScrollArea()

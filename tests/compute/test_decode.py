@@ -344,3 +344,13 @@ def test_bandwidth_fraction():
     assert bandwidth_fraction(43 * 10**9, 0.02, ceiling=4.3e12) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="positive number of seconds"):
         bandwidth_fraction(10, 0.0)
+
+
+def test_filling_splits_fill_twice_the_sms_within_the_tiles():
+    from compute.decode import H200_SMS, filling_splits
+
+    assert filling_splits(8, 1024) == 33 and 8 * 33 >= 2 * H200_SMS
+    assert filling_splits(1, 128) == 128  # capped at T_c: a split needs a tile
+    assert filling_splits(264, 5) == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        filling_splits(0, 4)

@@ -70,11 +70,12 @@ __device__ __forceinline__ u64 fa_desc(u32 addr, u32 lbo, u32 sbo) {
            (static_cast<u64>(sbo >> 4) << 32) | (1ull << 62);
 }
 
-// Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into the wgmma panel layout: panel p
-// holds columns [64p, 64p + 64) as ROWS rows of 128 bytes; rows past nrows are zero-filled.
+// Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix whose rows lie `stride` elements
+// apart (D: contiguous) into the wgmma panel layout: panel p holds columns [64p, 64p + 64)
+// as ROWS rows of 128 bytes; rows past nrows are zero-filled.
 template <int D, int ROWS, int NT>
 __device__ __forceinline__ void fa_load_panels(u32 dst, const u16* __restrict__ src, int row0,
-                                               int nrows, int tid) {
+                                               int nrows, int tid, long long stride = D) {
     constexpr int CPR = D / 8;
     constexpr int TOTAL = ROWS * CPR;
 #pragma unroll
@@ -85,7 +86,7 @@ __device__ __forceinline__ void fa_load_panels(u32 dst, const u16* __restrict__ 
         const int cg = idx % CPR;
         const int grow = row0 + r;
         const bool ok = grow < nrows;
-        const u16* g = src + (ok ? (static_cast<long long>(grow) * D + cg * 8) : 0);
+        const u16* g = src + (ok ? (grow * stride + cg * 8) : 0);
         const u32 off = (cg >> 3) * (ROWS * 128) + r * 128 + (((cg & 7) ^ (r & 7)) << 4);
         fa_cp_async16(dst + off, g, ok ? 16 : 0);
     }

@@ -1,4 +1,6 @@
-// FlashAttention backward on Hopper tensor cores with wgmma (sm_90a only).
+// FlashAttention backward on Hopper tensor cores with wgmma (sm_90a only): the fallback (modes
+// 0, 4, 5 of flash_backward.py) since the warp-specialised flash_bwd_ws.cu, which keeps this
+// file's tile, GEMMs and layouts and measured 1.28-1.38x faster (BACKWARD_NOTES.md).
 //
 // Contract (compute/gpu/flash_backward.py launches the three kernels in order):
 //   Q, dQ (B, H, Nq, D); K, V, dK, dV (B, H, Nk, D); O, dO like Q; contiguous, fp16 (DT = 0)
@@ -23,9 +25,9 @@
 //        dQ_i += dS K         wgmma.tt, A = dS (MN-major: dS^T's rows), B = K (MN-major)
 //      d = 128: warpgroup w takes d columns [64w, 64w + 64); d = 64: warpgroup (i & 1) takes
 //      query block i whole. Its fp32 accumulator goes to the global dQ accumulator: MODE 0
-//      (d = 64's default) by red.global.add.v2.f32 per thread, FA2's atomics; MODE 4 (d = 128's
-//      default) through shared memory in the accumulator's own order and one bulk reduction
-//      per 64 x 64 tile, FA4's; MODE 5 (deterministic=True) as 4, the key blocks adding each
+//      by red.global.add.v2.f32 per thread, FA2's atomics; MODE 4 through shared memory in
+//      the accumulator's own order and one bulk reduction per 64 x 64 tile, FA4's; MODE 5
+//      (deterministic=True before flash_bwd_ws.cu) as 4, the key blocks adding each
 //      tile in a fixed order. Causal: query blocks wholly above the key block are skipped;
 //      only blocks crossing the diagonal, and key tails, are masked.
 //   3. flash_bwd_post (MODE 0) / flash_bwd_post_frag (MODES 4, 5): dQ = dQaccum * scale in the
@@ -36,162 +38,7 @@
 // P V form with a 64-row B tile.
 // compile-check-arch: sm_90a
 
-#include "common.cuh"
-
-#define FB_BN 128  // keys per CTA (two warpgroups of 64)
-#define FB_BM 64   // queries per streamed block
-#define FB_NT 256
-
-__device__ __forceinline__ float fb_pos_inf() { return __int_as_float(0x7f800000); }
-
-// The low / high 16-bit element of a pair as float (DT = 0 fp16, 1 bf16).
-template <int DT>
-__device__ __forceinline__ float fb_lo(u32 pair) {
-    if constexpr (DT == 1) return __uint_as_float(pair << 16);
-    float f;
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(static_cast<unsigned short>(pair & 0xffffu)));
-    return f;
-}
-template <int DT>
-__device__ __forceinline__ float fb_hi(u32 pair) {
-    if constexpr (DT == 1) return __uint_as_float(pair & 0xffff0000u);
-    float f;
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(static_cast<unsigned short>(pair >> 16)));
-    return f;
-}
-
-// 1. D and L2 for every padded row: one warp per row (lanes over d), rows past Nq padded.
-template <int DT, int D>
-__global__ void flash_bwd_pre(const u16* __restrict__ O, const u16* __restrict__ dO,
-                              const float* __restrict__ LSE, float* __restrict__ L2,
-                              float* __restrict__ Dsum, int Nq, int Npad, int rows_total) {
-    const int warp_global = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (warp_global >= rows_total) return;
-    const long long bh = warp_global / Npad;
-    const int r = warp_global % Npad;
-    float acc = 0.f;
-    float l2 = fb_pos_inf();
-    if (r < Nq) {
-        const long long base = (bh * Nq + r) * D;
-#pragma unroll
-        for (int c = lane * 2; c < D; c += 64) {
-            const u32 po = *reinterpret_cast<const u32*>(O + base + c);
-            const u32 pd = *reinterpret_cast<const u32*>(dO + base + c);
-            acc = fmaf(fb_lo<DT>(po), fb_lo<DT>(pd), fmaf(fb_hi<DT>(po), fb_hi<DT>(pd), acc));
-        }
-        const float lse = LSE[bh * Nq + r];
-        if (lse != FA_NEG_INF) l2 = lse * 1.4426950408889634f;
-    }
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, s);
-    if (lane == 0) {
-        L2[bh * Npad + r] = l2;
-        Dsum[bh * Npad + r] = l2 == fb_pos_inf() ? 0.f : acc;
-    }
-}
-
-// 3. dQ = dQaccum * scale (fp32, rows padded to Npad) -> the input dtype, two elements a thread.
-template <int DT, int D>
-__global__ void flash_bwd_post(const float* __restrict__ dQacc, u16* __restrict__ dQ, int Nq,
-                               int Npad, long long pairs, float scale) {
-    const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= pairs) return;
-    const long long e = 2 * i;
-    const long long row = e / D;  // bh * Nq + r
-    const int c = static_cast<int>(e % D);
-    const long long bh = row / Nq;
-    const int r = static_cast<int>(row % Nq);
-    const float2 v = *reinterpret_cast<const float2*>(dQacc + (bh * Npad + r) * D + c);
-    *reinterpret_cast<u32*>(dQ + e) = fa_pack<DT>(v.x * scale, v.y * scale);
-}
-
-// 3'. MODES 4, 5: the same from the fragment-ordered accumulator (see flash_bwd_main): one
-//    thread per float4, i.e. two column pairs of rows r and r + 8.
-template <int DT, int D>
-__global__ void flash_bwd_post_frag(const float* __restrict__ dQacc, u16* __restrict__ dQ, int Nq,
-                                    int nblk, long long quads, float scale) {
-    const long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (q >= quads) return;
-    constexpr int NC = D / 64;
-    const int f4 = static_cast<int>(q & 1023);
-    const long long cid = q >> 10;
-    const int j = f4 >> 7;
-    const int lt = f4 & 127;
-    const int w = static_cast<int>(cid % NC);
-    const long long bb = cid / NC;
-    const int blk = static_cast<int>(bb % nblk);
-    const long long bh = bb / nblk;
-    const int row = blk * 64 + (lt >> 5) * 16 + ((lt & 31) >> 2);
-    const int col = w * 64 + 8 * j + 2 * (lt & 3);
-    const float4 v = reinterpret_cast<const float4*>(dQacc)[q];
-    u16* base = dQ + bh * Nq * D;
-    if (row < Nq)
-        *reinterpret_cast<u32*>(base + static_cast<long long>(row) * D + col) =
-            fa_pack<DT>(v.x * scale, v.y * scale);
-    if (row + 8 < Nq)
-        *reinterpret_cast<u32*>(base + static_cast<long long>(row + 8) * D + col) =
-            fa_pack<DT>(v.z * scale, v.w * scale);
-}
-
-#if FA_HAVE_WGMMA
-__device__ __forceinline__ void fb_red_v2(float* p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-// One bulk (TMA-engine) reduction: global[0 .. bytes) += shared[0 .. bytes), fp32, asynchronous;
-// bulk_group completion (wait .read before reusing the shared source, plain before exit).
-__device__ __forceinline__ void fb_bulk_add(float* g, u32 s, u32 bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                 ::"l"(g), "r"(s), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void fb_bulk_wait() {
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-// Wait until at most N of this thread's bulk groups are still reading their shared source.
-template <int N>
-__device__ __forceinline__ void fb_bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-// Named barrier of one warpgroup (ids 1, 2; 0 is __syncthreads).
-__device__ __forceinline__ void fb_wg_bar(int wg) {
-    asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
-}
-// Deterministic mode's ticket: wait until *sem == want (acquire), then order the bulk
-// reduction (async proxy) after it; fb_sem_release publishes this CTA's completed reduction.
-__device__ __forceinline__ void fb_sem_wait(const int* sem, int want) {
-    int v;
-    while (true) {
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-        if (v == want) break;
-        __nanosleep(64);
-    }
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-__device__ __forceinline__ void fb_sem_release(int* sem) {
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
-}
-#endif
-
-// Store one warpgroup's 64 x D accumulator rows (keys) as 16-bit pairs, times `mul`.
-template <int DT, int D>
-__device__ __forceinline__ void fb_store_rows(const float* acc, u16* __restrict__ dst, int row_a,
-                                              int nrows, int t, float mul) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = row_a + 8 * h;
-        if (row < nrows) {
-            u16* p = dst + static_cast<long long>(row) * D;
-#pragma unroll
-            for (int dn = 0; dn < D / 8; ++dn) {
-                *reinterpret_cast<u32*>(p + 8 * dn + 2 * t) =
-                    fa_pack<DT>(acc[4 * dn + 2 * h] * mul, acc[4 * dn + 2 * h + 1] * mul);
-            }
-        }
-    }
-}
+#include "flash_bwd_common.cuh"
 
 // 2. The main kernel (see the file comment). Shared memory, 1024-byte aligned:
 //    K, V (128 x D each) | Q, dO (2 stages x 64 x D each) | dS^T (128 x 64) | L2, D (2 x 64 each)
@@ -251,12 +98,7 @@ __global__ void __launch_bounds__(FB_NT, 1)
     const float* Db = Dsum + bh * Npad;
     float* dQb = dQacc + bh * Npad * D;
     const int offset = Nk - Nq;
-    // Causal: query block i is needed iff its last row sees key k0: 64 i + 63 + offset >= k0.
-    int i0 = 0;
-    if (causal) {
-        const int x = k0 - offset - (FB_BM - 1);
-        i0 = x > 0 ? (x + FB_BM - 1) / FB_BM : 0;
-    }
+    const int i0 = fb_first_block(k0, offset, causal);
     const int nblk = Npad / FB_BM;
     const int row_k = kw0 + warp * 16 + g;  // key row of accumulator elements with h = 0
 
@@ -314,64 +156,17 @@ __global__ void __launch_bounds__(FB_NT, 1)
             fa_reg_fence(s[e]);
             fa_reg_fence(dp[e]);
         }
-        // Element e: key row row_k + 8 ((e >> 1) & 1), query column 8 (e >> 2) + 2 t + (e & 1).
         const bool mask = (kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset);
         const float* lrow = fLD + stage * 128;
-#pragma unroll
-        for (int e = 0; e < NS; e += 2) {
-            const int col = 8 * (e >> 2) + 2 * t;
-            const float2 l2 = *reinterpret_cast<const float2*>(lrow + col);
-            const float2 dd = *reinterpret_cast<const float2*>(lrow + 64 + col);
-            float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-            float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
-            if (mask) {
-                const int row = row_k + 8 * ((e >> 1) & 1);
-                const int r = q0 + col;
-                if (row >= Nk || (causal && row > r + offset)) p0 = 0.f;
-                if (row >= Nk || (causal && row > r + 1 + offset)) p1 = 0.f;
-            }
-            s[e] = p0;
-            s[e + 1] = p1;
-            dp[e] = p0 * (dp[e] - dd.x);
-            dp[e + 1] = p1 * (dp[e + 1] - dd.y);
-        }
-        u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
-        fa_to_a<DT, NS>(s, ap);
-        fa_to_a<DT, NS>(dp, ads);
-        // dS^T rows (keys) of 64 queries into the swizzled tile; a[kk][q] holds columns
-        // 16 kk + 8 (q >> 1) + 2 t of row row_k + 8 (q & 1).
-#pragma unroll
-        for (int kk = 0; kk < FB_BM / 16; ++kk) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int r = row_k - k0 + 8 * (q & 1);
-                const int chunk = 2 * kk + (q >> 1);
-                const u32 addr = sdS + r * 128 + ((chunk ^ (r & 7)) << 4) + 4 * t;
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ads[kk][q]));
-            }
-        }
-#pragma unroll
-        for (int e = 0; e < NA; ++e) {
-            fa_reg_fence(dv[e]);
-            fa_reg_fence(dk[e]);
-        }
-        fa_issue_pv<DT, D, FB_BM>(dv, ap, dobase);
-        fa_issue_pv<DT, D, FB_BM>(dk, ads, qbase);
-        fa_fence_proxy_async();
+        fb_probs<NS>(s, lrow, scale_log2, mask, row_k, q0, t, Nk, causal, offset);
+        fb_dsoft<NS>(dp, s, lrow + 64, t);
+        fb_dkv_step<DT, D, NS, NA>(s, dp, dv, dk, sdS, row_k - k0, t, dobase, qbase);
         __syncthreads();  // both warpgroups' dS^T are in shared memory
 
         const bool dq_here = (D == 128) || (wg == ((i - i0) & 1));
         float dq[32];
         if (dq_here) {
-            const u32 kpanel = sK + (D == 128 ? wg : 0) * (FB_BN * 128);
-            fa_wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < FB_BN / 16; ++kk) {
-                const u64 da = fa_desc(sdS + kk * 2048, FB_BN * 128, 1024);
-                const u64 db = fa_desc(kpanel + kk * 2048, FB_BN * 128, 1024);
-                fa_wgmma_tt<DT, 64>(dq, da, db, kk > 0);
-            }
-            fa_wgmma_commit();
+            fb_issue_dq<DT>(dq, sdS, sK + (D == 128 ? wg : 0) * (FB_BN * 128));
         }
         fa_wgmma_wait<0>();
 #pragma unroll
@@ -382,34 +177,9 @@ __global__ void __launch_bounds__(FB_NT, 1)
         if (FRAG && dq_here) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            // The 64 x 64 fp32 tile in accumulator order: thread w of the warpgroup writes
-            // dq[4 j .. 4 j + 3] at float4 j * 128 + w (conflict-free 16-byte stores); the global
-            // accumulator holds each (block, 64-column chunk) in the same order, and one bulk
-            // reduction per tile adds it (flash_bwd_post_frag undoes the order).
-            const int wtid = tid & 127;
             const u32 buf = sDQ + static_cast<u32>(wg * 2 + (ntile & 1)) * 16384u;
-            if (wtid == 0) fb_bulk_wait_read<1>();  // this buffer's last reduction has read it
-            fb_wg_bar(wg);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                                 buf + static_cast<u32>(j * 128 + wtid) * 16u),
-                             "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]),
-                             "f"(dq[4 * j + 3]));
-            }
-            fa_fence_proxy_async();
-            fb_wg_bar(wg);
-            if (wtid == 0) {
-                const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? wg : 0);
-                if constexpr (DET) {
-                    // Causal: block i's contributors are key blocks 0 .. last; last goes first.
-                    const int last = min(static_cast<int>(gridDim.x) - 1,
-                                         (i * FB_BM + FB_BM - 1 + offset) / FB_BN);
-                    fb_sem_wait(sems + chunk, causal ? last - kb : kb);
-                }
-                fb_bulk_add(dQacc + chunk * 4096, buf, 16384u);
-                if constexpr (DET) fb_sem_release(sems + chunk);
-            }
+            const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? wg : 0);
+            fb_dq_bulk<DET>(dq, buf, tid & 127, wg, dQacc, sems, chunk, i, offset, kb, causal);
             ++ntile;
         } else if (dq_here) {
 #pragma unroll

@@ -1,8 +1,10 @@
 // FlashAttention forward, FA2 schedule on tensor cores with mma.sync (sm_80+ PTX, runs on sm_90).
 //
-// Layout: Q (B, H, Nq, D), K/V (B, H, Nk, D), O like Q, all contiguous; fp16 or bf16 bits
-// (DT = 0 fp16, DT = 1 bf16), fp32 accumulation and statistics. LSE (B, H, Nq) fp32, natural
-// log, optional (nullptr = not written); -inf for rows that see no key.
+// Layout: Q (B, H, Nq, D), K/V (B, H / group, Nk, D), O like Q, at any element strides over
+// (batch, head, row) with a unit last dimension (flash_fwd_layout.cuh: FaFwdLayout; rows
+// 16-byte aligned); query head h reads K/V head h / group (GQA). fp16 or bf16 bits (DT = 0
+// fp16, DT = 1 bf16), fp32 accumulation and statistics. LSE (B, H, Nq) fp32 contiguous,
+// natural log, optional (nullptr = not written); -inf for rows that see no key.
 //
 // Schedule (Q-outer, one CTA per (query block, batch*head)):
 //   * BM = 16 * NWARPS query rows per CTA; each warp owns 16 rows, its Q fragments and its
@@ -23,6 +25,7 @@
 // CTAs per SM at d = 128 spill. Measurements: compute/gpu/FLASH_NOTES.md, v1.
 
 #include "common.cuh"
+#include "flash_fwd_layout.cuh"
 
 __device__ __forceinline__ void fa_ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -50,11 +53,12 @@ __device__ __forceinline__ void fa_mma(float* c, const u32* a, u32 b0, u32 b1) {
     }
 }
 
-// Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix into a swizzled tile; rows past nrows
-// are zero-filled (cp.async with a source size of 0).
+// Copy rows [row0, row0 + ROWS) of a (nrows, D) matrix whose rows lie `stride` elements
+// apart into a swizzled tile; rows past nrows are zero-filled (cp.async with a source size
+// of 0).
 template <int D, int ROWS, int NT>
 __device__ __forceinline__ void fa_load_tile(u32 dst, const u16* __restrict__ src, int row0,
-                                             int nrows, int tid) {
+                                             int nrows, long long stride, int tid) {
     constexpr int CPR = D / 8;  // 16-byte chunks per row
     constexpr int TOTAL = ROWS * CPR;
     static_assert(TOTAL % NT == 0, "tile chunks must divide evenly among threads");
@@ -65,7 +69,7 @@ __device__ __forceinline__ void fa_load_tile(u32 dst, const u16* __restrict__ sr
         const int c = idx % CPR;
         const int grow = row0 + r;
         const bool ok = grow < nrows;
-        const u16* g = src + (ok ? (static_cast<long long>(grow) * D + c * 8) : 0);
+        const u16* g = src + (ok ? (grow * stride + c * 8) : 0);
         fa_cp_async16(dst + fa_swz<D>(r, c), g, ok ? 16 : 0);
     }
 }
@@ -74,7 +78,8 @@ template <int DT, int D, int NWARPS, int BN, int MINB>
 __global__ void __launch_bounds__(NWARPS * 32, MINB)
     flash_fwd_mma(const u16* __restrict__ Q, const u16* __restrict__ K,
                   const u16* __restrict__ V, u16* __restrict__ O, float* __restrict__ LSE,
-                  int Nq, int Nk, float scale_log2, int causal) {
+                  int Nq, int Nk, float scale_log2, int causal,
+                  const __grid_constant__ FaFwdLayout lay) {
     constexpr int BM = NWARPS * 16;
     constexpr int NT = NWARPS * 32;
     constexpr int KT = D / 16;    // k-steps of Q K^T
@@ -94,10 +99,11 @@ __global__ void __launch_bounds__(NWARPS * 32, MINB)
     const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks first
     const int q0 = qb * BM;
     const long long bh = blockIdx.y;
-    const u16* Qb = Q + bh * Nq * D;
-    const u16* Kb = K + bh * Nk * D;
-    const u16* Vb = V + bh * Nk * D;
-    u16* Ob = O + bh * Nq * D;
+    const FaHead hd = fa_head(lay, blockIdx.y);
+    const u16* Qb = Q + hd.b * lay.q_b + hd.h * lay.q_h;
+    const u16* Kb = K + hd.b * lay.k_b + hd.hk * lay.k_h;
+    const u16* Vb = V + hd.b * lay.v_b + hd.hk * lay.v_h;
+    u16* Ob = O + hd.b * lay.o_b + hd.h * lay.o_h;
 
     const int offset = Nk - Nq;  // bottom-right causal alignment
     int kv_end = Nk;
@@ -115,18 +121,20 @@ __global__ void __launch_bounds__(NWARPS * 32, MINB)
     float l[2] = {0.f, 0.f};
     u32 qf[KT][4];
 
-    fa_load_tile<D, BM, NT>(sQ, Qb, q0, Nq, tid);
+    fa_load_tile<D, BM, NT>(sQ, Qb, q0, Nq, lay.q_r, tid);
     if (ntiles > 0) {
-        fa_load_tile<D, BN, NT>(sK, Kb, 0, Nk, tid);
-        fa_load_tile<D, BN, NT>(sV, Vb, 0, Nk, tid);
+        fa_load_tile<D, BN, NT>(sK, Kb, 0, Nk, lay.k_r, tid);
+        fa_load_tile<D, BN, NT>(sV, Vb, 0, Nk, lay.v_r, tid);
     }
     fa_cp_async_commit();
 
     for (int j = 0; j < ntiles; ++j) {
         const int buf = j & 1;
         if (j + 1 < ntiles) {
-            fa_load_tile<D, BN, NT>(sK + (buf ^ 1) * KV_BYTES, Kb, (j + 1) * BN, Nk, tid);
-            fa_load_tile<D, BN, NT>(sV + (buf ^ 1) * KV_BYTES, Vb, (j + 1) * BN, Nk, tid);
+            fa_load_tile<D, BN, NT>(sK + (buf ^ 1) * KV_BYTES, Kb, (j + 1) * BN, Nk, lay.k_r,
+                                    tid);
+            fa_load_tile<D, BN, NT>(sV + (buf ^ 1) * KV_BYTES, Vb, (j + 1) * BN, Nk, lay.v_r,
+                                    tid);
             fa_cp_async_commit();
             fa_cp_async_wait<1>();
         } else {
@@ -240,7 +248,7 @@ __global__ void __launch_bounds__(NWARPS * 32, MINB)
             asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
                          : "r"(addr));
-            *reinterpret_cast<uint4*>(Ob + static_cast<long long>(q0 + r) * D + c * 8) = val;
+            *reinterpret_cast<uint4*>(Ob + (q0 + r) * lay.o_r + c * 8) = val;
         }
     }
 }

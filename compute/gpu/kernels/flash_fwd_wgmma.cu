@@ -1,8 +1,9 @@
 // FlashAttention forward on Hopper tensor cores with wgmma (sm_90a only).
 //
-// Same contract as flash_fwd_mma.cu: Q (B, H, Nq, D), K/V (B, H, Nk, D), O like Q, contiguous,
-// fp16 (DT = 0) or bf16 bits (DT = 1), fp32 accumulation; LSE (B, H, Nq) fp32 natural log,
-// optional (nullptr), -inf for rows that see no key; bottom-right causal alignment.
+// Same contract as flash_fwd_mma.cu: Q (B, H, Nq, D), K/V (B, H / group, Nk, D), O like Q, at
+// the element strides of FaFwdLayout (flash_fwd_layout.cuh), fp16 (DT = 0) or bf16 bits
+// (DT = 1), fp32 accumulation; LSE (B, H, Nq) fp32 contiguous, natural log, optional
+// (nullptr), -inf for rows that see no key; bottom-right causal alignment.
 //
 // Schedule: one CTA per (query block, batch*head); NWG warpgroups of 128 threads, each owns
 // 64 query rows (BM = 64 * NWG) and keeps its O accumulator in registers.
@@ -28,6 +29,7 @@
 // compile-check-arch: sm_90a
 
 #include "common.cuh"
+#include "flash_fwd_layout.cuh"
 
 #if FA_HAVE_WGMMA
 // Named barriers 1 and 2 (0 is __syncthreads) over the CTA's two warpgroups (256 threads).
@@ -43,13 +45,14 @@ __device__ __forceinline__ void fa_named_arrive(int id) {
 
 #endif  // FA_HAVE_WGMMA
 
-// Normalise O, write LSE, stage O through shared memory at sbuf and store 16-byte chunks.
+// Normalise O, write LSE, stage O through shared memory at sbuf and store 16-byte chunks
+// (O's rows o_r elements apart).
 // Callers synchronise the block before (sbuf free) ; this function synchronises inside.
 template <int DT, int D, int BM, int NT>
 __device__ __forceinline__ void fa_epilogue(const float* o, const float* m, const float* l,
                                             u32 sbuf, u16* __restrict__ Ob,
                                             float* __restrict__ LSE, long long bh, int Nq,
-                                            int q0, int rl0, int t, int tid) {
+                                            long long o_r, int q0, int rl0, int t, int tid) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const float lt = fa_quad_sum(l[h]);
@@ -83,7 +86,7 @@ __device__ __forceinline__ void fa_epilogue(const float* o, const float* m, cons
             asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
                          : "r"(addr));
-            *reinterpret_cast<uint4*>(Ob + static_cast<long long>(q0 + r) * D + c * 8) = val;
+            *reinterpret_cast<uint4*>(Ob + (q0 + r) * o_r + c * 8) = val;
         }
     }
 }
@@ -96,7 +99,8 @@ template <int DT, int D, int NWG, int BN, int MINB, int PP>
 __global__ void __launch_bounds__(NWG * 128, MINB)
     flash_fwd_wgmma(const u16* __restrict__ Q, const u16* __restrict__ K,
                     const u16* __restrict__ V, u16* __restrict__ O, float* __restrict__ LSE,
-                    int Nq, int Nk, float scale_log2, int causal) {
+                    int Nq, int Nk, float scale_log2, int causal,
+                    const __grid_constant__ FaFwdLayout lay) {
 #if FA_HAVE_WGMMA
     static_assert(PP == 0 || NWG == 2, "ping-pong needs exactly two warpgroups");
     constexpr int BM = NWG * 64;
@@ -118,10 +122,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
     const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest causal blocks first
     const int q0 = qb * BM;
     const long long bh = blockIdx.y;
-    const u16* Qb = Q + bh * Nq * D;
-    const u16* Kb = K + bh * Nk * D;
-    const u16* Vb = V + bh * Nk * D;
-    u16* Ob = O + bh * Nq * D;
+    const FaHead hd = fa_head(lay, blockIdx.y);
+    const u16* Qb = Q + hd.b * lay.q_b + hd.h * lay.q_h;
+    const u16* Kb = K + hd.b * lay.k_b + hd.hk * lay.k_h;
+    const u16* Vb = V + hd.b * lay.v_b + hd.hk * lay.v_h;
+    u16* Ob = O + hd.b * lay.o_b + hd.h * lay.o_h;
     const int offset = Nk - Nq;
     int kv_end = Nk;
     if (causal) kv_end = min(Nk, q0 + BM + offset);
@@ -138,18 +143,20 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
     float s[NS];
     u32 a[BN / 16][4];
 
-    fa_load_panels<D, BM, NT>(sQ, Qb, q0, Nq, tid);
+    fa_load_panels<D, BM, NT>(sQ, Qb, q0, Nq, tid, lay.q_r);
     if (ntiles > 0) {
-        fa_load_panels<D, BN, NT>(sK, Kb, 0, Nk, tid);
-        fa_load_panels<D, BN, NT>(sV, Vb, 0, Nk, tid);
+        fa_load_panels<D, BN, NT>(sK, Kb, 0, Nk, tid, lay.k_r);
+        fa_load_panels<D, BN, NT>(sV, Vb, 0, Nk, tid, lay.v_r);
     }
     fa_cp_async_commit();
 
     for (int j = 0; j < ntiles; ++j) {
         const int buf = j & 1;
         if (j + 1 < ntiles) {
-            fa_load_panels<D, BN, NT>(sK + (buf ^ 1) * KV_BYTES, Kb, (j + 1) * BN, Nk, tid);
-            fa_load_panels<D, BN, NT>(sV + (buf ^ 1) * KV_BYTES, Vb, (j + 1) * BN, Nk, tid);
+            fa_load_panels<D, BN, NT>(sK + (buf ^ 1) * KV_BYTES, Kb, (j + 1) * BN, Nk, tid,
+                                      lay.k_r);
+            fa_load_panels<D, BN, NT>(sV + (buf ^ 1) * KV_BYTES, Vb, (j + 1) * BN, Nk, tid,
+                                      lay.v_r);
             fa_cp_async_commit();
             fa_cp_async_wait<1>();
         } else {
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB)
         fa_cp_async_wait<0>();
         __syncthreads();
     }
-    fa_epilogue<DT, D, BM, NT>(o, m, l, sQ, Ob, LSE, bh, Nq, q0, rl0, t, tid);
+    fa_epilogue<DT, D, BM, NT>(o, m, l, sQ, Ob, LSE, bh, Nq, lay.o_r, q0, rl0, t, tid);
 #else
     __trap();
 #endif

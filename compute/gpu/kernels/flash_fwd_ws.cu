@@ -1,14 +1,17 @@
 // FlashAttention forward on Hopper with TMA and warp specialisation (sm_90a only).
 //
-// Same contract as flash_fwd_wgmma.cu: Q (B, H, Nq, D), K/V (B, H, Nk, D), O like Q, contiguous,
-// fp16 (DT = 0) or bf16 bits (DT = 1), fp32 accumulation; LSE (B, H, Nq) fp32 natural log,
-// optional (nullptr), -inf for rows that see no key; bottom-right causal alignment.
+// Same contract as flash_fwd_wgmma.cu: Q (B, H, Nq, D), K/V (B, H / group, Nk, D), O like Q,
+// at the element strides of FaFwdLayout (flash_fwd_layout.cuh; Q, K and V through their
+// tensor maps, O through the layout), fp16 (DT = 0) or bf16 bits (DT = 1), fp32
+// accumulation; LSE (B, H, Nq) fp32 contiguous, natural log, optional (nullptr), -inf for
+// rows that see no key; bottom-right causal alignment.
 //
 // FlashAttention-3's techniques, written afresh:
 //   * TMA: Q, K and V tiles arrive through the bulk tensor copy engine, described by tensor
-//     maps the host encodes (compute/gpu/tma.py) and passes by value. Each map is 3-D
-//     (D, N, batch*heads) with a box of 64 columns x ROWS x 1 and the 128-byte swizzle, so one
-//     box is one 64-column panel of the layout wgmma reads, and rows past N are zero-filled.
+//     maps the host encodes (compute/gpu/tma.py) and passes by value. Each map is 4-D
+//     (D, N, heads, batch) with the tensor's strides, a box of 64 columns x ROWS x 1 x 1 and
+//     the 128-byte swizzle, so one box is one 64-column panel of the layout wgmma reads, and
+//     rows past N are zero-filled; K and V are read at K/V head h / group (GQA).
 //   * Warp specialisation: warpgroup 0 is the producer; one of its threads issues every TMA
 //     copy into rings of ST stages of K and of V, each stage with a "full" mbarrier (the TMA
 //     completes its bytes on it) and an "empty" one (the consumers release it).
@@ -34,6 +37,7 @@
 // compile-check-arch: sm_90a
 
 #include "common.cuh"
+#include "flash_fwd_layout.cuh"
 #include "ws_consumer.cuh"
 #include "ws_pipeline.cuh"
 #include "ws_producer.cuh"
@@ -43,15 +47,13 @@
 // from a global ticket counter with atomicAdd, so an SM that finishes early takes the next
 // item at once, and hands it to the consumers through shared memory (`slot`); the K/V rings
 // and mbarrier phases run on across items, so the next item's loads overlap this one's tail.
-// The parameters tmO, ws, split_from and nsplit are unused: they keep the launch's argument
-// list, and so the kernel's PTX, as they were measured.
 template <int DT, int D, int NC, int BN, int ST, int MODE>
 __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
-                                           const FaTmap& tmV, const FaTmap& tmO,
-                                           u16* __restrict__ O, float* __restrict__ LSE, int Nq,
-                                           int Nk, float scale_log2, int causal, int num_qb,
-                                           int BH, int* __restrict__ tickets, int section,
-                                           float* __restrict__ ws, int split_from, int nsplit) {
+                                           const FaTmap& tmV, u16* __restrict__ O,
+                                           float* __restrict__ LSE, int Nq, int Nk,
+                                           float scale_log2, int causal, int num_qb, int BH,
+                                           int* __restrict__ tickets, int section,
+                                           const FaFwdLayout& lay) {
 #if FA_HAVE_WGMMA
     using K = FaWsKernel<DT, D, NC, BN, ST, MODE>;
     extern __shared__ __align__(128) unsigned char fa_smem[];
@@ -78,11 +80,11 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
 
     if (wg == 0) {
         fa_ws_producer<K>(A, tmQ, tmK, tmV, tid, first, total, tickets, num_qb, BH, causal,
-                          section, Nq, Nk);
+                          section, Nq, Nk, lay);
         return;
     }
     fa_ws_consumer<K>(A, O, LSE, Nq, Nk, scale_log2, causal, num_qb, BH, section, first, total,
-                      tid, wg);
+                      tid, wg, lay);
 #else
     __trap();
 #endif
@@ -90,13 +92,11 @@ __device__ __forceinline__ void fa_ws_body(const FaTmap& tmQ, const FaTmap& tmK,
 
 #define FA_WS_PARAMS                                                                          \
     const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,                  \
-        const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmO,              \
-        u16 *__restrict__ O, float *__restrict__ LSE, int Nq, int Nk, float scale_log2,      \
-        int causal, int num_qb, int BH, int *__restrict__ tickets, int section,              \
-        float *__restrict__ ws, int split_from, int nsplit
-#define FA_WS_ARGS                                                                            \
-    tmQ, tmK, tmV, tmO, O, LSE, Nq, Nk, scale_log2, causal, num_qb, BH, tickets, section, ws, \
-        split_from, nsplit
+        const __grid_constant__ FaTmap tmV, u16 *__restrict__ O, float *__restrict__ LSE,    \
+        int Nq, int Nk, float scale_log2, int causal, int num_qb, int BH,                    \
+        int *__restrict__ tickets, int section, const __grid_constant__ FaFwdLayout lay
+#define FA_WS_ARGS \
+    tmQ, tmK, tmV, O, LSE, Nq, Nk, scale_log2, causal, num_qb, BH, tickets, section, lay
 
 // MODE: the traits of ws_traits.cuh, or-ed (FA_WS_OVERLAP | FA_WS_PINGPONG | ...).
 template <int DT, int D, int NC, int BN, int ST, int MODE>
@@ -108,8 +108,8 @@ __global__ void __launch_bounds__((NC + 1) * 128, 1) flash_fwd_ws(FA_WS_PARAMS) 
 #define FA_WS_INST(DT, D, NC, BN, ST, MODE)                                                  \
     template __global__ void flash_fwd_ws<DT, D, NC, BN, ST, MODE>(                          \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                      \
-        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, u16*, float*, int,   \
-        int, float, int, int, int, int*, int, float*, int, int);
+        const __grid_constant__ FaTmap, u16*, float*, int, int, float, int, int, int, int*,  \
+        int, const __grid_constant__ FaFwdLayout);
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK type-checks the shipped defaults (flash_select.py) and the

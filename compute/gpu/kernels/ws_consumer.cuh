@@ -5,10 +5,11 @@
 // The masking rules and the epilogue are sections of this function, not functions of their
 // own: split out, they changed the kernel's PTX (register numbering and address arithmetic:
 // the compiler optimises a function before inlining it, without what the caller knows of
-// its arguments), and the PTX is kept byte-identical to the measured build (FLASH_NOTES.md,
+// its arguments), and the PTX is kept byte-identical to the recorded build (FLASH_NOTES.md,
 // "PTX of the shipped defaults"). For the same reason ctid is tid & 127 (not tid - 128 wg).
 #pragma once
 
+#include "flash_fwd_layout.cuh"
 #include "ws_scheduler.cuh"
 #include "ws_traits.cuh"
 
@@ -18,7 +19,7 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
                                                float* __restrict__ LSE, int Nq, int Nk,
                                                float scale_log2, int causal, int num_qb,
                                                int BH, int section, int first, int total,
-                                               int tid, int wg) {
+                                               int tid, int wg, const FaFwdLayout& lay) {
     constexpr int DT = K::DT, D = K::D, NC = K::NC, BN = K::BN, ST = K::ST;
     constexpr int BM = K::BM, NS = K::NS, NO = K::NO, NP = K::NP, SP = K::SP;
     constexpr bool OVERLAP = K::OVERLAP, SCHED = K::SCHED, PERSIST = K::PERSIST;
@@ -236,8 +237,9 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
         // O_i = diag(l)^-1 O_i; LSE_i = m_i + log l_i. O is staged in this warpgroup's rows
         // of the staging tile (persistent) or of the Q panels (dead since its last S GEMM
         // completed), in the same swizzled layout, then written with coalesced 16-byte
-        // stores; rows past Nq are not written.
-        u16* Ob = O + static_cast<long long>(bh) * Nq * D;
+        // stores (O's rows lay.o_r elements apart); rows past Nq are not written.
+        const FaHead hd = fa_head(lay, bh);
+        u16* Ob = O + hd.b * lay.o_b + hd.h * lay.o_h;
         // Each row's denominator (quad-reduced) and LSE once, then SP panels at a time (all
         // but with FA_WS_PANELO): stage, then copy out.
         float inv[2];
@@ -284,8 +286,7 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
                                  : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
                                  : "r"(addr)
                                  : "memory");
-                    *reinterpret_cast<uint4*>(Ob + static_cast<long long>(row) * D +
-                                              (8 * p0 + ch) * 8) = val;
+                    *reinterpret_cast<uint4*>(Ob + row * lay.o_r + (8 * p0 + ch) * 8) = val;
                 }
             }
         }

@@ -36,14 +36,15 @@ __device__ __forceinline__ void fa_mbar_wait(u32 bar, u32 parity) {
         "r"(parity)
         : "memory");
 }
-// One box of a 3-D tensor map (coordinates innermost first: column, row, batch*head) into
-// shared memory at dst; completion is counted in bytes on the mbarrier bar.
+// One box of a 4-D tensor map (coordinates innermost first: column, row, head, batch; the
+// map carries the tensor's strides, compute/gpu/tma.py) into shared memory at dst;
+// completion is counted in bytes on the mbarrier bar.
 __device__ __forceinline__ void fa_tma_load(u32 dst, const FaTmap* map, int c0, int c1, int c2,
-                                            u32 bar) {
+                                            int c3, u32 bar) {
     asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
         : "memory");
 }
 __device__ __forceinline__ void fa_tma_prefetch(const FaTmap* map) {
@@ -66,11 +67,13 @@ __device__ __forceinline__ void fa_setmaxnreg_inc() {
 }
 
 
-// One K or V tile (BN rows, NP panels of 64 columns) into the ring stage at dst.
+// One K or V tile (BN rows, NP panels of 64 columns) of K/V head hk of batch b into the
+// ring stage at dst.
 template <int NP, int BN>
-__device__ __forceinline__ void fa_load_kv(u32 dst, const FaTmap* map, int row0, int bh, u32 bar) {
+__device__ __forceinline__ void fa_load_kv(u32 dst, const FaTmap* map, int row0, int hk, int b,
+                                           u32 bar) {
 #pragma unroll
-    for (int p = 0; p < NP; ++p) fa_tma_load(dst + p * BN * 128, map, 64 * p, row0, bh, bar);
+    for (int p = 0; p < NP; ++p) fa_tma_load(dst + p * BN * 128, map, 64 * p, row0, hk, b, bar);
 }
 #endif  // FA_HAVE_WGMMA
 

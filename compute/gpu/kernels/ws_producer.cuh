@@ -2,6 +2,7 @@
 // issues every TMA copy of Q and of the K and V rings, waiting for each stage to be free.
 #pragma once
 
+#include "flash_fwd_layout.cuh"
 #include "ws_scheduler.cuh"
 #include "ws_traits.cuh"
 
@@ -14,7 +15,7 @@ __device__ __forceinline__ void fa_ws_producer(const FaWsAddrs& A, const FaTmap&
                                                const FaTmap& tmK, const FaTmap& tmV, int tid,
                                                int first, int total, int* __restrict__ tickets,
                                                int num_qb, int BH, int causal, int section,
-                                               int Nq, int Nk) {
+                                               int Nq, int Nk, const FaFwdLayout& lay) {
     constexpr int NC = K::NC, BN = K::BN, ST = K::ST, NP = K::NP, BM = K::BM;
     constexpr bool PERSIST = K::PERSIST, LPT = K::LPT, ENDQ = K::ENDQ;
     using L = typename K::L;
@@ -43,20 +44,21 @@ __device__ __forceinline__ void fa_ws_producer(const FaWsAddrs& A, const FaTmap&
             fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
             const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
             const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+            const FaHead hd = fa_head(lay, bh);  // GQA: K/V head hd.hk
             fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
 #pragma unroll
             for (int p = 0; p < NP; ++p)
-                fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, bh, barQ);
+                fa_tma_load(sQ + p * BM * 128, &tmQ, 64 * p, q0, hd.h, hd.b, barQ);
             for (int j = 0; j < ntiles; ++j, ++it) {
                 const int s = it % ST;
                 const u32 round_parity = ((it / ST) & 1) ^ 1;
                 fa_mbar_wait(emptyK + 8 * s, round_parity);
                 fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
                 const int key0 = j * BN;
-                fa_load_kv<NP, BN>(sK + s * L::KV_BYTES, &tmK, key0, bh, fullK + 8 * s);
+                fa_load_kv<NP, BN>(sK + s * L::KV_BYTES, &tmK, key0, hd.hk, hd.b, fullK + 8 * s);
                 fa_mbar_wait(emptyV + 8 * s, round_parity);
                 fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);
-                fa_load_kv<NP, BN>(sV + s * L::KV_BYTES, &tmV, key0, bh, fullV + 8 * s);
+                fa_load_kv<NP, BN>(sV + s * L::KV_BYTES, &tmV, key0, hd.hk, hd.b, fullV + 8 * s);
             }
         }
     }

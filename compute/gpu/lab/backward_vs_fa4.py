@@ -3,7 +3,7 @@
 Run on the GPU machine (needs torch; FA4 where ``flash_attn.cute`` imports, see
 ``../shared/peers/fa4/README.md``):
 
-    python -m compute.gpu.backward_vs_fa4 [--n 4096 16384] [--json FILE]
+    python -m compute.gpu.lab.backward_vs_fa4 [--n 4096 16384] [--json FILE]
 
 Setup as ``tools/flash_bwd_vs_sdpa`` (its inputs, error measure and timing: B*N = 16384
 tokens, H*d = 2048, inputs rotated past L2, `timing.time_interleaved` after a preheat, median):
@@ -25,7 +25,9 @@ from typing import Any
 from ..dtypes import FLASH_DTYPES
 from ..gpu_identity import identity
 
-MODE_NAMES = {0: "ours-red", 4: "ours-bulk", 5: "ours-det"}
+# The names of the recorded JSON (assets/benchmarks/backward/): "ours-*" the wgmma kernel,
+# "ws-*" the warp-specialised one (6 "ws-red" and 8 "ws-red3" lost and were removed).
+MODE_NAMES = {0: "ours-red", 4: "ours-bulk", 5: "ours-det", 7: "ws-bulk", 9: "ws-det"}
 
 
 def _fa4() -> Any | None:
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     causals = [False, True] if args.causal is None else [args.causal == "1"]
     data = {
-        "command": "python -m compute.gpu.backward_vs_fa4 " + " ".join(sys.argv[1:]),
+        "command": "python -m compute.gpu.lab.backward_vs_fa4 " + " ".join(sys.argv[1:]),
         "flops_formula": "2.5 * 4*B*H*N^2*d (x0.5 causal)",
         "modes": {MODE_NAMES[m]: m for m in args.modes},
         "fa4": _fa4() is not None,

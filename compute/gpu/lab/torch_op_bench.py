@@ -10,8 +10,10 @@ memory ("strided"), and the same values made contiguous beforehand ("contiguous"
 SDPA (torch's default backend choice) on both; ours through `torch_attention` (the eager
 autograd.Function) on both; ours through the torch.library op called directly (the path
 torch.compile traces; eager dispatch through it costs more); `torch_launch.forward`, the
-cached-plan launch with nothing around it; and `flash_attention` on CuPy views made
-beforehand (the kernel as the CuPy API launches it). Each time is CUDA events around `reps`
+cached-plan launch with nothing around it (the kernel alone, "launch_plan"), on both; and
+`flash_attention` on CuPy views made beforehand (the kernel as the CuPy API launches it).
+GQA 4:1 (K and V with a quarter of the heads, strided): SDPA with enable_gqa, ours, and the
+launch plan alone. Each time is CUDA events around `reps`
 back-to-back calls, divided by reps (so host cost shows wherever it exceeds the kernel's);
 the paths run interleaved, one block of reps each per round, and the median over rounds is
 reported, with the host time per call of the same blocks (perf_counter around the issue
@@ -45,6 +47,7 @@ def _paths(torch, F, shape):
     mem = [torch.randn(b, n, h, D, device="cuda", generator=g).to(torch.bfloat16) for _ in "qkv"]
     strided = [t.transpose(1, 2) for t in mem]
     contig = [t.contiguous() for t in strided]
+    gqa = [strided[0], *(t[:, : h // 4] for t in strided[1:])]  # K, V: h / 4 heads, strided
     views = [cupy_view(torch, t) for t in contig]
     scale = D**-0.5
     op = torch.ops.fa_explorer.attention_forward
@@ -61,8 +64,14 @@ def _paths(torch, F, shape):
         "ours_strided": lambda: torch_attention(*strided, is_causal=True),
         "ours_contiguous": lambda: torch_attention(*contig, is_causal=True),
         "ours_library_op_contiguous": lambda: op(*contig, True, scale, "top-left")[0],
+        "launch_plan_strided": lambda: torch_launch.forward(*strided, True, scale)[0],
         "launch_plan_contiguous": lambda: torch_launch.forward(*contig, True, scale)[0],
         "flash_attention_cupy": flash_cupy,
+        "sdpa_gqa_strided": lambda: F.scaled_dot_product_attention(
+            *gqa, is_causal=True, enable_gqa=True
+        ),
+        "ours_gqa_strided": lambda: torch_attention(*gqa, is_causal=True, enable_gqa=True),
+        "launch_plan_gqa_strided": lambda: torch_launch.forward(*gqa, True, scale)[0],
     }
     return paths, strided
 
@@ -70,9 +79,10 @@ def _paths(torch, F, shape):
 def _check(torch, paths) -> dict[str, float]:
     from compute.gpu.peers import torch_view
 
-    ref = paths["sdpa_contiguous"]().double()
+    refs = {False: paths["sdpa_contiguous"]().double(), True: paths["sdpa_gqa_strided"]().double()}
     errs = {}
     for name, fn in paths.items():
+        ref = refs["gqa" in name]
         out = fn()
         if not isinstance(out, torch.Tensor):
             out = torch_view(torch, out)

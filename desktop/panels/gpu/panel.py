@@ -30,6 +30,8 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -50,6 +52,8 @@ from compute.gpu.report import (
 from compute.gpu.report import sweep_for as find_sweep
 from desktop.panels.eliding import ElidedCombo, FitTable
 from desktop.panels.gpu.bench_thread import BenchThread, Runner
+from desktop.panels.gpu.dram_view import DramView
+from desktop.panels.gpu.paper_view import PaperView
 from desktop.panels.gpu.sweep import SweepView
 from desktop.state.app_state import AppState
 
@@ -147,10 +151,28 @@ class GpuPanel(QWidget):
         self.by_measure.setVisible(False)
         self.counts = self._table(COUNT_HEADER)
         self.sweep_view = SweepView()
+        # Declared against measured DRAM bytes, and the paper's Figure 2 beside both.
+        self.dram_view, self.paper_view = DramView(), PaperView()
+        self.dram_tabs = QTabWidget()
+        self.dram_tabs.addTab(self.dram_view, "DRAM: declared vs measured")
+        self.dram_tabs.addTab(self.paper_view, "Paper check")
+        # Folded by default, so the timing tables and the heatmap fit the dock unscrolled;
+        # it opens by itself when the report chosen is a DRAM measurement.
+        self.dram_toggle = QToolButton(checkable=True)
+        self.dram_toggle.setText("DRAM, paper check")
+        self.dram_toggle.setToolTip(
+            "Declared against measured DRAM bytes per path, and FlashAttention's Figure 2 "
+            "beside our ledgers (below the results)"
+        )
+        self.dram_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.dram_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.dram_toggle.toggled.connect(self._show_dram)
+        self.dram_tabs.setVisible(False)
 
         files = QHBoxLayout()
         files.addWidget(self.open_button)
         files.addWidget(self.pass_combo)
+        files.addWidget(self.dram_toggle)  # on this row: a row of its own made the dock scroll
         files.addStretch(1)
         # The report's name on a row of its own: beside the buttons a side dock cut it.
         picker = QHBoxLayout()
@@ -192,6 +214,7 @@ class GpuPanel(QWidget):
         self._results.addLayout(tables, 2)
         self._results.addWidget(self.sweep_view, 1)
         layout.addLayout(self._results, 1)
+        layout.addWidget(self.dram_tabs, 1)
         self._set_running(False)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
@@ -204,6 +227,10 @@ class GpuPanel(QWidget):
         self.table.setVisible(not narrow)
         self.by_measure.setVisible(narrow)
         super().resizeEvent(event)
+
+    def _show_dram(self, shown: bool) -> None:
+        self.dram_tabs.setVisible(shown)
+        self.dram_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
 
     @staticmethod
     def _table(header: list[str], kind: type[QTableWidget] = QTableWidget) -> QTableWidget:
@@ -279,6 +306,7 @@ class GpuPanel(QWidget):
         self.pass_combo.blockSignals(True)  # programmatic change: fill once, below
         self.pass_combo.setCurrentText(chosen)
         self.pass_combo.blockSignals(False)
+        self.paper_view.show_reports(reports)
         self._fill_selector()
 
     def _fill_selector(self, _pass: str = "") -> None:
@@ -331,8 +359,12 @@ class GpuPanel(QWidget):
             f"Recorded on {dev.get('name') or 'an unknown device'} at "
             f"{report.get('created_utc', '?')}: N_q={c['n']}, N_k={c['n_keys']}, d={c['d']}, "
             f"{c['dtype']}, batch·heads={c['batch_heads']}, {pass_of(report)} pass, "
-            f"median of {c['repeats']} runs."
-        )
+            + ("DRAM bytes by ncu, each path once." if report.get("dram")
+               else f"median of {c['repeats']} runs.")
+        )  # fmt: skip
+        self.dram_view.show_report(dram_for(report, self.reports))
+        if report.get("dram"):
+            self.dram_toggle.setChecked(True)
         self._fill_results(report)
         self._fill_counts(report)
         sweep = find_sweep(report, self.reports)
@@ -464,6 +496,23 @@ class GpuPanel(QWidget):
             self._thread.wait(msecs)
         for reader in list(self._readers):
             reader.wait(msecs)
+
+
+def dram_for(report: dict, reports: list[dict]) -> dict | None:
+    """The report's own DRAM block's report, else the last one recorded for the same dtype,
+    d, pass and N, else for the same dtype, d and pass (None when none measured it)."""
+    if report.get("dram"):
+        return report
+
+    def key(r: dict, with_n: bool) -> tuple:
+        rc = r["config"]
+        return (rc["dtype"], rc["d"], pass_of(r), rc["causal"]) + ((rc["n"],) if with_n else ())
+
+    for with_n in (True, False):
+        found = [r for r in reports if r.get("dram") and key(r, with_n) == key(report, with_n)]
+        if found:
+            return found[-1]
+    return None
 
 
 class ReportReader(QThread):

@@ -14,7 +14,7 @@ from desktop.theme import FollowsPalette, style_plot
 PREFERRED_HEIGHT = 230  # px the heatmap asks for (the panel fits its dock at 1600x1000)
 
 
-class _HeatmapPlot(pg.PlotWidget):
+class CappedPlot(pg.PlotWidget):
     """A plot that asks for a modest height. The GPU panel sits in a scroll area that sizes
     it by its preferred heights (its wrapped labels make it height-for-width), so the plot's
     own 480 px hint made the whole panel scroll at 1600 x 1000; the layout's stretch still
@@ -30,7 +30,7 @@ class SweepView(FollowsPalette, QWidget):
         super().__init__(parent)
         self.sweep: dict | None = None
         self._n = 0
-        self.plot = _HeatmapPlot()
+        self.plot = CappedPlot()
         self.plot.setMinimumHeight(200)
         item = self.plot.getPlotItem()
         # Short axis labels: a rotated long one is cut on a short plot.

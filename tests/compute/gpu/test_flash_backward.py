@@ -124,33 +124,40 @@ def test_many_blocks_and_heads(d):
     _run(2, 5, 1700, 1500, d, "bfloat16", True, seed=[42, d])
 
 
-@pytest.mark.parametrize("mode,d", [(4, 64), (0, 128), (5, 64), (5, 128)])
+OTHER_MODES = [(m, d) for m in (0, 4, 5, 9) for d in (64, 128)]
+
+
+@pytest.mark.parametrize("mode,d", OTHER_MODES)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_other_dq_modes_match_float64(dtype, mode, d):
-    # The modes that are not d's default (4 at 128, 0 at 64): 0 (per-thread atomics), 4 (an
-    # accumulator-ordered dQ tile, one bulk reduction each), 5 (4 in a fixed key-block order).
+    # The modes that are not the default (7, the warp-specialised kernel): the wgmma kernel's
+    # 0 (per-thread atomics), 4 (an accumulator-ordered dQ tile, one bulk reduction each) and
+    # 5 (4 in a fixed key-block order), and 9 (the warp-specialised kernel's 5).
     _run(2, 3, 77, 300, d, dtype, True, seed=[61, CODE[dtype], mode], mode=mode)
     _run(2, 3, 1000, 900, d, dtype, True, seed=[62, CODE[dtype], mode], mode=mode)
     _run(1, 2, 1500, 1700, d, dtype, False, seed=[63, CODE[dtype], mode], mode=mode)
     _run(1, 2, 190, 60, d, dtype, True, seed=[64, CODE[dtype], mode], mode=mode)  # hidden rows
+    _run(1, 2, 1, 513, d, dtype, False, seed=[65, CODE[dtype], mode], mode=mode)  # one row
 
 
+@pytest.mark.parametrize("mode", [5, 9])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize(
     "n_q,n_k,causal",
     [(1000, 1100, False), (1000, 1100, True), (300, 1300, True), (700, 260, True)],
 )
-def test_deterministic_is_bitwise_repeatable(d, n_q, n_k, causal):
+def test_deterministic_is_bitwise_repeatable(d, n_q, n_k, causal, mode):
     # Many key blocks add into each dQ tile (1100 keys: 9 blocks; causal 300 x 1300: all 11
     # into the first block, in descending order); ten runs must agree bit for bit, and be right.
+    # Mode 5 is the wgmma kernel's deterministic mode, 9 the warp-specialised kernel's (the
+    # one deterministic=True selects).
     from compute.gpu.flash import flash_attention
-    from compute.gpu.flash_backward import flash_attention_backward
+    from compute.gpu.flash_backward import backward_mode
 
     (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [71, d, n_q, n_k, int(causal)])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     runs = [
-        [g.get() for g in flash_attention_backward(q, k, v, o, do, lse, causal=causal,
-                                                   deterministic=True)]
+        [g.get() for g in backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)]
         for _ in range(10)
     ]  # fmt: skip
     for other in runs[1:]:
@@ -189,19 +196,23 @@ def _rounding(ref, dtype) -> float:
 @pytest.mark.parametrize(
     "n_q,n_k", [(113, 203), (128, 217), (108, 256), (1023, 1024), (2048, 2048)]
 )
-@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "det"])
-def test_flashattention_rule(dtype, causal, n_q, n_k, deterministic):
+@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5])
+def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     # FlashAttention's tests' bar: max |dX - ref| <= 2 max |dX_pt - ref| + rounding, ref float64,
-    # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs.
+    # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs; for
+    # the public entry point (default and deterministic) and the wgmma kernel's modes.
     torch = pytest.importorskip("torch")
     from compute.gpu.flash import flash_attention
-    from compute.gpu.flash_backward import flash_attention_backward
+    from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
     d = 128 if n_q < 1000 else 64
     (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [81, CODE[dtype], n_q, n_k])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
-    ours = flash_attention_backward(q, k, v, o, do, lse, causal=causal,
-                                    deterministic=deterministic)  # fmt: skip
+    if isinstance(variant, int):
+        ours = backward_mode(q, k, v, o, do, lse, causal=causal, mode=variant)
+    else:
+        ours = flash_attention_backward(q, k, v, o, do, lse, causal=causal,
+                                        deterministic=variant == "det")  # fmt: skip
     refs = _reference(host, causal, None)
     pts = _torch_low(torch, host, dtype, causal)
     for name, g, r, pt in zip(("dq", "dk", "dv"), ours, refs, pts, strict=True):

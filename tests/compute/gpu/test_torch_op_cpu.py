@@ -1,10 +1,11 @@
 """`compute.gpu.torch_attention`'s own logic on the CPU, with a float64 stand-in for the kernels.
 
-The stand-in has the kernels' contract (contiguous, 16-byte aligned tensors, K/V with q's
-heads, the causal mask bottom-right aligned, rows that see no key give zeros) and asserts
-it, so these tests check what the op adds on top: GQA by folding or repeating, SDPA's
-top-left causal mask with N_q != N_k, strided inputs, which tensors are passed without a
-copy, the torch.library registration (opcheck, fake tensors) and
+The stand-ins have the kernels' contracts and assert them: the forward reads any tensor
+flash_launch.readable takes (strided views, K/V heads dividing q's: GQA inside the kernel),
+the backward contiguous, 16-byte aligned tensors with K/V of q's heads; the causal mask
+bottom-right aligned, rows that see no key give zeros. So these tests check what the op
+adds on top: the backward's GQA by folding or repeating, SDPA's top-left causal mask with
+N_q != N_k, strided inputs, which tensors are passed without a copy, the torch.library registration (opcheck, fake tensors) and
 torch.compile(fullgraph=True) against eager. Results are compared with SDPA's math
 backend in float64 on fresh seeded inputs. Needs torch (CPU build is enough).
 """
@@ -27,8 +28,14 @@ from compute.gpu.torch_reference import attention_reference as _reference  # noq
 
 
 def _kernel_forward(q, k, v, causal, scale, o, lse):
-    _assert_contract(q, k, v, o)
+    from compute.gpu.flash_launch import readable
+
+    for t in (q, k, v, o):
+        assert readable(t.shape, t.stride(), t.data_ptr()), "a tensor the kernels cannot read"
+    assert k.shape == v.shape and q.shape[1] % k.shape[1] == 0 and o.shape == q.shape
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32 and lse.is_contiguous()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     want_o, want_lse = _stand_in_forward(q, k, v, causal, scale)
     o.copy_(want_o)
     lse.copy_(want_lse)
@@ -153,34 +160,33 @@ def test_matches_float64_sdpa_semantics(
         assert g.shape == w.shape, name
         tol = 1e-12 if name == "O" else 1e-6  # the backward reads the float32 LSE
         assert _rel(g, w) < tol, f"{name}: {_rel(g, w):.2e}"
-    assert got[0].is_contiguous()
+    assert got[0].stride() == torch.empty_like(q).stride()  # O keeps q's (dense) strides
     assert torch.equal(torch_op.torch_attention(q, k, v, **kw), got[0])  # no-grad path
 
 
 def test_no_copies_where_the_kernels_read_the_tensors(stand_in, float64_ok):
-    """Contiguous q, k, v reach the kernel as they are; GQA without a mask folds the group
-    into q's rows (a view of q, K and V untouched); strided inputs are copied once."""
+    """The forward gets q, k and v themselves: contiguous, GQA (K/V heads as they are) and
+    SDPA-shaped strided views alike. The backward: GQA without a mask folds the group into
+    q's rows (a view of q; K and V untouched); strided tensors are copied once there."""
     q, k, v, do = _inputs(1, 8, 2, 40, 40, 64, seed=3)
-    _run(q, k, v, do, enable_gqa=True)
-    (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, *_)) = stand_in
-    assert fq.shape == (1, 2, 4 * 40, 64) and fk.shape == (1, 2, 40, 64)
-    # the leaves are clones of q, k, v inside _run: compare with the forward's own inputs
-    assert bk.data_ptr() == fk.data_ptr() and bv.data_ptr() == fv.data_ptr()
-    assert bq.data_ptr() == fq.data_ptr()
-    stand_in.clear()
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    torch_op.torch_attention(*leaves, enable_gqa=True)
-    ((_, (fq, fk, fv, *_)),) = stand_in
+    torch_op.torch_attention(*leaves, enable_gqa=True).backward(do)
+    (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, *_)) = stand_in
     assert [t.data_ptr() for t in (fq, fk, fv)] == [t.data_ptr() for t in leaves]
+    assert fq.shape == (1, 8, 40, 64) and fk.shape == (1, 2, 40, 64)
+    assert bq.shape == (1, 2, 4 * 40, 64) and bq.data_ptr() == fq.data_ptr()
+    assert bk.data_ptr() == fk.data_ptr() and bv.data_ptr() == fv.data_ptr()
     stand_in.clear()
-    qs, ks, vs, dos = _inputs(1, 4, 4, 40, 40, 64, seed=4, layout="bnhd")
-    _run(qs, ks, vs, dos)
+    qs, ks, vs, dos = _inputs(1, 8, 2, 40, 40, 64, seed=4, layout="bnhd")
+    leaves = [t.detach().clone().requires_grad_() for t in (qs, ks, vs)]
+    out = torch_op.torch_attention(*leaves, is_causal=True, enable_gqa=True)
+    assert out.stride() == qs.stride() and out.transpose(1, 2).is_contiguous()
+    out.backward(dos)
     (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, _, bdo, _, *_)) = stand_in
-    assert all(t.is_contiguous() for t in (fq, fk, fv))
-    assert fq.data_ptr() != qs.data_ptr()
-    # the eager backward reuses the forward's copies; only the strided dO is copied anew
-    assert [t.data_ptr() for t in (bq, bk, bv)] == [t.data_ptr() for t in (fq, fk, fv)]
-    assert bdo.is_contiguous() and not dos.is_contiguous()
+    assert [t.data_ptr() for t in (fq, fk, fv)] == [t.data_ptr() for t in leaves]
+    assert not fq.is_contiguous() and fk.shape[1] == 2
+    assert all(t.is_contiguous() for t in (bq, bk, bv, bdo))  # the backward kernel's copies
+    assert bk.shape[1] == 8  # causal GQA: the backward repeats K and V (not the forward)
 
 
 def test_refusals_are_one_sentence():

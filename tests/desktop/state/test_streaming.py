@@ -188,7 +188,8 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch, 
 
 
 def test_a_change_that_finds_its_passes_cached_comes_at_once():
-    """B_r moved (the passes over S do not depend on it): nothing to stream, one part."""
+    """B_r moved (the passes over S do not depend on it), or in float64 B_c and the
+    order: nothing to stream, one part."""
     SHARED.clear()
     c = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=4)
     firsts = []
@@ -196,8 +197,14 @@ def test_a_change_that_finds_its_passes_cached_comes_at_once():
     assert len(firsts) == 1  # new inputs: the first tier went ahead
     _, trace, images = worker.build_all(c.replace(block_q=7), on_first=lambda *r: firsts.append(r))
     assert len(firsts) == 1 and not any(i.pending for i in images.lanes["dense"].values())
-    worker.build_all(c.replace(block_k=6), on_first=lambda *r: firsts.append(r))
-    assert len(firsts) == 2  # B_c changes the tiled lane's pass: streamed again
+    worker.build_all(c.replace(block_k=6, order="kv-outer"), on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 1  # float64: the tiled lane is the dense pass's fold (any B_c)
+    worker.build_all(c.replace(dtype="float16"), on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 2  # a narrow tiled lane has a pass of its own: streamed
+    worker.build_all(c.replace(dtype="float16", block_q=9), on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 2
+    worker.build_all(c.replace(dtype="float16", block_k=6), on_first=lambda *r: firsts.append(r))
+    assert len(firsts) == 3  # ... which B_c changes
 
 
 def test_a_streamed_training_step_is_cancelled_between_chunks_and_leaves_nothing_half_done():
@@ -286,15 +293,19 @@ def test_a_backward_first_tier_equals_the_full_computation(config, chunk, where)
 
 
 def test_a_backward_blocks_change_streams_without_redoing_the_dense_rows():
-    """B_c moved: the tiled lane's passes are new (streamed), the dense pass of these
-    inputs is kept and the first tier reads its rows instead of recomputing them."""
+    """B_c moved: a narrow tiled lane's passes are new (streamed), the dense pass of
+    these inputs is kept and the first tier reads its rows instead of recomputing them;
+    in float64 the tiled lane is the dense pass's, so nothing is new at all."""
     SHARED.clear()
     c = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=4, pass_name="backward")
-    worker.build_all(c, on_first=lambda *r: None, check=lambda: None)
-    firsts = []
-    _, trace, _ = worker.build_all(
-        c.replace(block_k=6), on_first=lambda *r: firsts.append(r), check=lambda: None
-    )
-    assert len(firsts) == 1 and trace.forward.cached("all_rows") == 0
-    worker.build_all(c, on_first=lambda *r: firsts.append(r))
-    assert len(firsts) == 1  # everything of c is cached: one part
+    for dtype, streamed in (("float16", 1), ("float64", 0)):
+        c = c.replace(dtype=dtype)
+        worker.build_all(c, on_first=lambda *r: None, check=lambda: None)
+        firsts: list = []
+        keep = firsts.append
+        _, trace, _ = worker.build_all(
+            c.replace(block_k=6), on_first=lambda *r, keep=keep: keep(r), check=lambda: None
+        )
+        assert len(firsts) == streamed and trace.forward.cached("dense_rows") == 0
+        worker.build_all(c, on_first=lambda *r, keep=keep: keep(r))
+        assert len(firsts) == streamed  # everything of c is cached: one part

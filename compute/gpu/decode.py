@@ -1,0 +1,230 @@
+"""Compile and launch the decode kernels (`kernels/decode_attention.cu`): split-KV with its
+combine, and the one-pass kernel, for one decode step of compute.decode.DecodeProblem.
+
+Inputs are device arrays q (H_q, N_q, d), k (H_kv, N_k, d), v (H_kv, N_k, d_v) in the
+problem's dtype: float32, float16, or bfloat16 as its uint16 bit patterns
+(compute.gpu.dtypes). Each (d, d_v, dtype, vectorised, instrumented) combination is one
+`cupy.RawModule`; compile time is reported separately so benchmarks never include it.
+With count_transfers the kernels count every element they move; the tally's tensors are
+compute.decode.ledger's (plus "L", the optional log-sum-exp output, which no ledger counts).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..decode import DecodeProblem
+from ..decode.walk import TENSORS
+from .tiled import LOG2E, load_functions, tally_counts
+
+KERNEL_PATH = Path(__file__).parent / "kernels" / "decode_attention.cu"
+DECODE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+_DT = {"float32": 0, "float16": 1, "bfloat16": 2}
+_STORAGE = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
+_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+THREADS = 128  # decode::NT
+
+# Counter slots in the kernel's `decode::Slot` order -> (tensor, direction).
+COUNTER_SLOTS: tuple[tuple[str, str], ...] = (
+    ("Q", "read"),
+    ("K", "read"),
+    ("V", "read"),
+    ("O", "write"),
+    ("O_s", "read"),
+    ("O_s", "write"),
+    ("L_s", "read"),
+    ("L_s", "write"),
+    ("L", "write"),
+)
+COUNTED_TENSORS = (*TENSORS, "L")
+
+
+class DecodeTooLarge(ValueError):
+    """The group's resident rows and the K/V chunks do not fit one block's shared memory."""
+
+
+@dataclass(frozen=True)
+class StreamShape:
+    """Mirror of `decode::Shape`: keys per chunk and shared memory of one streaming block."""
+
+    d: int
+    d_v: int
+    dtype: str
+    rows: int
+
+    @property
+    def chunk_keys(self) -> int:
+        return 32 if self.dtype == "float32" else 64
+
+    @property
+    def smem_bytes(self) -> int:
+        sz, bk = _BYTES[self.dtype], self.chunk_keys
+        ve = 16 // sz
+        kv = 2 * bk * ((self.d + ve) + (self.d_v + ve)) * sz
+        return kv + 4 * self.rows * (self.d + bk + self.d_v + 3)
+
+
+def vectorised(d: int, d_v: int, dtype: str, *arrays: Any) -> bool:
+    """Whether the 16-byte loads apply: whole 16-byte rows and 16-byte aligned data."""
+    sz = _BYTES[dtype]
+    return (d * sz) % 16 == 0 and (d_v * sz) % 16 == 0 and all(a.data.ptr % 16 == 0 for a in arrays)
+
+
+@dataclass
+class Compiled:
+    """The three kernels of one (d, d_v, dtype, vec) combination, loaded."""
+
+    split: Any
+    one_pass: Any
+    combine: Any
+    compile_s: float
+    unused_lse: Any = None  # stand-ins for the arguments a launch does not use
+    unused_counts: Any = None
+    smem_opted: int = 0  # the dynamic shared memory the stream kernels are opted into
+
+
+_CACHE: dict[tuple, Compiled] = {}
+
+
+def _cupy():
+    import cupy  # lazily: importing compute.gpu must work without CuPy
+
+    return cupy
+
+
+def compile_decode(
+    d: int, d_v: int, dtype: str, *, vec: bool, count_transfers: bool = False
+) -> Compiled:
+    """Compile (or fetch) the split, one-pass and combine kernels for these head sizes."""
+    key = (d, d_v, dtype, vec, count_transfers)
+    if key in _CACHE:
+        return _CACHE[key]
+    args = f"{d},{d_v},{_DT[dtype]},{'true' if vec else 'false'}"
+    names = [
+        f"decode_split<{args}>",
+        f"decode_one_pass<{args}>",
+        f"decode_combine<{d_v},{_DT[dtype]}>",
+    ]
+    (split, one_pass, combine), compile_s = load_functions(
+        KERNEL_PATH, names, count_transfers=count_transfers
+    )
+    cupy = _cupy()
+    compiled = Compiled(split, one_pass, combine, compile_s)
+    compiled.unused_lse = cupy.empty(1, cupy.float32)
+    compiled.unused_counts = cupy.empty(len(COUNTER_SLOTS), cupy.uint64)
+    _CACHE[key] = compiled
+    return compiled
+
+
+@dataclass
+class DecodeResult:
+    """O (H_q, N_q, d_v) on the device, optional L (H_q, N_q), the split-KV partials
+    O_s (S', H_q, N_q, d_v) and L_s (S', H_q, N_q) (None for one-pass), counted transfers."""
+
+    out: Any
+    lse: Any = None
+    o_part: Any = None
+    l_part: Any = None
+    counts: dict[str, dict[str, int]] | None = None
+    compile_s: float = 0.0
+
+
+def _check(problem: DecodeProblem, schedule: str, q, k, v) -> None:
+    if schedule not in ("one-pass", "split-kv"):
+        raise ValueError(f"The decode kernels run one-pass or split-kv, not {schedule!r}.")
+    if problem.dtype not in DECODE_DTYPES:
+        raise ValueError(
+            f"The decode kernels take {', '.join(DECODE_DTYPES)}, not {problem.dtype}."
+        )
+    want = _STORAGE[problem.dtype]
+    for name, x, shape in zip("qkv", (q, k, v), problem.input_shapes(), strict=True):
+        if tuple(x.shape) != shape or str(x.dtype) != want:
+            raise ValueError(
+                f"{name} must be a {want} array of shape {shape} for this decode problem, "
+                f"not {x.dtype} {tuple(x.shape)}."
+            )
+
+
+@functools.cache
+def _shared_limit() -> int:
+    # Cached: the device query costs more host time than a short decode step takes.
+    from .device import status
+
+    st = status()
+    if not st.usable:
+        raise RuntimeError(st.reason)
+    return st.shared_mem_per_block
+
+
+def decode_attention_gpu(
+    problem: DecodeProblem,
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    schedule: str = "split-kv",
+    scale: float | None = None,
+    save_lse: bool = False,
+    count_transfers: bool = False,
+    out: Any = None,
+    workspace: tuple[Any, Any] | None = None,
+) -> DecodeResult:
+    """One decode step by the split-KV kernel and its combine (problem.splits splits), or by
+    the one-pass kernel. `workspace` (O_s, L_s) buffers may be passed to keep allocation out
+    of a timed loop."""
+    cupy = _cupy()
+    _check(problem, schedule, q, k, v)
+    p = problem
+    vec = vectorised(p.d, p.d_v, p.dtype, q, k, v)
+    comp = compile_decode(p.d, p.d_v, p.dtype, vec=vec, count_transfers=count_transfers)
+    shape = StreamShape(p.d, p.d_v, p.dtype, p.block_rows)
+    limit = _shared_limit()
+    if shape.smem_bytes > limit:
+        raise DecodeTooLarge(
+            f"{p.block_rows} resident query rows (G = {p.group} heads x {p.n_q} new tokens) "
+            f"with d = {p.d}, d_v = {p.d_v} need {shape.smem_bytes / 1024:.0f} KB of shared "
+            f"memory per block but this device allows {limit / 1024:.0f} KB: use fewer new "
+            "tokens or a smaller group."
+        )
+    if shape.smem_bytes > comp.smem_opted:  # a driver call: made only when it must grow
+        for fn in (comp.split, comp.one_pass):
+            fn.max_dynamic_shared_size_bytes = shape.smem_bytes
+        comp.smem_opted = shape.smem_bytes
+    scale = 1.0 / math.sqrt(p.d) if scale is None else float(scale)
+    rows_total = p.h_q * p.n_q
+    out_dtype = _STORAGE[p.dtype]
+    if out is None:
+        out = cupy.empty((p.h_q, p.n_q, p.d_v), dtype=out_dtype)
+    lse = cupy.empty((p.h_q, p.n_q), cupy.float32) if save_lse else comp.unused_lse
+    # Only the instrumented build touches the counters; zeroing them otherwise would put a
+    # fill kernel into every timed step.
+    counts = cupy.zeros(len(COUNTER_SLOTS), cupy.uint64) if count_transfers else comp.unused_counts
+    i32, f32 = cupy.int32, cupy.float32
+    sizes = (i32(p.n_q), i32(p.n_k), i32(p.block_rows), i32(p.block_k), i32(p.t_c))
+    result = DecodeResult(out, lse if save_lse else None, compile_s=comp.compile_s)
+    if schedule == "one-pass":
+        args = (q, k, v, out, lse, *sizes, f32(scale * LOG2E), i32(save_lse), counts)
+        comp.one_pass((1, p.h_kv), (THREADS,), args, shared_mem=shape.smem_bytes)
+    else:
+        s = p.splits_used
+        if workspace is None:
+            workspace = (
+                cupy.empty((s, p.h_q, p.n_q, p.d_v), cupy.float32),
+                cupy.empty((s, p.h_q, p.n_q), cupy.float32),
+            )
+        o_part, l_part = workspace
+        args = (q, k, v, o_part, l_part, *sizes, i32(s), f32(scale * LOG2E), counts)
+        comp.split((s, p.h_kv), (THREADS,), args, shared_mem=shape.smem_bytes)
+        smem = 4 * (s + THREADS)
+        if smem > comp.combine.max_dynamic_shared_size_bytes:
+            comp.combine.max_dynamic_shared_size_bytes = smem
+        args = (o_part, l_part, out, lse, i32(rows_total), i32(s), i32(save_lse), counts)
+        comp.combine((rows_total,), (THREADS,), args, shared_mem=smem)
+        result.o_part, result.l_part = o_part, l_part
+    if count_transfers:
+        result.counts = tally_counts(counts, COUNTER_SLOTS, COUNTED_TENSORS)
+    return result

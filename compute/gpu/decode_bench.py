@@ -1,0 +1,213 @@
+"""Benchmark one decode step: the split-KV and one-pass kernels against torch SDPA and FA4.
+
+    python -m compute.gpu.decode_bench [--out assets/benchmarks/decode/decode_h200.json]
+
+Every contender runs in this one process, interleaved (compute.gpu.timing.time_interleaved,
+inputs rotated past the L2, L2 flushed before each run), on the same q, k, v values:
+SDPA gets the arrays themselves through DLPack ((1, H, N, d), `enable_gqa=True`, torch's
+own backend choice); FA4 (`flash_attn.cute.flash_attn_func`, seqlen_q = 1, its own split
+heuristic num_splits=0) takes (1, N, H, d), so it gets copies in that layout. FA4 is
+skipped, with the reason in the JSON, where it cannot be imported.
+Bandwidth is the one-pass ledger's bytes (Q, K, V read once, O written: what any schedule
+must move) over the median time, as a fraction of the device-to-device copy bandwidth
+measured here in the same process; each of our rows also carries its own ledger's bytes.
+Every contender's output is checked against the float64 dense reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..decode import DecodeProblem, decode_inputs, decode_ledger, dense_decode, filling_splits
+from .decode import decode_attention_gpu
+from .device import status
+from .dtypes import device_array, float64_values
+from .peers import cupy_view, torch_view
+from .timing import rotation_count, time_cuda, time_interleaved
+
+DEFAULT_OUT = Path("assets/benchmarks/decode/decode_h200.json")
+CASES = ((8, 8, 8192), (8, 8, 65536), (8, 1, 8192), (8, 1, 65536), (32, 8, 16384), (32, 8, 65536))
+# (H_q, H_kv, N_k): 8 heads without GQA; one K/V head with a group of 8; Llama-3-8B's 32 / 8
+D, DTYPE, BLOCK_K = 128, "bfloat16", 64
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Bytes per second of a device-to-device copy (read plus write), median of 10."""
+    import cupy
+
+    a = cupy.zeros(nbytes, dtype=cupy.uint8)
+    b = cupy.empty_like(a)
+    t = time_cuda(lambda: cupy.copyto(b, a), [()], warmup=2, repeats=10)
+    return 2 * nbytes / (t.median_ms * 1e-3)
+
+
+def _fa4() -> tuple[Any, str]:
+    try:
+        from flash_attn.cute import flash_attn_func
+
+        return flash_attn_func, ""
+    except Exception as exc:  # not installed here, or its CuTe DSL failed to load
+        return None, f"FA4 not available: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+def _paths(p: DecodeProblem, sets: list[tuple], fa4: Any) -> dict:
+    """{name: (fn, arg_sets)} of every contender on the rotated input sets."""
+    import cupy
+    import torch
+    import torch.nn.functional as F
+
+    work = (
+        cupy.empty((p.splits_used, p.h_q, p.n_q, p.d_v), cupy.float32),
+        cupy.empty((p.splits_used, p.h_q, p.n_q), cupy.float32),
+    )
+
+    def split_kv(q, k, v):
+        return decode_attention_gpu(p, q, k, v, schedule="split-kv", workspace=work).out
+
+    def one_pass(q, k, v):
+        return decode_attention_gpu(p, q, k, v, schedule="one-pass").out
+
+    def sdpa(q, k, v):
+        tq, tk, tv = (torch_view(torch, x)[None] for x in (q, k, v))
+        out = F.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)
+        return cupy_view(torch, out[0])
+
+    paths = {"split-kv": (split_kv, sets), "one-pass": (one_pass, sets), "sdpa": (sdpa, sets)}
+    if fa4 is not None:
+
+        def fa4_fn(tq, tk, tv):
+            out = fa4(tq, tk, tv, num_splits=0)
+            return out[0] if isinstance(out, tuple) else out
+
+        fa4_sets = [
+            tuple(torch_view(torch, x).permute(1, 0, 2).contiguous()[None] for x in (q, k, v))
+            for q, k, v in sets
+        ]
+        paths["fa4"] = (fa4_fn, fa4_sets)
+    return paths
+
+
+def _as_ours(name: str, out: Any, p: DecodeProblem) -> np.ndarray:
+    """A contender's output as float64 (H_q, N_q, d_v)."""
+    import torch
+
+    if name == "fa4":  # (1, N_q, H_q, d_v)
+        out = cupy_view(torch, out[0].permute(1, 0, 2).contiguous())
+    return float64_values(out.get(), p.dtype).reshape(p.h_q, p.n_q, p.d_v)
+
+
+def bench_case(h_q: int, h_kv: int, n_k: int, fa4: Any, copy_bw: float, l2: int) -> dict:
+    """Time every contender on one decode configuration; one JSON-ready row."""
+    import cupy
+
+    t_c = -(-n_k // BLOCK_K)
+    splits = filling_splits(h_kv, t_c)
+    p = DecodeProblem(1, n_k, D, D, h_q, h_kv, block_k=BLOCK_K, splits=splits, dtype=DTYPE)
+    host = decode_inputs(DecodeProblem(1, n_k, D, D, h_q, h_kv, dtype="float64"), seed=n_k + h_q)
+    base = [device_array(cupy.asarray(x.astype(np.float32)), DTYPE) for x in host]
+    useful = decode_ledger(p, "one-pass").total_bytes
+    copies = rotation_count(useful, l2)
+    sets = [tuple(x.copy() for x in base) for _ in range(copies)]
+    paths = _paths(p, sets, fa4)
+    values = (float64_values(x.get(), DTYPE) for x in base)
+    want = dense_decode(replace(p, dtype="float64"), *values)[2]
+    errors, skipped = {}, {}
+    for name, (fn, arg_sets) in list(paths.items()):
+        try:
+            errors[name] = float(np.max(np.abs(_as_ours(name, fn(*arg_sets[0]), p) - want)))
+        except Exception as exc:  # a peer that refuses this configuration is reported, not timed
+            if name in ("split-kv", "one-pass"):
+                raise
+            skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            del paths[name]
+    timings = time_interleaved(paths, warmup=3, repeats=21, l2_bytes=l2, preheat_s=0.2)
+    rows = {}
+    for name, t in timings.items():
+        seconds = t.median_ms * 1e-3
+        row = {
+            "median_ms": t.median_ms,
+            "min_ms": t.min_ms,
+            "max_abs_err": errors[name],
+            "bandwidth": useful / seconds,
+            "copy_fraction": useful / seconds / copy_bw,
+        }
+        if name in ("split-kv", "one-pass"):
+            led = decode_ledger(p, name)
+            row |= {"ledger_bytes": led.total_bytes, "blocks": led.blocks}
+        rows[name] = row
+    return {
+        "h_q": h_q,
+        "h_kv": h_kv,
+        "n_q": 1,
+        "n_k": n_k,
+        "d": D,
+        "dtype": DTYPE,
+        "block_k": BLOCK_K,
+        "splits": splits,
+        "splits_used": p.splits_used,
+        "useful_bytes": useful,
+        "rotated_copies": copies,
+        "paths": rows,
+        "skipped": skipped,
+    }
+
+
+def format_table(report: dict) -> str:
+    names = ["split-kv", "one-pass", "sdpa", "fa4"]
+    head = f"{'H_q/H_kv':>9} {'N_k':>6} {'S':>4} " + " ".join(f"{n:>17}" for n in names)
+    lines = [
+        f"copy bandwidth {report['copy_bandwidth'] / 1e12:.2f} TB/s; "
+        "each cell: median us (fraction of copy bandwidth)",
+        head,
+    ]
+    for c in report["cases"]:
+        cells = []
+        for n in names:
+            r = c["paths"].get(n)
+            cells.append(
+                f"{r['median_ms'] * 1e3:9.1f} ({r['copy_fraction']:4.0%})" if r else " " * 17
+            )
+        lines.append(
+            f"{c['h_q']:>4}/{c['h_kv']:<4} {c['n_k']:>6} {c['splits_used']:>4} " + " ".join(cells)
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    st = status()
+    if not st.usable:
+        print(f"decode_bench: {st.reason}", file=sys.stderr)
+        return 2
+    import torch
+
+    fa4, fa4_reason = _fa4()
+    copy_bw = copy_bandwidth()
+    report = {
+        "device": st.to_dict(),
+        "torch": torch.__version__,
+        "fa4": "flash_attn.cute.flash_attn_func, num_splits=0" if fa4 else fa4_reason,
+        "copy_bandwidth": copy_bw,
+        "timing": "time_interleaved: 3 rounds, 21 runs, 0.2 s preheat, L2 flushed, median",
+        "cases": [],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for hq, hkv, n in CASES:  # the JSON is rewritten after each case: a cut run keeps its rows
+        report["cases"].append(bench_case(hq, hkv, n, fa4, copy_bw, st.l2_bytes))
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(format_table(report))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

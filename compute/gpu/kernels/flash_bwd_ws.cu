@@ -1,0 +1,221 @@
+// FlashAttention backward on Hopper with TMA and warp specialisation (sm_90a only).
+//
+// Same contract, preprocess and postprocess as flash_bwd_wgmma.cu (whose file comment gives
+// the GEMMs and their layouts; flash_bwd_common.cuh holds the shared parts), the same tile
+// (128 keys per CTA, 64-row query blocks) and the same dQ split; what changes is who loads:
+//   * warpgroup 0 is the producer: after setmaxnreg drops it to 24 registers, one thread loads
+//     K and V once (TMA, one mbarrier) and then streams Q + L2 and dO + D of every query block
+//     into a ring of FBW_ST stages, each stage with two "full" mbarriers (Q's, so Sᵀ can start
+//     before dO lands, and dO's) and one "empty" one the consumers release;
+//   * warpgroups 1 and 2 (240 registers each) compute as before, waiting on the mbarriers
+//     instead of cp.async groups and CTA barriers. The one barrier left per query block is
+//     the dSᵀ hand-off between the two consumers (named barrier 1, 256 threads); dSᵀ is
+//     double-buffered, so the next block's stores need no second barrier.
+// The tensor maps (compute/gpu/tma.py) describe Q, dO with 64-row boxes and K, V with 128-row
+// boxes, 64 columns and the 128-byte swizzle: the layout fa_load_panels writes, so every GEMM
+// descriptor is the wgmma kernel's. Rows past N are zero-filled by the copy engine; L2, D are
+// padded per head (flash_bwd_pre), so each block's 256 bytes of either are one bulk copy.
+// dQ: flash_bwd_wgmma.cu's MODE 4, one bulk reduction per warpgroup's 64 x 64 tile kept in
+// accumulator order; DET = true is its MODE 5 (the key blocks add each tile in a fixed order:
+// the same tickets, order and grid reversal). Per-thread atomics and a third stage measured
+// slower here (BACKWARD_NOTES.md) and were removed.
+// compile-check-arch: sm_90a
+
+#include "flash_bwd_common.cuh"
+#include "ws_pipeline.cuh"
+
+#define FBW_NT 384  // producer warpgroup + two consumer warpgroups
+#define FBW_ST 2     // stages of the Q / dO ring (d = 128: 231,480 bytes of shared memory)
+
+// Shared memory from the 1024-byte aligned base (FbwSmem<D>::BYTES + 1024 is the host's
+// flash_backward.smem_bytes): K, V | ST stages of Q, of dO | two dSᵀ buffers | four fp32 dQ
+// tiles | ST stages of L2 and D (256 bytes each) | mbarriers: KV, fullQ[ST], fulldO[ST],
+// empty[ST].
+template <int D>
+struct FbwSmem {
+    static constexpr int ST = FBW_ST;
+    static constexpr u32 KV_BYTES = FB_BN * D * 2;
+    static constexpr u32 QT_BYTES = FB_BM * D * 2;
+    static constexpr u32 DS_BYTES = FB_BN * FB_BM * 2;
+    static constexpr u32 K_OFF = 0;
+    static constexpr u32 V_OFF = KV_BYTES;
+    static constexpr u32 Q_OFF = 2 * KV_BYTES;
+    static constexpr u32 DO_OFF = Q_OFF + ST * QT_BYTES;
+    static constexpr u32 DS_OFF = DO_OFF + ST * QT_BYTES;
+    static constexpr u32 DQ_OFF = DS_OFF + 2 * DS_BYTES;
+    static constexpr u32 LD_OFF = DQ_OFF + 4 * 16384;
+    static constexpr u32 BAR_OFF = LD_OFF + ST * 512;
+    static constexpr u32 BYTES = BAR_OFF + 8 * (1 + 3 * ST);
+};
+
+#if FA_HAVE_WGMMA
+// One plain bulk copy global -> shared (bytes a multiple of 16), completed on an mbarrier.
+__device__ __forceinline__ void fbw_bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+#endif
+
+template <int DT, int D, bool DET>
+__global__ void __launch_bounds__(FBW_NT, 1)
+    flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
+                 const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
+                 const float* __restrict__ L2, const float* __restrict__ Dsum,
+                 float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV,
+                 int* __restrict__ sems, int Nq, int Nk, int Npad, float scale,
+                 float scale_log2, int causal) {
+#if FA_HAVE_WGMMA
+    using L = FbwSmem<D>;
+    constexpr int ST = L::ST;
+    constexpr int NS = FB_BM / 2;  // Sᵀ / dPᵀ accumulator registers (64 x 64 per warpgroup)
+    constexpr int NA = D / 2;      // dK / dV accumulator registers (64 x D per warpgroup)
+    constexpr int NP = D / 64;     // 64-column panels
+    extern __shared__ __align__(128) unsigned char fb_smem[];
+    const u32 base = (fa_smem_addr(fb_smem) + 1023u) & ~1023u;
+    const u32 sK = base + L::K_OFF, sV = base + L::V_OFF, sQ = base + L::Q_OFF;
+    const u32 sdO = base + L::DO_OFF, sdS = base + L::DS_OFF, sDQ = base + L::DQ_OFF;
+    const u32 sLD = base + L::LD_OFF;
+    const u32 barKV = base + L::BAR_OFF;
+    const u32 fullQ = barKV + 8, fulldO = fullQ + 8 * ST, empty = fulldO + 8 * ST;
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;  // 0: producer, 1, 2: consumers
+    // Deterministic causal: the shortest key block (the last) adds first, so it is launched first.
+    const int kb = (DET && causal) ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                                   : static_cast<int>(blockIdx.x);
+    const int k0 = kb * FB_BN;
+    const int bh = static_cast<int>(blockIdx.y);
+    const int offset = Nk - Nq;
+    const int i0 = fb_first_block(k0, offset, causal);
+    const int nblk = Npad / FB_BM;
+
+    if (tid == 0) {
+        fa_mbar_init(barKV, 1);
+        for (int s = 0; s < ST; ++s) {
+            fa_mbar_init(fullQ + 8 * s, 1);
+            fa_mbar_init(fulldO + 8 * s, 1);
+            fa_mbar_init(empty + 8 * s, 2 * 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();  // the only CTA-wide barrier: the roles split below
+
+    if (wg == 0) {
+        fa_setmaxnreg_dec<24>();
+        if (tid == 0) {
+            fa_tma_prefetch(&tmQ);
+            fa_tma_prefetch(&tmdO);
+            fa_mbar_expect_tx(barKV, 2 * L::KV_BYTES);
+            fa_load_kv<NP, FB_BN>(sK, &tmK, k0, bh, 0, barKV);
+            fa_load_kv<NP, FB_BN>(sV, &tmV, k0, bh, 0, barKV);
+            const float* L2b = L2 + static_cast<long long>(bh) * Npad;
+            const float* Db = Dsum + static_cast<long long>(bh) * Npad;
+            for (int i = i0, it = 0; i < nblk; ++i, ++it) {
+                const int s = it % ST;
+                fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);  // a fresh stage: at once
+                fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + 256);
+                fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, bh, 0, fullQ + 8 * s);
+                fbw_bulk_load(sLD + s * 512, L2b + i * FB_BM, 256, fullQ + 8 * s);
+                fa_mbar_expect_tx(fulldO + 8 * s, L::QT_BYTES + 256);
+                fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, bh, 0,
+                                      fulldO + 8 * s);
+                fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
+            }
+        }
+        return;
+    }
+
+    fa_setmaxnreg_inc<240>();
+    const int cw = wg - 1;         // consumer warpgroup: keys [k0 + 64 cw, k0 + 64 cw + 64)
+    const int ctid = tid & 127;    // thread within it
+    const int warp = ctid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int kw0 = k0 + cw * 64;
+    const int row_k = kw0 + warp * 16 + g;  // key row of accumulator elements with h = 0
+    const float* fLD = reinterpret_cast<const float*>(fb_smem + (sLD - fa_smem_addr(fb_smem)));
+    int ntile = 0;  // dQ tiles this warpgroup has written (its buffer is ntile & 1)
+
+    float dv[NA], dk[NA];
+#pragma unroll
+    for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
+
+    fa_mbar_wait(barKV, 0);
+    for (int i = i0, it = 0; i < nblk; ++i, ++it) {
+        const int s = it % ST;
+        const u32 par = (it / ST) & 1;
+        const u32 qbase = sQ + s * L::QT_BYTES;
+        const u32 dobase = sdO + s * L::QT_BYTES;
+        const u32 dsbuf = sdS + (it & 1) * L::DS_BYTES;
+        const int q0 = i * FB_BM;
+
+        float sv[NS], dp[NS];
+        fa_mbar_wait(fullQ + 8 * s, par);
+        fa_issue_s<DT, D, FB_BN, FB_BM>(sv, sK + cw * 64 * 128, qbase);
+        fa_mbar_wait(fulldO + 8 * s, par);
+        fa_issue_s<DT, D, FB_BN, FB_BM>(dp, sV + cw * 64 * 128, dobase);
+        // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
+        fa_wgmma_wait<1>();
+#pragma unroll
+        for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
+        const bool mask = (kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset);
+        const float* lrow = fLD + s * 128;
+        fb_probs<NS>(sv, lrow, scale_log2, mask, row_k, q0, t, Nk, causal, offset);
+        fa_wgmma_wait<0>();
+#pragma unroll
+        for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
+        fb_dsoft<NS>(dp, sv, lrow + 64, t);
+        // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
+        // finished before block it - 1's barrier.
+        fb_dkv_step<DT, D, NS, NA>(sv, dp, dv, dk, dsbuf, row_k - k0, t, dobase, qbase);
+        fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
+
+        const bool dq_here = (D == 128) || (cw == (it & 1));
+        float dq[32];
+        if (dq_here) fb_issue_dq<DT>(dq, dsbuf, sK + (D == 128 ? cw : 0) * (FB_BN * 128));
+        fa_wgmma_wait<0>();
+        fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
+#pragma unroll
+        for (int e = 0; e < NA; ++e) {
+            fa_reg_fence(dv[e]);
+            fa_reg_fence(dk[e]);
+        }
+        if (dq_here) {
+#pragma unroll
+            for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
+            const u32 buf = sDQ + static_cast<u32>(cw * 2 + (ntile & 1)) * 16384u;
+            const long long chunk =
+                (static_cast<long long>(bh) * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+            fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, i, offset, kb, causal);
+            ++ntile;
+        }
+    }
+    if (ctid == 0) fb_bulk_wait();  // shared memory stays until the reads are done
+    const long long kvb = static_cast<long long>(bh) * Nk * D;
+    fb_store_rows<DT, D>(dv, dV + kvb, row_k, Nk, t, 1.f);
+    fb_store_rows<DT, D>(dk, dK + kvb, row_k, Nk, t, scale);
+#else
+    __trap();
+#endif
+}
+
+#ifdef COMPILE_CHECK
+// nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
+#define FBW_MAIN(DT, D, DET)                                                                  \
+    template __global__ void flash_bwd_ws<DT, D, DET>(                                        \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
+        const float*, float*, u16*, u16*, int*, int, int, int, float, float, int);
+#define FBW_INST(DT, D)                                                                       \
+    template __global__ void flash_bwd_pre<DT, D>(const u16*, const u16*, const float*,      \
+                                                  float*, float*, int, int, int);             \
+    template __global__ void flash_bwd_post_frag<DT, D>(const float*, u16*, int, int,        \
+                                                        long long, float);                    \
+    FBW_MAIN(DT, D, false) FBW_MAIN(DT, D, true)
+FBW_INST(0, 64)
+FBW_INST(1, 64)
+FBW_INST(0, 128)
+FBW_INST(1, 128)
+#endif

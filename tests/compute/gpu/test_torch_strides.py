@@ -1,0 +1,175 @@
+"""The forward kernels on strided tensors and GQA, read in place (issue 31).
+
+Every forward kernel (mma.sync, wgmma, and the ws kernel's shipped variants) runs on SDPA's
+(batch, heads, N, d) views of (batch, N, heads, d) memory, on views sliced from a fused QKV
+projection, and with K and V of a quarter (or one) of q's heads, through
+``torch_launch.forward``. Each result must equal, bit for bit, the same kernel's on
+contiguous copies with K and V repeated to q's heads (the same arithmetic on the same
+values: anything read or written at a wrong address shows), and a float64 reference within
+the kernel's bar; O must keep q's strides. The op itself must allocate nothing on such
+inputs but O, LSE and the ticket counter (torch.cuda.memory_stats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from compute.gpu import status
+
+try:
+    import torch
+
+    _TORCH = torch.cuda.is_available()
+except ImportError:
+    torch = None
+    _TORCH = False
+
+_ST = status()
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (_ST.usable and _TORCH), reason=_ST.reason or "needs torch with CUDA"),
+]
+
+ERR = {"float16": 2e-3, "bfloat16": 1e-2}  # relative to float64, as the kernels' own bar
+
+
+def _variants() -> dict:
+    from compute.gpu import flash
+
+    return {
+        "mma-64": flash.MMA_CONFIGS[64],
+        "mma-128": flash.MMA_CONFIGS[128],
+        "wgmma-64": flash.WGMMA_CONFIGS[64],
+        "wgmma-128": flash.WGMMA_CONFIGS[128],
+        "ws-64": flash.WS_CONFIGS[64],
+        "ws-128": flash.WS_CONFIGS[128],
+        "ws-causal-64": flash.WS_CAUSAL_D64,  # persistent LPT, early Q, blocks ending at N_q
+        "ws-causal-mid-128": flash.WS_CAUSAL_MID_D128,  # persistent LPT, Q in registers
+        "ws-causal-128": flash.WS_CAUSAL_D128,  # 176-key tiles, O a panel at a time
+        "ws-mid-128": flash.WS_MID_D128,  # persistent, full attention
+    }
+
+
+VARIANTS = list(_variants()) if _TORCH else []
+
+
+def _layouts(b, h, hk, n_q, n_k, d, dt, seed):
+    """{name: (q, k, v)} of one set of seeded values in three memory layouts."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, n_q, h, d, device="cuda", generator=g).to(dt)
+    k, v = (torch.randn(b, n_k, hk, d, device="cuda", generator=g).to(dt) for _ in "kv")
+    sdpa = tuple(t.transpose(1, 2) for t in (q, k, v))  # transformers' views
+    # A fused projection: (b, N, 3 slots, heads, d), each tensor a slice of it (not dense).
+    fused = []
+    for t in (q, k, v):
+        mem = torch.empty(b, t.shape[1], 3, t.shape[2], d, device="cuda", dtype=dt)
+        mem[:, :, 1] = t
+        fused.append(mem[:, :, 1].transpose(1, 2))
+    return {"contiguous": tuple(t.contiguous() for t in sdpa), "sdpa": sdpa, "fused": tuple(fused)}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(("hk", "causal"), [(2, True), (2, False), (1, True), (8, False)])
+def test_strided_and_gqa_inputs_read_in_place_bit_for_bit(variant, hk, causal):
+    from compute.gpu import torch_launch
+    from compute.gpu.flash_select import is_hopper
+    from compute.gpu.torch_reference import attention_reference
+
+    cfg = _variants()[variant]
+    if cfg.kernel != "mma" and not is_hopper():
+        pytest.skip("the wgmma and ws kernels need an sm_90 GPU")
+    b, h, d = 2, 8, cfg.d
+    n_q, n_k = (300, 333) if cfg.kernel != "ws" or not cfg.persistent else (1100, 1000)
+    dt, dtype = torch.bfloat16, "bfloat16"
+    inputs = _layouts(b, h, hk, n_q, n_k, d, dt, seed=hk * 7 + causal + d)
+    q, k, v = inputs["contiguous"]
+    group = h // hk
+    reps = [t.repeat_interleave(group, 1) for t in (k, v)]
+    want_o, want_lse = torch_launch.forward(q, *reps, causal, d**-0.5, config=cfg)
+    ref = attention_reference(q.double(), k.double(), v.double(), causal, d**-0.5, "bottom-right")
+    err = float((want_o.double() - ref).norm() / ref.norm())
+    assert err < ERR[dtype], f"{variant}: {err:.2e} against float64"
+    for name in ("contiguous", "sdpa", "fused"):
+        qs, ks, vs = inputs[name]
+        o, lse = torch_launch.forward(qs, ks, vs, causal, d**-0.5, config=cfg)
+        if name != "fused":  # dense: O takes q's strides (fused slices are not dense)
+            assert o.stride() == qs.stride()
+        assert torch.equal(o, want_o), f"{variant}, {name} layout: O differs"
+        assert torch.equal(lse, want_lse), f"{variant}, {name} layout: LSE differs"
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "causal"), [(1024, 128, True), (4096, 64, True), (700, 64, False), (128, 128, True)]
+)
+def test_op_allocates_only_its_outputs_on_strided_gqa_inputs(n, d, causal):
+    """SDPA-shaped views, GQA 4:1, causal and not: the op's forward allocates O, LSE and (on
+    the persistent grid) the ticket counter, nothing else; no copy, no repeat."""
+    from compute.gpu import torch_attention, torch_launch
+
+    inputs = _layouts(2, 16, 4, n, n, d, torch.bfloat16, seed=n + d)
+    q, k, v = inputs["sdpa"]
+    out = torch_attention(q, k, v, is_causal=causal, enable_gqa=True)  # builds the plan
+    assert out.stride() == q.stride() and out.transpose(1, 2).is_contiguous()
+    # The plan's key (torch_launch.forward): ..., b, h, kv heads, N_q, N_k, d, causal, scale,
+    # q's strides, ... (the scale left out: 1/sqrt(128) and 128 ** -0.5 differ in the last bit).
+    plans = [
+        p for key, p in torch_launch._PLANS.items()
+        if key[2:9] == (2, 16, 4, n, n, d, causal) and key[10] == q.stride()
+    ]  # fmt: skip
+    assert len(plans) == 1
+    work = int(plans[0].needs_tickets)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    torch_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 2 + work
+
+
+def test_misaligned_input_is_copied_not_misread():
+    """A view starting 8 bytes into its storage cannot go to the copy engine: the op copies
+    it (the one case it does) and the result is still right."""
+    from compute.gpu import torch_attention
+    from compute.gpu.torch_reference import attention_reference
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    flat = torch.randn(2 * 4 * 256 * 128 + 4, device="cuda", generator=g).to(torch.float16)
+    q = flat[4:].view(2, 4, 256, 128)
+    k, v = (torch.randn(2, 4, 256, 128, device="cuda", generator=g).half() for _ in "kv")
+    o = torch_attention(q, k, v, is_causal=True)
+    ref = attention_reference(q.double(), k.double(), v.double(), True, 128**-0.5, "top-left")
+    assert float((o.double() - ref).norm() / ref.norm()) < ERR["float16"]
+
+
+def test_flash_attention_cupy_takes_strided_arrays():
+    """The CuPy API reads strided arrays in place too: the same bits as contiguous copies."""
+    import cupy
+
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.peers import cupy_view
+
+    inputs = _layouts(2, 4, 4, 500, 500, 128, torch.float16, seed=9)
+    want = flash_attention(*(cupy_view(torch, t) for t in inputs["contiguous"]), causal=True)
+    for name in ("sdpa", "fused"):
+        views = [cupy_view(torch, t) for t in inputs[name]]
+        assert not views[0].flags.c_contiguous
+        got = flash_attention(*views, causal=True)
+        assert bool(cupy.array_equal(got, want)), name
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_persistent_grid_with_gqa_and_many_items(d):
+    """More work items than SMs on the persistent LPT grid, GQA 8:1, LPT sections of 3 heads
+    (a short last one): K/V heads chosen per item, not per CTA."""
+    from unittest import mock
+
+    from compute.gpu import flash, flash_launch, torch_launch
+    from compute.gpu.torch_reference import attention_reference
+
+    cfg = replace(flash.WS_CONFIGS[d], persistent=True, lpt=True, early_q=True)
+    inputs = _layouts(2, 40, 5, 900, 900, d, torch.bfloat16, seed=d)
+    q, k, v = inputs["sdpa"]
+    with mock.patch.object(flash_launch, "lpt_section", lambda n_k, d, heads, l2: 3):
+        o, _ = torch_launch.forward(q, k, v, True, d**-0.5, config=cfg)
+    ref = attention_reference(q.double(), k.double(), v.double(), True, d**-0.5, "bottom-right")
+    assert float((o.double() - ref).norm() / ref.norm()) < ERR["bfloat16"]
