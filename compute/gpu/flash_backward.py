@@ -278,7 +278,7 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out):
     cp = _cupy()
     q, k, v, o, do = (x if _in_place(x) else cp.ascontiguousarray(x) for x in (q, k, v, o, do))
     lse = cp.ascontiguousarray(lse)
-    dq, dk, dv = out if out is not None else (cp.empty_like(x) for x in (q, k, v))
+    dq, dk, dv = out if out is not None else (cp.empty(x.shape, x.dtype) for x in (q, k, v))
     b, h, n_q, d = q.shape
     hk, n_k = k.shape[1], k.shape[2]
     if b * h == 0 or (n_q == 0 and n_k == 0):

@@ -372,17 +372,17 @@ def _gqa_reference(host, group, causal):
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (203, 113)])
-@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "det"])
-def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, deterministic):
+def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k):
     # GQA at group sizes 1, 4, 8 on SDPA-shaped views (dK, dV summed over the group inside
     # the kernel): FlashAttention's tests' bar against float64 with K/V repeated, pt being
     # PyTorch's low-dtype attention on the repeated K/V with its dK, dV summed over the group;
-    # deterministic: a second run gives the same bits.
+    # the deterministic mode (on bfloat16): a second run gives the same bits.
     torch = pytest.importorskip("torch")
     from compute.gpu.flash_backward import flash_attention_backward
 
     d = 128 if n_q < 1000 else 64
     hk = 2
+    deterministic = dtype == "bfloat16"  # both modes, each on one dtype
     seed = [93, CODE[dtype], group, int(causal), n_q, n_k]
     (q, k, v, do), host = _gqa_inputs(1, hk * group, hk, n_q, n_k, d, dtype, seed)
     o, lse = _forward_gqa(q, k, v, causal)
