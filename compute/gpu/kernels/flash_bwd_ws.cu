@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int offset = Nk - Nq;
     const int i0 = fb_first_block(k0, offset, causal);
     const int nblk = Npad / FB_BM;
-    // Work item it: query block i0 + it % nb of the group's query head it / nb.
+    // Work item it: query block i = i0 + it % nb of the group's query head gq = it / nb.
     const int nb = nblk - i0;
     const int items = nb > 0 ? nb * lay.group : 0;
 
@@ -123,10 +123,10 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             fa_mbar_expect_tx(barKV, 2 * L::KV_BYTES);
             fa_load_kv<NP, FB_BN>(sK, &tmK, k0, hk, bat, barKV);
             fa_load_kv<NP, FB_BN>(sV, &tmV, k0, hk, bat, barKV);
-            for (int it = 0, i = i0, g = 0; it < items; ++it) {
+            for (int it = 0, i = i0, gq = 0; it < items; ++it) {
                 const int s = it % ST;
-                const int h = hk * lay.group + g;
-                const long long bh = bh0 + g;
+                const int h = hk * lay.group + gq;
+                const long long bh = bh0 + gq;
                 const float* L2b = L2 + bh * Npad;
                 const float* Db = Dsum + bh * Npad;
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);  // a fresh stage: at once
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
                 if (++i == nblk) {
                     i = i0;
-                    ++g;
+                    ++gq;
                 }
             }
         }
@@ -164,9 +164,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
 
     fa_mbar_wait(barKV, 0);
-    for (int it = 0, i = i0, g = 0; it < items; ++it) {
+    for (int it = 0, i = i0, gq = 0; it < items; ++it) {
         const int s = it % ST;
-        const long long bh = bh0 + g;
+        const long long bh = bh0 + gq;
         const u32 par = (it / ST) & 1;
         const u32 qbase = sQ + s * L::QT_BYTES;
         const u32 dobase = sdO + s * L::QT_BYTES;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         }
         if (++i == nblk) {
             i = i0;
-            ++g;
+            ++gq;
         }
     }
     if (ctid == 0) fb_bulk_wait();  // shared memory stays until the reads are done
