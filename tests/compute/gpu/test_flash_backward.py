@@ -381,7 +381,7 @@ def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k):
     from compute.gpu.flash_backward import flash_attention_backward
 
     d = 128 if n_q < 1000 else 64
-    hk = 2
+    hk = 2 if group < 8 else 1  # at most 8 query heads for the float64 reference on the host
     deterministic = dtype == "bfloat16"  # both modes, each on one dtype
     seed = [93, CODE[dtype], group, int(causal), n_q, n_k]
     (q, k, v, do), host = _gqa_inputs(1, hk * group, hk, n_q, n_k, d, dtype, seed)
