@@ -7,6 +7,15 @@ as ``uint16`` bits, d in {64, 128}, any N, N_q != N_k (causal masking bottom-rig
 and ``lse`` float32 (batch, heads, N_q). Accumulation is float32; the gradients come back in
 the input dtype. Query rows that see no key (LSE = -inf) get dQ = 0 and add nothing to dK, dV.
 
+Strides and GQA (the default and deterministic kernel, modes 7 and 9): q, k, v, o, do are
+read at their own (batch, head, row) strides when the kernels can address them
+(``flash_launch.readable``: a unit last dimension, 16-byte base and strides), so SDPA's views
+of (batch, N, heads, d) memory are not copied; k and v may have fewer heads than q, dividing
+them (GQA / MQA: query head h reads K/V head h // group, and dK, dV are summed over the group
+inside the kernel). ``out=(dq, dk, dv)`` writes the gradients into readable arrays of q's and
+k's shapes instead of new contiguous ones. The fallback modes (0, 4, 5) read contiguous
+copies and take no GQA.
+
 Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
 padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head: a
 producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
@@ -23,6 +32,7 @@ backward is ``compute.gpu.tiled_attention_backward_gpu``). Imports without CuPy.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from typing import Any
 
@@ -69,15 +79,18 @@ def smem_bytes(d: int, mode: int = 0) -> int:
 @functools.cache
 def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
-    if mode in WS_MODES:
-        main_name, source = f"flash_bwd_ws<{dt},{d},{str(WS_MODES[mode]).lower()}>", "ws"
+    if mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
+        det = str(WS_MODES[mode]).lower()
+        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}>",
+                 f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
+        source = "ws"
     else:
-        main_name, source = f"flash_bwd_main<{dt},{d},{mode}>", "wgmma"
-    names = [
-        f"flash_bwd_pre<{dt},{d}>",
-        main_name,
-        f"flash_bwd_post_frag<{dt},{d}>" if mode in FRAG_MODES else f"flash_bwd_post<{dt},{d}>",
-    ]
+        names = [
+            f"flash_bwd_pre<{dt},{d}>",
+            f"flash_bwd_main<{dt},{d},{mode}>",
+            f"flash_bwd_post_frag<{dt},{d}>" if mode in FRAG_MODES else f"flash_bwd_post<{dt},{d}>",
+        ]
+        source = "wgmma"
     mod = cp.RawModule(
         code=kernel_source(KERNEL_DIR / f"flash_bwd_{source}.cu"),
         options=("-std=c++17", "-I" + str(KERNEL_DIR), "-arch=sm_90a", "-DFA_FORCE_WGMMA"),
@@ -89,8 +102,18 @@ def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
 
 
 def _check_backward(q, k, v, o, do, lse) -> None:
-    """flash.py's checks on q, k, v, then o, do and lse against them; one sentence each."""
-    _check(q, k, v)
+    """flash.py's checks on q, k, v (K/V heads may divide q's: GQA), then o, do and lse
+    against them; one sentence each."""
+    if q.ndim == 4 and k.ndim == 4 and k.shape[0] == q.shape[0] and 0 < k.shape[1] < q.shape[1]:
+        if q.shape[1] % k.shape[1]:
+            raise ValueError(
+                f"k and v have {k.shape[1]} heads, which must divide q's {q.shape[1]} (GQA)"
+            )
+        _check(q[:, : k.shape[1]], k, v)  # the same checks at K/V's head count
+        if q.shape[0] * q.shape[1] > 65535:
+            raise ValueError("batch * heads must be at most 65535 (one grid row per head)")
+    else:
+        _check(q, k, v)
     for name, x in (("o", o), ("do", do)):
         if x.shape != q.shape:
             raise ValueError(f"{name} must have q's shape {q.shape}, not {x.shape}")
@@ -103,19 +126,22 @@ def _check_backward(q, k, v, o, do, lse) -> None:
 
 
 def flash_attention_backward(
-    q, k, v, o, do, lse, *, causal: bool = False, scale=None, deterministic: bool = False
-):
+    q, k, v, o, do, lse, *, causal: bool = False, scale=None, deterministic: bool = False,
+    out=None,
+):  # fmt: skip
     """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask]) V given dO; see the module docstring.
 
     ``deterministic=True`` adds each dQ tile in a fixed (key-block) order, so two calls on the
-    same inputs return bitwise equal gradients (dK and dV always are)."""
+    same inputs return bitwise equal gradients (dK and dV always are). ``out=(dq, dk, dv)``:
+    arrays (q's, k's, v's shapes and dtype, strides the kernels can write) to write into."""
     mode = DETERMINISTIC_MODE if deterministic else DEFAULT_MODE
-    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode)
+    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode, out=out)
 
 
 def backward_mode(
-    q, k, v, o, do, lse, *, causal: bool = False, scale=None, mode: int | None = DEFAULT_MODE
-):
+    q, k, v, o, do, lse, *, causal: bool = False, scale=None, mode: int | None = DEFAULT_MODE,
+    out=None,
+):  # fmt: skip
     """flash_attention_backward with the main kernel's MODE chosen (None: d's default)."""
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, not {mode!r}")
@@ -132,6 +158,17 @@ def backward_mode(
             "flash_attention_backward needs an sm_90 (Hopper) GPU; "
             "use tiled_attention_backward_gpu elsewhere"
         )
+    if out is not None:
+        _check_out(out, q, k)
+    if mode in WS_MODES:
+        return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out)
+    if k.shape[1] != h:
+        raise ValueError(f"backward mode {mode} takes no GQA: use mode 7 or 9 (the default)")
+    if out is not None:  # the fallback writes contiguous gradients; copy them over
+        for dst, src in zip(out, backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale,
+                                               mode=mode), strict=True):  # fmt: skip
+            dst[...] = src
+        return tuple(out)
     q, k, v, o, do = (cp.ascontiguousarray(x) for x in (q, k, v, o, do))
     lse = cp.ascontiguousarray(lse)
     dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
@@ -156,9 +193,7 @@ def backward_mode(
         (256,),
         (o, do, lse, l2, dsum, cp.int32(n_q), cp.int32(n_pad), cp.int32(rows)),
     )
-    if n_k and mode in WS_MODES:
-        _launch_ws(main, mode, q, k, v, do, l2, dsum, dq_acc, dk, dv, tickets, n_pad, scale, causal)
-    elif n_k:
+    if n_k:
         main(
             (-(-n_k // BLOCK_KEYS), bh, 1),
             (THREADS, 1, 1),
@@ -197,21 +232,90 @@ def backward_mode(
     return dq, dk, dv
 
 
-def _launch_ws(main, mode, q, k, v, do, l2, dsum, dq_acc, dk, dv, tickets, n_pad, scale,
-               causal) -> None:  # fmt: skip
-    """flash_bwd_ws over contiguous (batch, heads, N, d) inputs: Q, K, V, dO as TMA tensor maps
-    (64-row boxes for the query side, 128-row for the key side), the rest as pointers."""
+class _Layout(ctypes.Structure):
+    """kernels/flash_bwd_layout.cuh's FbwLayout, passed to the ws kernels by value."""
+
+    _fields_ = [
+        ("strides", ctypes.c_longlong * 15),
+        ("heads", ctypes.c_int),
+        ("group", ctypes.c_int),
+    ]
+
+
+def _strides(a) -> tuple[int, int, int]:
+    """(batch, head, row) element strides of a readable array, flash_launch.normal_strides'."""
+    from .flash_launch import normal_strides
+
+    return normal_strides(a.shape, tuple(s // a.itemsize for s in a.strides))
+
+
+def _in_place(a) -> bool:
+    from .flash_launch import readable
+
+    return readable(a.shape, tuple(s // a.itemsize for s in a.strides), a.data.ptr)
+
+
+def _check_out(out, q, k) -> None:
+    """out=(dq, dk, dv): the gradients' shapes and dtype, strides the kernels write."""
+    if len(out) != 3:
+        raise ValueError("out must be three arrays (dq, dk, dv)")
+    for name, x, like in zip(("dq", "dk", "dv"), out, (q, k, k), strict=True):
+        if x.shape != like.shape or x.dtype != like.dtype:
+            raise ValueError(f"out's {name} must be shaped {like.shape} of {like.dtype}")
+        if not _in_place(x):
+            raise ValueError(
+                f"out's {name} must have a unit last stride and 16-byte aligned base and strides"
+            )
+
+
+def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out):
+    """Modes 7, 9: flash_bwd_ws on the arrays at their strides (copies only of what the
+    kernels cannot address), K/V heads dividing q's, into `out` or new contiguous arrays."""
+    from cupy.cuda.function import CPointer
+
     from . import tma
 
     cp = _cupy()
+    q, k, v, o, do = (x if _in_place(x) else cp.ascontiguousarray(x) for x in (q, k, v, o, do))
+    lse = cp.ascontiguousarray(lse)
+    dq, dk, dv = out if out is not None else (cp.empty(x.shape, x.dtype) for x in (q, k, v))
     b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    maps = (tma.tiled_map(q, BLOCK_QUERIES), tma.tiled_map(k, BLOCK_KEYS),
-            tma.tiled_map(v, BLOCK_KEYS), tma.tiled_map(do, BLOCK_QUERIES))  # fmt: skip
-    args = (
-        *(tma.kernel_arg(m) for m in maps), l2, dsum, dq_acc, dk, dv, tickets, cp.int32(n_q),
-        cp.int32(n_k), cp.int32(n_pad), cp.float32(scale), cp.float32(scale * _LOG2E),
-        cp.int32(1 if causal else 0),
-    )  # fmt: skip
-    grid = (-(-n_k // BLOCK_KEYS), b * h, 1)
-    main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))
+    hk, n_k = k.shape[1], k.shape[2]
+    if b * h == 0 or (n_q == 0 and n_k == 0):
+        return dq, dk, dv
+    if n_q == 0:  # no query: nothing flows back to the keys
+        dk.fill(0)
+        dv.fill(0)
+        return dq, dk, dv
+    pre, main, post = _functions(_dtype_code(q), d, mode)
+    n_pad = -(-n_q // BLOCK_QUERIES) * BLOCK_QUERIES
+    nblk = n_pad // BLOCK_QUERIES
+    bh = b * h
+    layout = _Layout()
+    layout.strides[:] = [s for x in (o, do, dq, dk, dv) for s in _strides(x)]
+    layout.heads, layout.group = h, h // hk
+    lay = CPointer(ctypes.addressof(layout))
+    l2 = cp.empty((bh, n_pad), dtype=cp.float32)
+    dsum = cp.empty((bh, n_pad), dtype=cp.float32)
+    dq_acc = cp.zeros((bh, n_pad, d), dtype=cp.float32)
+    tickets = cp.zeros((bh * nblk * (d // 64) if mode in TICKET_MODES else 1,), dtype=cp.int32)
+    rows = bh * n_pad
+    pre((-(-rows // 8),), (256,),
+        (o, do, lse, l2, dsum, cp.int32(n_q), cp.int32(n_pad), cp.int32(rows), lay))  # fmt: skip
+    if n_k:
+        maps = [
+            tma.tensor_map(x.data.ptr, x.shape, _strides(x), r)
+            for x, r in ((q, BLOCK_QUERIES), (k, BLOCK_KEYS), (v, BLOCK_KEYS), (do, BLOCK_QUERIES))
+        ]
+        args = (
+            *(tma.kernel_arg(m) for m in maps), l2, dsum, dq_acc, dk, dv, tickets,
+            cp.int32(n_q), cp.int32(n_k), cp.int32(n_pad), cp.float32(scale),
+            cp.float32(scale * _LOG2E), cp.int32(1 if causal else 0), lay,
+        )  # fmt: skip
+        grid = (-(-n_k // BLOCK_KEYS), b * hk, 1)
+        main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))
+    # (No key: every row sees nothing, and dQ is the postprocess of the zeroed accumulator.)
+    quads = bh * n_pad * d // 4
+    args = (dq_acc, dq, cp.int32(n_q), cp.int32(nblk), cp.int64(quads), cp.float32(scale), lay)
+    post((-(-quads // 256),), (256,), args)
+    return dq, dk, dv

@@ -97,13 +97,3 @@ def kernel_arg(tmap: _TensorMap) -> Any:
     from cupy.cuda.function import CPointer
 
     return CPointer(ctypes.addressof(tmap))
-
-
-def tiled_map(a: Any, box_rows: int) -> _TensorMap:
-    """The tensor map of a contiguous CuPy array shaped (..., N, D) of 16-bit elements, as
-    one batch of batch*heads heads: coordinates (column, row, batch*head index, 0)."""
-    if a.itemsize != 2 or not a.flags.c_contiguous:
-        raise ValueError("TMA maps here take contiguous 16-bit arrays")
-    n, d = a.shape[-2], a.shape[-1]
-    heads = a.size // (n * d) if n * d else 0
-    return tensor_map(int(a.data.ptr), (1, heads, n, d), (heads * n * d, n * d, d), box_rows)

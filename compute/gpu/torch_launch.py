@@ -98,27 +98,30 @@ def _make_plan(
 
 
 def backward(
-    q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, causal: bool, scale: float
-) -> tuple[Any, Any, Any]:
-    """(dQ, dK, dV) on prepared tensors through ``flash_attention_backward`` (its public
-    function, whose launches the backward-kernel work is changing), on torch's current
-    stream. The inputs go in as CuPy aliases of their memory (cupy_alias), not through
-    DLPack: torch's DLPack export spends about 30 us per tensor on stream bookkeeping (six
-    of them took 182 us of a 468 us backward call on the H200). The gradients, which CuPy
-    allocates, come back through DLPack while CuPy's current stream is torch's, so that no
-    cross-stream event is recorded."""
+    q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, causal: bool, scale: float,
+    out: tuple[Any, Any, Any] | None = None, deterministic: bool = False,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    """(dQ, dK, dV) through ``flash_attention_backward`` on torch's current stream, on
+    readable tensors (K/V heads dividing q's: the kernel takes the group) written into
+    `out` (readable tensors of q's, k's and v's shapes; by default new contiguous ones).
+    Tensors go in as CuPy aliases of their memory (cupy_alias), not through DLPack: torch's
+    DLPack export spends about 30 us per tensor on stream bookkeeping (six of them took
+    182 us of a 468 us backward call on the H200)."""
     import torch
 
     from .flash_backward import flash_attention_backward
-    from .peers import torch_view
 
     if not q.is_cuda:
         raise ValueError(f"torch_attention runs on CUDA tensors; q is on {q.device}")
+    if out is None:
+        out = (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+               *(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (k, v)))  # fmt: skip
     with _stream(torch, q.device.index):
-        grads = flash_attention_backward(
-            *(cupy_alias(torch, t) for t in (q, k, v, o, do, lse)), causal=causal, scale=scale
-        )
-        return tuple(torch_view(torch, g) for g in grads)
+        flash_attention_backward(
+            *(cupy_alias(torch, t) for t in (q, k, v, o, do, lse)), causal=causal, scale=scale,
+            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out),
+        )  # fmt: skip
+    return tuple(out)
 
 
 def cupy_alias(torch: Any, t: Any) -> Any:

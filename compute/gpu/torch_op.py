@@ -21,22 +21,21 @@ heads, N, d) views of (batch, N, heads, d) memory, as transformers passes them, 
 place; only a tensor the kernels cannot address (a last dimension that is not unit, a
 base or stride not in whole 16 bytes: ``flash_launch.readable``) is copied. O is allocated
 with q's strides (``empty_like``, as SDPA's flash backend does), so the caller's
-``transpose(1, 2)`` back to (batch, N, heads, d) is free. The backward kernel
-(``flash_attention_backward``) still reads contiguous (batch, heads, N, d) memory, so the
-backward copies (once each) those of Q, K, V, O and dO that are not.
+``transpose(1, 2)`` back to (batch, N, heads, d) is free. The backward does the same: its
+kernels (``flash_attention_backward``'s default and deterministic modes) read Q, K, V, O
+and dO at their strides and write dQ, dK, dV into tensors the op allocates with q's and
+k's strides (``_empty_out``), so it copies only what the forward would (an upstream
+gradient the kernels cannot address).
 
-GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA): the forward
-kernels read K/V head h // group for query head h; nothing is repeated. The backward: without
-a mask the group's query heads, made contiguous, are one (batch, kv_heads, group·N_q, d)
-problem whose dK and dV the kernel sums itself; with ``is_causal`` (each row's mask depends
-on its row within its own head) K and V are repeated to q's heads (``repeat_interleave``)
-and dK, dV summed over the group after it (one reduction), until the backward kernel takes
-the group.
+GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA): the kernels read
+K/V head h // group for query head h, and the backward kernel sums dK, dV over the group
+itself (the CTA that owns a K/V tile streams all of its group's query heads); nothing is
+repeated or reduced afterwards, with the causal mask or without.
 
 Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r sees keys
 c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
 kernel's own; rows that see no key give zeros). Top-left with N_q < N_k runs the kernel on
-the first N_q keys (a copy of those rows of K and V; dK, dV are zero past them); top-left
+the first N_q keys (views of those rows of K and V; dK, dV are zero past them); top-left
 with N_q > N_k is refused. The two agree when N_q = N_k. No attn_mask, dropout or windows.
 
 torch is optional: importing this module (or ``compute.gpu``) never imports it; calling
@@ -102,14 +101,6 @@ def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align
         raise ValueError(f"batch * heads ({b * h}) must be at most 65535 (one grid row per head)")
 
 
-def _dense(t: Any) -> Any:
-    """t itself when the backward kernel can read it (contiguous, 16-byte aligned), else one
-    copy."""
-    if t.is_contiguous() and t.data_ptr() % 16 == 0:
-        return t
-    return t.clone() if t.is_contiguous() else t.contiguous()  # clone: a fresh, aligned block
-
-
 def _readable(t: Any) -> Any:
     """t itself when the forward kernels read it in place (flash_launch.readable), else one
     contiguous, aligned copy. (The common case, every stride positive and in whole 16
@@ -123,13 +114,19 @@ def _readable(t: Any) -> Any:
     return t.clone(memory_format=_torch().contiguous_format)
 
 
-def _prepare(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, Any, Any]:
-    """q, k, v as the forward kernels read them, with top-left causal turned into the
-    kernel's own mask: N_q < N_k keys past N_q are never seen, so K and V end there (views;
-    then N_q = N_k). Idempotent, so the backward may call it on what the forward saved."""
+def _seen_keys(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, Any]:
+    """K and V with top-left causal turned into the kernel's own mask: N_q < N_k keys past
+    N_q are never seen, so K and V end there (views; then N_q = N_k)."""
     n_q = q.shape[2]
     if causal and align == "top-left" and n_q < k.shape[2]:
-        k, v = k[:, :, :n_q], v[:, :, :n_q]
+        return k[:, :, :n_q], v[:, :, :n_q]
+    return k, v
+
+
+def _prepare(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, Any, Any]:
+    """q, k, v as the kernels read them (_seen_keys, _readable). Idempotent, so the
+    backward may call it on what the forward saved."""
+    k, v = _seen_keys(q, k, v, causal, align)
     return _readable(q), _readable(k), _readable(v)
 
 
@@ -154,34 +151,33 @@ def _forward(q: Any, k: Any, v: Any, causal: bool, scale: float, like: Any) -> t
     return o, lse
 
 
+def _key_grad(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
+    """(the gradient tensor of K or V with n_k rows, the view of it the kernel writes): k's
+    strides when the kernel saw all n_k keys (_empty_out), else a contiguous tensor whose rows
+    past the seen keys are zero (top-left causal with N_q < N_k)."""
+    if k.shape[2] == n_k:
+        g = _empty_out(torch, k)
+        return g, g
+    b, hk, seen, d = k.shape
+    g = torch.empty((b, hk, n_k, d), dtype=k.dtype, device=k.device)
+    g[:, :, seen:].zero_()
+    return g, g[:, :, :seen]
+
+
 def _backward(
-    q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float
+    q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float, n_k: int
 ) -> tuple[Any, Any, Any]:
-    """(dQ, dK, dV) on prepared tensors (and O, LSE as _forward gave them)."""
+    """(dQ, dK, dV) on prepared tensors (and O, LSE as _forward gave them): the kernels read
+    them where they are and write into gradients allocated here, dK and dV of n_k rows."""
     from . import torch_launch
 
-    b, h, n_q, d = q.shape
-    hk, n_k = k.shape[1], k.shape[2]
-    group = h // hk
-    q, o, do = (_dense(t) for t in (q, o, do))  # copies only what is not dense
-    if group > 1 and causal:  # the repeat is a contiguous copy of any layout
-        kx, vx = (_dense(t.repeat_interleave(group, dim=1)) for t in (k, v))
-        dq, dk, dv = torch_launch.backward(q, kx, vx, o, do, lse, causal, scale)
-        return dq, *(g.view(b, hk, group, n_k, d).sum(2) for g in (dk, dv))
-    if group > 1:
-        fold = (b, hk, group * n_q, d)
-        k, v = _dense(k), _dense(v)
-        q, o, do, lse = q.view(fold), o.view(fold), do.view(fold), lse.view(fold[:3])
-        dq, dk, dv = torch_launch.backward(q, k, v, o, do, lse, causal, scale)
-        return dq.view(b, h, n_q, d), dk, dv
-    return torch_launch.backward(q, _dense(k), _dense(v), o, do, lse, causal, scale)
-
-
-def _pad_keys(torch: Any, g: Any, n_k: int) -> Any:
-    """dK or dV of the keys the kernel saw, with zero rows for the keys up to n_k it did not."""
-    if g.shape[2] == n_k:
-        return g
-    return torch.nn.functional.pad(g, (0, 0, 0, n_k - g.shape[2]))
+    torch = _torch()
+    dq = _empty_out(torch, q)
+    (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
+    torch_launch.backward(
+        q, k, v, _readable(o), _readable(do), lse, causal, scale, out=(dq, dk_seen, dv_seen)
+    )
+    return dq, dk, dv
 
 
 @functools.cache
@@ -202,8 +198,8 @@ def _function() -> Any:
         @staticmethod
         def backward(ctx, do):
             causal, scale, n_k = ctx.args
-            dq, dk, dv = _backward(*ctx.saved_tensors, do, causal, scale)
-            return dq, _pad_keys(torch, dk, n_k), _pad_keys(torch, dv, n_k), None, None, None
+            dq, dk, dv = _backward(*ctx.saved_tensors, do, causal, scale, n_k)
+            return dq, dk, dv, None, None, None
 
     return FlashAttention
 
@@ -241,12 +237,13 @@ def _register_ops() -> bool:
     def attention_backward(q, k, v, o, lse, do, is_causal, scale, causal_align):
         n_k = k.shape[2]
         q, k, v = _prepare(q, k, v, is_causal, causal_align)
-        dq, dk, dv = _backward(q, k, v, o, lse, do, is_causal, scale)
-        return dq, _pad_keys(torch, dk, n_k), _pad_keys(torch, dv, n_k)
+        return _backward(q, k, v, o, lse, do, is_causal, scale, n_k)
 
     @attention_backward.register_fake
     def _(q, k, v, o, lse, do, is_causal, scale, causal_align):
-        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        n_k = k.shape[2]  # the same strides as the real gradients (_key_grad)
+        k, v = _seen_keys(q, k, v, is_causal, causal_align)
+        return _empty_out(torch, q), _key_grad(torch, k, n_k)[0], _key_grad(torch, v, n_k)[0]
 
     def setup_context(ctx, inputs, output):
         q, k, v, is_causal, scale, causal_align = inputs

@@ -19,9 +19,17 @@
 // accumulator order; DET = true is its MODE 5 (the key blocks add each tile in a fixed order:
 // the same tickets, order and grid reversal). Per-thread atomics and a third stage measured
 // slower here (BACKWARD_NOTES.md) and were removed.
+// Strides and GQA (flash_bwd_layout.cuh): the maps are 4-D (column, row, head, batch), so Q,
+// K, V, dO are read at their own strides; dK, dV are stored at theirs, and the pre / post
+// kernels read O, dO and write dQ at theirs. One CTA per 128-key block of a K/V head: it
+// streams the query blocks of every query head of its group in turn (head-major), so dK and
+// dV are summed over the group in its registers; no atomics, no workspace, and the sum's
+// order is fixed (GQA costs nothing in the deterministic mode). What it gives up: a grid of
+// b * kv_heads rows, group times fewer CTAs than a per-query-head grid with an fp32
+// reduction of dK, dV afterwards.
 // compile-check-arch: sm_90a
 
-#include "flash_bwd_common.cuh"
+#include "flash_bwd_layout.cuh"
 #include "ws_pipeline.cuh"
 
 #define FBW_NT 384  // producer warpgroup + two consumer warpgroups
@@ -64,7 +72,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                  const float* __restrict__ L2, const float* __restrict__ Dsum,
                  float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV,
                  int* __restrict__ sems, int Nq, int Nk, int Npad, float scale,
-                 float scale_log2, int causal) {
+                 float scale_log2, int causal, const FbwLayout lay) {
 #if FA_HAVE_WGMMA
     using L = FbwSmem<D>;
     constexpr int ST = L::ST;
@@ -85,10 +93,16 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int kb = (DET && causal) ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
                                    : static_cast<int>(blockIdx.x);
     const int k0 = kb * FB_BN;
-    const int bh = static_cast<int>(blockIdx.y);
+    const int kv_heads = lay.heads / lay.group;
+    const int bat = static_cast<int>(blockIdx.y) / kv_heads;
+    const int hk = static_cast<int>(blockIdx.y) - bat * kv_heads;
+    const int bh0 = bat * lay.heads + hk * lay.group;  // the group's first flat query head
     const int offset = Nk - Nq;
     const int i0 = fb_first_block(k0, offset, causal);
     const int nblk = Npad / FB_BM;
+    // Work item it: query block i = i0 + it % nb of the group's query head gq = it / nb.
+    const int nb = nblk - i0;
+    const int items = nb > 0 ? nb * lay.group : 0;
 
     if (tid == 0) {
         fa_mbar_init(barKV, 1);
@@ -107,20 +121,27 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             fa_tma_prefetch(&tmQ);
             fa_tma_prefetch(&tmdO);
             fa_mbar_expect_tx(barKV, 2 * L::KV_BYTES);
-            fa_load_kv<NP, FB_BN>(sK, &tmK, k0, bh, 0, barKV);
-            fa_load_kv<NP, FB_BN>(sV, &tmV, k0, bh, 0, barKV);
-            const float* L2b = L2 + static_cast<long long>(bh) * Npad;
-            const float* Db = Dsum + static_cast<long long>(bh) * Npad;
-            for (int i = i0, it = 0; i < nblk; ++i, ++it) {
+            fa_load_kv<NP, FB_BN>(sK, &tmK, k0, hk, bat, barKV);
+            fa_load_kv<NP, FB_BN>(sV, &tmV, k0, hk, bat, barKV);
+            for (int it = 0, i = i0, gq = 0; it < items; ++it) {
                 const int s = it % ST;
+                const int h = hk * lay.group + gq;
+                const long long bh = bh0 + gq;
+                const float* L2b = L2 + bh * Npad;
+                const float* Db = Dsum + bh * Npad;
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);  // a fresh stage: at once
                 fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + 256);
-                fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, bh, 0, fullQ + 8 * s);
+                fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, h, bat,
+                                      fullQ + 8 * s);
                 fbw_bulk_load(sLD + s * 512, L2b + i * FB_BM, 256, fullQ + 8 * s);
                 fa_mbar_expect_tx(fulldO + 8 * s, L::QT_BYTES + 256);
-                fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, bh, 0,
+                fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, h, bat,
                                       fulldO + 8 * s);
                 fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
+                if (++i == nblk) {
+                    i = i0;
+                    ++gq;
+                }
             }
         }
         return;
@@ -143,8 +164,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
 
     fa_mbar_wait(barKV, 0);
-    for (int i = i0, it = 0; i < nblk; ++i, ++it) {
+    for (int it = 0, i = i0, gq = 0; it < items; ++it) {
         const int s = it % ST;
+        const long long bh = bh0 + gq;
         const u32 par = (it / ST) & 1;
         const u32 qbase = sQ + s * L::QT_BYTES;
         const u32 dobase = sdO + s * L::QT_BYTES;
@@ -187,15 +209,19 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
             const u32 buf = sDQ + static_cast<u32>(cw * 2 + (ntile & 1)) * 16384u;
             const long long chunk =
-                (static_cast<long long>(bh) * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+                (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
             fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, i, offset, kb, causal);
             ++ntile;
         }
+        if (++i == nblk) {
+            i = i0;
+            ++gq;
+        }
     }
     if (ctid == 0) fb_bulk_wait();  // shared memory stays until the reads are done
-    const long long kvb = static_cast<long long>(bh) * Nk * D;
-    fb_store_rows<DT, D>(dv, dV + kvb, row_k, Nk, t, 1.f);
-    fb_store_rows<DT, D>(dk, dK + kvb, row_k, Nk, t, scale);
+    fbw_store_rows<DT, D>(dv, dV + bat * lay.dv_b + hk * lay.dv_h, lay.dv_r, row_k, Nk, t, 1.f);
+    fbw_store_rows<DT, D>(dk, dK + bat * lay.dk_b + hk * lay.dk_h, lay.dk_r, row_k, Nk, t,
+                          scale);
 #else
     __trap();
 #endif
@@ -207,12 +233,14 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     template __global__ void flash_bwd_ws<DT, D, DET>(                                        \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
-        const float*, float*, u16*, u16*, int*, int, int, int, float, float, int);
+        const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
+        const FbwLayout);
 #define FBW_INST(DT, D)                                                                       \
-    template __global__ void flash_bwd_pre<DT, D>(const u16*, const u16*, const float*,      \
-                                                  float*, float*, int, int, int);             \
-    template __global__ void flash_bwd_post_frag<DT, D>(const float*, u16*, int, int,        \
-                                                        long long, float);                    \
+    template __global__ void flash_bwd_pre_s<DT, D>(const u16*, const u16*, const float*,    \
+                                                    float*, float*, int, int, int,           \
+                                                    const FbwLayout);                        \
+    template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int,      \
+                                                          long long, float, const FbwLayout); \
     FBW_MAIN(DT, D, false) FBW_MAIN(DT, D, true)
 FBW_INST(0, 64)
 FBW_INST(1, 64)

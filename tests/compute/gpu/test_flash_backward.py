@@ -260,4 +260,145 @@ def test_rejects_bad_inputs():
     from compute.gpu.flash_backward import backward_mode
 
     with pytest.raises(ValueError, match="mode"):
-        backward_mode(q, q, q, q, q, lse, mode=9)
+        backward_mode(q, q, q, q, q, lse, mode=6)  # the retired ws modes are gone
+    k3 = cp.zeros((1, 3, 16, 64), dtype=cp.float16)
+    q6, lse6 = cp.zeros((1, 6, 16, 64), dtype=cp.float16), cp.zeros((1, 6, 16), dtype=cp.float32)
+    with pytest.raises(ValueError, match="divide"):
+        flash_attention_backward(q6[:, :4], k3, k3, q6[:, :4], q6[:, :4], lse6[:, :4])
+    with pytest.raises(ValueError, match="no GQA"):
+        backward_mode(q6, k3, k3, q6, q6, lse6, mode=4)
+    with pytest.raises(ValueError, match="out's dk"):
+        flash_attention_backward(q6, k3, k3, q6, q6, lse6, out=(q6, q6, k3))
+
+
+# ---- strided inputs and outputs, GQA (modes 7 and 9: flash_bwd_ws.cu at its strides) ----
+
+
+def _sdpa_view(x):
+    """The same values as a (batch, heads, N, d) view of (batch, N, heads, d) memory."""
+    return cp.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+
+
+def _empty_sdpa(like):
+    b, h, n, d = like.shape
+    return cp.empty((b, n, h, d), dtype=like.dtype).transpose(0, 2, 1, 3)
+
+
+def _forward_gqa(q, k, v, causal):
+    """O and LSE of q against K/V heads repeated to q's (the forward's CuPy API takes no GQA;
+    the same arithmetic as reading head h // group)."""
+    from compute.gpu.flash import flash_attention
+
+    group = q.shape[1] // k.shape[1]
+    kr, vr = (cp.repeat(x, group, axis=1) for x in (k, v))
+    return flash_attention(q, kr, vr, causal=causal, return_lse=True)
+
+
+def _gqa_inputs(b, h, hk, n_q, n_k, d, dtype, seed):
+    """(q, k, v, do) device arrays with K/V of hk heads; float64 host copies of the same."""
+    rng = np.random.default_rng(seed)
+    dev, host = [], []
+    for heads, n in ((h, n_q), (hk, n_k), (hk, n_k), (h, n_q)):
+        x = device_array(rng.standard_normal((b, heads, n, d), dtype=np.float32), dtype)
+        dev.append(cp.asarray(x))
+        host.append(float64_values(x, dtype))
+    return dev, host
+
+
+@pytest.mark.parametrize("mode", [7, 9])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (300, 77)])
+def test_strided_inputs_and_outputs_bit_for_bit(mode, d, causal, n_q, n_k):
+    # Q, K, V, O, dO as SDPA's views of (batch, N, heads, d) memory and the gradients written
+    # into such views: the same bits as on contiguous arrays (any wrong address shows). Mode 7
+    # adds dQ in whichever order the key blocks finish, so there dQ is compared to float64
+    # only; dK, dV are summed inside one CTA and always equal.
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.flash_backward import backward_mode
+
+    (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [91, d, n_q, n_k, int(causal)])
+    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    want = backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
+    views = [_sdpa_view(x) for x in (q, k, v, o, do)]
+    assert not views[0].flags.c_contiguous
+    out = tuple(_empty_sdpa(x) for x in (q, k, v))
+    got = backward_mode(*views, lse, causal=causal, mode=mode, out=out)
+    assert all(g is x for g, x in zip(got, out, strict=True))  # written where asked
+    names = ("dq", "dk", "dv")
+    for name, g, w in zip(names, got, want, strict=True):
+        if name != "dq" or mode == 9:
+            assert bool(cp.array_equal(g, w)), f"mode {mode}: strided {name} differs"
+    refs = _reference(host, causal, None)
+    for name, g, r in zip(names, got, refs, strict=True):
+        assert (
+            _rel(float64_values(cp.ascontiguousarray(g).get(), "bfloat16"), r) <= ERR["bfloat16"]
+        ), name
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("group", [4, 8])
+def test_gqa_equals_the_folded_problem_bit_for_bit(d, group):
+    # Without a mask, GQA's query heads of one K/V head are one problem of group x N_q rows
+    # (what the op used to launch): with N_q a multiple of 64 the kernel streams the same
+    # query blocks in the same order, so the deterministic mode must give the same bits.
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    b, hk, n_q, n_k = 2, 2, 192, 333
+    h = hk * group
+    (q, k, v, do), _ = _gqa_inputs(b, h, hk, n_q, n_k, d, "float16", [92, d, group])
+    o, lse = _forward_gqa(q, k, v, False)
+    got = flash_attention_backward(q, k, v, o, do, lse, deterministic=True)
+    fold = (b, hk, group * n_q, d)
+    want = flash_attention_backward(
+        *(x.reshape(fold) for x in (q,)), k, v, *(x.reshape(fold) for x in (o, do)),
+        lse.reshape(fold[:3]), deterministic=True,
+    )  # fmt: skip
+    assert bool(cp.array_equal(got[0], want[0].reshape(q.shape))), "dq"
+    assert bool(cp.array_equal(got[1], want[1])), "dk"
+    assert bool(cp.array_equal(got[2], want[2])), "dv"
+
+
+def _gqa_reference(host, group, causal):
+    """float64 gradients with K/V repeated to q's heads, dK and dV summed over each group."""
+    q, k, v, do = host
+    kr, vr = (np.repeat(x, group, axis=1) for x in (k, v))
+    dq, dk, dv = _reference((q, kr, vr, do), causal, None)
+    b, hk, n_k, d = k.shape
+    return [dq, *(g.reshape(b, hk, group, n_k, d).sum(2) for g in (dk, dv))]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (203, 113)])
+def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k):
+    # GQA at group sizes 1, 4, 8 on SDPA-shaped views (dK, dV summed over the group inside
+    # the kernel): FlashAttention's tests' bar against float64 with K/V repeated, pt being
+    # PyTorch's low-dtype attention on the repeated K/V with its dK, dV summed over the group;
+    # the deterministic mode (on bfloat16): a second run gives the same bits.
+    torch = pytest.importorskip("torch")
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    d = 128 if n_q < 1000 else 64
+    hk = 2 if group < 8 else 1  # at most 8 query heads for the float64 reference on the host
+    deterministic = dtype == "bfloat16"  # both modes, each on one dtype
+    seed = [93, CODE[dtype], group, int(causal), n_q, n_k]
+    (q, k, v, do), host = _gqa_inputs(1, hk * group, hk, n_q, n_k, d, dtype, seed)
+    o, lse = _forward_gqa(q, k, v, causal)
+    views = [_sdpa_view(x) for x in (q, k, v, o, do)]
+    ours = flash_attention_backward(*views, lse, causal=causal, deterministic=deterministic)
+    if deterministic:
+        again = flash_attention_backward(*views, lse, causal=causal, deterministic=True)
+        for name, a, b in zip(("dq", "dk", "dv"), ours, again, strict=True):
+            assert bool(cp.array_equal(a, b)), f"{name} differs between deterministic runs"
+    refs = _gqa_reference(host, group, causal)
+    qh, kh, vh, doh = host
+    reps = [np.repeat(x, group, axis=1) for x in (kh, vh)]
+    pts = _torch_low(torch, (qh, *reps, doh), dtype, causal)
+    pts = [pts[0], *(g.reshape(1, hk, group, n_k, d).sum(2) for g in pts[1:])]
+    for name, g, r, pt in zip(("dq", "dk", "dv"), ours, refs, pts, strict=True):
+        assert g.shape == r.shape, name
+        got = float64_values(cp.ascontiguousarray(g).get(), dtype)
+        err, pt_err = float(np.abs(got - r).max()), float(np.abs(pt - r).max())
+        assert err <= 2 * pt_err + 2 * _rounding(r, dtype), f"{name}: {err:.3e} vs pt {pt_err:.3e}"

@@ -2,10 +2,10 @@
 
 The stand-ins have the kernels' contracts and assert them: the forward reads any tensor
 flash_launch.readable takes (strided views, K/V heads dividing q's: GQA inside the kernel),
-the backward contiguous, 16-byte aligned tensors with K/V of q's heads; the causal mask
-bottom-right aligned, rows that see no key give zeros. So these tests check what the op
-adds on top: the backward's GQA by folding or repeating, SDPA's top-left causal mask with
-N_q != N_k, strided inputs, which tensors are passed without a copy, the torch.library registration (opcheck, fake tensors) and
+and so does the backward, which writes into readable gradient tensors it is given; the
+causal mask bottom-right aligned, rows that see no key give zeros. So these tests check what
+the op adds on top: SDPA's top-left causal mask with N_q != N_k, strided inputs, which
+tensors are passed without a copy or repeat, the torch.library registration (opcheck, fake tensors) and
 torch.compile(fullgraph=True) against eager. Results are compared with SDPA's math
 backend in float64 on fresh seeded inputs. Needs torch (CPU build is enough).
 """
@@ -52,11 +52,15 @@ def _stand_in_forward(q, k, v, causal, scale):
     return (p @ v.double()).to(q.dtype), lse.float()
 
 
-def _kernel_backward(q, k, v, o, do, lse, causal, scale):
+def _kernel_backward(q, k, v, o, do, lse, causal, scale, out, deterministic=False):
     """FlashAttention's backward from the saved LSE (no autograd: the op's backward runs
-    below the autograd dispatch)."""
-    _assert_contract(q, k, v, o, do)
+    below the autograd dispatch), GQA's dK, dV summed over the group, written into out."""
+    _assert_contract(q, k, v, o, do, *out)
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    assert out[0].shape == q.shape and out[1].shape == out[2].shape == k.shape
+    b, hk, n_k, d = k.shape
+    group = q.shape[1] // hk
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     q, k, v, o, do = (t.double() for t in (q, k, v, o, do))
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
@@ -66,14 +70,20 @@ def _kernel_backward(q, k, v, o, do, lse, causal, scale):
     p = torch.exp(s - lse.double()[..., None]).nan_to_num(0.0)
     ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
     dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do
-    return tuple(g.to(o.dtype) for g in (dq, dk, dv))
+    dk, dv = (g.view(b, hk, group, n_k, d).sum(2) for g in (dk, dv))
+    for dst, g in zip(out, (dq, dk, dv), strict=True):
+        dst.copy_(g)
+    return out
 
 
 def _assert_contract(*ts):
+    from compute.gpu.flash_launch import readable
+
     q = ts[0]
     for t in ts:
-        assert t.is_contiguous() and t.data_ptr() % 16 == 0
-        assert t.shape[:2] == q.shape[:2] and t.shape[3] == q.shape[3]
+        assert readable(t.shape, t.stride(), t.data_ptr()), "a tensor the kernels cannot address"
+        assert t.shape[0] == q.shape[0] and q.shape[1] % t.shape[1] == 0
+        assert t.shape[3] == q.shape[3]
 
 
 @pytest.fixture
@@ -85,9 +95,9 @@ def stand_in(monkeypatch):
         seen.append(("forward", args))
         return _kernel_forward(*args)
 
-    def bwd(*args):
-        seen.append(("backward", args))
-        return _kernel_backward(*args)
+    def bwd(*args, **kw):
+        seen.append(("backward", (*args, *kw["out"])))
+        return _kernel_backward(*args, **kw)
 
     monkeypatch.setattr(torch_launch, "forward", fwd)
     monkeypatch.setattr(torch_launch, "backward", bwd)
@@ -165,28 +175,50 @@ def test_matches_float64_sdpa_semantics(
 
 
 def test_no_copies_where_the_kernels_read_the_tensors(stand_in, float64_ok):
-    """The forward gets q, k and v themselves: contiguous, GQA (K/V heads as they are) and
-    SDPA-shaped strided views alike. The backward: GQA without a mask folds the group into
-    q's rows (a view of q; K and V untouched); strided tensors are copied once there."""
-    q, k, v, do = _inputs(1, 8, 2, 40, 40, 64, seed=3)
+    """Forward and backward get q, k and v themselves: contiguous, GQA (K/V heads as they
+    are, with the causal mask or without) and SDPA-shaped strided views alike; the backward
+    also O as the forward wrote it and the upstream gradient as given, and writes dQ, dK, dV
+    into tensors of q's and k's strides."""
+    for seed, layout, causal in ((3, "bhnd", False), (4, "bnhd", True), (5, "bnhd", False)):
+        stand_in.clear()
+        q, k, v, do = _inputs(1, 8, 2, 40, 40, 64, seed=seed, layout=layout)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = torch_op.torch_attention(*leaves, is_causal=causal, enable_gqa=True)
+        assert out.stride() == leaves[0].stride()
+        if layout == "bnhd":
+            assert out.transpose(1, 2).is_contiguous()
+        grads = torch.autograd.grad(out, leaves, do)
+        (kind_f, (fq, fk, fv, *_)), (kind_b, (bq, bk, bv, bo, bdo, _, *rest)) = stand_in
+        assert (kind_f, kind_b) == ("forward", "backward")
+        ptrs = [t.data_ptr() for t in leaves]
+        assert [t.data_ptr() for t in (fq, fk, fv)] == ptrs
+        assert [t.data_ptr() for t in (bq, bk, bv)] == ptrs  # no copy, no repeat of K, V
+        assert bk.shape[1] == 2 and bo.data_ptr() == out.data_ptr()
+        assert bdo.data_ptr() == do.data_ptr()  # the upstream gradient is not copied
+        dq, dk, dv = rest[-3:]
+        assert [t.data_ptr() for t in grads] == [t.data_ptr() for t in (dq, dk, dv)]
+        assert [g.stride() for g in grads] == [t.stride() for t in leaves]
+
+
+def test_top_left_with_fewer_queries_writes_into_zero_padded_gradients(stand_in, float64_ok):
+    """Top-left causal with N_q < N_k: the kernel sees the first N_q keys (views of K, V)
+    and writes dK, dV into the first N_q rows of the n_k-row gradients, whose other rows are
+    zero (no pad, no copy)."""
+    q, k, v, do = _inputs(1, 4, 4, 30, 70, 64, seed=6, layout="bnhd")
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    torch_op.torch_attention(*leaves, enable_gqa=True).backward(do)
-    (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, *_)) = stand_in
-    assert [t.data_ptr() for t in (fq, fk, fv)] == [t.data_ptr() for t in leaves]
-    assert fq.shape == (1, 8, 40, 64) and fk.shape == (1, 2, 40, 64)
-    assert bq.shape == (1, 2, 4 * 40, 64) and bq.data_ptr() == fq.data_ptr()
-    assert bk.data_ptr() == fk.data_ptr() and bv.data_ptr() == fv.data_ptr()
-    stand_in.clear()
-    qs, ks, vs, dos = _inputs(1, 8, 2, 40, 40, 64, seed=4, layout="bnhd")
-    leaves = [t.detach().clone().requires_grad_() for t in (qs, ks, vs)]
-    out = torch_op.torch_attention(*leaves, is_causal=True, enable_gqa=True)
-    assert out.stride() == qs.stride() and out.transpose(1, 2).is_contiguous()
-    out.backward(dos)
-    (_, (fq, fk, fv, *_)), (_, (bq, bk, bv, _, bdo, _, *_)) = stand_in
-    assert [t.data_ptr() for t in (fq, fk, fv)] == [t.data_ptr() for t in leaves]
-    assert not fq.is_contiguous() and fk.shape[1] == 2
-    assert all(t.is_contiguous() for t in (bq, bk, bv, bdo))  # the backward kernel's copies
-    assert bk.shape[1] == 8  # causal GQA: the backward repeats K and V (not the forward)
+    out = torch_op.torch_attention(*leaves, is_causal=True)
+    grads = torch.autograd.grad(out, leaves, do)
+    (_, args), *_ = [e for e in stand_in if e[0] == "backward"]
+    bk, dk = args[1], args[-2]
+    assert bk.shape[2] == 30 and bk.data_ptr() == leaves[1].data_ptr()
+    assert dk.shape[2] == 30 and dk.data_ptr() == grads[1].data_ptr()
+    assert grads[1].shape == k.shape and grads[2].shape == v.shape
+    assert bool((grads[1][:, :, 30:] == 0).all()) and bool((grads[2][:, :, 30:] == 0).all())
+    refs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    want = _reference(*refs, True, 64**-0.5, "top-left")
+    wants = torch.autograd.grad(want, refs, do)
+    for name, g, w in zip(("dQ", "dK", "dV"), grads, wants, strict=True):
+        assert _rel(g, w) < 1e-6, name
 
 
 def test_refusals_are_one_sentence():

@@ -7,7 +7,9 @@ projection, and with K and V of a quarter (or one) of q's heads, through
 contiguous copies with K and V repeated to q's heads (the same arithmetic on the same
 values: anything read or written at a wrong address shows), and a float64 reference within
 the kernel's bar; O must keep q's strides. The op itself must allocate nothing on such
-inputs but O, LSE and the ticket counter (torch.cuda.memory_stats).
+inputs but O, LSE and the ticket counter (torch.cuda.memory_stats). The backward likewise:
+the same bits on every layout (deterministic mode), gradients within the bar of float64
+with K, V repeated, and the op's backward allocating only dQ, dK and dV.
 """
 
 from __future__ import annotations
@@ -173,3 +175,83 @@ def test_persistent_grid_with_gqa_and_many_items(d):
         o, _ = torch_launch.forward(q, k, v, True, d**-0.5, config=cfg)
     ref = attention_reference(q.double(), k.double(), v.double(), True, d**-0.5, "bottom-right")
     assert float((o.double() - ref).norm() / ref.norm()) < ERR["bfloat16"]
+
+
+# ---- the backward (flash_bwd_ws.cu at its strides, GQA summed in the kernel) ----
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "causal"), [(1024, 128, True), (4096, 64, True), (700, 64, False), (128, 128, True)]
+)
+def test_op_backward_allocates_only_the_gradients_on_strided_gqa_inputs(n, d, causal):
+    """SDPA-shaped views, GQA 4:1, the upstream gradient a view too: the op's backward
+    allocates dQ, dK and dV (with q's and k's strides), nothing else: no copy of Q, K, V, O
+    or dO, no repeat of K, V, no reduction over the group."""
+    from compute.gpu import torch_attention
+
+    g = torch.Generator(device="cuda").manual_seed(n + d + 1)
+    base = [torch.randn(2, n, heads, d, device="cuda", generator=g).to(torch.bfloat16)
+            for heads in (16, 4, 4)]  # fmt: skip
+    for t in base:
+        t.requires_grad_()
+    q, k, v = (t.transpose(1, 2) for t in base)
+    do = torch.randn(2, n, 16, d, device="cuda", generator=g).to(torch.bfloat16).transpose(1, 2)
+    for _ in range(2):  # the first builds the plans and compiles
+        out = torch_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        grads = torch.autograd.grad(out, (q, k, v), do)
+        torch.cuda.synchronize()
+        allocated = torch.cuda.memory_stats()["allocation.all.allocated"] - before
+    assert allocated == 3, f"the backward allocated {allocated} blocks, not dQ, dK, dV"
+    assert [t.stride() for t in grads] == [t.stride() for t in (q, k, v)]
+    ref_in = [t.detach().double() for t in (q, k, v)]
+    ref_in = [t.requires_grad_() for t in ref_in]
+    from compute.gpu.torch_reference import attention_reference
+
+    ref = attention_reference(*ref_in, causal, d**-0.5, "top-left")
+    wants = torch.autograd.grad(ref, ref_in, do.double())
+    for name, got, want in zip(("dQ", "dK", "dV"), grads, wants, strict=True):
+        err = float((got.double() - want).norm() / want.norm())
+        assert err < ERR["bfloat16"], f"{name}: {err:.2e} against float64"
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(("hk", "causal"), [(2, True), (2, False), (1, True), (8, False)])
+@pytest.mark.parametrize(("n_q", "n_k"), [(300, 333), (113, 203), (1023, 1024)])
+def test_backward_strided_and_gqa_bit_for_bit(d, hk, causal, n_q, n_k):
+    """torch_launch.backward (deterministic) on SDPA views and fused-projection slices with
+    K/V of hk heads: the same bits as on contiguous tensors, and within the bar of float64
+    gradients computed with K and V repeated to q's heads and summed over the group."""
+    from compute.gpu import torch_launch
+    from compute.gpu.torch_reference import attention_reference
+
+    b, h = 2, 8
+    inputs = _layouts(b, h, hk, n_q, n_k, d, torch.bfloat16, seed=hk * 11 + causal + d + n_q)
+    g = torch.Generator(device="cuda").manual_seed(n_k + d)
+    do_mem = torch.randn(b, n_q, h, d, device="cuda", generator=g).to(torch.bfloat16)
+    dos = {"contiguous": do_mem.transpose(1, 2).contiguous(), "sdpa": do_mem.transpose(1, 2)}
+    dos["fused"] = dos["sdpa"]
+    q, k, v = inputs["contiguous"]
+    o, lse = torch_launch.forward(q, k, v, causal, d**-0.5)
+    want = torch_launch.backward(q, k, v, o, dos["contiguous"], lse, causal, d**-0.5,
+                                 deterministic=True)  # fmt: skip
+    for name in ("sdpa", "fused"):
+        qs, ks, vs = inputs[name]
+        os_ = torch.empty_like(qs) if name == "sdpa" else torch.empty_like(o)
+        os_.copy_(o)
+        out = tuple(torch.empty_like(t).transpose(1, 2).contiguous().transpose(1, 2)
+                    for t in (qs, ks, vs))  # fmt: skip
+        got = torch_launch.backward(qs, ks, vs, os_, dos[name], lse, causal, d**-0.5,
+                                    out=out, deterministic=True)  # fmt: skip
+        for gname, a, w in zip(("dQ", "dK", "dV"), got, want, strict=True):
+            assert torch.equal(a, w), f"{name} layout: {gname} differs"
+    group = h // hk
+    ref_in = [t.double().requires_grad_() for t in (q, k.repeat_interleave(group, 1),
+                                                    v.repeat_interleave(group, 1))]  # fmt: skip
+    ref = attention_reference(*ref_in, causal, d**-0.5, "bottom-right")
+    rq, rk, rv = torch.autograd.grad(ref, ref_in, dos["contiguous"].double())
+    refs = [rq, *(t.view(b, hk, group, n_k, d).sum(2) for t in (rk, rv))]
+    for gname, a, r in zip(("dQ", "dK", "dV"), want, refs, strict=True):
+        err = float((a.double() - r).norm() / r.norm())
+        assert err < ERR["bfloat16"], f"{gname}: {err:.2e} against float64"
