@@ -174,11 +174,9 @@ def paint_veils(p: QPainter, ctx: LaneContext, step: int) -> None:
         if r is None:
             continue
         veils = None if name in ctx.live else img.veils(step)  # live: drawn as they are
-        if veils is not None:
-            for mask, color in zip(veils, (never, partial), strict=True):
-                if mask.any():
-                    # 1 px wider: scaled heatmap edges otherwise peek out
-                    draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(mask, color))
+        if veils is not None and (veils[0].any() or veils[1].any()):
+            # 1 px wider: scaled heatmap edges otherwise peek out
+            draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(veils, (never, partial)))
         p.setPen(outline)
         p.setBrush(Qt.BrushStyle.NoBrush)
         p.drawRect(r.adjusted(-0.5, -0.5, 0.5, 0.5))

@@ -17,7 +17,7 @@ from compute.timeline import BACKWARD_PHASES
 from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
-from desktop.lanes.painting import draw_fitted_text
+from desktop.lanes.painting import draw_fitted_text, paint_ready
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
@@ -62,7 +62,7 @@ class LaneView(QWidget):
     def _on_trace(self, trace: Trace) -> None:
         self._live = live_tensors(trace, self.lane)
         imgs = self.state.images.lanes[self.lane]
-        self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
+        self._images = {name: paint_ready(qimage(t.rgba)) for name, t in imgs.items()}
         self._rects, self._static = {}, None
         self._tiles = sram_painter.TileImages()
         self.update()
