@@ -155,3 +155,4 @@ class BackwardStats(FollowsPalette, QGroupBox):
         n = trace.backward_blocks_done(key, step)
         self.labels["dk"].setText(f"{fmt_vec(k.dk[n])} after {n} of {trace.schedule.t_r} blocks")
         self.labels["dv"].setText(fmt_vec(k.dv[n]))
+        self.plot.scene().prepareForPaint()  # as the forward's plots (StatsPanel._on_step)
