@@ -42,7 +42,7 @@ from desktop.scene.row_series import (
     zoom_window,
 )
 from desktop.state.app_state import AppState
-from desktop.theme import FollowsPalette, style_plot
+from desktop.theme import FollowsPalette, settle_plot, style_plot
 
 PLOTS = (
     ("m", "m: running max"),
@@ -347,9 +347,7 @@ class StatsPanel(FollowsPalette, QWidget):
         self.labels["a"].setText(fmt_vec(core.a))
         out = "— (no keys yet)" if core.l <= 0 else fmt_vec(core.partial_output)
         self.labels["out"].setText(out)
-        # The views' deferred range and axis updates now, not in the paint: run there, they
-        # dirtied the plots again and every change was painted twice (~8 ms each).
-        self.plots.scene().prepareForPaint()
+        settle_plot(self.plots)
 
 
 def as_text(spin: QSpinBox) -> None:

@@ -56,3 +56,60 @@ def test_vector_cells_of_a_premultiplied_image_have_the_straight_colour(qapp):
     got = target.pixelColor(1, 1)
     assert got.alpha() == 128
     assert abs(got.red() - 200) <= 2 and abs(got.green() - 100) <= 2
+
+
+def _lane_image(window, lane: str = "dense") -> QImage:
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.processEvents()
+    return window.lanes[lane].grab().toImage()
+
+
+def test_a_lane_repaints_what_changed_and_reuses_only_an_unchanged_frame(window, qtbot):
+    """The cached frame (and static layer) never outlive what they show: a new trace
+    of other blocks, a step, a row or a theme each paint a different picture; the same
+    state paints the same picture."""
+    from desktop.state.config import Config
+
+    st = window.state
+    cfg = Config(n=12, d=2, block_q=4, block_k=4, input="random", seed=5)
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(cfg)
+    st.set_step(3)
+    before = _lane_image(window)
+    assert _lane_image(window) == before  # nothing changed: the same frame
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(cfg.replace(block_q=3, block_k=3))
+    st.set_step(3)
+    blocks = _lane_image(window)
+    assert blocks != before  # the block grid and the step's tiles moved
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(cfg)
+    st.set_step(3)
+    assert _lane_image(window) == before  # back: the same picture again
+    st.set_step(4)
+    assert _lane_image(window) != before
+    st.set_step(3)
+    st.set_row(7)
+    assert _lane_image(window) != before
+    st.set_row(0)
+    assert _lane_image(window) == before
+    window.set_theme("dark")
+    assert _lane_image(window) != before
+    window.set_theme("light")
+
+
+def test_a_lane_paints_the_second_tier_when_it_arrives(window, qtbot):
+    """The placeholders' frame is not reused once a part replaces the images."""
+    st = window.state
+    lane = window.lanes["dense"]
+    first = _lane_image(window)
+    images = st.images
+    from desktop.scene.render import prepare_images
+
+    st.images = prepare_images(st.trace)  # as AppState._part swaps them in
+    st.pending_parts = frozenset()
+    st.sigPartsChanged.emit(st.pending_parts)
+    assert st.images is not images
+    assert lane.frame_key() != lane._frame_key
+    assert _lane_image(window) == first  # the same numbers, painted afresh
