@@ -54,6 +54,7 @@ class LaneView(QWidget):
         self._frame_key: tuple = ()
         self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
         self._tiles = sram_painter.TileImages()
+        self._veils = hbm_painter.VeilCache()  # per trace's images (see _on_trace)
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
@@ -70,6 +71,7 @@ class LaneView(QWidget):
         self._images = {name: paint_ready(qimage(t.rgba)) for name, t in imgs.items()}
         self._rects, self._static = {}, None
         self._tiles = sram_painter.TileImages()
+        self._veils = hbm_painter.VeilCache()
         self.update()
 
     def _on_parts(self, pending: frozenset) -> None:
@@ -87,6 +89,7 @@ class LaneView(QWidget):
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
             self._static = None  # the cached layer holds the old colours
+            self._veils = hbm_painter.VeilCache()
         super().changeEvent(event)
 
     # ---- geometry ------------------------------------------------------------------
@@ -167,6 +170,7 @@ class LaneView(QWidget):
             images=self._images,
             live=self._live,
             rects=self._layout(),
+            veils=self._veils,
         )
 
     def _static_layer(self, ctx: LaneContext, trace: Trace, hbm: QRectF, sram: QRectF) -> QPixmap:

@@ -113,3 +113,37 @@ def test_a_lane_paints_the_second_tier_when_it_arrives(window, qtbot):
     assert st.images is not images
     assert lane.frame_key() != lane._frame_key
     assert _lane_image(window) == first  # the same numbers, painted afresh
+
+
+def test_cached_veils_equal_fresh_veils_at_every_step(qapp):
+    """A tensor's veils come from the cache only before its first write or after its
+    last: at every step of a training trace they are what a fresh veil would be."""
+    import compute
+    from desktop.lanes.hbm import VeilCache, veil_layer
+    from desktop.scene.render import prepare_images
+
+    inp = compute.random_inputs(7, 2, 2, n_k=5, seed=1)
+    do = np.random.default_rng(1).normal(size=(7, 2))
+    trace = compute.build_trace(
+        inp.q, inp.k, inp.v, block_q=2, block_k=3, do=do, pass_name="training"
+    )
+    images = prepare_images(trace)
+    colors = (QColor(240, 240, 240, 255), QColor(240, 240, 240, 150))
+    reused = 0
+    for tensors in images.lanes.values():
+        cache = VeilCache()
+        for step in range(trace.n_steps):
+            for img in tensors.values():
+                got, want = cache.layer(img, step, colors), veil_layer(img, step, colors)
+                if want is None:
+                    assert got is None
+                    continue
+                assert (got.image is None) == (want.image is None)
+                if want.image is not None:
+                    assert got.image == want.image
+                    reused += got.image is cache.layer(img, step, colors).image
+                if want.written_rows is None:
+                    assert got.written_rows is None
+                else:
+                    assert np.array_equal(got.written_rows, want.written_rows)
+    assert reused  # the untouched tensors' veils were reused, not remade

@@ -121,3 +121,21 @@ def test_backward_plot_range_holds_every_curve_after_each_change(window, qtbot):
         assert y0 <= ys.min() and ys.max() <= y1
         assert (ys.max() - ys.min()) >= 0.5 * (y1 - y0)  # fitted, not a stale wide range
         assert x0 <= 0.5 and st.trace.n_steps + 0.5 <= x1 + 1e-9
+
+
+def test_a_bundle_is_each_components_step_curve_split_by_nans():
+    from desktop.scene.row_series import step_bundle
+
+    rng = np.random.default_rng(2)
+    values = rng.normal(size=(6, 4))
+    edges = np.arange(7) - 0.5
+    xs, ys = step_bundle(edges, values)
+    gaps = np.flatnonzero(np.isnan(xs))
+    assert np.array_equal(gaps, np.flatnonzero(np.isnan(ys))) and len(gaps) == 4
+    parts = zip(np.split(xs, gaps + 1)[:4], np.split(ys, gaps + 1)[:4], strict=True)
+    for c, (xc, yc) in enumerate(parts):
+        assert np.array_equal(xc[:-1], np.repeat(edges, 2)[1:-1])
+        assert np.array_equal(yc[:-1], np.repeat(values[:, c], 2))  # held until the next step
+    tx, ty = step_bundle(np.array([3.0, 8.0]), values[:1])  # the targets: flat dashes
+    assert np.array_equal(ty[~np.isnan(ty)], np.repeat(values[0], 2))
+    assert np.array_equal(tx[~np.isnan(tx)], np.tile([3.0, 8.0], 4))
