@@ -144,7 +144,8 @@ def _selected_rows(trace, row: int, key: int) -> None:
     if trace.backward is not None:
         trace.backward.backward_block(min(row, s.n_q - 1) // s.block_q)
         trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
-    trace.forward.block_history(min(row, s.n_q - 1) // s.block_q)
+    if trace.pass_name != "backward":  # a backward alone plots no online-softmax state
+        trace.forward.block_history(min(row, s.n_q - 1) // s.block_q)
 
 
 # Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,
