@@ -76,6 +76,14 @@ def qimage(rgba: np.ndarray) -> QImage:
     return QImage(rgba.data, w, h, 4 * w, QImage.Format.Format_RGBA8888).copy()
 
 
+def settle_plot(view) -> None:
+    """Run a pyqtgraph view's deferred range and axis updates now, before its paint: run
+    in the paint, they dirtied the plots again and every change was painted twice (~8 ms
+    each). Nothing for a view out of sight (a plot scrolled away is not painted)."""
+    if not view.visibleRegion().isEmpty():
+        view.scene().prepareForPaint()
+
+
 class FollowsPalette:
     """Mixin (before the Qt base) for a widget whose pyqtgraph plots keep the colours they
     were given: its restyle() runs on every palette change, which is the only way a theme

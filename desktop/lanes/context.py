@@ -25,3 +25,4 @@ class LaneContext:
     live: tuple[str, ...]  # tensors whose HBM contents change with the step (KV-outer)
     rects: dict[str, QRectF]  # where each HBM tensor is drawn
     number_min_px: float | None = None  # device px below which cell numbers are left out
+    veils: object | None = None  # a view's hbm.VeilCache (exports make each veil afresh)

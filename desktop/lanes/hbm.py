@@ -7,9 +7,21 @@ live KV-outer state, veils over not-yet-written cells and the row outline are dr
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontInfo, QFontMetricsF, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontInfo,
+    QFontMetricsF,
+    QImage,
+    QPainter,
+    QPalette,
+    QPen,
+    QPixmap,
+)
 
 from compute import Trace
 from desktop.lanes.context import LaneContext
@@ -165,35 +177,87 @@ def paint_live(p: QPainter, ctx: LaneContext, trace: Trace, step: int) -> None:
             draw_numbers(p, r, values, scale, ctx.font, least=ctx.number_min_px)
 
 
+class VeilLayer(NamedTuple):
+    """One tensor's veils at a step: the image over it (None: nothing to cover) and the
+    display rows holding a written cell (None: no bar, nothing is unwritten)."""
+
+    image: QImage | None
+    written_rows: np.ndarray | None
+
+
+class VeilCache:
+    """A view's veils of the tensors that are not being written at the step: before a
+    tensor's first write it is wholly veiled, after its last final write bare, and both
+    are the same at every such step. A playback frame then makes only the veils of the
+    tensors its phase writes (a training step's forward leaves the backward's six
+    tensors untouched). Made afresh for each trace's images and palette."""
+
+    def __init__(self) -> None:
+        self._bounds: dict[str, tuple[int, int]] = {}
+        self._untouched: dict[tuple, VeilLayer] = {}
+
+    def layer(self, img, step: int, colors: tuple[QColor, QColor]) -> VeilLayer | None:
+        if img.first_write is None:
+            return None
+        bounds = self._bounds.get(img.name)
+        if bounds is None:
+            bounds = self._bounds[img.name] = (
+                int(img.first_write.min()),
+                int(img.last_write.max()),
+            )
+        if step >= bounds[1]:
+            return VeilLayer(None, None)  # every cell written and final
+        if step < bounds[0]:
+            key = (img.name, *(c.rgba() for c in colors))
+            if key not in self._untouched:
+                self._untouched[key] = veil_layer(img, step, colors)
+            return self._untouched[key]
+        return veil_layer(img, step, colors)
+
+
+def veil_layer(img, step: int, colors: tuple[QColor, QColor]) -> VeilLayer | None:
+    """`img`'s veils at `step` (None if it is never written)."""
+    veils = img.veils(step)
+    if veils is None:
+        return None
+    never, partial = veils
+    any_never = bool(never.any())
+    image = veil_image(veils, colors) if any_never or partial.any() else None
+    return VeilLayer(image, (~never).any(axis=1) if any_never else None)
+
+
 def paint_veils(p: QPainter, ctx: LaneContext, step: int) -> None:
     """Cover what is not in HBM yet: opaque if never written, translucent if not final.
 
     Every tensor keeps its outline at its full extent (an N × N matrix is that size in
     HBM from the first step, written or not), and a bar beside a tensor being written
     marks the rows written so far, at least MARK_MIN px tall however large N is."""
-    never, partial = veil_colors(ctx)
+    colors = veil_colors(ctx)
     outline = QPen(ctx.palette.color(QPalette.ColorRole.Mid), 1)
     mark = ctx.palette.color(QPalette.ColorRole.Highlight)
     for name, img in ctx.state.images.lanes[ctx.lane].items():
         r = ctx.rects.get(name)
         if r is None:
             continue
-        veils = None if name in ctx.live else img.veils(step)  # live: drawn as they are
-        if veils is not None:
-            for mask, color in zip(veils, (never, partial), strict=True):
-                if mask.any():
-                    # 1 px wider: scaled heatmap edges otherwise peek out
-                    draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), veil_image(mask, color))
+        if name in ctx.live:  # drawn as they are
+            layer = None
+        elif ctx.veils is not None:
+            layer = ctx.veils.layer(img, step, colors)
+        else:
+            layer = veil_layer(img, step, colors)
+        if layer is not None and layer.image is not None:
+            # 1 px wider: scaled heatmap edges otherwise peek out
+            draw_image(p, r.adjusted(-0.5, -0.5, 1, 1), layer.image)
         p.setPen(outline)
         p.setBrush(Qt.BrushStyle.NoBrush)
         p.drawRect(r.adjusted(-0.5, -0.5, 0.5, 0.5))
-        if veils is not None and veils[0].any():
-            paint_written_rows(p, r, ~veils[0], mark)
+        if layer is not None and layer.written_rows is not None:
+            paint_written_rows(p, r, layer.written_rows, mark)
 
 
-def paint_written_rows(p: QPainter, r: QRectF, written, color: QColor) -> None:
-    """A bar right of `r` over each run of display rows holding any written cell."""
-    rows = written.any(axis=1)
+def paint_written_rows(p: QPainter, r: QRectF, rows: np.ndarray, color: QColor) -> None:
+    """A bar right of `r` over each run of display rows holding any written cell (`rows`:
+    one bool per display row)."""
     if not rows.any():
         return
     h = r.height() / len(rows)

@@ -16,6 +16,7 @@ from desktop.lanes.painting import (
     draw_fitted_text,
     draw_matrix,
     highlight,
+    paint_ready,
     transfer_path,
 )
 from desktop.scene import geometry as geo
@@ -42,7 +43,7 @@ class TileImages:
         if entry is None:
             if len(self._cache) > 64:
                 self._cache.clear()
-            entry = self._cache[key] = (values, qimage(scale.rgba(values)))
+            entry = self._cache[key] = (values, paint_ready(qimage(scale.rgba(values))))
         return entry[1]
 
 

@@ -17,7 +17,7 @@ from compute.timeline import BACKWARD_PHASES
 from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
-from desktop.lanes.painting import draw_fitted_text
+from desktop.lanes.painting import draw_fitted_text, paint_ready
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
@@ -47,8 +47,14 @@ class LaneView(QWidget):
         self._images: dict[str, object] = {}
         self._rects: dict[str, QRectF] = {}
         self._static: QPixmap | None = None  # frames, heatmaps, numbers: fixed per trace
+        # The last frame painted and what it showed: a repaint with nothing changed (the
+        # busy veil over the lanes shown or lifted, an overlapping window) draws it again
+        # instead of every layer (~8 ms a lane).
+        self._frame: QPixmap | None = None
+        self._frame_key: tuple = ()
         self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
         self._tiles = sram_painter.TileImages()
+        self._veils = hbm_painter.VeilCache()  # per trace's images (see _on_trace)
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
@@ -62,9 +68,10 @@ class LaneView(QWidget):
     def _on_trace(self, trace: Trace) -> None:
         self._live = live_tensors(trace, self.lane)
         imgs = self.state.images.lanes[self.lane]
-        self._images = {name: qimage(t.rgba) for name, t in imgs.items()}
+        self._images = {name: paint_ready(qimage(t.rgba)) for name, t in imgs.items()}
         self._rects, self._static = {}, None
         self._tiles = sram_painter.TileImages()
+        self._veils = hbm_painter.VeilCache()
         self.update()
 
     def _on_parts(self, pending: frozenset) -> None:
@@ -82,6 +89,7 @@ class LaneView(QWidget):
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
             self._static = None  # the cached layer holds the old colours
+            self._veils = hbm_painter.VeilCache()
         super().changeEvent(event)
 
     # ---- geometry ------------------------------------------------------------------
@@ -102,15 +110,45 @@ class LaneView(QWidget):
         return self._rects
 
     # ---- painting ------------------------------------------------------------------
+    def frame_key(self) -> tuple:
+        """Everything a frame shows depends on: the trace and its images (by identity),
+        the step, transfer progress, selected rows, size, pixel ratio and the static layer
+        (dropped on a palette, font or size change)."""
+        st = self.state
+        return (
+            id(st.trace), id(st.images), id(self._static), st.step, st.progress,
+            st.row, st.key, self.width(), self.height(), self.devicePixelRatioF(),
+        )  # fmt: skip
+
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
+        if self.state.trace is None:
+            self._frame = None
+            p = QPainter(self)
+            p.fillRect(self.rect(), self.palette().color(QPalette.ColorRole.Window))
+            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Building the trace…")
+            p.end()
+            return
+        key = self.frame_key()
+        if self._frame is None or key != self._frame_key:
+            dpr = self.devicePixelRatioF()
+            frame = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
+            frame.setDevicePixelRatio(dpr)
+            self._paint_frame(frame)
+            # The key after the paint (it made the static layer); held with the objects
+            # it names by id, so no other object can take their ids while it stands.
+            self._frame, self._frame_key = frame, self.frame_key()
+            self._frame_holds = (self.state.trace, self.state.images, self._static)
         p = QPainter(self)
+        p.drawPixmap(0, 0, self._frame)
+        p.end()
+
+    def _paint_frame(self, device: QPixmap) -> None:
+        """Every layer of the current step onto `device` (the widget's size)."""
+        p = QPainter(device)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         pal = self.palette()
         p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
         trace = self.state.trace
-        if trace is None:
-            p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Building the trace…")
-            return
         step = self.state.step
         hbm, sram = self._frames()
         ctx = self._context()
@@ -132,6 +170,7 @@ class LaneView(QWidget):
             images=self._images,
             live=self._live,
             rects=self._layout(),
+            veils=self._veils,
         )
 
     def _static_layer(self, ctx: LaneContext, trace: Trace, hbm: QRectF, sram: QRectF) -> QPixmap:

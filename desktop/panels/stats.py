@@ -42,7 +42,7 @@ from desktop.scene.row_series import (
     zoom_window,
 )
 from desktop.state.app_state import AppState
-from desktop.theme import FollowsPalette, style_plot
+from desktop.theme import FollowsPalette, settle_plot, style_plot
 
 PLOTS = (
     ("m", "m: running max"),
@@ -357,6 +357,7 @@ class StatsPanel(FollowsPalette, QWidget):
         self.labels["a"].setText(fmt_vec(core.a))
         out = "— (no keys yet)" if core.l <= 0 else fmt_vec(core.partial_output)
         self.labels["out"].setText(out)
+        settle_plot(self.plots)
 
 
 def as_text(spin: QSpinBox) -> None:

@@ -42,14 +42,15 @@ def step_bundle(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
     """Step curves of every column of `values` (steps × components) in one NaN-split line."""
     n, comps = values.shape
     x = np.repeat(edges, 2)[1:-1] if len(edges) == n + 1 else np.repeat(edges, 1)
-    xs = np.concatenate([np.append(x, np.nan)] * comps)
+    xs = np.empty((comps, len(x) + 1))  # one row per component, a NaN ending each
+    xs[:, :-1], xs[:, -1] = x, np.nan
+    ys = np.empty_like(xs)
     if len(edges) == n + 1:
-        ys = np.concatenate([np.append(np.repeat(values[:, c], 2), np.nan) for c in range(comps)])
+        ys[:, :-1] = np.repeat(np.asarray(values, dtype=float).T, 2, axis=1)
     else:  # constant targets drawn across `edges`
-        ys = np.concatenate(
-            [np.append(np.full(len(x), values[0, c]), np.nan) for c in range(comps)]
-        )
-    return xs, ys
+        ys[:, :-1] = np.asarray(values[0], dtype=float)[:, None]
+    ys[:, -1] = np.nan
+    return xs.ravel(), ys.ravel()
 
 
 def fmt(x: float) -> str:

@@ -217,19 +217,20 @@ def paper_blocks(config: Config) -> PaperBlocks:
     )
 
 
-def _memory_args(config: Config, context: str) -> tuple[tuple, dict]:
+def _memory_args(config: Config) -> tuple[tuple, dict]:
+    """compute.inputs.memory_terms' arguments for what one frame of `config` holds."""
     from desktop.scene.render import NUMBERS_CAP
 
     t_c = math.ceil(config.n_k / config.block_k)
     whole = max(config.n, config.n_k) <= NUMBERS_CAP  # small N: S and P are held whole
     t_r = math.ceil(config.n / config.block_q)
     backward = (config.block_k, t_r) if config.pass_name != "forward" else None
-    held = {"history_blocks": 1, "key_tiles": 1} if context == "export" else {}
     return (config.n, config.n_k, config.d, config.dv, t_c), {
         "block_q": config.block_q,
         "whole": whole,
         "backward": backward,
-        **held,
+        "history_blocks": 1,
+        "key_tiles": 1,
     }
 
 
@@ -260,11 +261,13 @@ _LOWER_EXTRA = {
 
 def config_memory_terms(config: Config, context: str | None = None) -> dict[str, int]:
     """Bytes by what holds them for `config`: compute.inputs.memory_terms (the arrays of
-    the trace and its caches: at capacity for the window, as one frame fills them for an
-    export), the process itself, and with a backward the second chunk of temporaries its
-    pass over S holds (dP, dS beside S and P). context None: this process's default."""
+    the trace and its caches as one frame fills them), the process itself, and with a
+    backward the second chunk of temporaries its pass over S holds (dP, dS beside S and
+    P). The window's estimate is an export's plus what its caches add as the user moves
+    through blocks, rows, keys and inputs (`_window_terms`). context None: this process's
+    default."""
     context = _context[0] if context is None else context
-    args, kwargs = _memory_args(config, context)
+    args, kwargs = _memory_args(config)
     terms = dict(memory_terms(*args, **kwargs))
     terms["process"] = PROCESS_BYTES
     # compute.inputs counts the pass over S's chunk as CHUNK_BYTES whatever the sizes;
@@ -273,11 +276,78 @@ def config_memory_terms(config: Config, context: str | None = None) -> dict[str,
     chunk = 24 * _chunk_elements(config)
     terms["rows"] += chunk - CHUNK_BYTES
     terms["backward_chunk"] = chunk if config.pass_name != "forward" else 0
-    terms["cached"] = _cached_bytes(config, context)
-    if context == "export":  # one block's S and P regions drawn (and two temporaries),
-        # not the six regions the window keeps as the user moves between blocks
-        terms["pairs"] -= 8 * 8 * min(config.n, config.block_q) * config.n_k
+    terms["cached"] = _cached_bytes(config)
+    # One block's S and P regions drawn (and two temporaries), not the six regions
+    # memory_terms counts for a window moving between blocks.
+    terms["pairs"] -= 8 * 8 * min(config.n, config.block_q) * config.n_k
+    if context == "window":
+        for name, extra in _window_terms(config).items():
+            terms[name] = terms.get(name, 0) + extra
     return terms
+
+
+def _histories(config: Config, blocks: int, tiles: int, forward_blocks: int) -> int:
+    """Bytes of the per-visit histories (compute.inputs.memory_terms' formula) for
+    `forward_blocks` and `blocks` query blocks of the forward and backward, `tiles` key
+    tiles: the forward's are made only for a pass that shows the forward."""
+    n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
+    t_c = math.ceil(n_k / config.block_k)
+    t_r = math.ceil(n / config.block_q)
+    rows = min(n, forward_blocks * config.block_q)
+    total = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
+    if config.pass_name != "forward":
+        rows = min(n, blocks * config.block_q)
+        keys = min(n_k, tiles * config.block_k)
+        total += 8 * rows * (3 * n_k + (t_c + 1) * d) + 8 * keys * (t_r + 1) * (d + d_v)
+    return total
+
+
+# The window's own memory beyond an export's once it has shown a few configurations
+# (its widgets' pixmaps, the plots' buffers and what the allocator keeps of freed
+# chunks): bench-memory measured 35-48 MiB over the traced arrays at N = 2048-4096.
+WINDOW_BYTES = 48 * 2**20
+
+
+def _window_terms(config: Config) -> dict[str, int]:
+    """What the window holds beyond an export of one frame: the histories at capacity
+    (compute.inputs.HISTORY_BLOCKS query blocks, HISTORY_KEY_TILES key tiles; the
+    forward's only where the pass shows it), the six S and P regions, the shared number
+    cache full (ENTRIES configurations per kind, never over MAX_BYTES) with the previous
+    inputs, and the window's own memory."""
+    from compute.inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
+
+    shows_forward = config.pass_name != "backward"
+    one = _histories(config, 1, 1, 1)
+    full = _histories(
+        config, HISTORY_BLOCKS, HISTORY_KEY_TILES, HISTORY_BLOCKS if shows_forward else 1
+    )
+    entry = _cache_entry_bytes(config)
+    cached = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * entry) - min(
+        numbers_cache.MAX_BYTES, entry
+    )
+    previous = 24 * (config.n * config.d + config.n_k * (config.d + config.dv))
+    return {
+        "history": full - one,
+        "pairs": 8 * 8 * min(config.n, config.block_q) * config.n_k,
+        "cached": max(0, cached) + previous,
+        "process": WINDOW_BYTES,
+    }
+
+
+def _cache_entry_bytes(config: Config) -> int:
+    """One configuration's values in compute.numbers' shared cache (every kind): the
+    dense pass (reference output and row statistics, S and P at display size; with a
+    backward its dP, dS and both lanes' gradients), the tiled lane's, and the first
+    tier's block means of S and row sample."""
+    n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
+    cells = min(DISPLAY_CELLS, n) * min(DISPLAY_CELLS, n_k)
+    sample_rows = min(n, max(1, -(-32768 // n_k)))
+    total = 8 * n * (2 + d_v) + 2 * 8 * cells + 16 * n * d_v + 24 * n
+    total += 8 * cells + 2 * 8 * sample_rows * n_k
+    if config.pass_name != "forward":
+        grads = 8 * (n + n * d + n_k * (d + d_v))
+        total += 2 * 8 * cells + 2 * grads
+    return total
 
 
 def _chunk_elements(config: Config) -> int:
@@ -286,28 +356,17 @@ def _chunk_elements(config: Config) -> int:
     return min(config.n, rows) * config.n_k
 
 
-def _cached_bytes(config: Config, context: str) -> int:
-    """compute.numbers' shared cache (for the window at most ENTRIES values of this
-    config's size per kind, never over MAX_BYTES; an export makes one of each) and the
-    previous inputs kept by source (float64)."""
-    n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
-    cells = min(DISPLAY_CELLS, n) * min(DISPLAY_CELLS, n_k)  # S and P at display size
-    dense = 8 * n * (2 + d_v) + 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
-    tiled = 16 * n * d_v + 24 * n
+def _cached_bytes(config: Config) -> int:
+    """What compute.numbers' shared cache holds beyond the trace's own numbers after one
+    configuration: the one entry of each kind is the trace's own (its rows and gradients
+    counted in memory_terms' rows), so only the display-size S, P and dP, dS summaries
+    are the cache's alone."""
+    n, n_k = config.n, config.n_k
+    cells = min(DISPLAY_CELLS, n) * min(DISPLAY_CELLS, n_k)
+    summaries = 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
     if config.pass_name != "forward":
-        grads = 8 * (n + n * d + n_k * (d + d_v))
-        dense += grads + 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
-        tiled += grads
-    if context == "export":
-        # The one entry of each kind is the trace's own (its rows and gradients counted in
-        # memory_terms' rows), with no previous inputs: only the display-size S, P and dP,
-        # dS summaries are the cache's alone.
-        summaries = 4 * 8 * cells + 2 * 8 * min(32768, n * n_k)
-        if config.pass_name != "forward":
-            summaries += 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
-        return summaries
-    numbers = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * (dense + tiled))
-    return numbers + 8 * (n * d + n_k * (d + d_v))
+        summaries += 4 * 8 * cells + 2 * 8 * min(16384, n * n_k)
+    return summaries
 
 
 def config_memory(config: Config, context: str | None = None) -> int:

@@ -137,17 +137,19 @@ def build_all(
 
 
 def _selected_rows(trace, row: int, key: int) -> None:
-    """The statistics panel's row: its block's history (a loop over key tiles), its
-    dense and tiled rows (their chunk's products), and in a backward its block's and key
-    row `key`'s tile, made once here, on the worker."""
+    """The statistics panel's row: its block's history (a loop over key tiles; only
+    where the pass shows the forward: a backward alone plots no online-softmax state),
+    its dense and tiled rows (their chunk's products), and in a backward its block's and
+    key row `key`'s tile, made once here, on the worker, not on the GUI thread."""
     s = trace.schedule
     row = min(row, s.n_q - 1)
-    trace.forward.block_history(row // s.block_q)
+    if trace.pass_name != "backward":
+        trace.forward.block_history(row // s.block_q)
     r0, r1 = s.rows(row // s.block_q)  # its block's chunks (they hold the row)
     trace.forward.dense_rows(r0, r1)
     trace.forward.tiled_output_rows(r0, r1)
     if trace.backward is not None:
-        trace.backward.backward_block(min(row, s.n_q - 1) // s.block_q)
+        trace.backward.backward_block(row // s.block_q)
         trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
 
 

@@ -102,3 +102,34 @@ def test_the_wheel_never_zooms_a_plot_away(window, qtbot):
     backward = window.stats_panel.backward.plot.getPlotItem()
     for item in [backward, *window.stats_panel._items.values()]:
         assert item.getViewBox().state["mouseEnabled"] == [False, False]
+
+
+def test_the_sweep_follows_a_block_change_and_back(window, qtbot):
+    """The plot keeps what it shows while the sweep is the same (a new seed) and follows
+    every change of what the sweep depends on."""
+    from desktop.panels.ledger import sweep
+
+    st, panel = window.state, window.ledger_panel
+
+    def shown(key: str) -> np.ndarray:
+        return panel._lines[key].getData()[1]
+
+    def expect(cfg: Config) -> None:
+        sram = st.trace.sram_capacity or st.trace.schedule.sram_elements("tiled")
+        want = sweep(cfg, sram)
+        for key in ("dense", "q-outer", "kv-outer"):
+            # the plot is in log mode: it shows log10 of the totals
+            np.testing.assert_allclose(shown(key), np.log10(np.asarray(want[key], float)))
+        totals = st.trace.totals_at(st.trace.n_steps - 1)
+        marks = panel._marks.getData()[1]
+        np.testing.assert_allclose(marks, np.log10([totals["dense"], totals["tiled"]]))
+
+    base = Config(input="random", seed=3)
+    for cfg in (base, base.replace(seed=4), base.replace(block_q=3, block_k=3), base):
+        with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+            st.set_config(cfg)
+        expect(st.config)
+    assert not np.array_equal(
+        np.asarray(sweep(base.replace(block_q=3, block_k=3), 1000)["q-outer"]),
+        np.asarray(sweep(base, 1000)["q-outer"]),
+    )  # the block change is one the plot must show

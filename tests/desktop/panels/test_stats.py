@@ -98,3 +98,44 @@ def test_components_of_a_have_a_legend(window, qtbot):
         colour = pg.intColor(k, hues=MAX_COLOURED).name()
         assert colour == curves[k].opts["pen"].color().name() and colour in text
     assert not panel.components_label.isHidden()
+
+
+def test_backward_plot_range_holds_every_curve_after_each_change(window, qtbot):
+    """The dQ_row plot's ranges are set from its curves (no auto-range per frame): they
+    follow a new row, new inputs and new blocks, never keeping the last one's."""
+    from desktop.state.config import Config
+
+    st, backward = window.state, window.stats_panel.backward
+    item = backward.plot.getPlotItem()
+    base = Config(n=10, d=3, block_q=3, block_k=4, input="random", pass_name="backward")
+    for cfg, row in ((base, 0), (base, 7), (base.replace(seed=9, input_scale=6.0), 7),
+                     (base.replace(block_q=2, block_k=5), 7)):  # fmt: skip
+        if cfg != st.config:
+            with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+                st.set_config(cfg)
+        st.set_row(row)
+        assert st.row == row
+        ys = [c.getData()[1] for c in backward._curves if c.getData()[1] is not None]
+        ys = np.concatenate([y for y in ys if len(y)])
+        (x0, x1), (y0, y1) = item.viewRange()
+        assert y0 <= ys.min() and ys.max() <= y1
+        assert (ys.max() - ys.min()) >= 0.5 * (y1 - y0)  # fitted, not a stale wide range
+        assert x0 <= 0.5 and st.trace.n_steps + 0.5 <= x1 + 1e-9
+
+
+def test_a_bundle_is_each_components_step_curve_split_by_nans():
+    from desktop.scene.row_series import step_bundle
+
+    rng = np.random.default_rng(2)
+    values = rng.normal(size=(6, 4))
+    edges = np.arange(7) - 0.5
+    xs, ys = step_bundle(edges, values)
+    gaps = np.flatnonzero(np.isnan(xs))
+    assert np.array_equal(gaps, np.flatnonzero(np.isnan(ys))) and len(gaps) == 4
+    parts = zip(np.split(xs, gaps + 1)[:4], np.split(ys, gaps + 1)[:4], strict=True)
+    for c, (xc, yc) in enumerate(parts):
+        assert np.array_equal(xc[:-1], np.repeat(edges, 2)[1:-1])
+        assert np.array_equal(yc[:-1], np.repeat(values[:, c], 2))  # held until the next step
+    tx, ty = step_bundle(np.array([3.0, 8.0]), values[:1])  # the targets: flat dashes
+    assert np.array_equal(ty[~np.isnan(ty)], np.repeat(values[0], 2))
+    assert np.array_equal(tx[~np.isnan(tx)], np.tile([3.0, 8.0], 4))
