@@ -27,6 +27,10 @@ _DT = {"float32": 0, "float16": 1, "bfloat16": 2}
 _STORAGE = {"float32": "float32", "float16": "float16", "bfloat16": "uint16"}
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 THREADS = 128  # decode::NT
+WARPS = THREADS // 32  # decode::NW
+REGISTER_ROWS = 8  # decode::RB
+COMBINE_THREADS = 1024  # decode::CNT
+STAGES = 3  # K/V chunks in the ring: two in flight while one is used (2 when 3 do not fit)
 
 # Counter slots in the kernel's `decode::Slot` order -> (tensor, direction).
 COUNTER_SLOTS: tuple[tuple[str, str], ...] = (
@@ -49,23 +53,46 @@ class DecodeTooLarge(ValueError):
 
 @dataclass(frozen=True)
 class StreamShape:
-    """Mirror of `decode::Shape`: keys per chunk and shared memory of one streaming block."""
+    """Mirror of `decode::Shape`: keys per chunk and shared memory of one streaming block with
+    a ring of `stages` K + V chunks, the float Q rows and each warp's float state."""
 
     d: int
     d_v: int
     dtype: str
     rows: int
+    stages: int = STAGES
 
     @property
     def chunk_keys(self) -> int:
         return 32 if self.dtype == "float32" else 64
 
     @property
+    def ring_bytes(self) -> int:
+        sz, ve = _BYTES[self.dtype], 16 // _BYTES[self.dtype]
+        return self.stages * self.chunk_keys * ((self.d + ve) + (self.d_v + ve)) * sz
+
+    @property
     def smem_bytes(self) -> int:
-        sz, bk = _BYTES[self.dtype], self.chunk_keys
-        ve = 16 // sz
-        kv = 2 * bk * ((self.d + ve) + (self.d_v + ve)) * sz
-        return kv + 4 * self.rows * (self.d + bk + self.d_v + 3)
+        q = 4 * self.rows * self.d
+        state = 4 * WARPS * self.rows * (self.d_v + 2)
+        if self.rows <= REGISTER_ROWS and state <= self.ring_bytes:
+            return self.ring_bytes + q  # the state takes the ring's bytes after the loop
+        return self.ring_bytes + q + state
+
+
+def stream_shape(d: int, d_v: int, dtype: str, rows: int, limit: int) -> StreamShape:
+    """The deepest ring (STAGES, else 2) whose block fits `limit` bytes of shared memory."""
+    shape = StreamShape(d, d_v, dtype, rows)
+    if shape.smem_bytes > limit:
+        shape = StreamShape(d, d_v, dtype, rows, stages=2)
+    return shape
+
+
+def combine_smem_bytes(d_v: int, splits: int) -> int:
+    """Mirror of decode_combine's shared memory: the slices' partial sums, then the weights."""
+    cw = 4 if d_v % 4 == 0 else 1
+    colt = min(d_v // cw, COMBINE_THREADS)
+    return 4 * ((COMBINE_THREADS // colt) * colt * cw + splits)
 
 
 def vectorised(d: int, d_v: int, dtype: str, *arrays: Any) -> bool:
@@ -85,6 +112,7 @@ class Compiled:
     unused_lse: Any = None  # stand-ins for the arguments a launch does not use
     unused_counts: Any = None
     smem_opted: int = 0  # the dynamic shared memory the stream kernels are opted into
+    combine_opted: int = 0  # and the combine kernel
 
 
 _CACHE: dict[tuple, Compiled] = {}
@@ -181,8 +209,8 @@ def decode_attention_gpu(
     p = problem
     vec = vectorised(p.d, p.d_v, p.dtype, q, k, v)
     comp = compile_decode(p.d, p.d_v, p.dtype, vec=vec, count_transfers=count_transfers)
-    shape = StreamShape(p.d, p.d_v, p.dtype, p.block_rows)
     limit = _shared_limit()
+    shape = stream_shape(p.d, p.d_v, p.dtype, p.block_rows, limit)
     if shape.smem_bytes > limit:
         raise DecodeTooLarge(
             f"{p.block_rows} resident query rows (G = {p.group} heads x {p.n_q} new tokens) "
@@ -205,9 +233,10 @@ def decode_attention_gpu(
     counts = cupy.zeros(len(COUNTER_SLOTS), cupy.uint64) if count_transfers else comp.unused_counts
     i32, f32 = cupy.int32, cupy.float32
     sizes = (i32(p.n_q), i32(p.n_k), i32(p.block_rows), i32(p.block_k), i32(p.t_c))
+    stages = i32(shape.stages)
     result = DecodeResult(out, lse if save_lse else None, compile_s=comp.compile_s)
     if schedule == "one-pass":
-        args = (q, k, v, out, lse, *sizes, f32(scale * LOG2E), i32(save_lse), counts)
+        args = (q, k, v, out, lse, *sizes, f32(scale * LOG2E), i32(save_lse), stages, counts)
         comp.one_pass((1, p.h_kv), (THREADS,), args, shared_mem=shape.smem_bytes)
     else:
         s = p.splits_used
@@ -217,13 +246,14 @@ def decode_attention_gpu(
                 cupy.empty((s, p.h_q, p.n_q), cupy.float32),
             )
         o_part, l_part = workspace
-        args = (q, k, v, o_part, l_part, *sizes, i32(s), f32(scale * LOG2E), counts)
+        args = (q, k, v, o_part, l_part, *sizes, i32(s), f32(scale * LOG2E), stages, counts)
         comp.split((s, p.h_kv), (THREADS,), args, shared_mem=shape.smem_bytes)
-        smem = 4 * (s + THREADS)
-        if smem > comp.combine.max_dynamic_shared_size_bytes:
+        smem = combine_smem_bytes(p.d_v, s)
+        if smem > comp.combine_opted:
             comp.combine.max_dynamic_shared_size_bytes = smem
+            comp.combine_opted = smem
         args = (o_part, l_part, out, lse, i32(rows_total), i32(s), i32(save_lse), counts)
-        comp.combine((rows_total,), (THREADS,), args, shared_mem=smem)
+        comp.combine((rows_total,), (COMBINE_THREADS,), args, shared_mem=smem)
         result.o_part, result.l_part = o_part, l_part
     if count_transfers:
         result.counts = tally_counts(counts, COUNTER_SLOTS, COUNTED_TENSORS)

@@ -5,9 +5,12 @@
 //   decode_stream  : one thread block per (split, K/V head). The G * N_q query rows of the head's
 //                    group (G = H_q / H_kv) are staged once in shared memory, so every K/V byte
 //                    the block reads serves the whole group. The block streams the keys of its
-//                    split in chunks of BK through shared memory (cp.async, double buffered: the
-//                    next chunk is in flight while this one is used), keeps m, l and a of every
-//                    row by the online-softmax recurrence, and at the end writes either the
+//                    split in chunks of BK keys through a ring of `stages` shared-memory buffers
+//                    (cp.async: stages - 1 chunks are in flight while one is used, one barrier per
+//                    chunk). Each of the NW warps takes its own quarter of every chunk and keeps
+//                    its own m, l and a of every row by the online-softmax recurrence, with no
+//                    block-wide step inside the loop; at the end the warps' states are merged
+//                    (the combine's rescale, within the block) and the block writes either the
 //                    split's partial O_s = a / l and L_s = m + log l (float32, FINAL = false) or,
 //                    when one block covers the whole cache (the one-pass schedule), O in T.
 //   decode_combine : one block per query row merges the S' partials: m* = max_s L_s,
@@ -21,19 +24,22 @@
 // c <= r + N_k - N_q, so every new token sees the whole cache before it.
 //
 // Why memory-bound code looks like this: at N_q = 1 each K/V element takes two FMAs per query
-// row, so the block's job is to keep HBM busy. With VEC the loads are 16-byte cp.async.cg
-// (L2 only: the cache is read once) into rows padded by 16 bytes, which also makes the 16-byte
-// shared-memory reads of K conflict-free. Without VEC (a head size whose rows are not whole
-// 16-byte vectors) the same loop runs on element loads. All arithmetic is float32; P~ stays
-// float32 (no tensor cores read it, so rounding it would only add error).
+// row, so the block's job is to keep HBM busy: HBM needs tens of KB in flight per SM, so the
+// ring keeps two 32 KB chunks in flight per block and two blocks fit one SM. A block that
+// waits on three barriers per chunk, with one chunk in flight, streams at a few GB/s
+// (DECODE_NOTES.md). With VEC the loads are 16-byte cp.async.cg (L2 only: the cache is read
+// once) into rows padded by 16 bytes, which makes the 16-byte shared-memory reads of K and V
+// conflict-free. Without VEC (a head size whose rows are not whole 16-byte vectors) the same
+// loop runs on element loads. All arithmetic is float32; P~ stays float32 (no tensor cores
+// read it, so rounding it would only add error).
 //
 // Template parameters: D, DV head sizes of Q/K and V; T = float, or 16-bit patterns of IEEE half
 // (DT_F16) or bfloat16 (DT_BF16) in unsigned short, converted with cvt; VEC as above.
-// Block: NT = 128 threads. Score (r, j) is computed by DS lanes each taking every DS-th chunk of
-// d; output entry (r, column group) by KS lanes each taking every KS-th key; both reduced with
-// xor shuffles, so a single query row still keeps all 128 threads busy. Each thread carries up
-// to RPT rows at once, so one vector of K or V read from shared memory feeds several rows and
-// the FMA chains of different rows run side by side.
+// Block: NT = 128 threads, NW = 4 warps. Scores: lane = (key, part of d), the parts summed with
+// xor shuffles, so one score costs D / 32 * (keys per warp) FMAs per lane. Output: lane =
+// (column group, key phase); P~ of a key comes from the score lane by a shuffle. Up to RB rows
+// live in registers for the whole split; a larger group keeps each warp's state in shared
+// memory and passes over the chunk RB rows at a time.
 //
 // Instrumentation: with -DCOUNT_TRANSFERS every global load and store adds the elements it moved
 // to a per-thread counter per (tensor, direction), flushed with atomicAdd; the totals equal
@@ -49,8 +55,10 @@ using Counter = TransferCounter<N_SLOTS>;
 
 enum DType { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 
-constexpr int NT = 128;  // threads per block
-constexpr int RPT = 4;   // query rows one thread carries at a time
+constexpr int NT = 128;  // threads per streaming block
+constexpr int NW = NT / 32;
+constexpr int RB = 8;     // query rows a lane carries in registers at a time
+constexpr int CNT = 1024; // threads per combine block: all of a row's partials in flight at once
 constexpr float LN2 = 0.6931471805599453f;
 
 template <int DT> struct Elem { using T = unsigned short; };
@@ -85,20 +93,31 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
-// Sizes of one block's shared memory (mirrored by compute/gpu/decode.py StreamShape).
+__host__ __device__ constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
+
+// Sizes of one block's shared memory (mirrored by compute/gpu/decode.py StreamShape): a ring of
+// `stages` K + V chunks, the float Q rows, then each warp's float state (a, m, l of every row),
+// which reuses the ring's bytes when all rows live in registers during the loop.
 template <int D, int DV, int DT>
 struct Shape {
     using T = typename Elem<DT>::T;
     static constexpr int SZ = sizeof(T);
     static constexpr int VE = 16 / SZ;                   // elements per 16-byte vector
     static constexpr int BK = DT == DT_F32 ? 32 : 64;    // keys per chunk: 16 KB of K and of V at d = 128
+    static constexpr int KPW = BK / NW;                  // keys of a chunk per warp
     static constexpr int KLD = D + VE;                   // row strides in elements: 16 bytes of padding
     static constexpr int VLD = DV + VE;
     static constexpr int STAGE = BK * (KLD + VLD);       // elements of one K + V chunk
-    // Bytes: 2 stages of K/V in T, then float Q (R x D), P (R x BK), a (R x DV), m, l, alpha (R).
-    __host__ __device__ static constexpr int kv_bytes() { return 2 * STAGE * SZ; }
-    __host__ __device__ static constexpr int float_per_row() { return D + BK + DV + 3; }
+    __host__ __device__ static constexpr int ring_bytes(int stages) { return stages * STAGE * SZ; }
+    __host__ __device__ static constexpr int state_bytes(int rows) { return 4 * NW * rows * (DV + 2); }
+    __host__ __device__ static constexpr bool state_in_ring(int rows, int stages) {
+        return rows <= RB && state_bytes(rows) <= ring_bytes(stages);
+    }
+    __host__ __device__ static constexpr int state_offset(int rows, int stages) {
+        return state_in_ring(rows, stages) ? 0 : ring_bytes(stages) + 4 * rows * D;
+    }
 };
 
 __device__ __forceinline__ float safe(float m) { return m == -INFINITY ? 0.f : m; }
@@ -130,234 +149,318 @@ __device__ __forceinline__ void load_rows(typename Elem<DT>::T* dst, const typen
     }
 }
 
+// Chunk c of a shared-memory row as float: one 16-byte vector (VEC) or one element.
+template <int DT, bool VEC, int CW>
+__device__ __forceinline__ void chunk_f32(const typename Elem<DT>::T* row, int c, float (&f)[CW]) {
+    using T = typename Elem<DT>::T;
+    if constexpr (VEC) {
+        constexpr int VE = 16 / sizeof(T);
+        static_assert(CW == VE, "a VEC chunk is one 16-byte vector");
+        T vec[VE];
+        *reinterpret_cast<uint4*>(vec) = *reinterpret_cast<const uint4*>(row + c * VE);
+#pragma unroll
+        for (int x = 0; x < VE; ++x) f[x] = load_f32<DT>(vec[x]);
+    } else {
+        f[0] = load_f32<DT>(row[c]);
+    }
+}
+
+// One warp's pass over its keys of a chunk for rows [r0, r0 + nr) (nr <= RB): scores, the
+// online-softmax update of m, l (log2 units) and a (this lane's columns, this lane's key phase).
+template <int D, int DV, int DT, bool VEC, int NA>
+__device__ __forceinline__ void warp_chunk(const typename Elem<DT>::T* ks, const typename Elem<DT>::T* vs,
+                                           const float* qs, int r0, int nr, int nw, int key0, int n_q,
+                                           int last_seen, float scale_log2, float (&acc)[RB][NA],
+                                           float (&m)[RB], float (&l)[RB], int lane) {
+    using S = Shape<D, DV, DT>;
+    using T = typename S::T;
+    constexpr int KPW = S::KPW, VE = S::VE;
+    constexpr int DCH = VEC ? D / VE : D;     // chunks of d (vectors, or elements)
+    constexpr int VCH = VEC ? DV / VE : DV;   // column groups of d_v
+    constexpr int CW = VEC ? VE : 1;          // elements per chunk / column group
+    constexpr int LPK = 32 / KPW;             // lanes per key in the scores
+    constexpr int OCG = pow2_at_least(VCH) < 32 ? pow2_at_least(VCH) : 32;  // column groups per pass
+    constexpr int KPL = 32 / OCG;             // key phases in the output
+    constexpr int NCP = (VCH + OCG - 1) / OCG;
+    static_assert(NA == NCP * CW, "accumulator width");
+
+    // Scores: lane = (key kj, part); part p sums chunks p, p + LPK, ... of d.
+    const int kj = lane % KPW, part = lane / KPW;
+    float sc[RB];
+#pragma unroll
+    for (int i = 0; i < RB; ++i) sc[i] = 0.f;
+    if (kj < nw) {
+        const T* kr = ks + kj * S::KLD;
+#pragma unroll 2
+        for (int c = part; c < DCH; c += LPK) {
+            float kf[CW];
+            chunk_f32<DT, VEC>(kr, c, kf);
+#pragma unroll
+            for (int i = 0; i < RB; ++i) {
+                if (i < nr) {
+                    const float* qr = qs + (r0 + i) * D + c * CW;
+                    if constexpr (VEC) {
+#pragma unroll
+                        for (int x = 0; x < CW; x += 4) {  // Q rows are float4-aligned when VEC
+                            float4 qv = *reinterpret_cast<const float4*>(qr + x);
+                            sc[i] += qv.x * kf[x] + qv.y * kf[x + 1] + qv.z * kf[x + 2] + qv.w * kf[x + 3];
+                        }
+                    } else {
+                        sc[i] += qr[0] * kf[0];
+                    }
+                }
+            }
+        }
+    }
+    // Online softmax per row; every lane ends with the row's m, l and its key's P~.
+    float p[RB];
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+        p[i] = 0.f;
+        if (i < nr) {  // uniform across the warp
+            float x = sc[i];
+#pragma unroll
+            for (int off = KPW; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+            const bool vis = kj < nw && key0 + kj <= ((r0 + i) % n_q) + last_seen;
+            x = vis ? x * scale_log2 : -INFINITY;
+            float mx = x;
+#pragma unroll
+            for (int off = 1; off < KPW; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_new = fmaxf(m[i], mx);
+            const float pi = exp2f(x - safe(m_new));  // exp2(-inf) = 0 for masked keys
+            float sum = pi;
+#pragma unroll
+            for (int off = 1; off < KPW; off *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            const float alpha = m[i] == -INFINITY ? 0.f : exp2f(m[i] - m_new);
+            l[i] = l[i] * alpha + sum;
+            m[i] = m_new;
+#pragma unroll
+            for (int x2 = 0; x2 < NA; ++x2) acc[i][x2] *= alpha;
+            p[i] = pi;
+        }
+    }
+    // a += P~ V: lane = (column group cg, key phase kp); key kk's P~ sits in lane kk.
+    const int cg = lane % OCG, kp = lane / OCG;
+    for (int k0 = 0; k0 < nw; k0 += KPL) {  // uniform across the warp
+        const int kk = k0 + kp;
+        float pk[RB];
+#pragma unroll
+        for (int i = 0; i < RB; ++i) pk[i] = i < nr ? __shfl_sync(0xffffffffu, p[i], kk & 31) : 0.f;
+        if (kk < nw) {
+            const T* vr = vs + kk * S::VLD;
+#pragma unroll
+            for (int ci = 0; ci < NCP; ++ci) {
+                const int g = cg + ci * OCG;
+                if (g < VCH) {
+                    float vf[CW];
+                    chunk_f32<DT, VEC>(vr, g, vf);
+#pragma unroll
+                    for (int i = 0; i < RB; ++i)
+                        if (i < nr)
+#pragma unroll
+                            for (int x = 0; x < CW; ++x) acc[i][ci * CW + x] += pk[i] * vf[x];
+                }
+            }
+        }
+    }
+}
+
+// Sum a lane's accumulators over the key phases (lanes cg, cg + OCG, ...): lanes kp = 0 hold them.
+template <int OCG, int NA>
+__device__ __forceinline__ void reduce_phases(float (&acc)[RB][NA]) {
+#pragma unroll
+    for (int i = 0; i < RB; ++i)
+#pragma unroll
+        for (int x = 0; x < NA; ++x)
+#pragma unroll
+            for (int off = OCG; off < 32; off *= 2) acc[i][x] += __shfl_xor_sync(0xffffffffu, acc[i][x], off);
+}
+
 template <int D, int DV, int DT, bool VEC, bool FINAL>
 __device__ void stream(const typename Elem<DT>::T* __restrict__ q, const typename Elem<DT>::T* __restrict__ k,
                        const typename Elem<DT>::T* __restrict__ v, typename Elem<DT>::T* __restrict__ out,
                        float* __restrict__ o_part, float* __restrict__ l_part, float* __restrict__ lse,
                        int n_q, int n_k, int rows, int block_k, int t_c, int splits, float scale_log2,
-                       int save_lse, unsigned long long* counts) {
+                       int save_lse, int stages, unsigned long long* counts) {
     using S = Shape<D, DV, DT>;
     using T = typename S::T;
-    constexpr int BK = S::BK, KLD = S::KLD, VLD = S::VLD, VE = S::VE;
+    constexpr int BK = S::BK, KLD = S::KLD, VLD = S::VLD, VE = S::VE, KPW = S::KPW;
+    constexpr int VCH = VEC ? DV / VE : DV;
+    constexpr int CW = VEC ? VE : 1;
+    constexpr int OCG = pow2_at_least(VCH) < 32 ? pow2_at_least(VCH) : 32;
+    constexpr int NCP = (VCH + OCG - 1) / OCG;
+    constexpr int NA = NCP * CW;
     extern __shared__ __align__(16) unsigned char smem[];
     T* kv = reinterpret_cast<T*>(smem);
-    float* qs = reinterpret_cast<float*>(smem + S::kv_bytes());
-    float* ps = qs + rows * D;
-    float* as = ps + rows * BK;
-    float* ms = as + rows * DV;
-    float* ls = ms + rows;
-    float* alphas = ls + rows;
+    float* qs = reinterpret_cast<float*>(smem + S::ring_bytes(stages));
+    float* st_a = reinterpret_cast<float*>(smem + S::state_offset(rows, stages));  // [NW][rows][DV]
+    float* st_m = st_a + NW * rows * DV;                                              // [NW][rows]
+    float* st_l = st_m + NW * rows;                                                   // [NW][rows]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int split = blockIdx.x, g = blockIdx.y, n_kv = n_k;
     const int t0 = (int)((long long)split * t_c / splits), t1 = (int)((long long)(split + 1) * t_c / splits);
     const int c_begin = t0 * block_k, c_end = min(n_k, t1 * block_k);
+    const int n_chunks = c_end > c_begin ? (c_end - c_begin + BK - 1) / BK : 0;
+    const bool in_regs = rows <= RB;
     Counter counter;
 
     const T* kg = k + (size_t)g * n_kv * D;
     const T* vg = v + (size_t)g * n_kv * DV;
-    auto issue = [&](int chunk_start, int stage) {
-        int n = min(BK, c_end - chunk_start);
-        T* ks = kv + stage * S::STAGE;
-        load_rows<D, DT, VEC>(ks, kg + (size_t)chunk_start * D, n, KLD, tid);
-        load_rows<DV, DT, VEC>(ks + BK * KLD, vg + (size_t)chunk_start * DV, n, VLD, tid);
+    // Chunk t goes to ring stage t % stages; a chunk past the split commits an empty group so
+    // that every thread's group count stays in step with the chunk index.
+    auto issue = [&](int t) {
+        if (t < n_chunks) {
+            const int chunk_start = c_begin + t * BK, n = min(BK, c_end - chunk_start);
+            T* ks = kv + (t % stages) * S::STAGE;
+            load_rows<D, DT, VEC>(ks, kg + (size_t)chunk_start * D, n, KLD, tid);
+            load_rows<DV, DT, VEC>(ks + BK * KLD, vg + (size_t)chunk_start * DV, n, VLD, tid);
+            // Each element of the chunk is moved by exactly one thread: count this thread's share.
+            int mine_k = 0, mine_v = 0;
+            constexpr int KW = VEC ? D / VE : D, VW = VEC ? DV / VE : DV;
+            for (int i = tid; i < n * KW; i += NT) mine_k += VEC ? VE : 1;
+            for (int i = tid; i < n * VW; i += NT) mine_v += VEC ? VE : 1;
+            counter.add(K_READ, mine_k);
+            counter.add(V_READ, mine_v);
+        }
         if (VEC) cp_async_commit();
-        // Each element of the chunk is moved by exactly one thread: count this thread's share.
-        int mine_k = 0, mine_v = 0;
-        constexpr int KW = VEC ? D / VE : D, VW = VEC ? DV / VE : DV;
-        for (int i = tid; i < n * KW; i += NT) mine_k += VEC ? VE : 1;
-        for (int i = tid; i < n * VW; i += NT) mine_v += VEC ? VE : 1;
-        counter.add(K_READ, mine_k);
-        counter.add(V_READ, mine_v);
     };
 
-    // Start the first chunk, then stage the group's query rows (as float) and clear the state.
-    if (c_begin < c_end) issue(c_begin, 0);
+    // Start the first chunks, then stage the group's query rows (as float) and clear the state.
+    for (int t = 0; t < stages - 1; ++t) issue(t);
     const T* qg = q + (size_t)g * rows * D;
     for (int i = tid; i < rows * D; i += NT) {
         qs[i] = load_f32<DT>(qg[i]);
         counter.add(Q_READ, 1);
     }
-    for (int i = tid; i < rows * DV; i += NT) as[i] = 0.f;
-    for (int i = tid; i < rows; i += NT) { ms[i] = -INFINITY; ls[i] = 0.f; }
+    if (!in_regs) {
+        for (int i = tid; i < NW * rows * DV; i += NT) st_a[i] = 0.f;
+        for (int i = tid; i < NW * rows; i += NT) { st_m[i] = -INFINITY; st_l[i] = 0.f; }
+    }
 
-    // Thread layouts. Scores: thread = (row batch rb, key j, part p of d): DS lanes share
-    // one score, NRB_S row batches split the rows (rows rb, rb + NRB_S, ... up to RPT of them at
-    // a time), so one K vector read from shared memory feeds RPT rows. Output: thread = (row
-    // batch, column group cg, key part): KS lanes split the keys of one (rows, cg) entry and one
-    // V vector feeds RPT rows. The parts are neighbouring lanes, summed with xor shuffles.
-    constexpr int DCH = VEC ? D / VE : D;        // chunks of d (vectors, or elements)
-    constexpr int VCH = VEC ? DV / VE : DV;      // column groups of d_v
-    constexpr int CW = VEC ? VE : 1;             // elements per chunk / columns per group
-    const int ds = lanes_for(max(1, NT / (rows * BK)), min(8, DCH));
-    const int nrb_s = max(1, NT / (BK * ds));
-    constexpr int CG_SPAN = VCH < NT ? VCH : NT;  // column groups one pass covers
-    constexpr int O_SLOTS = NT / CG_SPAN;         // threads per column group
-    const int nrb_o = lanes_for(min(O_SLOTS, (rows + RPT - 1) / RPT), O_SLOTS);
-    const int ks_lanes = lanes_for(O_SLOTS / nrb_o, 8);
-    const int last_seen = n_k - n_q;              // row r sees keys c <= r + last_seen
+    float acc[RB][NA], m[RB], l[RB];
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int x = 0; x < NA; ++x) acc[i][x] = 0.f;
+    }
+    const int cg = lane % OCG, kp = lane / OCG;
+    const int last_seen = n_k - n_q;  // row r sees keys c <= r + last_seen
 
-    int stage = 0;
-    for (int c0 = c_begin; c0 < c_end; c0 += BK, stage ^= 1) {
-        const int n = min(BK, c_end - c0);
-        if (VEC) cp_async_wait_all();
-        __syncthreads();  // chunk `stage` has landed; the other stage's readers are done
-        if (c0 + BK < c_end) issue(c0 + BK, stage ^ 1);
-        const T* ks = kv + stage * S::STAGE;
-        const T* vs = ks + BK * KLD;
-
-        // S = Q K^T * scale * log2(e), masked: ps[r][j].
-        {
-            const int j = (tid % (BK * ds)) / ds, part = tid % ds, rb = tid / (BK * ds);
-            const T* kr = ks + j * KLD;
-            for (int r0 = 0; r0 < rows; r0 += nrb_s * RPT) {  // uniform across the block
-                float acc[RPT][2];
-#pragma unroll
-                for (int i = 0; i < RPT; ++i) acc[i][0] = acc[i][1] = 0.f;
-                if (rb < nrb_s && j < n) {
-#pragma unroll 2
-                    for (int c = part; c < DCH; c += ds) {
-                        float kf[CW];
-                        if constexpr (VEC) {
-                            T kvec[VE];
-                            *reinterpret_cast<uint4*>(kvec) = *reinterpret_cast<const uint4*>(kr + c * VE);
-#pragma unroll
-                            for (int x = 0; x < VE; ++x) kf[x] = load_f32<DT>(kvec[x]);
-                        } else {
-                            kf[0] = load_f32<DT>(kr[c]);
-                        }
-#pragma unroll
-                        for (int i = 0; i < RPT; ++i) {
-                            const int r = r0 + rb + nrb_s * i;
-                            if (r < rows) {
-                                const float* qr = qs + r * D + c * CW;
-                                if constexpr (VEC) {
-#pragma unroll
-                                    for (int x = 0; x < VE; x += 4) {  // Q rows are float4-aligned when VEC
-                                        float4 qv = *reinterpret_cast<const float4*>(qr + x);
-                                        acc[i][(x / 4) & 1] += qv.x * kf[x] + qv.y * kf[x + 1] + qv.z * kf[x + 2] + qv.w * kf[x + 3];
-                                    }
-                                } else {
-                                    acc[i][0] += qr[0] * kf[0];
-                                }
-                            }
-                        }
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < RPT; ++i) {
-                    float sum = acc[i][0] + acc[i][1];
-                    for (int off = 1; off < ds; off *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-                    const int r = r0 + rb + nrb_s * i;
-                    if (rb < nrb_s && r < rows && part == 0) {
-                        bool visible = j < n && c0 + j <= (r % n_q) + last_seen;
-                        ps[r * BK + j] = visible ? sum * scale_log2 : -INFINITY;
-                    }
-                }
-            }
+    for (int t = 0; t < n_chunks; ++t) {
+        if (VEC) {
+            if (stages > 2) cp_async_wait_one(); else cp_async_wait_all();  // chunk t has landed
         }
-        __syncthreads();
-
-        // Online softmax, one warp per row: m, l rescaled by alpha; P~ = exp2(s - m).
-        for (int r = warp; r < rows; r += NT / 32) {
-            float* pr = ps + r * BK;
-            float mx = -INFINITY;
-            for (int j = lane; j < BK; j += 32) mx = fmaxf(mx, pr[j]);
-            for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            float m_old = ms[r], m_new = fmaxf(m_old, mx);
-            float sum = 0.f;
-            for (int j = lane; j < BK; j += 32) {
-                float p = exp2f(pr[j] - safe(m_new));  // exp2(-inf) = 0 for masked keys
-                pr[j] = p;
-                sum += p;
-            }
-            for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-            __syncwarp();
-            if (lane == 0) {
-                float alpha = exp2f(safe(m_old) - safe(m_new));
-                alpha = m_old == -INFINITY ? 0.f : alpha;
-                alphas[r] = alpha;
-                ls[r] = ls[r] * alpha + sum;
-                ms[r] = m_new;
-            }
-        }
-        __syncthreads();
-
-        // a = alpha a + P~ V: (rows, column group) by ks_lanes lanes over every ks-th key.
-        {
-            const int part = tid % ks_lanes, rb = tid / (ks_lanes * CG_SPAN);
-            for (int cg0 = 0; cg0 < VCH; cg0 += CG_SPAN)  // uniform across the block
-            for (int r0 = 0; r0 < rows; r0 += nrb_o * RPT) {
-                const int cg = cg0 + (tid / ks_lanes) % CG_SPAN;
-                const bool mine = rb < nrb_o && cg < VCH;
-                float acc[RPT][CW];
+        __syncthreads();  // everyone's copies of chunk t landed; chunk t - 1's stage is free
+        issue(t + stages - 1);
+        const int c0 = c_begin + t * BK, n = min(BK, c_end - c0);
+        const int nw = max(0, min(KPW, n - warp * KPW));  // this warp's keys in the chunk
+        if (nw == 0) continue;
+        const T* ks = kv + (t % stages) * S::STAGE + warp * KPW * KLD;
+        const T* vs = kv + (t % stages) * S::STAGE + BK * KLD + warp * KPW * VLD;
+        const int key0 = c0 + warp * KPW;
+        if (in_regs) {
+            warp_chunk<D, DV, DT, VEC, NA>(ks, vs, qs, 0, rows, nw, key0, n_q, last_seen, scale_log2, acc, m, l, lane);
+        } else {
+            float* wa = st_a + warp * rows * DV;
+            for (int r0 = 0; r0 < rows; r0 += RB) {
+                const int nr = min(RB, rows - r0);
 #pragma unroll
-                for (int i = 0; i < RPT; ++i)
+                for (int i = 0; i < RB; ++i) {
+                    const int r = r0 + i;
+                    m[i] = i < nr ? st_m[warp * rows + r] : -INFINITY;
+                    l[i] = i < nr ? st_l[warp * rows + r] : 0.f;
 #pragma unroll
-                    for (int x = 0; x < CW; ++x) acc[i][x] = 0.f;
-                if (mine) {
-#pragma unroll 2
-                    for (int j = part; j < n; j += ks_lanes) {
-                        float vf[CW];
-                        if constexpr (VEC) {
-                            T vvec[VE];
-                            *reinterpret_cast<uint4*>(vvec) = *reinterpret_cast<const uint4*>(vs + j * VLD + cg * VE);
-#pragma unroll
-                            for (int x = 0; x < VE; ++x) vf[x] = load_f32<DT>(vvec[x]);
-                        } else {
-                            vf[0] = load_f32<DT>(vs[j * VLD + cg]);
-                        }
-#pragma unroll
-                        for (int i = 0; i < RPT; ++i) {
-                            const int r = r0 + rb + nrb_o * i;
-                            if (r < rows) {
-                                const float p = ps[r * BK + j];
-#pragma unroll
-                                for (int x = 0; x < CW; ++x) acc[i][x] += p * vf[x];
-                            }
-                        }
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < RPT; ++i) {
-                    const int r = r0 + rb + nrb_o * i;
-#pragma unroll
-                    for (int x = 0; x < CW; ++x)
-                        for (int off = 1; off < ks_lanes; off *= 2) acc[i][x] += __shfl_xor_sync(0xffffffffu, acc[i][x], off);
-                    if (mine && r < rows && part == 0) {
-                        const float alpha = alphas[r];
+                    for (int ci = 0; ci < NCP; ++ci)
 #pragma unroll
                         for (int x = 0; x < CW; ++x) {
-                            float* o = as + r * DV + cg * CW + x;
-                            *o = *o * alpha + acc[i][x];
+                            const int col = (cg + ci * OCG) * CW + x;
+                            acc[i][ci * CW + x] = (i < nr && kp == 0 && col < DV) ? wa[r * DV + col] : 0.f;
                         }
+                }
+                warp_chunk<D, DV, DT, VEC, NA>(ks, vs, qs, r0, nr, nw, key0, n_q, last_seen, scale_log2, acc, m, l, lane);
+                reduce_phases<OCG, NA>(acc);
+#pragma unroll
+                for (int i = 0; i < RB; ++i) {
+                    const int r = r0 + i;
+                    if (i < nr) {
+                        if (lane == 0) { st_m[warp * rows + r] = m[i]; st_l[warp * rows + r] = l[i]; }
+#pragma unroll
+                        for (int ci = 0; ci < NCP; ++ci)
+#pragma unroll
+                            for (int x = 0; x < CW; ++x) {
+                                const int col = (cg + ci * OCG) * CW + x;
+                                if (kp == 0 && col < DV) wa[r * DV + col] = acc[i][ci * CW + x];
+                            }
                     }
                 }
+                __syncwarp();
+            }
+        }
+    }
+    if (VEC) cp_async_wait_all();
+    __syncthreads();  // the ring is no longer read: the warps' states may take its bytes
+
+    if (in_regs) {
+        reduce_phases<OCG, NA>(acc);
+#pragma unroll
+        for (int i = 0; i < RB; ++i) {
+            if (i < rows) {
+                if (lane == 0) { st_m[warp * rows + i] = m[i]; st_l[warp * rows + i] = l[i]; }
+#pragma unroll
+                for (int ci = 0; ci < NCP; ++ci)
+#pragma unroll
+                    for (int x = 0; x < CW; ++x) {
+                        const int col = (cg + ci * OCG) * CW + x;
+                        if (kp == 0 && col < DV) st_a[(warp * rows + i) * DV + col] = acc[i][ci * CW + x];
+                    }
             }
         }
     }
     __syncthreads();
 
-    // The block's result: O = a / l (0 for a row that saw no key), L = m + log l in natural units.
+    // Merge the warps (m* = max_w m_w, weights 2^(m_w - m*)), then the block's result:
+    // O = a / l (0 for a row that saw no key), L = m + log l in natural units.
     const size_t row0 = (size_t)g * rows;
+    const size_t total_rows = (size_t)gridDim.y * rows;
     for (int i = tid; i < rows * DV; i += NT) {
-        int r = i / DV;
-        float l = ls[r], o = l > 0.f ? as[i] / l : 0.f;
+        const int r = i / DV, col = i - r * DV;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, st_m[w * rows + r]);
+        float lsum = 0.f, a = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float mw = st_m[w * rows + r];
+            const float wt = mw == -INFINITY ? 0.f : exp2f(mw - mx);
+            lsum += wt * st_l[w * rows + r];
+            a += wt * st_a[(w * rows + r) * DV + col];
+        }
+        const float o = lsum > 0.f ? a / lsum : 0.f;
         if (FINAL) {
             out[row0 * DV + i] = store_as<DT>(o);
             counter.add(O_WRITE, 1);
         } else {
-            size_t total_rows = (size_t)gridDim.y * rows;
             o_part[((size_t)split * total_rows + row0) * DV + i] = o;
             counter.add(OS_WRITE, 1);
         }
     }
     for (int r = tid; r < rows; r += NT) {
-        float l = ls[r], L = l > 0.f ? (ms[r] + log2f(l)) * LN2 : -INFINITY;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, st_m[w * rows + r]);
+        float lsum = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float mw = st_m[w * rows + r];
+            lsum += mw == -INFINITY ? 0.f : exp2f(mw - mx) * st_l[w * rows + r];
+        }
+        const float L = lsum > 0.f ? (mx + log2f(lsum)) * LN2 : -INFINITY;
         if (FINAL) {
             if (save_lse) { lse[row0 + r] = L; counter.add(L_WRITE, 1); }
         } else {
-            size_t total_rows = (size_t)gridDim.y * rows;
             l_part[(size_t)split * total_rows + row0 + r] = L;
             counter.add(LS_WRITE, 1);
         }
@@ -372,9 +475,9 @@ template <int D, int DV, int DT, bool VEC>
 __global__ void __launch_bounds__(decode::NT) decode_split(
     const typename decode::Elem<DT>::T* q, const typename decode::Elem<DT>::T* k,
     const typename decode::Elem<DT>::T* v, float* o_part, float* l_part, int n_q, int n_k, int rows,
-    int block_k, int t_c, int splits, float scale_log2, unsigned long long* counts) {
+    int block_k, int t_c, int splits, float scale_log2, int stages, unsigned long long* counts) {
     decode::stream<D, DV, DT, VEC, false>(q, k, v, nullptr, o_part, l_part, nullptr, n_q, n_k, rows,
-                                          block_k, t_c, splits, scale_log2, 0, counts);
+                                          block_k, t_c, splits, scale_log2, 0, stages, counts);
 }
 
 // One-pass: one block per K/V head streams the whole cache and writes O in T (and L if asked).
@@ -382,65 +485,100 @@ template <int D, int DV, int DT, bool VEC>
 __global__ void __launch_bounds__(decode::NT) decode_one_pass(
     const typename decode::Elem<DT>::T* q, const typename decode::Elem<DT>::T* k,
     const typename decode::Elem<DT>::T* v, typename decode::Elem<DT>::T* out, float* lse, int n_q,
-    int n_k, int rows, int block_k, int t_c, float scale_log2, int save_lse, unsigned long long* counts) {
+    int n_k, int rows, int block_k, int t_c, float scale_log2, int save_lse, int stages,
+    unsigned long long* counts) {
     decode::stream<D, DV, DT, VEC, true>(q, k, v, out, nullptr, nullptr, lse, n_q, n_k, rows, block_k,
-                                         t_c, 1, scale_log2, save_lse, counts);
+                                         t_c, 1, scale_log2, save_lse, stages, counts);
 }
 
-// Combine: one block per query row (H_q N_q of them); L_s staged once in shared memory, then
-// NT threads as (split slice, column) pairs sum w_s O_s and reduce the slices in shared memory.
-// Every partial is read, even one whose weight is 0 (a split that saw no key), as the ledger counts.
+// Block-wide max or sum of one value per thread (CNT threads); every thread gets the result.
+template <bool MAX>
+__device__ __forceinline__ float block_reduce(float x, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int off = 16; off; off >>= 1) {
+        const float y = __shfl_xor_sync(0xffffffffu, x, off);
+        x = MAX ? fmaxf(x, y) : x + y;
+    }
+    __syncthreads();  // scratch may still be read by a previous reduction
+    if (lane == 0) scratch[warp] = x;
+    __syncthreads();
+    x = lane < decode::CNT / 32 ? scratch[lane] : (MAX ? -INFINITY : 0.f);
+#pragma unroll
+    for (int off = 16; off; off >>= 1) {
+        const float y = __shfl_xor_sync(0xffffffffu, x, off);
+        x = MAX ? fmaxf(x, y) : x + y;
+    }
+    return x;
+}
+
+// Combine: one block of CNT threads per query row (H_q N_q of them); L_s staged once in shared
+// memory, then the threads as (split slice, column vector) pairs sum w_s O_s with float4 loads
+// (several in flight per thread) and the slices are summed in shared memory. Every partial is
+// read, even one whose weight is 0 (a split that saw no key), as the ledger counts.
 template <int DV, int DT>
-__global__ void __launch_bounds__(decode::NT) decode_combine(
+__global__ void __launch_bounds__(decode::CNT) decode_combine(
     const float* __restrict__ o_part, const float* __restrict__ l_part,
     typename decode::Elem<DT>::T* __restrict__ out, float* __restrict__ lse, int total_rows, int splits,
     int save_lse, unsigned long long* counts) {
     using namespace decode;
-    extern __shared__ __align__(16) float cs[];  // splits weights, then NT partial sums
-    float* w = cs;
-    float* red = cs + splits;
-    __shared__ float m_star, l_sum;
+    constexpr int CW = DV % 4 == 0 ? 4 : 1;      // floats per load
+    constexpr int NCV = DV / CW;                  // column vectors of a row
+    constexpr int COLT = NCV < CNT ? NCV : CNT;   // column vectors per pass
+    constexpr int SLICES = CNT / COLT;
+    extern __shared__ __align__(16) float cs[];  // SLICES x COLT x CW partial sums, then the weights
+    float* red = cs;
+    float* w = cs + SLICES * COLT * CW;
+    __shared__ float scratch[CNT / 32];
     const int row = blockIdx.x, tid = threadIdx.x;
     Counter counter;
-    for (int s = tid; s < splits; s += NT) {
-        w[s] = l_part[(size_t)s * total_rows + row];
+    float mx = -INFINITY;
+    for (int s = tid; s < splits; s += CNT) {
+        const float x = l_part[(size_t)s * total_rows + row];
+        w[s] = x;
+        mx = fmaxf(mx, x);
         counter.add(LS_READ, 1);
     }
-    __syncthreads();
-    if (tid == 0) {
-        float m = -INFINITY;
-        for (int s = 0; s < splits; ++s) m = fmaxf(m, w[s]);
-        m_star = m;
+    const float m_star = block_reduce<true>(mx, scratch);
+    float lsum = 0.f;
+    for (int s = tid; s < splits; s += CNT) {
+        const float x = w[s] == -INFINITY ? 0.f : expf(w[s] - m_star);
+        w[s] = x;
+        lsum += x;
     }
-    __syncthreads();
-    for (int s = tid; s < splits; s += NT) w[s] = w[s] == -INFINITY ? 0.f : expf(w[s] - m_star);
-    __syncthreads();
-    if (tid == 0) {
-        float l = 0.f;
-        for (int s = 0; s < splits; ++s) l += w[s];
-        l_sum = l;
-    }
-    __syncthreads();
-    // 32 columns (one warp's worth, coalesced) by NT / 32 split slices per pass over the columns.
-    constexpr int COLS = DV < 32 ? DV : 32;
-    constexpr int SLICES = NT / COLS;
-    const int slice = tid / COLS, col = tid % COLS;
-    for (int c0 = 0; c0 < DV; c0 += COLS) {
-        const int c = c0 + col;
-        float acc = 0.f;
-        if (slice < SLICES && c < DV) {
+    const float l_sum = block_reduce<false>(lsum, scratch);  // its barriers also publish w
+    const int slice = tid / COLT, cv = tid % COLT;
+    for (int v0 = 0; v0 < NCV; v0 += COLT) {
+        const int vi = v0 + cv;
+        float acc[CW];
+#pragma unroll
+        for (int x = 0; x < CW; ++x) acc[x] = 0.f;
+        if (slice < SLICES && vi < NCV) {
+            const float* src = o_part + (size_t)row * DV + vi * CW;
+#pragma unroll 8
             for (int s = slice; s < splits; s += SLICES) {
-                acc += w[s] * o_part[((size_t)s * total_rows + row) * DV + c];
-                counter.add(OS_READ, 1);
+                const float ws = w[s];
+                if constexpr (CW == 4) {
+                    const float4 o = *reinterpret_cast<const float4*>(src + (size_t)s * total_rows * DV);
+                    acc[0] += ws * o.x; acc[1] += ws * o.y; acc[2] += ws * o.z; acc[3] += ws * o.w;
+                } else {
+                    acc[0] += ws * src[(size_t)s * total_rows * DV];
+                }
+                counter.add(OS_READ, CW);
             }
         }
-        red[tid] = acc;
+        if (slice < SLICES)
+#pragma unroll
+            for (int x = 0; x < CW; ++x) red[(slice * COLT + cv) * CW + x] = acc[x];
         __syncthreads();
-        if (tid < COLS && c < DV) {
-            float sum = 0.f;
-            for (int x = 0; x < SLICES; ++x) sum += red[x * COLS + tid];
-            out[(size_t)row * DV + c] = store_as<DT>(l_sum > 0.f ? sum / l_sum : 0.f);
-            counter.add(O_WRITE, 1);
+        for (int c = tid; c < COLT * CW; c += CNT) {
+            const int col = v0 * CW + c;
+            if (col < DV) {
+                float sum = 0.f;
+                for (int x = 0; x < SLICES; ++x) sum += red[x * COLT * CW + c];
+                out[(size_t)row * DV + col] = store_as<DT>(l_sum > 0.f ? sum / l_sum : 0.f);
+                counter.add(O_WRITE, 1);
+            }
         }
         __syncthreads();
     }
@@ -454,13 +592,16 @@ __global__ void __launch_bounds__(decode::NT) decode_combine(
 #ifdef COMPILE_CHECK
 template __global__ void decode_split<128, 128, decode::DT_F16, true>(
     const unsigned short*, const unsigned short*, const unsigned short*, float*, float*, int, int, int,
-    int, int, int, float, unsigned long long*);
+    int, int, int, float, int, unsigned long long*);
+template __global__ void decode_split<128, 128, decode::DT_BF16, true>(
+    const unsigned short*, const unsigned short*, const unsigned short*, float*, float*, int, int, int,
+    int, int, int, float, int, unsigned long long*);
 template __global__ void decode_split<5, 3, decode::DT_F32, false>(
     const float*, const float*, const float*, float*, float*, int, int, int, int, int, int, float,
-    unsigned long long*);
+    int, unsigned long long*);
 template __global__ void decode_one_pass<128, 128, decode::DT_BF16, true>(
     const unsigned short*, const unsigned short*, const unsigned short*, unsigned short*, float*, int,
-    int, int, int, int, float, int, unsigned long long*);
+    int, int, int, int, float, int, int, unsigned long long*);
 template __global__ void decode_combine<128, decode::DT_BF16>(const float*, const float*, unsigned short*,
                                                               float*, int, int, int, unsigned long long*);
 #endif
