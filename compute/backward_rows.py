@@ -105,7 +105,9 @@ def _split(x: np.ndarray, block: int) -> np.ndarray:
 def _running(per_block: np.ndarray) -> np.ndarray:
     """Partial sums after each block, index 0 = before any (zeros)."""
     out = np.zeros((per_block.shape[0] + 1, *per_block.shape[1:]), dtype=per_block.dtype)
-    np.cumsum(per_block, axis=0, out=out[1:])
+    # Overflowed products (inf beside -inf) are the overflow notice's to report, once.
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.cumsum(per_block, axis=0, out=out[1:])
     return out
 
 

@@ -256,6 +256,7 @@ _LOWER_EXTRA = {
     "process": "lower N or d",
     "backward_chunk": "lower N or N_keys",
     "cached": "lower N, d or d_v",
+    "curves": "raise block_q and block_k",
 }
 
 
@@ -302,18 +303,35 @@ def _histories(config: Config, blocks: int, tiles: int, forward_blocks: int) -> 
     return total
 
 
-# The window's own memory beyond an export's once it has shown a few configurations
-# (its widgets' pixmaps, the plots' buffers and what the allocator keeps of freed
-# chunks): bench-memory measured 35-48 MiB over the traced arrays at N = 2048-4096.
-WINDOW_BYTES = 48 * 2**20
+# The window's own memory beyond an export's once it has shown a few configurations (its
+# widgets' pixmaps and what the allocator keeps of freed chunks), and per point of the
+# statistics panel's step curves (their arrays and Qt's painter paths): fitted to
+# `flash-explorer bench-memory --grid` (assets/benchmarks/memory/), which measured 32-48
+# MiB beyond the arrays where the curves are short and 226 MiB for 6.3M points.
+WINDOW_BYTES = 40 * 2**20
+CURVE_POINT_BYTES = 40
+
+
+def _curve_points(config: Config) -> int:
+    """Points of the statistics panel's step curves (two per key tile or query block):
+    the forward's m, ℓ, α and a (d_v components) over the key tiles; the backward's
+    dQ_row (d) over the key tiles and dK, dV (d + d_v) over the query blocks."""
+    t_c = math.ceil(config.n_k / config.block_k)
+    t_r = math.ceil(config.n / config.block_q)
+    points = 0
+    if config.pass_name != "backward":
+        points += 2 * (3 + config.dv) * (t_c + 1)
+    if config.pass_name != "forward":
+        points += 2 * (config.d * (t_c + 1) + (config.d + config.dv) * (t_r + 1))
+    return points
 
 
 def _window_terms(config: Config) -> dict[str, int]:
     """What the window holds beyond an export of one frame: the histories at capacity
     (compute.inputs.HISTORY_BLOCKS query blocks, HISTORY_KEY_TILES key tiles; the
-    forward's only where the pass shows it), the six S and P regions, the shared number
+    forward's only where the pass shows it), the shared number
     cache full (ENTRIES configurations per kind, never over MAX_BYTES) with the previous
-    inputs, and the window's own memory."""
+    inputs (float64), and the window's own memory."""
     from compute.inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 
     shows_forward = config.pass_name != "backward"
@@ -325,12 +343,12 @@ def _window_terms(config: Config) -> dict[str, int]:
     cached = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * entry) - min(
         numbers_cache.MAX_BYTES, entry
     )
-    previous = 24 * (config.n * config.d + config.n_k * (config.d + config.dv))
+    previous = 8 * (config.n * config.d + config.n_k * (config.d + config.dv))
     return {
         "history": full - one,
-        "pairs": 8 * 8 * min(config.n, config.block_q) * config.n_k,
         "cached": max(0, cached) + previous,
         "process": WINDOW_BYTES,
+        "curves": CURVE_POINT_BYTES * _curve_points(config),
     }
 
 

@@ -141,3 +141,28 @@ def test_bench_gui_records_a_refusal_instead_of_a_modal_dialog(tmp_path):
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert "memory budget" in data["refused"]
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "blocks", "pass_name"),
+    [(1024, 64, 2, "training"), (1024, 32, 1, "backward"), (2048, 64, 64, "forward")],
+)
+def test_the_window_estimate_covers_its_peak(n, d, blocks, pass_name):
+    """A real window (offscreen) with every cache filled as a user fills it (bench-memory:
+    new inputs, rows through more query blocks and keys through more key tiles than the
+    histories keep, the timeline scrubbed) peaks under `config_memory(config, "window")`,
+    and the estimate is within 1.25x of that peak (issue 27 item 7)."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, "-m", "desktop.cli.main", "bench-memory", "--n", str(n), "--d", str(d),
+         "--block-q", str(blocks), "--block-k", str(blocks), "--pass", pass_name,
+         "--input", "random", "--one-json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    held = result["held"]
+    assert held["backward:bwd_blocks" if pass_name != "forward" else "forward:blocks"] == 16
+    peak, estimate = result["peak_mib"], result["estimate_mib"]
+    assert peak <= estimate, f"peak {peak} MiB over the window's estimate {estimate}"
+    assert estimate <= 1.25 * peak, f"estimate {estimate} MiB over 1.25 x {peak}"

@@ -138,6 +138,9 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch, 
     SHARED.clear()  # (another pass of these inputs has its passes cached: one part)
     monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # every build threaded
     monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
+    # The worker waits for the first tier's paint however loaded the machine is (past
+    # PAINT_WAIT_S it would go on unpainted, and the gate below would never close).
+    monkeypatch.setattr(worker, "PAINT_WAIT_S", 30.0)
     real_check, cancelled = worker._BuildJob.check, []
     # Once its first tier is painted (job.painted), a's second tier waits until the test
     # has seen that tier and made the next change, so a loaded machine cannot finish a's

@@ -202,6 +202,9 @@ def test_a_streamed_backward_forms_its_gradients_off_the_gui_thread(window, qtbo
     watch(compute.backward_numbers, "tiled_backward")
     real_check = worker._BuildJob.check
     monkeypatch.setattr(worker._BuildJob, "check", lambda job: (time.sleep(0.02), real_check(job)))
+    # The worker waits for the first tier's paint however loaded the machine is (past
+    # PAINT_WAIT_S it would go on unpainted and could finish before the check below).
+    monkeypatch.setattr(worker, "PAINT_WAIT_S", 30.0)
     state = window.state
     c = Config(n=40, d=3, dv=2, block_q=6, block_k=7, input="random", seed=11, pass_name="backward")
     state.set_config(c)
