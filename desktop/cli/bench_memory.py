@@ -114,7 +114,7 @@ def measure(cfg) -> dict:
     window.close()
     if refused:
         return {"config": config, "refused": refused[-1], "estimate_mib": estimate / MIB}
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     return {
         "config": config,
         "peak_mib": round(peak / MIB, 1),
@@ -122,6 +122,20 @@ def measure(cfg) -> dict:
         "estimate_over_peak": round(estimate / peak, 3),
         "held": held,
     }
+
+
+def peak_rss() -> int:
+    """This process's peak resident set in bytes. Linux's VmHWM starts afresh at exec;
+    getrusage's ru_maxrss (the fallback elsewhere) keeps the peak of whatever forked us,
+    so under a large parent (a test runner) it would report the parent's."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _line(r: dict) -> str:
