@@ -61,14 +61,23 @@ def _complete(state) -> bool:
 
 def _wait(app, state, done, timeout_s: float = 300.0) -> None:
     """Process events until done() holds, sleeping until an event comes (the worker's
-    result), as the real event loop does: spinning would take the GIL from the worker."""
-    from PySide6.QtCore import QEventLoop
+    result), as the real event loop does: spinning would take the GIL from the worker.
+    processEvents(flags, maxtime) ignores WaitForMoreEvents and returns at once when
+    nothing is pending (about 500,000 times a second), so the one-argument form blocks
+    here, and a 20 ms timer bounds each sleep."""
+    from PySide6.QtCore import QEventLoop, QTimer
 
     end = time.perf_counter() + timeout_s
-    while not done():
-        app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 20)
-        if time.perf_counter() > end:
-            raise TimeoutError("the window did not settle on the configuration in time")
+    tick = QTimer()
+    tick.setInterval(20)
+    tick.start()
+    try:
+        while not done():
+            app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
+            if time.perf_counter() > end:
+                raise TimeoutError("the window did not settle on the configuration in time")
+    finally:
+        tick.stop()
     app.processEvents()  # paints what the last event made dirty
 
 
