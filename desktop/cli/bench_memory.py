@@ -181,6 +181,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--one-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     from compute import InputError
+    from desktop.export.atomic import ExportError, resolve_target
+
+    if args.json:
+        try:  # before minutes of measuring: a path that cannot take the file is said now
+            resolve_target(args.json)
+        except ExportError as exc:
+            return fail(str(exc), parser.prog)
 
     if args.grid:
         try:
@@ -195,7 +202,7 @@ def main(argv: Sequence[str]) -> int:
         results = [measure(cfg)]
         print(json.dumps(results[0]) if args.one_json else _line(results[0]), flush=True)
     if args.json:
-        from desktop.export.atomic import ExportError, write_text_atomic
+        from desktop.export.atomic import write_text_atomic
 
         payload = {
             "results": results,
@@ -206,8 +213,10 @@ def main(argv: Sequence[str]) -> int:
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(args.json, json.dumps(payload, indent=2) + "\n")
-        except (ExportError, OSError) as exc:
-            return fail(f"{args.json} could not be written ({exc}).", parser.prog)
+        except ExportError as exc:
+            return fail(str(exc), parser.prog)
+        except OSError as exc:
+            return fail(f"{args.json} could not be written ({exc.strerror}).", parser.prog)
         print(f"wrote {args.json}")
     return 0
 

@@ -124,6 +124,16 @@ def test_bench_gui_json_to_dev_full_is_one_sentence(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_bench_memory_refuses_its_json_path_before_measuring(tmp_path):
+    """The grid takes minutes: a path that cannot take the file is said at once."""
+    result = run_cli("bench-memory", "--grid", "--json", "/dev/full", cwd=tmp_path, timeout=60)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.endswith("/dev/full is not a regular file (it is a fifo, socket or device); "
+                         "choose a file name.")  # fmt: skip
+    assert "Traceback" not in result.stderr and not result.stdout.strip()
+
+
 # ---- 15. SIGINT and SIGTERM to the window ------------------------------------------------
 def _catches(pid: int, sig: int) -> bool:
     with open(f"/proc/{pid}/status") as f:
