@@ -180,9 +180,17 @@ class MainWindow(QMainWindow):
         return splitter
 
     def show_decode(self, on: bool) -> None:
-        """The decode view in place of the two lanes (on), or the lanes back."""
+        """The decode view in place of the two lanes (on), or the lanes back. The lanes'
+        playback bar and the selected row's statistics belong to the lanes: they are
+        paused and greyed while the decode view (with its own play and step) is shown."""
+        if on:
+            self.playback.pause()
         self.lanes_splitter.setVisible(not on)
         self.decode_view.setVisible(on)
+        self.bar.setEnabled(not on)
+        self.stats_panel.setEnabled(not on)
+        for action in self.playback_menu.actions():  # Space and the arrows with them
+            action.setEnabled(not on)
 
     def _build_docks(self) -> None:
         """Controls left, the selected row's statistics right, the ledger below."""

@@ -22,7 +22,7 @@ def build_menus(self) -> None:  # self: the MainWindow (keeps the lines as they 
     )
     self.quit_separator = file_menu.addSeparator()
     self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
-    play = mb.addMenu("&Playback")
+    play = self.playback_menu = mb.addMenu("&Playback")
     pb = self.playback
     self.play_action = self._action(play, "Play / pause", pb.toggle, Qt.Key.Key_Space)
     self._action(play, "Step forward", lambda: pb.step_by(1), Qt.Key.Key_Right)

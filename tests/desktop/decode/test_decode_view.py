@@ -79,10 +79,17 @@ def test_view_refuses_bad_heads_in_one_sentence_and_keeps_the_last_step(qtbot):
 def test_pass_decode_swaps_the_lanes_for_the_view(window, qtbot):
     combo = window.controls.pass_combo
     before = window.state.current_config.pass_name
+    window.playback.play()
     combo.setCurrentIndex(combo.findData("decode"))
     qtbot.waitUntil(lambda: window.decode_view.isVisible())
     assert not window.lanes_splitter.isVisible()
     assert window.state.current_config.pass_name == before  # not a Config pass
     assert window.decode_view.data is not None and np.isfinite(window.decode_view.data.table.lse)
+    # The lanes' playback and row statistics are not the decode view's: paused and greyed.
+    assert not window.playback.playing
+    assert not window.bar.isEnabled() and not window.stats_panel.isEnabled()
+    assert not window.play_action.isEnabled()  # Space does not play the hidden lanes
     combo.setCurrentIndex(combo.findData("forward"))
     assert window.lanes_splitter.isVisible() and not window.decode_view.isVisible()
+    assert window.bar.isEnabled() and window.stats_panel.isEnabled()
+    assert window.play_action.isEnabled()
