@@ -329,9 +329,9 @@ def _curve_points(config: Config) -> int:
 def _window_terms(config: Config) -> dict[str, int]:
     """What the window holds beyond an export of one frame: the histories at capacity
     (compute.inputs.HISTORY_BLOCKS query blocks, HISTORY_KEY_TILES key tiles; the
-    forward's only where the pass shows it), the shared number
-    cache full (ENTRIES configurations per kind, never over MAX_BYTES) with the previous
-    inputs (float64), and the window's own memory."""
+    forward's only where the pass shows it), the shared number cache full (ENTRIES
+    configurations per kind, never over MAX_BYTES) with the previous inputs (float64),
+    the window's own memory and its step curves."""
     from compute.inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 
     shows_forward = config.pass_name != "backward"
