@@ -17,10 +17,9 @@ tests share its reference, dtypes and dense path.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from .device import status
 from .dtypes import BENCH_DTYPES, device_array, float64_values
 from .peers import PEERS
 from .reference import error_stats, reference_rows, sample_indices
-from .report import BENCH_FORMAT, VERSION, tiled_order
+from .report import report_head, tiled_order
 from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
 from .timing import ROUNDS, peak_pool_bytes, rotation_count, time_cuda, time_interleaved
 
@@ -470,13 +469,8 @@ def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Co
             r["speedup_vs_dense"] = dense_ms / r["ms"]
     if progress is not None:
         progress(ctx.total, ctx.total, "done")
-    return {
-        "format": BENCH_FORMAT,
-        "version": VERSION,
-        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "device": st.to_dict(),
-        "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
-        "timing": f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed"
+    timing = (
+        f"CUDA events, {cfg.warmup} warm-up, median of {cfg.repeats}, L2 flushed"
         + (f", paths interleaved in {ROUNDS} rounds" if cfg.pass_name == "forward" else "")
         + (
             f" after {cfg.preheat_s:g} s untimed"
@@ -487,7 +481,10 @@ def _report(cfg: BenchConfig, st, results: list[dict], sweep, progress, ctx: _Co
             f", each slice after {cfg.settle_s:g} s of its own path untimed"
             if cfg.pass_name == "forward" and cfg.settle_s
             else ""
-        ),
+        )
+    )
+    return {
+        **report_head(cfg, st.to_dict(), timing),
         "sample": None,
         "rotated_input_sets": None,
         "results": results,

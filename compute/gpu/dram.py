@@ -303,10 +303,8 @@ OURS = ("tiled", "dense", "flash")  # a failure of one of these fails the comman
 def dram_report(cfg, paths: list[dict]) -> dict:
     """A bench report (report.py's schema, version 4) holding only the "dram" block:
     no timings, since ncu's replay and counters change them (DramUnavailable: one sentence)."""
-    import datetime as _dt
-
     from .device import status
-    from .report import BENCH_FORMAT, VERSION
+    from .report import report_head
 
     st = status()
     if not st.usable:
@@ -314,12 +312,7 @@ def dram_report(cfg, paths: list[dict]) -> dict:
     entries = profile(cfg, paths)
     block = dram_block(cfg, entries, st.l2_bytes)
     return {
-        "format": BENCH_FORMAT,
-        "version": VERSION,
-        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "device": st.to_dict(),
-        "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
-        "timing": block["tool"],
+        **report_head(cfg, st.to_dict(), block["tool"]),
         "sample": None,
         "rotated_input_sets": 1,
         "results": [],

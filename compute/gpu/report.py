@@ -42,6 +42,23 @@ MAX_REPORTS = 1000
 MAX_RESULTS = 64
 
 
+def report_head(cfg, device: dict, timing: str) -> dict:
+    """The keys every bench report starts with (format, version, when, the device, the
+    configuration with its derived sizes and FLOPs, how it was timed); `cfg` is a
+    bench.BenchConfig, `device` its device.status().to_dict()."""
+    import datetime as _dt
+    from dataclasses import asdict
+
+    return {
+        "format": BENCH_FORMAT,
+        "version": VERSION,
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "device": device,
+        "config": {**asdict(cfg), "n_keys": cfg.n_k, "d_v": cfg.dv, "flops": cfg.flops()},
+        "timing": timing,
+    }
+
+
 def tiled_order(cfg) -> str:
     """The loop order the teaching kernel runs in cfg's pass: the forward's `order`, the
     backward always K/V outer, a training step the forward's order and then K/V outer."""
