@@ -105,6 +105,7 @@ def memory_terms(
     backward: tuple[int, int] | None = None,
     history_blocks: int = HISTORY_BLOCKS,
     key_tiles: int = HISTORY_KEY_TILES,
+    forward_blocks: int | None = None,
 ) -> dict[str, int]:
     """Bytes by what holds them, for the arrays one configuration makes the app hold.
 
@@ -120,16 +121,19 @@ def memory_terms(
     dV after each query block (compute.backward_numbers), the gradients and operands.
     history_blocks, key_tiles: how many of those histories are held (a one-shot export
     draws one of each; the window fills its caches to HISTORY_BLOCKS, HISTORY_KEY_TILES).
+    forward_blocks: how many of the forward's are (default history_blocks; a backward
+    alone keeps one: nothing plots its online-softmax state).
     """
     terms = {"inputs": 24 * (n_q * d + n_k * (d + d_v)), "pairs": 0, "rows": 0, "history": 0}
     if whole:
         terms["pairs"] = 56 * n_q * n_k
     if block_q is not None:
         rows = min(n_q, history_blocks * block_q)
+        forward_rows = rows if forward_blocks is None else min(n_q, forward_blocks * block_q)
         t_c = n_k if t_c is None else t_c
         terms["pairs"] += 12 * 8 * min(n_q, block_q) * n_k
         terms["rows"] = 8 * n_q * (6 + 2 * d_v) + CHUNK_BYTES
-        terms["history"] = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
+        terms["history"] = 8 * forward_rows * ((t_c + 1) * (3 + d_v) + n_k)
         if backward is not None:
             block_k, t_r = backward
             keys = min(n_k, key_tiles * block_k)

@@ -108,6 +108,11 @@ class NumberCache:
         self.misses += 1
         return self.put(kind, key, compute())
 
+    def kinds(self) -> list[str]:
+        """The kinds values were kept under, sorted."""
+        with self._lock:
+            return sorted(self._kinds)
+
     def held(self, kind: str) -> int:
         with self._lock:
             return len(self._kinds.get(kind, ()))

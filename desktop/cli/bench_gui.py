@@ -95,6 +95,26 @@ def _settle(app, state, target=None, timeout_s: float = 300.0) -> None:
     )
 
 
+def bench_window():
+    """(app, window): the window offscreen at the benchmark's screen size, shown and
+    settled on the reference example. A refusal is a result, never a modal dialog
+    waiting offscreen for a click: its sentences collect in window.bench_refusals."""
+    from PySide6.QtWidgets import QApplication
+
+    from desktop.window.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([])
+    window = MainWindow(persist=False)
+    window.resize(*SCREEN_SIZE)
+    window.state.sigError.disconnect(window.show_error)
+    window.bench_refusals = []
+    window.state.sigError.connect(window.bench_refusals.append)
+    window.state.sigRefused.connect(lambda text: text and window.bench_refusals.append(text))
+    window.show()
+    _settle(app, window.state)
+    return app, window
+
+
 def _floor(config, dense: bool) -> float:
     from compute.floor import floor_seconds
     from desktop.state.config import make_inputs
@@ -232,25 +252,14 @@ def main(argv: Sequence[str]) -> int:
         return fail("--repeats and --frames must be at least 1.", parser.prog)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import PySide6
-    from PySide6.QtWidgets import QApplication
 
     from compute import InputError
-    from desktop.window.main_window import MainWindow
 
     try:
         cfg = config_from_args(args).validated()
     except (InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
-    app = QApplication.instance() or QApplication([])
-    window = MainWindow(persist=False)
-    window.resize(*SCREEN_SIZE)
-    # A refusal is a result, never a modal dialog waiting offscreen for a click.
-    window.state.sigError.disconnect(window.show_error)
-    window.bench_refusals = []
-    window.state.sigError.connect(window.bench_refusals.append)
-    window.state.sigRefused.connect(lambda text: text and window.bench_refusals.append(text))
-    window.show()
-    _settle(app, window.state)
+    app, window = bench_window()
     results = []
     configs = list(grid_configs(cfg)) if args.grid else [cfg]
     if args.grid_max_n:

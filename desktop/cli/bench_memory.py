@@ -81,7 +81,7 @@ def fill_caches(window, app, cfg) -> dict[str, int]:
         state.set_step(step)
         app.processEvents()
     _settle(app, state)
-    held = {f"shared:{kind}": SHARED.held(kind) for kind in sorted(SHARED._kinds)}
+    held = {f"shared:{kind}": SHARED.held(kind) for kind in SHARED.kinds()}
     held["forward:blocks"] = trace.forward.cached("blocks")
     backward = getattr(trace, "backward", None)
     if backward is not None:
@@ -93,21 +93,11 @@ def fill_caches(window, app, cfg) -> dict[str, int]:
 def measure(cfg) -> dict:
     """One configuration in this process: the session, then peak RSS against the estimate."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication
-
-    from desktop.cli.bench_gui import _settle
+    from desktop.cli.bench_gui import bench_window
     from desktop.state.config import config_memory
-    from desktop.window.main_window import MainWindow
 
-    app = QApplication.instance() or QApplication([])
-    window = MainWindow(persist=False)
-    window.resize(*SCREEN_SIZE)
-    refused: list[str] = []
-    window.state.sigError.disconnect(window.show_error)
-    window.state.sigError.connect(refused.append)
-    window.state.sigRefused.connect(lambda text: text and refused.append(text))
-    window.show()
-    _settle(app, window.state)
+    app, window = bench_window()
+    refused: list[str] = window.bench_refusals
     config = {k: v for k, v in cfg.to_dict().items() if k != "file"}
     estimate = config_memory(cfg, "window")
     held = fill_caches(window, app, cfg)

@@ -287,22 +287,6 @@ def config_memory_terms(config: Config, context: str | None = None) -> dict[str,
     return terms
 
 
-def _histories(config: Config, blocks: int, tiles: int, forward_blocks: int) -> int:
-    """Bytes of the per-visit histories (compute.inputs.memory_terms' formula) for
-    `forward_blocks` and `blocks` query blocks of the forward and backward, `tiles` key
-    tiles: the forward's are made only for a pass that shows the forward."""
-    n, n_k, d, d_v = config.n, config.n_k, config.d, config.dv
-    t_c = math.ceil(n_k / config.block_k)
-    t_r = math.ceil(n / config.block_q)
-    rows = min(n, forward_blocks * config.block_q)
-    total = 8 * rows * ((t_c + 1) * (3 + d_v) + n_k)
-    if config.pass_name != "forward":
-        rows = min(n, blocks * config.block_q)
-        keys = min(n_k, tiles * config.block_k)
-        total += 8 * rows * (3 * n_k + (t_c + 1) * d) + 8 * keys * (t_r + 1) * (d + d_v)
-    return total
-
-
 # The window's own memory beyond an export's once it has shown a few configurations (its
 # widgets' pixmaps and what the allocator keeps of freed chunks), and per point of the
 # statistics panel's step curves (their arrays and Qt's painter paths): fitted to
@@ -334,11 +318,12 @@ def _window_terms(config: Config) -> dict[str, int]:
     the window's own memory and its step curves."""
     from compute.inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
 
-    shows_forward = config.pass_name != "backward"
-    one = _histories(config, 1, 1, 1)
-    full = _histories(
-        config, HISTORY_BLOCKS, HISTORY_KEY_TILES, HISTORY_BLOCKS if shows_forward else 1
-    )
+    args, kwargs = _memory_args(config)  # one block's and one tile's histories
+    one = memory_terms(*args, **kwargs)["history"]
+    kwargs.update(history_blocks=HISTORY_BLOCKS, key_tiles=HISTORY_KEY_TILES)
+    if config.pass_name == "backward":
+        kwargs["forward_blocks"] = 1
+    full = memory_terms(*args, **kwargs)["history"]
     entry = _cache_entry_bytes(config)
     cached = min(numbers_cache.MAX_BYTES, numbers_cache.ENTRIES * entry) - min(
         numbers_cache.MAX_BYTES, entry
