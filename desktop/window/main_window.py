@@ -181,14 +181,16 @@ class MainWindow(QMainWindow):
 
     def show_decode(self, on: bool) -> None:
         """The decode view in place of the two lanes (on), or the lanes back. The lanes'
-        playback bar and the selected row's statistics belong to the lanes: they are
-        paused and greyed while the decode view (with its own play and step) is shown."""
+        playback bar, the selected row's statistics and the lanes' ledger belong to the
+        lanes: paused and greyed while the decode view (its own play, step and ledger) is
+        shown."""
         if on:
             self.playback.pause()
         self.lanes_splitter.setVisible(not on)
         self.decode_view.setVisible(on)
         self.bar.setEnabled(not on)
         self.stats_panel.setEnabled(not on)
+        self.ledger_panel.setEnabled(not on)
         for action in self.playback_menu.actions():  # Space and the arrows with them
             action.setEnabled(not on)
 

@@ -88,8 +88,10 @@ def test_pass_decode_swaps_the_lanes_for_the_view(window, qtbot):
     # The lanes' playback and row statistics are not the decode view's: paused and greyed.
     assert not window.playback.playing
     assert not window.bar.isEnabled() and not window.stats_panel.isEnabled()
+    assert not window.ledger_panel.isEnabled()
     assert not window.play_action.isEnabled()  # Space does not play the hidden lanes
     combo.setCurrentIndex(combo.findData("forward"))
     assert window.lanes_splitter.isVisible() and not window.decode_view.isVisible()
     assert window.bar.isEnabled() and window.stats_panel.isEnabled()
+    assert window.ledger_panel.isEnabled()
     assert window.play_action.isEnabled()
