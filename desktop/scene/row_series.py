@@ -53,7 +53,7 @@ def step_bundle(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
     return xs.ravel(), ys.ravel()
 
 
-ENVELOPE_BINS = 512  # a bundle's columns across the row's updates: about a pixel each
+ENVELOPE_BINS = 256  # a bundle's columns across the row's updates: a pixel or two each
 
 
 def envelope_bundle(
