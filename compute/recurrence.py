@@ -59,13 +59,7 @@ def block_history(
         # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
         n_keys = max(0, min(s.n_k, r1 + s.n_k - s.n_q))
     acc = stats_dtype(dtype)
-    hist = RowHistory(
-        m=np.full((n_rows, s.t_c + 1), -np.inf, dtype=acc),
-        l=np.zeros((n_rows, s.t_c + 1), dtype=acc),
-        a=np.zeros((n_rows, s.t_c + 1, s.d_v), dtype=acc),
-        alpha=np.zeros((n_rows, s.t_c + 1), dtype=acc),
-        p_tilde=np.zeros((n_rows, s.n_k), dtype=acc),
-    )
+    hist = RowHistory.empty(n_rows, s.t_c, s.n_k, s.d_v, acc)
     hist.alpha[:, 1:] = 1  # a tile the block never loads rescales nothing
     if n_keys > 0:
         kw = dict(order=s.order, scale=scale, dtype=dtype, rows_of=rows_of)
@@ -129,13 +123,7 @@ def rows_history(
     t_c = -(-n_k // block_k)
     mask = Mask.of(mask)
     loads = mask.row_tile_classes(row0, row0 + n_rows, n_all, n_k, n_rows, block_k)[0]
-    h = RowHistory(
-        m=np.full((n_rows, t_c + 1), -np.inf, dtype=acc),
-        l=np.zeros((n_rows, t_c + 1), dtype=acc),
-        a=np.zeros((n_rows, t_c + 1, d_v), dtype=acc),
-        alpha=np.ones((n_rows, t_c + 1), dtype=acc),
-        p_tilde=np.zeros((n_rows, n_k), dtype=acc),
-    )
+    h = RowHistory.empty(n_rows, t_c, n_k, d_v, acc, alpha=1.0)
     h.alpha[:, 0] = 0  # before any key
     group = max(1, HISTORY_GROUP_ELEMENTS // max(1, n_rows * block_k))
     for g0 in range(0, t_c, group):
