@@ -215,6 +215,9 @@ def test_default_paths():
     paths = dram.default_paths(("tiled", "dense", "sdpa-flash"), peers=True)
     assert paths == [{"path": "tiled", "order": "q-outer"}, {"path": "tiled", "order": "kv-outer"},
                      {"path": "dense"}, {"path": "sdpa-flash"}, {"path": "fa4"}]  # fmt: skip
+    # The backward alone runs one tiled kernel whatever the forward's order: profiled once.
+    alone = dram.default_paths(("tiled", "flash"), peers=False, pass_name="backward")
+    assert alone == [{"path": "tiled", "order": "kv-outer"}, {"path": "flash"}]
 
 
 def test_dram_refuses_the_sweep(capsys, monkeypatch):
