@@ -28,7 +28,8 @@ from desktop.theme import FollowsPalette, style_plot
 
 X_MAX = 1.6  # the axis ends here (× declared): a bar past it is cut and labelled
 HEIGHT = 0.36  # each bar's thickness; a path's two bars share one unit of the y axis
-ROW_PX = 34  # the plot's least height per path
+ROW_PX = 44  # the plot's least height per path
+SYMBOLS = {"l": "ℓ"}  # as the ledger's table names the running denominator
 FUSED = ("tiled", "flash")  # the paths that keep S and P on chip
 # The N x N matrices the dense lane stores in each pass.
 NN_MATRICES = {"forward": "S and P", "backward": "P, dP and dS", "training": "S, P, dP and dS"}
@@ -158,11 +159,12 @@ class LedgerMeasured(FollowsPalette, QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         # The combo alone on its row keeps the panel narrow enough to stack in a side dock;
-        # the reading of the gap right above the bars, what each side counts below them.
+        # the reading of the gap and the colours right above the bars, what each side
+        # counts below them.
         layout.addWidget(self.combo)
         layout.addWidget(self.gap)
-        layout.addWidget(self.plot, 1)
         layout.addWidget(self.legend)
+        layout.addWidget(self.plot, 1)
         layout.addWidget(self.title)
         layout.addWidget(self.details)
         self.restyle()
@@ -235,16 +237,25 @@ class LedgerMeasured(FollowsPalette, QWidget):
         )
         self.gap.setText(gap_reading(report))
         self.bars = [b for b in path_bars(report) if b.scale_bytes and b.measured]
-        colours: dict[str, str] = {}
         ticks = []
         for i, bar in enumerate(self.bars):
             ticks.append((i, bar.name))
             for y, segments in ((i - HEIGHT / 2, bar.declared), (i + HEIGHT / 2, bar.measured)):
-                self._bar(item, y, segments, bar.scale_bytes, colours)
+                self._bar(item, y, segments, bar.scale_bytes)
+            if not bar.declared:  # a peer: its transfers are not modelled
+                note = pg.TextItem("no ledger: lower bar against flash's",
+                                   anchor=(0.0, 0.5), color="#888888")  # fmt: skip
+                note.setPos(0.0, i - HEIGHT / 2)
+                item.addItem(note)
         item.getAxis("left").setTicks([ticks])
         self.plot.setMinimumHeight(ROW_PX * len(self.bars) + 50)  # every path's name readable
         item.setXRange(0, X_MAX, padding=0)
         item.setYRange(-0.6, len(self.bars) - 0.4, padding=0)
+        # The legend: the declared bars' tensors first, then the measured bars' read, write.
+        colours: dict[str, str] = {}
+        declared = [s for b in self.bars for s in b.declared]
+        for seg in declared + [s for b in self.bars for s in b.measured]:
+            colours.setdefault(SYMBOLS.get(seg.label, seg.label), seg.colour)
         self.legend.setText(
             " ".join(f'<span style="color:{c}">■</span>&nbsp;{name}' for name, c in colours.items())
         )
@@ -261,7 +272,7 @@ class LedgerMeasured(FollowsPalette, QWidget):
         ]
         self.details.setText("\n".join(lines))
 
-    def _bar(self, item, y: float, segments: list, scale: int, colours: dict) -> None:
+    def _bar(self, item, y: float, segments: list, scale: int) -> None:
         """One stacked bar at height y, cut at X_MAX, labelled with its GB (and multiple)."""
         x = 0.0
         for seg in segments:
@@ -270,7 +281,6 @@ class LedgerMeasured(FollowsPalette, QWidget):
             if right > left:
                 item.addItem(pg.BarGraphItem(x0=[left], y=[y], width=[right - left],
                                              height=[HEIGHT], brush=seg.colour, pen=None))  # fmt: skip
-            colours.setdefault(seg.label, seg.colour)
             x += width
         if not segments:
             return
