@@ -197,8 +197,9 @@ class LedgerMeasured(FollowsPalette, QWidget):
         self._picked = False
         self.follow()
 
-    def _pick(self, _index: int) -> None:
+    def _pick(self, index: int) -> None:
         self._picked = True
+        self._draw(index)  # Qt announced the new index before the pick: say "picked" now
 
     def follow(self) -> None:
         """Show the recording nearest the app's configuration (until the user picks one)."""
@@ -228,8 +229,15 @@ class LedgerMeasured(FollowsPalette, QWidget):
         block = report["dram"]
         device = report["device"].get("name") or "a GPU"
         c = report["config"]
+        cfg = None if self.state is None else self.state.config
+        which = (
+            f"The recording nearest this configuration ({cfg.pass_name}, N = {cfg.n}); pick "
+            "another above. "
+            if cfg is not None and not self._picked
+            else ""
+        )
         self.title.setText(
-            f"Upper bar: the ledger's declared bytes, per tensor where the teaching kernel "
+            f"{which}Upper bar: the ledger's declared bytes, per tensor where the teaching kernel "
             f"counted them; lower bar: DRAM bytes read and written as the {device}'s counters "
             f"(Nsight Compute) saw them, {c['dtype']}, {c.get('pass_name', 'forward')} pass. "
             "The ledger counts every transfer its schedule declares, re-reads included; DRAM "

@@ -165,6 +165,10 @@ def test_tab_follows_the_pass_until_picked(qtbot, recorded):
         state.set_config(Config(pass_name="backward"))
     assert view.combo.currentIndex() == _find(recorded, "backward", 4096)
     assert "backward pass" in view.title.text()
+    assert view.title.text().startswith("The recording nearest this configuration (backward,")
+    view.combo.setCurrentIndex(0)
+    view.combo.activated.emit(0)
+    assert view.title.text().startswith("Upper bar")  # picked: no longer "nearest"
 
 
 def test_no_recording_says_so(qtbot):
