@@ -21,7 +21,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QLabel, QVBoxLayout, QWidget
 
-from compute.gpu.report import bundled_report, dram_label, split_reports
+from compute.gpu.report import L2_CAVEAT, bundled_report, dram_label, split_reports
 from desktop.panels.gpu.dram_view import PathBars, path_bars
 from desktop.state.app_state import AppState
 from desktop.theme import FollowsPalette, style_plot
@@ -241,7 +241,7 @@ class LedgerMeasured(FollowsPalette, QWidget):
             f"counted them; lower bar: DRAM bytes read and written as the {device}'s counters "
             f"(Nsight Compute) saw them, {c['dtype']}, {c.get('pass_name', 'forward')} pass. "
             "The ledger counts every transfer its schedule declares, re-reads included; DRAM "
-            f"sees only what got past the {block['l2_bytes'] / 2**20:,.0f} MiB L2."
+            f"sees only what got past the {block['l2_bytes'] / 2**20:,.0f} MiB L2. {L2_CAVEAT}"
         )
         self.gap.setText(gap_reading(report))
         self.bars = [b for b in path_bars(report) if b.scale_bytes and b.measured]

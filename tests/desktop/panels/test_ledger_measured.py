@@ -7,7 +7,7 @@ import copy
 import pyqtgraph as pg
 import pytest
 
-from compute.gpu.report import bundled_report, split_reports
+from compute.gpu.report import L2_CAVEAT, bundled_report, split_reports
 from desktop.panels.ledger_measured import (
     X_MAX,
     LedgerMeasured,
@@ -144,7 +144,7 @@ def test_tab_draws_declared_per_tensor_and_measured_as_fractions(window, qtbot, 
     )
     assert view.gap.text() == gap_reading(report)
     assert "fa4: FA4 (flash_attn.cute) is not importable here" in view.details.text()
-    assert "re-reads included" in view.title.text()
+    assert "re-reads included" in view.title.text() and L2_CAVEAT in view.title.text()
     # The user's pick stays when the configuration changes.
     with qtbot.waitSignal(window.state.sigConfigChanged, timeout=10_000):
         window.state.set_config(Config(pass_name="training"))
