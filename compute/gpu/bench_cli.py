@@ -128,7 +128,7 @@ def _dram(cfg, args) -> int:
               "--sweep-blocks.", file=sys.stderr)  # fmt: skip
         return 2
     try:
-        report = dram.dram_report(cfg, dram.default_paths(cfg.kernels, args.peers))
+        report = dram.dram_report(cfg, dram.default_paths(cfg.kernels, args.peers, cfg.pass_name))
     except (dram.DramUnavailable, ValueError) as exc:
         print(f"flash-explorer bench: {exc}", file=sys.stderr)
         return 1
