@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -236,16 +237,28 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
+class DecodeBenchUnavailable(RuntimeError):
+    """No usable CUDA device, or no PyTorch for the SDPA peer: the sentence says which."""
+
+
+def measure(
+    cases: tuple[tuple[int, int, int], ...] = CASES,
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+    on_case: Callable[[dict], None] | None = None,
+) -> dict:
+    """The report of every (H_q, H_kv, N_k) case; progress(i, n, what) before each case and
+    on_case(report so far) after it (the CLI rewrites its JSON there)."""
     st = status()
     if not st.usable:
-        print(f"decode_bench: {st.reason}", file=sys.stderr)
-        return 2
-    import torch
-
+        raise DecodeBenchUnavailable(st.reason)
+    try:
+        import torch
+    except ImportError as exc:
+        raise DecodeBenchUnavailable(
+            "The decode benchmark times PyTorch's SDPA beside our kernels, but torch is not "
+            "installed here: install it, or read the bundled measurement."
+        ) from exc
     fa4, fa4_reason = _fa4()
     copy_bw = copy_bandwidth()
     report = {
@@ -256,10 +269,29 @@ def main(argv: list[str] | None = None) -> int:
         "timing": "time_interleaved: 3 rounds, 21 runs, 0.2 s preheat, L2 flushed, median",
         "cases": [],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    for hq, hkv, n in CASES:  # the JSON is rewritten after each case: a cut run keeps its rows
+    for i, (hq, hkv, n) in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases), f"H_q/H_kv = {hq}/{hkv}, N_k = {n}")
         report["cases"].append(bench_case(hq, hkv, n, fa4, copy_bw, st.l2_bytes, st.sm_count))
+        if on_case is not None:
+            on_case(report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(report: dict) -> None:  # after each case: a cut run keeps its rows
         args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    try:
+        report = measure(on_case=write)
+    except DecodeBenchUnavailable as exc:
+        print(f"decode_bench: {exc}", file=sys.stderr)
+        return 2
     print(format_table(report))
     print(f"wrote {args.out}")
     return 0
