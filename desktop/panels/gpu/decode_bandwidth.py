@@ -266,12 +266,15 @@ class DecodeBandwidthView(FollowsPalette, QWidget):
                 cell = QTableWidgetItem(text)
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, j, cell)
-        best = max((r for r in self.rows if r.n_k == max(x.n_k for x in self.rows)),
-                   key=lambda r: r.fraction)  # fmt: skip
+        longest = max(r.n_k for r in self.rows)
+        at = sorted((r for r in self.rows if r.n_k == longest), key=lambda r: r.fraction)
+        span = f"{at[0].fraction:.0%}" + (
+            f" ({at[0].h_q}/{at[0].h_kv}) to {at[-1].fraction:.0%} ({at[-1].h_q}/{at[-1].h_kv})"
+            if len(at) > 1 else f" ({at[0].h_q}/{at[0].h_kv})"
+        )  # fmt: skip
         self.message.setText(
-            f"At N_k = {best.n_k} the split-KV kernel reaches {best.fraction:.0%} of the copy "
-            f"bandwidth ({best.label}); decode is memory-bound, so this fraction, not FLOP/s, "
-            "is its speed."
+            f"At N_k = {longest} the split-KV kernel reaches {span} of the copy bandwidth; "
+            "decode is memory-bound, so this fraction, not FLOP/s, is its speed."
         )
 
     # -- measuring -----------------------------------------------------------------------

@@ -78,6 +78,8 @@ def test_without_a_gpu_it_shows_the_bundled_bars_and_cannot_measure(qtbot):
     bars = [i for i in view.plot.getPlotItem().items if type(i).__name__ == "BarGraphItem"]
     assert list(bars[0].opts["height"]) == [r.fraction for r in rows]
     assert view.table.item(1, 6).text() == f"{rows[1].fraction:.0%}"
+    big = sorted((r for r in rows if r.n_k == 65536), key=lambda r: r.fraction)
+    assert f"reaches {big[0].fraction:.0%} ({big[0].h_q}/{big[0].h_kv}) to" in view.message.text()
 
 
 def test_a_bad_file_keeps_the_bars_and_says_why(qtbot, tmp_path):

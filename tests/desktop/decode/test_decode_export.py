@@ -76,3 +76,19 @@ def test_a_gif_is_refused_and_help_names_the_decode_branch(tmp_path, capsys):
     assert export_main(["--decode", *STEP, "--out", str(tmp_path / "d.gif")]) == 1
     assert ".gif" in capsys.readouterr().err
     assert "--decode" in export_parser().format_help()
+
+
+def test_a_short_view_shrinks_the_bands_and_keeps_the_combine():
+    # Eight K/V heads in a 620-pixel export once pushed the combine off the canvas.
+    from desktop.cli.export import _decode_view
+    from desktop.decode.canvas import BAND_GAP, COMBINE_MIN, GAP, LABEL_H, MARGIN, ROW_H
+
+    args = ["--n-k", "4096", "--h-q", "32", "--h-kv", "8", "--d", "64", "--out", "x.png"]
+    for height in (620, 1400):
+        view = _decode_view(decode_export_parser().parse_args(args), (1100, height))
+        canvas = view.canvas
+        rows = canvas._rows()
+        bands = 2 * (2 * LABEL_H + rows * (ROW_H + GAP)) + 2 * BAND_GAP + 2 * MARGIN
+        assert 1 <= rows <= 4 and bands + COMBINE_MIN <= canvas.height()
+        view.close()
+    assert rows == 4  # a tall view draws every row it may
