@@ -52,6 +52,7 @@ from compute.gpu.report import (
 from compute.gpu.report import sweep_for as find_sweep
 from desktop.panels.eliding import ElidedCombo, FitTable
 from desktop.panels.gpu.bench_thread import BenchThread, Runner
+from desktop.panels.gpu.decode_bandwidth import DecodeBandwidthView
 from desktop.panels.gpu.dram_view import DramView
 from desktop.panels.gpu.paper_view import PaperView
 from desktop.panels.gpu.sweep import SweepView
@@ -156,6 +157,8 @@ class GpuPanel(QWidget):
         self.dram_tabs = QTabWidget()
         self.dram_tabs.addTab(self.dram_view, "DRAM: declared vs measured")
         self.dram_tabs.addTab(self.paper_view, "Paper check")
+        self.decode_view = DecodeBandwidthView(device=self.device)
+        self.dram_tabs.addTab(self.decode_view, "Decode bandwidth")
         # Folded by default, so the timing tables and the heatmap fit the dock unscrolled;
         # it opens by itself when the report chosen is a DRAM measurement.
         self.dram_toggle = QToolButton(checkable=True)
@@ -496,6 +499,7 @@ class GpuPanel(QWidget):
             self._thread.wait(msecs)
         for reader in list(self._readers):
             reader.wait(msecs)
+        self.decode_view.shutdown(msecs)
 
 
 def dram_for(report: dict, reports: list[dict]) -> dict | None:
