@@ -146,6 +146,8 @@ CASES = [
     (8, 8, 33, 100, True, "top-left"),
     (8, 2, 33, 100, True, "top-left"),
     (8, 2, 100, 33, True, "bottom-right"),
+    (8, 2, 100, 33, True, "top-left"),  # two launches: 33 causal rows, then full rows
+    (4, 4, 77, 76, True, "top-left"),
     (8, 8, 33, 100, True, "bottom-right"),
     (8, 1, 40, 70, False, "bottom-right"),
 ]
@@ -227,8 +229,6 @@ def test_refusals_are_one_sentence():
     attn = torch_op.torch_attention
     with pytest.raises(ValueError, match="^q has 4 heads and k, v 2: pass enable_gqa=True"):
         attn(q, k, k)
-    with pytest.raises(ValueError, match=r"^is_causal top-left \(SDPA's\) with N_q > N_k"):
-        attn(q, k, k, is_causal=True, enable_gqa=True)
     with pytest.raises(ValueError, match="^causal_align must be one of"):
         attn(q, q, q, is_causal=True, causal_align="centre")
     with pytest.raises(ValueError, match="^head dim d must be one of"):
@@ -243,11 +243,12 @@ def test_refusals_are_one_sentence():
 
 def test_library_op_passes_opcheck(stand_in, float64_ok):
     torch_op.register_ops()
-    q, k, v, do = _inputs(1, 4, 2, 40, 56, 64, seed=9)
     op = torch.ops.fa_explorer.attention_forward
-    for causal, align in ((False, "top-left"), (True, "top-left"), (True, "bottom-right")):
-        args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), causal, 0.125, align)
-        torch.library.opcheck(op, args)
+    for n_q, n_k in ((40, 56), (56, 40)):
+        q, k, v, do = _inputs(1, 4, 2, n_q, n_k, 64, seed=9)
+        leaves = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_())
+        for causal, align in ((False, "top-left"), (True, "top-left"), (True, "bottom-right")):
+            torch.library.opcheck(op, (*leaves, causal, 0.125, align, causal))
 
 
 def test_compile_fullgraph_matches_eager(stand_in, float64_ok):
@@ -364,3 +365,49 @@ def test_torch_export_records_the_library_op(stand_in, float64_ok):
     ops = [n.target for n in program.graph.nodes if n.op == "call_function"]
     assert torch.ops.fa_explorer.attention_forward.default in ops
     assert torch.equal(program.module()(q, k, v), Block()(q, k, v))
+
+
+def test_a_cached_signature_still_checks_the_address(stand_in, float64_ok):
+    """The second call of a signature skips the checks but not the base address: a view of
+    the same shape and strides starting 8 bytes off 16 is copied before the kernel sees it
+    (the stand-in asserts it gets only readable tensors), and the result stays right."""
+    n = 1 * 4 * 40 * 64
+    g = torch.Generator().manual_seed(13)
+    store = torch.randn(3, n + 2, generator=g, dtype=torch.float64)  # rows 16-byte aligned
+    aligned = [store[i, :n].view(1, 4, 40, 64) for i in range(3)]
+    shifted = [store[i, 1 : n + 1].view(1, 4, 40, 64) for i in range(3)]
+    assert all(t.data_ptr() % 16 == 0 for t in aligned)
+    assert shifted[0].stride() == aligned[0].stride() and shifted[0].data_ptr() % 16 == 8
+    with torch.no_grad():
+        for q, k, v in (aligned, shifted):
+            got = torch_op.torch_attention(q, k, v, is_causal=True)
+            want = _reference(q, k, v, True, 64**-0.5, "top-left")
+            assert _rel(got, want) < 1e-12
+    fed = [args[0] for kind, args in stand_in if kind == "forward"]
+    assert fed[0].data_ptr() == aligned[0].data_ptr()  # read in place
+    assert fed[1].data_ptr() % 16 == 0  # a copy
+
+
+def test_deterministic_reaches_the_backward(stand_in, float64_ok, monkeypatch):
+    """deterministic= goes to torch_launch.backward (flash_attention_backward's mode), eager
+    and through the library op that torch.compile traces."""
+    seen = []
+    stand_in_backward = torch_launch.backward
+
+    def backward(*args, **kw):
+        seen.append(kw["deterministic"])
+        return stand_in_backward(*args, **kw)
+
+    monkeypatch.setattr(torch_launch, "backward", backward)
+    q, k, v, do = _inputs(1, 4, 2, 40, 40, 64, seed=14)
+    for det in (False, True):
+        _run(q, k, v, do, is_causal=True, enable_gqa=True, deterministic=det)
+
+    def block(q, k, v):
+        return torch_op.torch_attention(q, k, v, is_causal=True, enable_gqa=True,
+                                        deterministic=True)  # fmt: skip
+
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    compiled(*leaves).backward(do)
+    assert seen == [False, True, True]
