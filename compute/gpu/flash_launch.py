@@ -28,6 +28,8 @@ from .flash_variants import Config
 from .sources import KERNEL_DIR, kernel_source
 
 LOG2E = 1.4426950408889634
+# An unbounded side of a band: far past any row (r + lo and r + hi stay in int32 for N < 2^30).
+BAND_OPEN = 1 << 30
 
 
 def cupy():
@@ -87,6 +89,8 @@ class _Layout(ctypes.Structure):
         ("strides", ctypes.c_longlong * 12),
         ("heads", ctypes.c_int),
         ("group", ctypes.c_int),
+        ("lo", ctypes.c_int),  # the band of ':band' variants: row r sees r + lo <= c <= r + hi
+        ("hi", ctypes.c_int),
     ]
 
 
@@ -191,12 +195,15 @@ _INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 def prepare(
     cfg: Config, dt: int, shape: tuple[int, int, int, int], kv_heads: int, n_k: int,
     strides: tuple[Strides, Strides, Strides, Strides], ptrs: tuple[int, int, int],
-    scale: float, causal: bool,
+    scale: float, causal: bool, band: tuple[int, int] | None = None,
 ) -> Launch:  # fmt: skip
     """The launch of variant cfg (dtype code dt) on Q of `shape` (batch, heads, N_q, d), K and
     V of kv_heads heads (dividing heads: GQA) and n_k rows, at the element strides of Q, K,
     V and O (normal_strides of readable tensors); ptrs are Q's, K's and V's addresses now (the
-    ws kernel's maps are encoded on them; run() re-points them)."""
+    ws kernel's maps are encoded on them; run() re-points them). `band` (lo, hi): query row r
+    sees keys r + lo <= c <= r + hi, for a ':band' variant (`causal` then False)."""
+    if (band is not None) != cfg.band:
+        raise ValueError(f"variant {cfg.spec()!r} and band {band} do not go together")
     from . import tma
 
     b, h, n_q, d = shape
@@ -207,6 +214,7 @@ def prepare(
     layout = _Layout()
     layout.strides[:] = [s for st in strides for s in st]
     layout.heads, layout.group = h, h // kv_heads
+    layout.lo, layout.hi = band if band is not None else (-BAND_OPEN, BAND_OPEN)
     launch = Launch(cfg, compiled(cfg, dt), grid, layout, scalars)
     if cfg.kernel != "ws":
         launch.bind()

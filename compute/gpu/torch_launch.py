@@ -45,12 +45,16 @@ def _torch() -> Any:
 
 def forward(
     q: Any, k: Any, v: Any, causal: bool, scale: float, o: Any = None, lse: Any = None,
-    config: Any = None,
+    config: Any = None, band: tuple[int, int] | None = None,
 ) -> tuple[Any, Any]:  # fmt: skip
     """(O, LSE) of the kernel on readable tensors (module docstring): O written into `o`
     (readable, q's shape; by default a new tensor with q's strides when they are dense),
     LSE float32 contiguous (batch, heads, N_q) into `lse`; `config` (a flash Config)
-    overrides the variant, as flash_attention's does (for tests and benchmarks)."""
+    overrides the variant, as flash_attention's does (for tests and benchmarks). `band`
+    (lo, hi): query row r sees keys r + lo <= c <= r + hi (a sliding window with its
+    alignment folded in, flash_launch.BAND_OPEN for an unbounded side; `causal` is then
+    ignored), run by a ':band' variant of the ws kernel, which reads only the key tiles each
+    query block's band touches."""
     torch = _torch()
     device = q.get_device()
     if device < 0:
@@ -61,11 +65,11 @@ def forward(
         b, h, n_q, _ = q.shape
         lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
     key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), q.dtype, device,
-           causal, scale, config)  # fmt: skip
+           causal, scale, config, band)  # fmt: skip
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
     plan = _PLANS.get(key, False)
     if plan is False:
-        plan = _make_plan(q, k, v, o, ptrs, causal, scale, config)
+        plan = _make_plan(q, k, v, o, ptrs, causal, scale, config, band)
         with _PLANS_LOCK:
             _PLANS[key] = plan
     if plan is None:  # nothing to compute (no head or no query row)
@@ -102,25 +106,33 @@ def _ticket(torch: Any, device: int, stream: int) -> tuple[int, Any]:
 
 
 def _make_plan(
-    q: Any, k: Any, v: Any, o: Any, ptrs: tuple, causal: bool, scale: float, config: Any
+    q: Any, k: Any, v: Any, o: Any, ptrs: tuple, causal: bool, scale: float, config: Any,
+    band: tuple[int, int] | None = None,
 ):  # fmt: skip
     """The Launch flash_attention would make on these shapes and strides (None when it
-    launches nothing)."""
+    launches nothing); with a band, the ':band' variant's."""
     import cupy as cp
 
-    from .flash_launch import normal_strides, prepare
+    from .flash_launch import is_hopper, normal_strides, prepare
     from .flash_select import launch_config
 
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     if not (b * h and n_q):
         return None
-    cfg = launch_config(d, n_q, n_k, causal, config)
-    strides = tuple(normal_strides(t.shape, t.stride()) for t in (q, k, v, o))
     with cp.cuda.Device(q.device.index):
+        if band is not None and not is_hopper():
+            raise ValueError(
+                "sliding windows run on the ws kernel, which needs an sm_90 (Hopper) GPU; "
+                "leave window unset on this GPU"
+            )
+        cfg = launch_config(d, n_q, n_k, causal, config, band=band is not None)
+        if not cfg.band:  # no key at all (launch_config): every row sees nothing anyway
+            band = None
+        strides = tuple(normal_strides(t.shape, t.stride()) for t in (q, k, v, o))
         return prepare(
             cfg, _DTYPE_CODES[str(q.dtype)], (b, h, n_q, d), k.shape[1], n_k, strides, ptrs,
-            scale, causal,
+            scale, causal and band is None, band,
         )  # fmt: skip
 
 

@@ -41,7 +41,9 @@ kernel's own; rows that see no key give zeros). Top-left with N_q < N_k runs the
 the first N_q keys (views of those rows of K and V; dK, dV are zero past them); top-left
 with N_q > N_k runs two launches on views of q and O (``_split``): the first N_k rows
 causal, the rows after them full attention (they see every key); its backward is two calls
-whose dK, dV are added. The two agree when N_q = N_k. No attn_mask, dropout or windows.
+whose dK, dV are added. The two agree when N_q = N_k. Sliding windows (``window=``,
+forward only): the ws kernel's band variant, each query block reading only the key tiles
+its rows' window touches. No attn_mask or dropout.
 
 torch is optional: importing this module (or ``compute.gpu``) never imports it; calling
 ``torch_attention`` without torch installed raises ImportError with one sentence.
@@ -53,8 +55,9 @@ import functools
 import math
 from typing import Any
 
+from ..mask import Mask
 from .flash import SUPPORTED_HEAD_DIMS
-from .flash_launch import readable
+from .flash_launch import BAND_OPEN, readable
 
 NO_TORCH = "torch_attention needs PyTorch: install torch (pip install torch) to use it."
 ALIGNS = ("top-left", "bottom-right")
@@ -75,7 +78,10 @@ def _torch() -> Any:
 _TORCH: list = []  # the torch module, once imported
 
 
-def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align: str) -> None:
+def _check(
+    torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align: str,
+    window: Any = None,
+) -> None:  # fmt: skip
     """One sentence (ValueError / TypeError) for any input the kernels do not take."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -103,6 +109,13 @@ def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align
         )
     if align not in ALIGNS:
         raise ValueError(f"causal_align must be one of {ALIGNS}, not {align!r}")
+    if window is not None:
+        if not (isinstance(window, tuple | list) and len(window) == 2):
+            raise ValueError(
+                f"window must be a pair (left, right) of whole numbers, -1 for an unbounded "
+                f"side, not {window!r}"
+            )
+        Mask(*window)  # its one sentence for a side that is not a whole number >= -1
     if b * h > 65535:
         raise ValueError(f"batch * heads ({b * h}) must be at most 65535 (one grid row per head)")
 
@@ -127,6 +140,26 @@ def _seen_keys(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, A
     if causal and align == "top-left" and n_q < k.shape[2]:
         return k[:, :, :n_q], v[:, :, :n_q]
     return k, v
+
+
+def _mask(
+    q: Any, k: Any, causal: bool, window: Any, align: str
+) -> tuple[bool, tuple[int, int] | None]:  # fmt: skip
+    """(causal, band) as the kernels take the mask: a sliding window `window` = (left, right)
+    means what compute/mask.py's Mask(left, right) means (row r sees keys r + off - left <=
+    c <= r + off + right, -1 unbounded, off = N_k - N_q bottom-right or 0 top-left; is_causal
+    sets right = 0, as FlashAttention's window_size does), turned into the ws kernel's band
+    (lo, hi) = (off - left, off + right); a window that is plain causal or none is not a band."""
+    if window is None:
+        return causal, None
+    left, right = (int(x) for x in window)
+    mask = Mask(left, 0 if causal else right, align == "top-left")
+    if not mask.windowed:  # (-1, 0) is causal, (-1, -1) none
+        return mask.causal, None
+    off = mask.offset(q.shape[2], k.shape[2])
+    lo = off - mask.left if mask.left >= 0 else -BAND_OPEN
+    hi = off + mask.right if mask.right >= 0 else BAND_OPEN
+    return False, (lo, hi)
 
 
 def _split(q: Any, k: Any, causal: bool, align: str) -> int:
@@ -154,15 +187,21 @@ def _empty_out(torch: Any, q: Any) -> Any:
 
 
 def _forward(
-    q: Any, k: Any, v: Any, causal: bool, scale: float, like: Any, split: int = 0
+    q: Any, k: Any, v: Any, causal: bool, scale: float, like: Any, split: int = 0,
+    band: tuple[int, int] | None = None,
 ) -> tuple[Any, Any]:  # fmt: skip
     """(O, LSE) on prepared tensors, K/V heads dividing q's (the kernels take the group), O
-    shaped after `like` (the caller's q); `split` rows (_split) run causal, the rest full."""
+    shaped after `like` (the caller's q); `split` rows (_split) run causal, the rest full;
+    `band` (_mask) runs the ws kernel's band variant."""
     from . import torch_launch
 
     torch = _torch()
     b, h, n_q, _ = q.shape
     o = _empty_out(torch, like)
+    if band is not None:
+        lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+        torch_launch.forward(q, k, v, False, scale, o, lse, band=band)
+        return o, lse
     if not split:
         lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
         torch_launch.forward(q, k, v, causal, scale, o, lse)
@@ -261,15 +300,21 @@ def _register_ops() -> bool:
     @lib.custom_op(
         f"{NAMESPACE}::attention_forward", mutates_args=(),
         schema="(Tensor q, Tensor k, Tensor v, bool is_causal, float scale, str causal_align,"
-        " bool deterministic=False) -> (Tensor, Tensor)",
+        " bool deterministic=False, int window_left=-1, int window_right=-1)"
+        " -> (Tensor, Tensor)",
     )  # fmt: skip
-    def attention_forward(q, k, v, is_causal, scale, causal_align, deterministic=False):
+    def attention_forward(q, k, v, is_causal, scale, causal_align, deterministic=False,
+                          window_left=-1, window_right=-1):  # fmt: skip
         # deterministic is the backward's (setup_context keeps it); the forward always is
-        split = _split(q, k, is_causal, causal_align)
-        return _forward(*_prepare(q, k, v, is_causal, causal_align), is_causal, scale, q, split)
+        window = None if window_left == window_right == -1 else (window_left, window_right)
+        causal, band = _mask(q, k, is_causal, window, causal_align)
+        split = _split(q, k, causal, causal_align)
+        qp, kp, vp = _prepare(q, k, v, causal, causal_align)
+        return _forward(qp, kp, vp, causal, scale, q, split, band)
 
     @attention_forward.register_fake
-    def _(q, k, v, is_causal, scale, causal_align, deterministic=False):
+    def _(q, k, v, is_causal, scale, causal_align, deterministic=False, window_left=-1,
+          window_right=-1):  # fmt: skip
         b, h, n_q, _ = q.shape
         return _empty_out(torch, q), q.new_empty((b, h, n_q), dtype=torch.float32)
 
@@ -293,6 +338,11 @@ def _register_ops() -> bool:
     def setup_context(ctx, inputs, output):
         q, k, v, is_causal, scale, causal_align, *rest = inputs
         deterministic = bool(rest[0]) if rest else False
+        if len(rest) == 3 and tuple(rest[1:]) != (-1, -1):
+            causal, band = _mask(q, k, is_causal, tuple(rest[1:]), causal_align)
+            if band is not None:
+                raise ValueError(_NO_WINDOW_GRAD)
+            is_causal = causal  # a window that is plain causal
         ctx.save_for_backward(q, k, v, *output)
         ctx.mark_non_differentiable(output[1])  # LSE: saved for the backward, not an output
         ctx.args = (is_causal, scale, causal_align, deterministic)
@@ -314,6 +364,7 @@ _register_ops._dynamo_marked_constant = True  # type: ignore[attr-defined]
 def torch_attention(
     q: Any, k: Any, v: Any, *, is_causal: bool = False, scale: float | None = None,
     enable_gqa: bool = False, causal_align: str = "top-left", deterministic: bool = False,
+    window: tuple[int, int] | None = None,
 ):  # fmt: skip
     """softmax(Q Kᵀ · scale [causal mask]) V on torch tensors, differentiable in q, k and v.
 
@@ -323,30 +374,42 @@ def torch_attention(
     N_q != N_k (module docstring). ``deterministic=True`` runs the backward in
     flash_attention_backward's deterministic mode (dQ added in a fixed order: bitwise
     repeatable gradients, a little slower); the forward is deterministic either way.
-    Returns a tensor shaped (batch, heads, N_q, d), typed as q, with q's strides when they
+    ``window=(left, right)`` is FlashAttention's ``window_size`` (-1 = unbounded; with
+    is_causal, right = 0), aligned as ``causal_align`` says: query row r sees keys
+    r + off - left <= c <= r + off + right (compute/mask.py's meaning); each query block
+    reads only the key tiles its window touches. Windows run in the forward only for now:
+    with an input that needs a gradient they are refused. Returns a tensor shaped (batch, heads, N_q, d), typed as q, with q's strides when they
     are dense (module docstring), else contiguous.
     """
     torch = _torch()
     if torch.compiler.is_compiling():  # traced: checks in Python, then the library op
-        scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align)
+        scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align,
+                               window)  # fmt: skip
+        if _mask(q, k, bool(is_causal), window, causal_align)[1] and _needs_grad(torch, q, k, v):
+            raise ValueError(_NO_WINDOW_GRAD)
         _register_ops()
         op = getattr(torch.ops, NAMESPACE).attention_forward
-        return op(q, k, v, bool(is_causal), scale, causal_align, bool(deterministic))[0]
+        left, right = window if window is not None else (-1, -1)
+        return op(q, k, v, bool(is_causal), scale, causal_align, bool(deterministic),
+                  int(left), int(right))[0]  # fmt: skip
     # Eager: the checks' verdict is cached per signature (shapes, strides, dtypes, devices,
     # arguments), so a repeated call costs a dictionary look-up, not the checks (_Call).
     try:
         sig = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
                k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), is_causal,
-               scale, enable_gqa, causal_align)  # fmt: skip
+               scale, enable_gqa, causal_align, window)  # fmt: skip
         call = _CALLS.get(sig)
     except (AttributeError, TypeError):  # not tensors, or an argument that is not hashable
         sig, call = None, None
     if call is None:
-        scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align)
-        call = _Call.of(torch, q, k, v, bool(is_causal), scale, causal_align)
+        scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align,
+                               window)  # fmt: skip
+        call = _Call.of(torch, q, k, v, bool(is_causal), scale, causal_align, window)
         if sig is not None and len(_CALLS) < _CALLS_MAX:
             _CALLS[sig] = call
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if call.band is not None:
+            raise ValueError(_NO_WINDOW_GRAD)
         return _function().apply(
             q, k, v, call.causal, call.scale, causal_align, bool(deterministic)
         )
@@ -356,7 +419,7 @@ def torch_attention(
     ):  # fmt: skip
         # No graph to record (inference), but two launches or a tensor to copy first.
         qp, kp, vp = _prepare(q, k, v, call.causal, causal_align)
-        return _forward(qp, kp, vp, call.causal, call.scale, q, call.split)[0]
+        return _forward(qp, kp, vp, call.causal, call.scale, q, call.split, call.band)[0]
     # No graph to record and every tensor read in place: the launch and the outputs only.
     if call.keys < k.shape[2]:
         k, v = k[:, :, : call.keys], v[:, :, : call.keys]
@@ -364,15 +427,29 @@ def torch_attention(
     lse = torch.empty(call.lse_shape, dtype=torch.float32, device=call.device)
     from . import torch_launch
 
-    torch_launch.forward(q, k, v, call.causal, call.scale, o, lse)
+    if call.band is None:
+        torch_launch.forward(q, k, v, call.causal, call.scale, o, lse)
+    else:
+        torch_launch.forward(q, k, v, False, call.scale, o, lse, band=call.band)
     return o
 
 
+_NO_WINDOW_GRAD = (
+    "window= runs in the forward only for now (the backward kernel takes no window): call "
+    "it under torch.no_grad() or on inputs that need no gradient, or leave window unset"
+)
+
+
+def _needs_grad(torch: Any, q: Any, k: Any, v: Any) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 def _checked_scale(
-    torch: Any, q: Any, k: Any, v: Any, is_causal: Any, scale: Any, gqa: bool, align: str
+    torch: Any, q: Any, k: Any, v: Any, is_causal: Any, scale: Any, gqa: bool, align: str,
+    window: Any = None,
 ) -> float:  # fmt: skip
     """The softmax scale after every check of the inputs (one sentence each, _check)."""
-    _check(torch, q, k, v, is_causal, gqa, align)
+    _check(torch, q, k, v, is_causal, gqa, align, window)
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, not {scale}")
     return 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
@@ -383,12 +460,16 @@ class _Call:
     and LSE's allocation, and whether every tensor's strides are read in place (then only
     the base addresses are checked per call)."""
 
-    __slots__ = ("causal", "device", "dtype", "in_place", "keys", "lse_shape", "o_shape",
-                 "o_stride", "scale", "split")  # fmt: skip
+    __slots__ = ("band", "causal", "device", "dtype", "in_place", "keys", "lse_shape",
+                 "o_shape", "o_stride", "scale", "split")  # fmt: skip
 
     @classmethod
-    def of(cls, torch: Any, q: Any, k: Any, v: Any, causal: bool, scale: float, align: str):
+    def of(
+        cls, torch: Any, q: Any, k: Any, v: Any, causal: bool, scale: float, align: str,
+        window: Any = None,
+    ):  # fmt: skip
         call = cls()
+        causal, call.band = _mask(q, k, causal, window, align)
         call.causal, call.scale = causal, scale
         call.keys = _seen_keys(q, k, v, causal, align)[0].shape[2]
         call.split = _split(q, k, causal, align)

@@ -161,6 +161,49 @@ def test_gqa_and_mask_alignments_match_float64(dtype, h, hk, n_q, n_k, causal, a
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("h", "hk", "n_q", "n_k", "d", "causal", "window", "align"),
+    [
+        (8, 2, 1000, 1000, 128, True, (200, -1), "top-left"),  # Mistral's: 200 back, causal
+        (8, 8, 777, 900, 64, False, (100, 50), "bottom-right"),
+        (8, 1, 900, 777, 64, False, (100, 50), "top-left"),
+        (4, 4, 300, 2000, 128, False, (-1, 64), "top-left"),  # no left bound
+        (4, 2, 2100, 600, 64, False, (3, 0), "bottom-right"),  # rows before the keys see none
+        (4, 4, 200, 200, 128, False, (0, 0), "top-left"),  # the diagonal alone
+    ],
+)
+def test_windows_match_float64_and_skip_nothing_they_need(dtype, h, hk, n_q, n_k, d, causal,
+                                                          window, align):  # fmt: skip
+    """window=(left, right) in the ws kernel's band variant against float64 under the
+    explorer's Mask (compute/mask.py), SDPA-shaped views, GQA, odd lengths, both
+    alignments, blocks whose band starts past the first key tile (the tiles it skips); rows
+    that see no key give zeros and LSE = -inf."""
+    from compute.gpu import torch_attention, torch_launch
+    from compute.gpu.torch_op import _mask
+    from compute.gpu.torch_reference import attention_reference
+
+    g = torch.Generator(device="cuda").manual_seed(n_q + n_k + d)
+    dt = getattr(torch, dtype)
+    shapes = [(2, n_q, h, d), (2, n_k, hk, d), (2, n_k, hk, d)]
+    q, k, v = (torch.randn(s, device="cuda", generator=g).to(dt).transpose(1, 2) for s in shapes)
+    kw = dict(is_causal=causal, enable_gqa=hk != h, causal_align=align, window=window)
+    with torch.no_grad():
+        got = torch_attention(q, k, v, **kw)
+    want = attention_reference(*(t.double() for t in (q, k, v)), causal, d**-0.5, align, window)
+    assert got.stride() == q.stride() and torch.isfinite(got).all()
+    assert _rel(got, want) < ERR[dtype], f"{_rel(got, want):.2e}"
+    _, band = _mask(q, k, causal, window, align)
+    o, lse = torch_launch.forward(q, k, v, False, d**-0.5, band=band)
+    assert torch.equal(o, got)
+    rows = torch.arange(n_q, device="cuda")
+    empty = (rows + band[1] < 0) | (rows + band[0] >= n_k)  # rows whose band holds no key
+    assert bool(torch.isneginf(lse[:, :, empty]).all()) and bool((o[:, :, empty] == 0).all())
+    assert bool(torch.isfinite(lse[:, :, ~empty]).all())
+
+
+@pytest.mark.gpu
+@needs_gpu
 @pytest.mark.parametrize(
     ("b", "h", "n_q", "n_k", "d", "causal"),
     [
