@@ -14,7 +14,9 @@ torch.compile traces; eager dispatch through it costs more); `torch_launch.forwa
 cached-plan launch with nothing around it (the kernel alone, "launch_plan"), on both; and
 `flash_attention` on CuPy views made beforehand (the kernel as the CuPy API launches it).
 GQA 4:1 (K and V with a quarter of the heads, strided): SDPA with enable_gqa, ours, and the
-launch plan alone. Each time is CUDA events around `reps`
+launch plan alone. A sliding window of 256 keys back (window=(256, 0), causal, top-left):
+ours, against SDPA given the same mask as a boolean attn_mask (its kernels then read every
+tile), so the window's skipped tiles show beside the causal rows. Each time is CUDA events around `reps`
 back-to-back calls, divided by reps (so host cost shows wherever it exceeds the kernel's);
 the paths run interleaved, one block of reps each per round, and the median over rounds is
 reported, with the host time per call of the same blocks (perf_counter around the issue
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 SHAPES = ((1, 8, 128, 64), (1, 8, 128, 128), (4, 16, 1024, 128), (2, 16, 4096, 128))
+WINDOW = (256, 0)  # (left, right): 256 keys back, causal
 
 
 def _paths(torch, F, shape):
@@ -59,6 +62,10 @@ def _paths(torch, F, shape):
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
             return flash_attention(*views, causal=True)
 
+    from compute.mask import Mask
+
+    visible = Mask(WINDOW[0], WINDOW[1], True).visible(range(n), range(n), n, n)
+    band = torch.from_numpy(visible).to("cuda")
     paths = {
         "sdpa_strided": lambda: F.scaled_dot_product_attention(*strided, is_causal=True),
         "sdpa_contiguous": lambda: F.scaled_dot_product_attention(*contig, is_causal=True),
@@ -73,6 +80,10 @@ def _paths(torch, F, shape):
         ),
         "ours_gqa_strided": lambda: torch_attention(*gqa, is_causal=True, enable_gqa=True),
         "launch_plan_gqa_strided": lambda: torch_launch.forward(*gqa, True, scale)[0],
+        "sdpa_window_mask_strided": lambda: F.scaled_dot_product_attention(
+            *strided, attn_mask=band
+        ),
+        "ours_window_strided": lambda: torch_attention(*strided, window=WINDOW, is_causal=True),
     }
     return paths, strided
 
@@ -80,10 +91,14 @@ def _paths(torch, F, shape):
 def _check(torch, paths) -> dict[str, float]:
     from compute.gpu.peers import torch_view
 
-    refs = {False: paths["sdpa_contiguous"]().double(), True: paths["sdpa_gqa_strided"]().double()}
+    refs = {
+        "causal": paths["sdpa_contiguous"]().double(),
+        "gqa": paths["sdpa_gqa_strided"]().double(),
+        "window": paths["sdpa_window_mask_strided"]().double(),
+    }
     errs = {}
     for name, fn in paths.items():
-        ref = refs["gqa" in name]
+        ref = refs[next((kind for kind in ("gqa", "window") if kind in name), "causal")]
         out = fn()
         if not isinstance(out, torch.Tensor):
             out = torch_view(torch, out)
@@ -195,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in ("strided", "contiguous", "gqa_strided")
             }
         )
+        # the window's share of causal's time (its tiles: about (256 + block) / (N / 2) of them)
+        bar["window_over_causal"] = ms["ours_window_strided"] / ms["ours_strided"]
         rows.append({"batch": b, "heads": h, "n": n, "d": d, "bar": bar, "paths": timed})
     record = {
         "what": "GPU-event time per call, bf16 causal (compute/gpu/lab/torch_op_bench.py)",
