@@ -1,9 +1,10 @@
 """`torch_attention`: this project's tensor-core attention as a PyTorch op with autograd.
 
 ``torch_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
-causal_align="top-left", deterministic=False)`` takes what
-``torch.nn.functional.scaled_dot_product_attention`` takes for the common case: CUDA tensors shaped (batch, heads, N, d), float16 or bfloat16,
-d in {64, 128}, the same argument names. The forward is the tensor-core kernel of
+causal_align="top-left", deterministic=False, window=None)`` takes what
+``torch.nn.functional.scaled_dot_product_attention`` takes for the common case: CUDA
+tensors shaped (batch, heads, N, d), float16 or bfloat16, d in {64, 128}, the same
+argument names. The forward is the tensor-core kernel of
 ``compute.gpu.flash`` (launched by ``torch_launch.forward`` with per-shape cached launch
 plans); it saves Q, K, V, O and the row log-sum-exp L (float32), and the backward is
 ``compute.gpu.flash_backward.flash_attention_backward`` on them, which recomputes P from L.
