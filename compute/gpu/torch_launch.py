@@ -32,6 +32,7 @@ _PLANS_LOCK = threading.Lock()
 _DTYPE_CODES = {"torch.float16": 0, "torch.bfloat16": 1}
 TICKET_SLOTS = 1024  # zeroed ticket counters per stream, handed out one per launch
 _TICKETS: dict[int, list] = {}  # stream handle -> [int32 tensor of TICKET_SLOTS, next slot]
+_TICKETS_LOCK = threading.Lock()
 _TORCH: list = []  # the torch module, once imported
 
 
@@ -93,15 +94,16 @@ def _ticket(torch: Any, device: int, stream: int) -> tuple[int, Any]:
     if torch.cuda.is_current_stream_capturing():
         fresh = torch.zeros(1, dtype=torch.int32, device=device)
         return fresh.data_ptr(), fresh
-    pool = _TICKETS.get(stream)
-    if pool is None:
-        counters = torch.zeros(TICKET_SLOTS, dtype=torch.int32, device=device)
-        pool = _TICKETS[stream] = [counters, 0, counters.data_ptr()]
-    elif pool[1] == TICKET_SLOTS:
-        pool[0].zero_()
-        pool[1] = 0
-    slot = pool[1]
-    pool[1] = slot + 1
+    with _TICKETS_LOCK:  # two threads on one stream never get one slot
+        pool = _TICKETS.get(stream)
+        if pool is None:
+            counters = torch.zeros(TICKET_SLOTS, dtype=torch.int32, device=device)
+            pool = _TICKETS[stream] = [counters, 0, counters.data_ptr()]
+        elif pool[1] == TICKET_SLOTS:
+            pool[0].zero_()
+            pool[1] = 0
+        slot = pool[1]
+        pool[1] = slot + 1
     return pool[2] + 4 * slot, pool[0]
 
 
