@@ -48,20 +48,19 @@ THREADS = 256  # two warpgroups
 # per-thread red atomics (0), by one bulk reduction per warpgroup's 64 x 64 tile kept in
 # accumulator order (4), or 4 in a fixed key-block order (5). Modes 7 and 9 are 4 and 5 in the
 # warp-specialised kernel (kernels/flash_bwd_ws.cu: a TMA producer warpgroup and mbarrier rings
-# instead of cp.async by the consumers), WS_MODES giving its (DET, KSPLIT) arguments; 10 and 11
-# are 7 and 9 with dQ added by each consumer over its own 64 keys (no dSᵀ hand-off between
-# them). BACKWARD_NOTES.md has 7 1.28-1.38x the wgmma kernel's best mode and 9 1.04-1.10x 5
-# (bf16, N 4096 and 16384), hence the defaults (6 and 8, the ws kernel with atomics and with
-# three stages, lost and are gone). DEFAULT_MODE = None means "the default for q's d".
-MODES = (0, 4, 5, 7, 9, 10, 11)
-WS_MODES = {7: (False, False), 9: (True, False), 10: (False, True), 11: (True, True)}
+# instead of cp.async by the consumers), WS_MODES giving its DET argument. BACKWARD_NOTES.md has
+# 7 1.28-1.38x the wgmma kernel's best mode and 9 1.04-1.10x 5 (bf16, N 4096 and 16384), hence
+# the defaults (6 and 8, the ws kernel with atomics and with three stages, lost and are gone).
+# DEFAULT_MODE = None means "the default for q's d".
+MODES = (0, 4, 5, 7, 9)
+WS_MODES = {7: False, 9: True}
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5, 7, 9, 10, 11)  # dQ in accumulator order, a bulk reduction per 64 x 64 tile
+FRAG_MODES = (4, 5, 7, 9)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
 DETERMINISTIC_MODE = 9
-TICKET_MODES = (5, 9, 11)  # a ticket per (head, query block, 64-column chunk)
+TICKET_MODES = (5, 9)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
 
 
@@ -81,8 +80,8 @@ def smem_bytes(d: int, mode: int = 0) -> int:
 def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
     if mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
-        det, ksplit = (str(x).lower() for x in WS_MODES[mode])
-        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det},{ksplit}>",
+        det = str(WS_MODES[mode]).lower()
+        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
     else:

@@ -213,13 +213,12 @@ __device__ __forceinline__ void fb_dkv_step(const float* p, const float* ds, flo
 }
 
 // Issue dQ_i = dS K for 64 queries x 64 columns (not waited for): A = dS, i.e. the dSᵀ tile at
-// ds read MN-major; B = the K panel at kpanel, MN-major. KS k-steps of 16 keys from ds and
-// kpanel (all 128 keys by default; 4 for one warpgroup's own 64 keys, the key-split modes).
-template <int DT, int KS = FB_BN / 16>
+// ds read MN-major; B = the K panel at kpanel, MN-major.
+template <int DT>
 __device__ __forceinline__ void fb_issue_dq(float* dq, u32 ds, u32 kpanel) {
     fa_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
+    for (int kk = 0; kk < FB_BN / 16; ++kk) {
         const u64 da = fa_desc(ds + kk * 2048, FB_BN * 128, 1024);
         const u64 db = fa_desc(kpanel + kk * 2048, FB_BN * 128, 1024);
         fa_wgmma_tt<DT, 64>(dq, da, db, kk > 0);
@@ -233,13 +232,11 @@ __device__ __forceinline__ void fb_issue_dq(float* dq, u32 ds, u32 kpanel) {
 // the accumulator's chunk (held in the same order; flash_bwd_post_frag undoes it). DET: key
 // block kb adds block i's tile in its turn (causal: the last contributing key block first).
 // bar: the warpgroup's named barrier (fb_wg_bar's argument); gridDim.x is the key-block count.
-// NW: tiles each key block adds per chunk (2 where both warpgroups add a partial over their
-// own keys), this one the sub-th: the ticket orders (key block, sub) pairs.
-template <bool DET, int NW = 1>
+template <bool DET>
 __device__ __forceinline__ void fb_dq_bulk(const float* dq, u32 buf, int wtid, int bar,
                                            float* __restrict__ dQacc, int* __restrict__ sems,
                                            long long chunk, int i, int offset, int kb,
-                                           int causal, int sub = 0) {
+                                           int causal) {
     if (wtid == 0) fb_bulk_wait_read<1>();  // this buffer's last reduction has read it
     fb_wg_bar(bar);
 #pragma unroll
@@ -254,7 +251,7 @@ __device__ __forceinline__ void fb_dq_bulk(const float* dq, u32 buf, int wtid, i
         if constexpr (DET) {
             const int last = min(static_cast<int>(gridDim.x) - 1,
                                  (i * FB_BM + FB_BM - 1 + offset) / FB_BN);
-            fb_sem_wait(sems + chunk, NW * (causal ? last - kb : kb) + sub);
+            fb_sem_wait(sems + chunk, causal ? last - kb : kb);
         }
         fb_bulk_add(dQacc + chunk * 4096, buf, 16384u);
         if constexpr (DET) fb_sem_release(sems + chunk);

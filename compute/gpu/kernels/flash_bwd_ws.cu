@@ -65,10 +65,7 @@ __device__ __forceinline__ void fbw_bulk_load(u32 dst, const void* src, u32 byte
 }
 #endif
 
-// KSPLIT: each consumer adds dQ over its own 64 keys (a partial per 64-column panel, both
-// warpgroups into the same chunk) instead of over all 128 keys after the dSᵀ hand-off, so
-// the two consumers share no dSᵀ and meet at no barrier (BACKWARD_NOTES.md, MODES 10, 11).
-template <int DT, int D, bool DET, bool KSPLIT = false>
+template <int DT, int D, bool DET>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -195,39 +192,6 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
         // finished before block it - 1's barrier.
         fb_dkv_step<DT, D, NS, NA>(sv, dp, dv, dk, dsbuf, row_k - k0, t, dobase, qbase);
-        if constexpr (KSPLIT) {
-            fb_wg_bar(cw + 1);  // this warpgroup's dSᵀ rows are in shared memory
-            // Every panel's GEMM issued at once; each drained while the later ones run.
-            float dq[NP][32];
-#pragma unroll
-            for (int p = 0; p < NP; ++p)
-                fb_issue_dq<DT, 4>(dq[p], dsbuf + cw * 8192, sK + p * (FB_BN * 128) + cw * 8192);
-#pragma unroll
-            for (int p = 0; p < NP; ++p) {
-                if (p + 1 < NP) fa_wgmma_wait<NP - 1>();  // dV, dK and panel p are done
-                else fa_wgmma_wait<0>();
-                if (p == 0) {
-                    fa_mbar_arrive(empty + 8 * s);  // dV, dK have read this stage
-#pragma unroll
-                    for (int e = 0; e < NA; ++e) {
-                        fa_reg_fence(dv[e]);
-                        fa_reg_fence(dk[e]);
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < 32; ++e) fa_reg_fence(dq[p][e]);
-                const u32 buf = sDQ + static_cast<u32>(cw * 2 + (ntile & 1)) * 16384u;
-                const long long chunk = (bh * nblk + i) * NP + p;
-                fb_dq_bulk<DET, 2>(dq[p], buf, ctid, cw + 1, dQacc, sems, chunk, i, offset, kb,
-                                   causal, cw);
-                ++ntile;
-            }
-            if (++i == nblk) {
-                i = i0;
-                ++gq;
-            }
-            continue;
-        }
         fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
 
         const bool dq_here = (D == 128) || (cw == (it & 1));
@@ -265,8 +229,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, KSPLIT)                                                          \
-    template __global__ void flash_bwd_ws<DT, D, DET, KSPLIT>(                                \
+#define FBW_MAIN(DT, D, DET)                                                                  \
+    template __global__ void flash_bwd_ws<DT, D, DET>(                                        \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -277,8 +241,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                                                     const FbwLayout);                        \
     template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int,      \
                                                           long long, float, const FbwLayout); \
-    FBW_MAIN(DT, D, false, false) FBW_MAIN(DT, D, true, false)                               \
-    FBW_MAIN(DT, D, false, true) FBW_MAIN(DT, D, true, true)
+    FBW_MAIN(DT, D, false) FBW_MAIN(DT, D, true)
 FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_INST(0, 128)
