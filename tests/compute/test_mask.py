@@ -3,6 +3,7 @@ forward and backward under every mask against float64 references; and the schedu
 the declared walk, the array timeline and the closed-form ledger agree, skipped tiles are
 never loaded and full tiles never masked."""
 
+import itertools
 import math
 import time
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from compute import ORDERS, attention_backward, dense_attention, pass_ledger, tiled_attention
 from compute.backward_schedule import PASS_TENSORS, backward_steps
-from compute.ledger import closed_form_ledger, ledger
+from compute.ledger import closed_form_ledger, ledger, seen_keys
 from compute.mask import FULL, MASKED, NO_MASK, SKIPPED, Mask
 from compute.schedule import DIRECTIONS, TENSORS, Schedule, lane_actions
 from compute.timeline import NONE, PHASES, LaneTimeline
@@ -236,6 +237,9 @@ def test_walk_timeline_and_closed_form_agree(s, lane):
         phase = "load_kv" if s.order == "q-outer" else "load_state"
         loads = {(a.block_i, a.block_j) for a in walked if a.phase == phase}
         assert loads == set(zip(*np.nonzero(s.tile_class != SKIPPED), strict=True))
+        if s.order == "kv-outer":  # K_j, V_j come in iff some block sees tile j
+            kv = {a.block_j for a in walked if a.phase == "load_kv" and a.transfers}
+            assert kv == set(np.flatnonzero((s.tile_class != SKIPPED).any(axis=0)).tolist())
         masked = {(a.block_i, a.block_j) for a in walked if "(masked)" in a.label}
         assert masked == set(zip(*np.nonzero(s.tile_class == MASKED), strict=True))
 
@@ -261,6 +265,13 @@ def test_backward_and_training_agree(s, lane):
     if lane == "tiled":
         visits = {(w.block_i, w.block_j) for w in walked if w.phase == "load_q"}
         assert visits == set(zip(*np.nonzero(s.tile_class != SKIPPED), strict=True))
+        kv = {w.block_j for w in walked if w.phase == "load_kv" and w.moves}
+        assert kv == set(np.flatnonzero((s.tile_class != SKIPPED).any(axis=0)).tolist())
+        # Step by step, the timeline's actions move what the declared steps move.
+        for t, w in enumerate(walked):
+            a = tl.action(t)
+            assert (a.block_i, a.block_j) == (w.block_i, w.block_j)
+            assert sorted(map(repr, a.transfers)) == sorted(map(repr, w.moves)), t
 
 
 def test_window_closed_form_answers_any_n_at_once():
@@ -271,6 +282,54 @@ def test_window_closed_form_answers_any_n_at_once():
     # Every full query block of 128 rows sees at most ⌈(4096 + 128) / 96⌉ + 1 tiles.
     keys = led.lanes["tiled"].counts["K"]["read"] // 64
     assert 0 < keys <= (n // 128 + 1) * 46 * 96
+
+
+@settings(max_examples=400, deadline=None)
+@given(shape=masked_shapes(), block_q=st.integers(1, 30), block_k=st.integers(1, 30))
+def test_the_seen_key_tiles_follow_the_definition(shape, block_q, block_k):
+    """The key tiles a K/V-outer loop loads: those with a cell some row sees, by the
+    schedule's spans and by the closed form's formula (what the ledgers count)."""
+    n_q, n_k, mask = shape
+    ref = reference_visible(mask, n_q, n_k)
+    s = Schedule(n_q, n_k, 1, 1, block_q, block_k, mask=mask)
+    tiles = [ref[:, j * block_k : (j + 1) * block_k].any() for j in range(s.t_c)]
+    np.testing.assert_array_equal(s.seen_tiles, tiles)
+    sizes = np.diff(np.minimum(np.arange(s.t_c + 1) * block_k, n_k))
+    assert seen_keys(s) == int(sizes[np.array(tiles, dtype=bool)].sum())
+
+
+def test_the_seen_key_tiles_of_every_small_window():
+    """Every window and alignment over small N_q, N_k (random draws rarely leave a key
+    unseen): the closed form's seen keys against the definition, cell by cell."""
+    sides = (-1, 0, 1, 4, 20)
+    for n_q, n_k in itertools.product((1, 2, 3, 5, 8, 13), repeat=2):
+        for left, right, top_left in itertools.product(sides, sides, (False, True)):
+            mask = Mask(left, right, top_left)
+            seen_cols = reference_visible(mask, n_q, n_k).any(axis=0)
+            for b_c in (1, 3, 7):
+                s = Schedule(n_q, n_k, 1, 1, 4, b_c, mask=mask)
+                tiles = [seen_cols[j * b_c : (j + 1) * b_c].any() for j in range(s.t_c)]
+                want = sum(min(b_c, n_k - j * b_c) for j in range(s.t_c) if tiles[j])
+                assert seen_keys(s) == want, (n_q, n_k, mask, b_c)
+
+
+def test_kv_outer_loads_only_the_key_tiles_some_row_sees():
+    # Bottom-right causal with N_k > N_q: the last query row sees keys 0..29 of 40, so tiles
+    # 4 and 5 (keys 32..39) are never loaded; the top-left window (0, 0) with N_q < N_k sees
+    # keys 0..9 only; a window whose left end starts past N_k for every row sees nothing.
+    kw = dict(block_q=4, block_k=8, order="kv-outer")
+    causal = closed_form_ledger(10, 40, 3, 2, **kw, causal=Mask(-1, 0, True)).lanes["tiled"]
+    assert causal.counts["K"]["read"] == 16 * 3 and causal.counts["V"]["read"] == 16 * 2
+    bottom = closed_form_ledger(30, 40, 3, 2, **kw, causal=Mask(5, 0)).lanes["tiled"]
+    assert bottom.counts["K"]["read"] == 40 * 3  # keys 5..39: every tile but part of tile 0
+    tail = closed_form_ledger(10, 40, 3, 2, **kw, causal=Mask(0, 0, True)).lanes["tiled"]
+    assert tail.counts["K"]["read"] == 16 * 3
+    # N_q > N_k, top-left diagonal: rows ≥ N_k see nothing, every key is still seen once.
+    wide = closed_form_ledger(50, 13, 3, 2, **kw, causal=Mask(0, 0, True)).lanes["tiled"]
+    assert wide.counts["K"]["read"] == 13 * 3
+    back = pass_ledger("backward", 10, 40, 3, 2, block_q=4, block_k=8, causal=Mask(-1, 0, True))
+    assert back.lanes["tiled"].counts["K"]["read"] == 16 * 3
+    assert back.lanes["tiled"].counts["dK"]["write"] == 40 * 3  # skipped tiles write zeros
 
 
 def test_a_wide_window_is_no_mask_and_packed_blocks_skip_across_sequences():

@@ -332,6 +332,7 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
 
     for (int j = 0; j < t_c; ++j) {
+        if (!mask.tile_seen(j, n_q, n_k, BQ, BK)) continue;  // no row sees tile j: not loaded
         const int k0 = j * BK, kr = min(BK, n_k - k0);
         __syncthreads();  // init pass done / previous tile's shared data no longer read
         stage<T, S::BKP, S::D4, S::QLD, D, S::NT>(smem + S::K_OFF, Kb + (size_t)k0 * D, kr, cnt, K_READ);

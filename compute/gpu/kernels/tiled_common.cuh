@@ -105,6 +105,19 @@ struct MaskArgs {
         j_lo = first / bk;
         j_hi = (last - 1) / bk + 1;
     }
+
+    // Whether some query block of bq rows sees key tile j: the tiles a K/V-outer loop loads
+    // (compute.schedule's seen_tiles); the others are skipped, never loaded. The same on
+    // every thread, so a branch on it is uniform across the block.
+    __device__ __forceinline__ bool tile_seen(int j, int n_q, int n_k, int bq, int bk) const {
+        if (none()) return true;
+        for (int q0 = 0; q0 < n_q; q0 += bq) {
+            int j_lo, j_hi;
+            tile_span(q0, min(bq, n_q - q0), n_k, bk, j_lo, j_hi);
+            if (j_lo <= j && j < j_hi) return true;
+        }
+        return false;
+    }
 };
 
 // Kernels take the mask as plain arguments (what a launcher passes most simply) and build
