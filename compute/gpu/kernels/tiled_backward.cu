@@ -164,7 +164,7 @@ bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
         const int q0 = qb * BQ, rows = min(BQ, n_q - q0);
         // Skip block i if none of its rows sees a key of tile j (compute.mask's tile span).
         int j_lo, j_hi;
-        mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+        mask.tile_span(q0, rows, n_q, n_k, BK, j_lo, j_hi);
         if ((int)blockIdx.x < j_lo || (int)blockIdx.x >= j_hi) continue;
         __syncthreads();  // the previous visit's reads of Qs, dOs, Ps, Ls, Ds are done
         const size_t row0 = bh * n_q + q0;
