@@ -274,6 +274,56 @@ def test_backward_and_training_agree(s, lane):
             assert sorted(map(repr, a.transfers)) == sorted(map(repr, w.moves)), t
 
 
+# The "hidden-looking" configurations, named so none depends on a random draw:
+# odd N, N_q ≠ N_k both ways, windows wider than N and of width one, packed lengths with
+# one-row sequences, blocks larger than a sequence (and than N), key tiles no row sees.
+HIDDEN = [
+    (37, 53, Mask.causal_mask(True), 7, 16),
+    (53, 37, Mask.causal_mask(True), 7, 16),
+    (53, 37, Mask(5, 3), 64, 64),
+    (40, 40, Mask(100, 100), 9, 11),
+    (31, 45, Mask(0, 0, True), 5, 3),
+    (45, 31, Mask(0, 0, True), 5, 3),
+    (40, 40, Mask(-1, 0, False, (1, 5, 1, 13, 20)), 32, 32),
+    (41, 41, Mask(2, 2, False, (7, 1, 33)), 8, 6),
+    (20, 60, Mask(4, 0), 7, 16),
+    (1, 7, Mask.causal_mask(), 3, 2),
+    (7, 1, Mask.causal_mask(), 2, 3),
+    (9, 9, Mask(30, 0, True, (1, 1, 1, 6)), 4, 4),
+]
+
+
+@pytest.mark.parametrize("case", HIDDEN, ids=lambda c: f"{c[0]}x{c[1]}-{c[2].label}-{c[3]}x{c[4]}")
+def test_hidden_looking_configurations_count_and_compute_exactly(case):
+    n_q, n_k, mask, b_q, b_k = case
+    shape, kw = (n_q, n_k, 3, 2), dict(block_q=b_q, block_k=b_k, causal=mask)
+    for order in ORDERS:
+        s = Schedule(*shape, b_q, b_k, order, False, True, mask)
+        walked = _summed((a.transfers for a in lane_actions(s, "tiled")), TENSORS)
+        closed = closed_form_ledger(*shape, **kw, order=order, save_lse=True).lanes["tiled"]
+        np.testing.assert_array_equal(_counts(closed.counts, TENSORS), walked, err_msg=order)
+        np.testing.assert_array_equal(LaneTimeline(s, "tiled").totals, walked, err_msg=order)
+    for pass_name in ("backward", "training"):
+        counted = pass_ledger(pass_name, *shape, **kw, counted=True).lanes["tiled"].counts
+        closed = pass_ledger(pass_name, *shape, **kw).lanes["tiled"].counts
+        assert counted == closed, pass_name
+    rng = np.random.default_rng(n_q * 100 + n_k)
+    q, k = rng.standard_normal((n_q, 3)), rng.standard_normal((n_k, 3))
+    v, do = rng.standard_normal((n_k, 2)), rng.standard_normal((n_q, 2))
+    visible = reference_visible(mask, n_q, n_k)
+    want, _ = reference_forward(q, k, v, visible)
+    tol = dict(rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dense_attention(q, k, v, mask=mask), want, **tol)
+    for order in ORDERS:
+        got = tiled_attention(q, k, v, block_q=b_q, block_k=b_k, order=order, mask=mask)
+        np.testing.assert_allclose(got, want, **tol, err_msg=order)
+    grads = reference_backward(q, k, v, do, visible)
+    for method in ("dense", "tiled"):
+        got = attention_backward(q, k, v, do, mask=mask, method=method, block_q=b_q, block_k=b_k)
+        for g, w in zip(got, grads, strict=True):
+            np.testing.assert_allclose(g, w, **tol, err_msg=method)
+
+
 def test_window_closed_form_answers_any_n_at_once():
     start = time.perf_counter()
     n = 10**12 + 7
