@@ -15,24 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import (
-    QHeaderView,
-    QLabel,
-    QTableWidget,
-    QTableWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidgetItem, QVBoxLayout, QWidget
 
 from compute import element_bytes
 from compute.cli_fields import mask_of
 from compute.gpu.report import ReportError, bundled_report, pass_of, split_reports
 from compute.mask import Mask
 from compute.schedule import Schedule
+from desktop.panels.eliding import FitTable
 
 BUNDLED = "mask_saving_h200"  # compute/gpu/reports/<name>.json
-HEADER = ["mask", "order", "ms: masked / none", "counted MB: masked / none", "saved",
-          "tile visits loaded"]  # fmt: skip
+# Short, two-line heads and cells: the panel is often a narrow side dock.
+HEADER = ["mask", "order", "ms", "MB", "time ×\nbytes ×", "tiles"]
 
 
 @dataclass(frozen=True)
@@ -198,12 +192,15 @@ def table_rows(rows: list[Saving]) -> list[list[str]]:
     """The table's cells for the (ranked) rows."""
     out = []
     for s in rows:
-        saved = f"{s.ms_none / s.ms:.2f}x time, {s.bytes_none / max(s.bytes, 1):.2f}x bytes"
-        tiles = f"{s.visits:,} / {s.visits_all:,}"
+        shape = f"N {s.n_q}" + (f", N_k {s.n_k}" if s.n_k != s.n_q else "")
+        words = s.mask.label.replace("causal ", "causal\n").replace("packed ", "packed\n")
+        mask = "\n".join([*words.split(", "), shape])
+        saved = f"{s.ms_none / s.ms:.2f}\n{s.bytes_none / max(s.bytes, 1):.2f}"
+        tiles = f"{s.visits:,} /\n{s.visits_all:,}"
         if s.order == "kv-outer":
-            tiles += f"; K/V tiles {s.kv_tiles} / {s.kv_tiles_all}"
-        out.append([s.label, s.order, f"{s.ms:.3f} / {s.ms_none:.3f}",
-                    f"{s.bytes / 1e6:,.1f} / {s.bytes_none / 1e6:,.1f}", saved, tiles])  # fmt: skip
+            tiles += f"\nK/V {s.kv_tiles}/{s.kv_tiles_all}"
+        out.append([mask, s.order, f"{s.ms:.3f} /\n{s.ms_none:.3f}",
+                    f"{s.bytes / 1e6:,.1f} /\n{s.bytes_none / 1e6:,.1f}", saved, tiles])  # fmt: skip
     return out
 
 
@@ -222,16 +219,23 @@ class MaskSavingView(QWidget):
         super().__init__(parent)
         self.title = QLabel(
             "Skipped tiles, measured: the teaching kernel with a mask against the same run "
-            "without (median time; bytes its COUNT_TRANSFERS build counted)."
+            "without. Each cell: masked over unmasked (ms: median time; MB: what its "
+            "COUNT_TRANSFERS build counted; tiles: (query block, key tile) visits loaded of "
+            "all, K/V outer also the key tiles loaded at all); time × and bytes ×: the saving."
         )
         self.summary = QLabel()
         for label in (self.title, self.summary):
             label.setWordWrap(True)
-        self.table = QTableWidget(0, len(HEADER))
+        self.table = FitTable(0, len(HEADER))
         self.table.setHorizontalHeaderLabels(HEADER)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(True)
+        # Columns share a narrow dock's width: rows grow to their wrapped cells.
+        self.table.horizontalHeader().sectionResized.connect(
+            lambda *_: self.table.resizeRowsToContents()
+        )
+        self.table.setEditTriggers(FitTable.EditTrigger.NoEditTriggers)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
@@ -282,6 +286,7 @@ class MaskSavingView(QWidget):
                     item.setFont(bold)
                 self.table.setItem(i, j, item)
         self.table.resizeRowsToContents()
-        rows_px = sum(self.table.rowHeight(r) for r in range(min(self.table.rowCount(), 6)))
+        self.table.fit_columns()
+        rows_px = sum(self.table.rowHeight(r) for r in range(min(self.table.rowCount(), 4)))
         head = self.table.horizontalHeader().sizeHint().height()
         self.table.setMinimumHeight(head + rows_px + 4 if cells else head + 4)
