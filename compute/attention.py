@@ -202,6 +202,17 @@ class RowHistory:
     alpha: np.ndarray
     p_tilde: np.ndarray
 
+    @classmethod
+    def empty(cls, rows: int, t_c: int, n_k: int, d_v: int, acc, alpha: float = 0.0):
+        """The state before any tile (m = −∞, ℓ = a = 0) in every column; α = `alpha`."""
+        return cls(
+            m=np.full((rows, t_c + 1), -np.inf, dtype=acc),
+            l=np.zeros((rows, t_c + 1), dtype=acc),
+            a=np.zeros((rows, t_c + 1, d_v), dtype=acc),
+            alpha=np.full((rows, t_c + 1), alpha, dtype=acc),
+            p_tilde=np.zeros((rows, n_k), dtype=acc),
+        )
+
 
 def _prepare(q, k, v, dtype, scale):
     acc = stats_dtype(dtype)
@@ -273,13 +284,7 @@ def _run(q, k, v, block_q, block_k, order, causal, scale, dtype, record, rows_of
     o = np.zeros((n_q, d_v), dtype=acc)
     hist = None
     if record:
-        hist = RowHistory(
-            m=np.full((n_q, t_c + 1), -np.inf, dtype=acc),
-            l=np.zeros((n_q, t_c + 1), dtype=acc),
-            a=np.zeros((n_q, t_c + 1, d_v), dtype=acc),
-            alpha=np.zeros((n_q, t_c + 1), dtype=acc),
-            p_tilde=np.zeros((n_q, n_k), dtype=acc),
-        )
+        hist = RowHistory.empty(n_q, t_c, n_k, d_v, acc)
     for j in range(t_c):
         cols = slice(j * block_k, min(n_k, (j + 1) * block_k))
         active_blocks = np.flatnonzero(visible[:, j])

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .attention import _tile_scores, output_dtype, round_to
-from .backward_rows import BackwardBlock, KeyTile, Operands, backward_block, key_tile, operands
+from .backward_rows import (
+    BackwardBlock,
+    KeyTile,
+    Operands,
+    backward_block,
+    input_operands,
+    key_tile,
+    operands,
+    row_stats,
+)
 from .forward_numbers import DISPLAY_CELLS, Check, ForwardNumbers, Memo
 from .full_pass import BlockMeans, row_chunks
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
@@ -88,10 +97,32 @@ class BackwardNumbers(Memo):
         def run():
             f = self.forward.tiled_pass()  # the tiled lane's O and L: not the dense pass
             return operands(
-                self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype
-            )
+                self.q, self.k, self.v, self._need_do(), f.tiled_output, f.lse, self.dtype,
+                inputs=self._input_operands(),
+            )  # fmt: skip
 
         return self._memo("bwd_operands", 1, None, run)
+
+    def _input_operands(self) -> Operands:
+        """The inputs' rounded copies alone (backward_rows.input_operands), shared by
+        the every-row operands and a block's own (before the forward's pass)."""
+        held = self._caches.get("bwd_operands")
+        if held:
+            return next(iter(held.values()))
+        return self._memo(
+            "bwd_inputs", 1, None,
+            lambda: input_operands(self.q, self.k, self.v, self._need_do(), self.dtype),
+        )  # fmt: skip
+
+    def _block_stats(self, r0: int, r1: int):
+        """The block's (L, L_a, D): from the every-row operands once made (or the tiled
+        pass, when it is), before them from the block's own rows of the tiled lane."""
+        held = self._caches.get("bwd_operands")
+        if held or self.forward._tiled_found():
+            ops = self._operands()
+            return ops.lse[r0:r1], ops.lse_a[r0:r1], ops.D[r0:r1]
+        o_rows, lse_rows = self.forward.tiled_rows_state(r0, r1)
+        return row_stats(self._input_operands(), r0, o_rows, lse_rows, self.dtype)
 
     def gradients(self, lane: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(dQ, dK, dV) of a lane: "dense" the float64 reference, "tiled" FlashAttention-2's
@@ -127,6 +158,26 @@ class BackwardNumbers(Memo):
 
         return self._memo("reference_D", 1, None, run)
 
+    def rows_D(self, r0: int, r1: int) -> np.ndarray:
+        """D of rows r0:r1 as the tiled lane's preprocessing forms it (backward_D's
+        rows), from those rows alone until the every-row operands are made."""
+        return self._block_stats(r0, r1)[2]
+
+    def _reference_D_rows(self, r0: int, r1: int) -> np.ndarray:
+        """reference_D's rows r0:r1; before the pass over every row, from those rows'
+        reference O alone (the same digits: each row's sum is its own)."""
+        found = self._found_dense()
+        if found is not None or self.cached("reference_D"):
+            return self.reference_D[r0:r1]
+        o = self.forward.dense_rows(r0, r1)[2]
+        return np.sum(self._need_do()[r0:r1] * o, axis=1)  # D = rowsum(dO ∘ O)
+
+    def key_tile_ready(self, tile: int) -> bool:
+        """Whether key_tile(tile) is at hand without a pass over every row (it needs every
+        row's L and D): in a streamed backward's first tier it is not, and views mark it
+        as computing instead of making it on the GUI thread."""
+        return ("key_tiles", tile) in self._held() or (self.forward.summary_cached(DISPLAY_CELLS))
+
     def _found_dense(self, cap: int = DISPLAY_CELLS):
         """The dense backward pass of these inputs, mask and dO, if made (with the float64
         tiled lane's backward when this trace is float64)."""
@@ -141,8 +192,9 @@ class BackwardNumbers(Memo):
         return self._memo(
             "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
-                self._operands(), self.schedule, block, scale=self.scale, dtype=self.dtype,
-                p_reference=self.forward._probs(r0, r1, 0, self.schedule.n_k),
+                self._input_operands(), self.schedule, block, scale=self.scale,
+                dtype=self.dtype, p_reference=self.forward._probs(r0, r1, 0, self.schedule.n_k),
+                stats=self._block_stats(r0, r1),
             ),
         )  # fmt: skip
 
@@ -202,7 +254,8 @@ class BackwardNumbers(Memo):
             dp = do[r0:r1] @ self.v[c0:c1].T  # dP = dO Vᵀ
             out = dp
             if name == "dS":  # dS = P ∘ (dP − D), D = rowsum(dO ∘ O)
-                out = self.forward._probs(r0, r1, c0, c1) * (dp - self.reference_D[r0:r1, None])
+                d_rows = self._reference_D_rows(r0, r1)
+                out = self.forward._probs(r0, r1, c0, c1) * (dp - d_rows[:, None])
             out.setflags(write=False)
             return out
 

@@ -16,7 +16,7 @@ block (dK, dV) so a view can show them accumulating, beside float64 references.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -77,15 +77,31 @@ class Operands:
     D: np.ndarray  # rowsum(dO ∘ O), the tiled lane's preprocessing pass
 
 
-def operands(q, k, v, do, o, lse, dtype: str) -> Operands:
-    """The operands of the tiled backward for one trace (see Operands)."""
+def input_operands(q, k, v, do, dtype: str) -> Operands:
+    """The inputs' part of Operands (float64 and rounded copies), without L and D: what
+    one block's backward reads beside its own rows' L and D (row_stats)."""
     acc = stats_dtype(dtype)
     raw = [np.asarray(x, dtype=np.float64) for x in (q, k, v, do)]
-    qd, kd, vd, dod, od = (round_to(x, dtype).astype(acc) for x in (*raw, np.asarray(o, float)))
-    d_rows = np.sum(dod * od, axis=1)  # D = rowsum(dO ∘ O)
+    qd, kd, vd, dod = (round_to(x, dtype).astype(acc) for x in raw)
+    return Operands(*raw, acc, qd, kd, vd, dod, None, None, None)  # type: ignore[arg-type]
+
+
+def row_stats(ops: Operands, r0: int, o_rows, lse_rows, dtype: str):
+    """(L, L with −∞ replaced, D) of rows r0.. from those rows' O and L alone: the same
+    digits as operands() gives them (every quantity is the row's own)."""
+    od = round_to(np.asarray(o_rows, float), dtype).astype(ops.acc)
+    d_rows = np.sum(ops.dod[r0 : r0 + len(od)] * od, axis=1)  # D = rowsum(dO ∘ O)
+    lse = np.asarray(lse_rows)
+    return lse, _safe_max(lse.astype(ops.acc)), d_rows
+
+
+def operands(q, k, v, do, o, lse, dtype: str, inputs: Operands | None = None) -> Operands:
+    """The operands of the tiled backward for one trace (see Operands); `inputs`, the
+    same inputs' input_operands if made (their rounded copies are reused)."""
+    ops = inputs if inputs is not None else input_operands(q, k, v, do, dtype)
+    lse, lse_a, d_rows = row_stats(ops, 0, o, lse, dtype)
     d_rows.setflags(write=False)
-    lse = np.asarray(lse)
-    return Operands(*raw, acc, qd, kd, vd, dod, lse, _safe_max(lse.astype(acc)), d_rows)
+    return replace(ops, lse=lse, lse_a=lse_a, D=d_rows)
 
 
 def _scores(qd, kd, rows, cols, s: Schedule, scale, acc):
@@ -117,16 +133,21 @@ def _frozen(*arrays):
 
 
 def backward_block(
-    ops: Operands, s: Schedule, block: int, *, scale: float, dtype: str, p_reference
-) -> BackwardBlock:
+    ops: Operands, s: Schedule, block: int, *, scale: float, dtype: str, p_reference,
+    stats=None,
+) -> BackwardBlock:  # fmt: skip
     """Query block `block`'s backward numbers; p_reference is the float64 forward P rows
-    of the block (for the reference gradient)."""
-    acc, qd, kd, vd, dod, lse_a = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod, ops.lse_a
+    of the block (for the reference gradient); `stats`, the block's (L, L_a, D) from
+    row_stats when `ops` has no every-row L and D (input_operands)."""
+    acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
     r0, r1 = s.rows(block)
     rows = slice(r0, r1)
+    lse, lse_a, d_rows = (
+        stats if stats is not None else (ops.lse[rows], ops.lse_a[rows], ops.D[rows])
+    )
     sc = _scores(qd, kd, rows, slice(0, s.n_k), s, scale, acc)
-    p = np.exp(sc - lse_a[rows, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
-    d_rows = ops.D[rows]  # D_i = rowsum(dO_i ∘ O_i)
+    p = np.exp(sc - lse_a[:, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
+    # D_i = rowsum(dO_i ∘ O_i), the preprocessing pass's
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
     ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
     # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: every tile's product at once,
@@ -139,7 +160,7 @@ def backward_block(
     dp64 = do64[rows] @ v64.T
     ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
     ref = (ds64 @ k64) * scale
-    lse_rows = np.asarray(ops.lse[rows], dtype=np.float64)
+    lse_rows = np.asarray(lse, dtype=np.float64)
     _frozen(p, dp, ds, dq, ref, lse_rows, d_rows)
     return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, ref)
 

@@ -134,14 +134,25 @@ def tiled_rows(
 ) -> np.ndarray:  # fmt: skip
     """The tiled lane's output of rows r0:r1 in its dtype, formed in the chunks that
     cover them as compute.full_pass.tiled_pass forms them (the same digits)."""
-    if dtype == "float64":  # the fold over the dense chunk's E (full_pass.TiledPass)
-        outs = []
-        for a, b in _cover(q, k, r0, r1):
-            _s, _mx, e, sm = _softmax_chunk(q, k, a, b, s.mask, scale)
-            outs.append(_divide_rows(e @ v, sm))
-    else:
-        prepared = _prepare(q, k, v, dtype, scale)
-        outs = [tiled_chunk(prepared, s, a, b, dtype)[0] for a, b in _cover(q, k, r0, r1)]
+    return tiled_rows_state(q, k, v, s, r0, r1, scale=scale, dtype=dtype)[0]
+
+
+def tiled_rows_state(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, s: Schedule, r0: int, r1: int, *,
+    scale: float, dtype: str,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(output in its dtype, L) of the tiled lane's rows r0:r1, as tiled_rows: what the
+    backward of those rows reads (its first tier needs no other row's forward)."""
+    outs, lses = [], []
+    prepared = _prepare(q, k, v, dtype, scale) if dtype != "float64" else None
+    for a, b in _cover(q, k, r0, r1):
+        if prepared is None:  # the fold over the dense chunk's E (full_pass.TiledPass)
+            _s, m_t, e, l_t = _softmax_chunk(q, k, a, b, s.mask, scale)
+            outs.append(_divide_rows(e @ v, l_t))
+        else:
+            out, m_t, l_t = tiled_chunk(prepared, s, a, b, dtype)
+            outs.append(out)
+        lses.append(full_pass._lse(m_t, l_t))
     a0 = _cover(q, k, r0, r1)[0][0]
     out = np.concatenate(outs)[r0 - a0 : r1 - a0]
-    return round_to(out, dtype).astype(output_dtype(dtype))
+    return round_to(out, dtype).astype(output_dtype(dtype)), np.concatenate(lses)[r0 - a0 : r1 - a0]

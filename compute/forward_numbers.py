@@ -22,13 +22,14 @@ from typing import TypeVar
 import numpy as np
 
 from .attention import RowHistory, causal_mask, round_to, stats_dtype
-from .first_tier import dense_chunk, row_sample, score_means, tiled_rows
+from .first_tier import dense_chunk, row_sample, score_means, tiled_rows_state
 from .full_pass import (
     DISPLAY_CELLS,
     BlockMeans,
     DensePass,
     FullPass,
     TiledPass,
+    _lse,
     combine,
     dense_pass,
     row_chunks,
@@ -329,24 +330,34 @@ class ForwardNumbers(Memo):
         """The tiled lane's output of rows r0:r1 in its dtype: the tiled pass's rows once
         it is made, before it the same chunks' closed form for these rows
         (compute.first_tier.tiled_rows: the same digits)."""
+        return self.tiled_rows_state(r0, r1)[0]
+
+    def tiled_rows_state(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(output, L) of the tiled lane's rows r0:r1, as tiled_output_rows: the tiled
+        pass's rows once it is made, before it those rows' chunks alone."""
         if self._tiled_found():
-            return self.tiled_pass().tiled_output[r0:r1]
+            t = self.tiled_pass()
+            return t.tiled_output[r0:r1], t.lse[r0:r1]
         chunks = row_chunks(*self._sizes, r0, r1)
         parts = [self._tiled_chunk(a, b) for a, b in chunks]
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return out[r0 - chunks[0][0] : r1 - chunks[0][0]]
+        a0 = chunks[0][0]
+        if len(parts) == 1:
+            return tuple(x[r0 - a0 : r1 - a0] for x in parts[0])  # type: ignore[return-value]
+        return tuple(np.concatenate(x)[r0 - a0 : r1 - a0] for x in zip(*parts, strict=True))  # type: ignore[return-value]
 
-    def _tiled_chunk(self, r0: int, r1: int) -> np.ndarray:
+    def _tiled_chunk(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
         if self._wide:  # the fold of the dense chunk's E (full_pass.TiledPass)
-            return self._dense_chunk(r0, r1)[3]
+            mx, sm, _o, out = self._dense_chunk(r0, r1)
+            return out, _lse(mx, sm)
 
         def run():
             with np.errstate(over="ignore", invalid="ignore"):
-                out = tiled_rows(
+                out = tiled_rows_state(
                     self.q, self.k, self.v, self.schedule, r0, r1, scale=self.scale,
                     dtype=self.dtype,
                 )  # fmt: skip
-            out.setflags(write=False)
+            for a in out:
+                a.setflags(write=False)
             return out
 
         return self._memo("tiled_rows", 4, (r0, r1), run)

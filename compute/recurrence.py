@@ -23,13 +23,15 @@ from .attention import (
     RowHistory,
     _divide_rows,
     _prepare,
+    _safe_max,
     _tile_scores,
     _tile_update,
+    round_to,
     stats_dtype,
     tiled_attention_history,
 )
 from .full_pass import tiled_state_after
-from .mask import Mask
+from .mask import SKIPPED, Mask
 from .schedule import Schedule
 
 
@@ -57,27 +59,20 @@ def block_history(
         # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
         n_keys = max(0, min(s.n_k, r1 + s.n_k - s.n_q))
     acc = stats_dtype(dtype)
-    hist = RowHistory(
-        m=np.full((n_rows, s.t_c + 1), -np.inf, dtype=acc),
-        l=np.zeros((n_rows, s.t_c + 1), dtype=acc),
-        a=np.zeros((n_rows, s.t_c + 1, s.d_v), dtype=acc),
-        alpha=np.zeros((n_rows, s.t_c + 1), dtype=acc),
-        p_tilde=np.zeros((n_rows, s.n_k), dtype=acc),
-    )
+    hist = RowHistory.empty(n_rows, s.t_c, s.n_k, s.d_v, acc)
     hist.alpha[:, 1:] = 1  # a tile the block never loads rescales nothing
     if n_keys > 0:
-        _, _, h = tiled_attention_history(
-            q[r0:r1],
-            k[:n_keys],
-            v[:n_keys],
-            block_q=n_rows,
-            block_k=s.block_k,
-            order=s.order,
-            causal=s.mask,
-            scale=scale,
-            dtype=dtype,
-            rows_of=rows_of,
-        )
+        kw = dict(order=s.order, scale=scale, dtype=dtype, rows_of=rows_of)
+        if s.block_k < SCAN_TILE_LIMIT:  # many small tiles: no loop over them
+            with np.errstate(over="ignore", invalid="ignore"):
+                h = rows_history(
+                    q[r0:r1], k[:n_keys], v[:n_keys], block_k=s.block_k, mask=s.mask, **kw
+                )
+        else:  # few tiles: the loop is the cheaper (its products are the tiles' own)
+            _, _, h = tiled_attention_history(
+                q[r0:r1], k[:n_keys], v[:n_keys], block_q=n_rows, block_k=s.block_k,
+                causal=s.mask, **kw,
+            )  # fmt: skip
         seen = h.m.shape[1]  # 1 + the tiles this block loads
         hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
         hist.alpha[:, :seen] = h.alpha
@@ -89,6 +84,91 @@ def block_history(
     for x in (hist.m, hist.l, hist.a, hist.alpha, hist.p_tilde):
         x.setflags(write=False)
     return hist
+
+
+# Below this B_c, block_history forms a block's tiles at once (rows_history): at N = 4096
+# its loop over tiles costs more than the scan's passes over the whole history.
+SCAN_TILE_LIMIT = 16
+# Scores formed at once per group of key tiles: about this many entries (bounded memory).
+HISTORY_GROUP_ELEMENTS = 1 << 20
+
+
+def affine_scan(alpha: np.ndarray, add: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(A, B) with x_j = A_j x_(-1) + B_j for the recurrence x_j = α_j x_(j−1) + b_j
+    along axis 0 (α: (n, rows), b: (n, rows, k)): a log-depth scan (Hillis–Steele)
+    instead of a loop over j. Each α is at most 1 here, so the reordered products and
+    sums round no worse than the loop."""
+    alpha, add = alpha.copy(), add.copy()
+    shift = 1
+    while shift < len(alpha):
+        add[shift:] += alpha[shift:, :, None] * add[:-shift]
+        alpha[shift:] *= alpha[:-shift]
+        shift *= 2
+    return alpha, add
+
+
+def rows_history(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *, block_k: int, order: str, mask,
+    rows_of: tuple[int, int] | None, scale: float, dtype: str,
+) -> RowHistory:  # fmt: skip
+    """tiled_attention_history for one query block (all of q's rows), without a loop
+    over key tiles: a group of tiles at a time, their scores in one product, their
+    maxima, P̃ and P̃ V_j at once, the running max by a cumulative maximum, and ℓ and a
+    (ℓ = α ℓ + rowsum(P̃), a = α a + P̃ V_j; Algorithm 1's with its β) by affine_scan.
+    The same formulas as `_tile_update`; the additions are ordered otherwise, so the
+    digits agree with the tile loop up to the last places (tests hold both)."""
+    acc, qd, kd, vd, sc = _prepare(q, k, v, dtype, scale)
+    n_rows, n_k, d_v = len(qd), len(kd), vd.shape[1]
+    row0, n_all = rows_of if rows_of is not None else (0, n_rows)
+    t_c = -(-n_k // block_k)
+    mask = Mask.of(mask)
+    loads = mask.row_tile_classes(row0, row0 + n_rows, n_all, n_k, n_rows, block_k)[0]
+    h = RowHistory.empty(n_rows, t_c, n_k, d_v, acc, alpha=1.0)
+    h.alpha[:, 0] = 0  # before any key
+    group = max(1, HISTORY_GROUP_ELEMENTS // max(1, n_rows * block_k))
+    for g0 in range(0, t_c, group):
+        g1 = min(t_c, g0 + group)
+        c0, c1 = g0 * block_k, min(n_k, g1 * block_k)
+        width = (g1 - g0) * block_k
+        st = np.full((n_rows, width), -np.inf, dtype=acc)  # the last tile's gap: −∞, V = 0
+        st[:, : c1 - c0] = _tile_scores(
+            qd, kd, slice(None), slice(c0, c1), n_all, n_k, sc, mask, row0
+        )
+        skipped = loads[g0:g1] == SKIPPED  # tiles the block never loads change nothing
+        st = st.reshape(n_rows, g1 - g0, block_k)
+        st[:, skipped] = -np.inf
+        vt = np.zeros((width, d_v), dtype=acc)
+        vt[: c1 - c0] = vd[c0:c1]
+        tile_max = st.max(axis=2)  # rowmax(S_ij), each tile's
+        m_old = h.m[:, g0 : g1 + 1]  # column 0: the state before the group
+        m_new = np.maximum.accumulate(np.concatenate([m_old[:, :1], tile_max], 1), 1)
+        m_ref = _safe_max(m_new[:, 1:])
+        alpha = np.exp(m_new[:, :-1] - m_ref)  # α = exp(m − m_new); 0 before any key
+        if order == "q-outer":
+            p = np.exp(st - m_ref[:, :, None])  # P̃_ij = exp(S_ij − m_new)
+            weight = None
+        else:  # Algorithm 1: P̃ against the tile's own max, then β = exp(m̃_ij − m_new)
+            p = np.exp(st - _safe_max(tile_max)[:, :, None])
+            weight = np.exp(tile_max - m_ref)
+        pv = np.matmul(  # P̃_ij V_j for every tile of the group, P̃ rounded to the dtype
+            round_to(p, dtype).astype(acc).transpose(1, 0, 2),
+            vt.reshape(g1 - g0, block_k, d_v),
+        )  # (tiles, rows, d_v)
+        sums = p.sum(axis=2)  # rowsum(P̃_ij)
+        if weight is not None:
+            sums, pv = sums * weight, pv * weight.T[:, :, None]
+            p = p * weight[:, :, None]  # P̃ against the running max, as q-outer keeps it
+        alpha[:, skipped] = 1  # (their state is carried: α = 1, nothing added)
+        # ℓ and a share α: one scan of (a, ℓ) side by side, from the group's first state
+        scan_a, scan = affine_scan(alpha.T, np.concatenate([pv, sums.T[:, :, None]], 2))
+        start = np.concatenate([h.a[:, g0], h.l[:, g0, None]], 1)
+        state = scan_a[:, :, None] * start[None] + scan  # (tiles, rows, d_v + 1)
+        h.m[:, g0 + 1 : g1 + 1] = m_new[:, 1:]
+        h.l[:, g0 + 1 : g1 + 1] = state[:, :, -1].T
+        h.alpha[:, g0 + 1 : g1 + 1] = alpha
+        h.a[:, g0 + 1 : g1 + 1] = state[:, :, :-1].transpose(1, 0, 2)
+        h.p_tilde[:, c0:c1] = p.reshape(n_rows, width)[:, : c1 - c0]
+    return h
 
 
 class TileCursor:

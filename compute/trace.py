@@ -45,14 +45,14 @@ FORWARD_NAMES = frozenset(
         "scores_region", "probs_region", "scores", "probs", "block_history", "row_history",
         "state_after_tiles", "block_state", "p_tilde_tile", "row_updates", "row_state",
         "dense_partial_output", "max_abs_error", "dense_rows", "reference_rows",
-        "tiled_output_rows",
+        "tiled_output_rows", "tiled_rows_state",
     }
 )  # fmt: skip
 BACKWARD_NAMES = frozenset(
     {
         "gradients", "backward_D", "reference_D", "backward_block", "key_tile",
         "backward_row", "key_row", "backward_tiles_done", "backward_blocks_done",
-        "grad_region", "backward_summary",
+        "grad_region", "backward_summary", "key_tile_ready", "rows_D",
     }
 )  # fmt: skip
 

@@ -10,7 +10,7 @@ the modelled ledger. With `sweep_blocks`, also a block_q x block_k grid of tiled
 times. With `pass_name="backward"` every path times its backward pass instead, and with
 "training" forward and backward together (bench_backward.py), against that pass's ledger;
 the sweep then times the teaching kernel's backward (or training step) at each tile size.
-Paths: KERNELS (this project's) and PEERS (torch SDPA, imported only when asked for). The
+Paths: KERNELS (this project's), PEERS (torch SDPA) and FA4 (imported only when asked for). The
 CLI, the desktop panel, lab/figures.py and lab/flash_vs_sdpa.py all call this; the GPU
 tests share its reference, dtypes and dense path.
 """
@@ -33,7 +33,7 @@ from .bench_rows import PendingRow, finish_row, path_refusal
 from .dense import dense_attention_gpu
 from .device import status
 from .dtypes import BENCH_DTYPES, device_array, float64_values
-from .peers import PEERS
+from .peers import FA4, PEERS
 from .reference import error_stats, reference_rows, sample_indices
 from .report import report_head, tiled_order
 from .tiled import TileTooLarge, compile_kernels, tiled_attention_gpu
@@ -42,7 +42,7 @@ from .timing import ROUNDS, peak_pool_bytes, rotation_count, time_cuda, time_int
 KERNELS = ("tiled", "dense", "flash")
 # FLOPs of a pass in forwards: the backward's five matmuls to the forward's two; training both.
 PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "training": 3.5}
-PATHS = (*KERNELS, *PEERS)
+PATHS = (*KERNELS, *PEERS, FA4)
 SWEEP_SIZES = (16, 32, 64, 128)
 
 
@@ -373,12 +373,13 @@ def _flash_row(cfg: BenchConfig, inputs: _Inputs, spec: str | None = None) -> Pe
 
 
 def _peer_row(cfg: BenchConfig, inputs: _Inputs, name: str) -> PendingRow | dict:
-    """A torch SDPA backend on the same inputs (no ledger: its transfers are not modelled)."""
+    """A torch SDPA backend or FA4 on the same inputs (no ledger: their transfers are not
+    modelled)."""
 
     def body() -> PendingRow:
         _refuse(cfg, name)
-        sdpa = peers.sdpa(name)
-        fn = lambda q, k, v: sdpa(q, k, v, causal=cfg.causal)  # noqa: E731
+        attend = peers.peer(name)
+        fn = lambda q, k, v: attend(q, k, v, causal=cfg.causal)  # noqa: E731
         return _row(cfg, name, fn, inputs, None, {}, measure_peak=peers.peak_torch_bytes)
 
     return _guarded(name, {}, body)

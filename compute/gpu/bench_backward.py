@@ -221,11 +221,11 @@ class _Grads(tuple):
 
 
 def peer_backward_row(cfg, base: list, n_heads: int, ref, name: str) -> dict:
-    """torch SDPA pinned to one backend (`peers.sdpa_backward`): in training its forward and
-    autograd backward together; in the backward the backward alone, through the graph its
-    `prepare` builds once per input set (outside the timed region)."""
+    """torch SDPA pinned to one backend, or FA4 (`peers.peer_backward`): in training its
+    forward and autograd backward together; in the backward the backward alone, through the
+    graph its `prepare` builds once per input set (outside the timed region)."""
     _refuse(cfg, name)
-    step = peers.sdpa_backward(name)
+    step = peers.peer_backward(name)
     errs = _errors(cfg, step(*base[0], cfg.causal), n_heads, ref)
     if cfg.pass_name == "training":
         fn, sets = (lambda q, k, v, do: _Grads(step(q, k, v, do, cfg.causal))), base

@@ -1,5 +1,6 @@
 """`flash-explorer bench`: measure the tiled kernel, the dense path and the tensor-core kernel
-(and with --peers torch SDPA) in the forward, the backward or a training step; print, write JSON.
+(and with --peers torch SDPA, and FA4 where it imports) in the forward, the backward or a
+training step; print, write JSON.
 
 Also runnable as `python -m compute.gpu.bench_cli ...` (the GPU server has no Qt).
 With no usable GPU it prints status()'s reason on one stderr line and exits 1. A kernel
@@ -23,7 +24,7 @@ from . import bench
 from .bench_rows import path_refusal
 from .device import status
 from .dtypes import BENCH_DTYPES
-from .peers import PEERS
+from .peers import FA4, PEERS, fa4_refusal
 from .report import format_report
 
 KERNEL_CHOICES = ("tiled", "dense", "flash", "all")
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument(
         "--peers", action="store_true",
-        help="also time torch SDPA pinned to its FLASH and CUDNN backends (needs torch)",
+        help="also time torch SDPA pinned to its FLASH and CUDNN backends (needs torch), and "
+        "FlashAttention-4 where flash_attn.cute imports (a note on stderr where it does not)",
     )  # fmt: skip
     p.add_argument("--repeats", type=_positive, default=20, help="timed runs (default 20)")
     p.add_argument(
@@ -136,7 +138,7 @@ def _dram(cfg, args) -> int:
               "--sweep-blocks.", file=sys.stderr)  # fmt: skip
         return 2
     try:
-        report = dram.dram_report(cfg, dram.default_paths(cfg.kernels, args.peers))
+        report = dram.dram_report(cfg, dram.default_paths(cfg.kernels, args.peers, cfg.pass_name))
     except (dram.DramUnavailable, ValueError) as exc:
         print(f"flash-explorer bench: {exc}", file=sys.stderr)
         return 1
@@ -164,10 +166,14 @@ def _kernels(args) -> tuple[str, ...]:
             print(f"flash-explorer bench: leaving out {kernel}: {reason}", file=sys.stderr)
         else:
             raise ValueError(f"{reason}.")
-    for peer in PEERS if args.peers else ():
+    for peer in (*PEERS, FA4) if args.peers else ():
         reason = path_refusal(peer, args.dtype, args.d, d_v) or masked.mask_refusal(peer)
         if reason is not None:
             raise ValueError(f"{reason} (--peers).")
+        missing = fa4_refusal() if peer == FA4 else None
+        if missing is not None:  # optional: the SDPA peers still run
+            print(f"flash-explorer bench: leaving out {FA4}: {missing}", file=sys.stderr)
+            continue
         kernels.append(peer)
     if not kernels:
         raise ValueError(f"no path takes this problem in {args.dtype}: choose another --dtype.")

@@ -14,7 +14,7 @@ from typing import Any
 
 from .dtypes import FLASH_DTYPES, KERNEL_DTYPES
 from .flash import SUPPORTED_HEAD_DIMS
-from .peers import PEERS
+from .peers import FA4, PEERS
 from .timing import Timing
 
 
@@ -31,6 +31,10 @@ def path_refusal(kernel: str, dtype: str, d: int, d_v: int) -> str | None:
             return f"the flash kernel takes {' or '.join(FLASH_DTYPES)}, not {dtype}"
     if kernel in PEERS and dtype not in FLASH_DTYPES:
         return f"SDPA is compared in {' or '.join(FLASH_DTYPES)}, not {dtype}"
+    if kernel == FA4 and dtype not in FLASH_DTYPES:
+        return f"FA4 is compared in {' or '.join(FLASH_DTYPES)}, not {dtype}"
+    if kernel == FA4 and d != d_v:
+        return f"FA4 is compared at d = d_v, not d = {d}, d_v = {d_v}"
     return None
 
 

@@ -5,6 +5,10 @@ Inputs are device arrays q (H_q, N_q, d), k (H_kv, N_k, d), v (H_kv, N_k, d_v) i
 problem's dtype: float32, float16, or bfloat16 as its uint16 bit patterns
 (compute.gpu.dtypes). Each (d, d_v, dtype, vectorised, instrumented) combination is one
 `cupy.RawModule`; compile time is reported separately so benchmarks never include it.
+Two streaming blocks: the tensor-core one (`kernels/decode_mma.cuh`) where the group has at
+most 16 resident rows and the head sizes suit it (`tensor_core_block`), else the general
+one; both feed the same combine and count the same transfers. `prepare_decode` binds one
+step's launches once, so a timed loop or a per-token loop pays only the launches.
 With count_transfers the kernels count every element they move; the tally's tensors are
 compute.decode.ledger's (plus "L", the optional log-sum-exp output, which no ledger counts).
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,9 @@ WARPS = THREADS // 32  # decode::NW
 REGISTER_ROWS = 8  # decode::RB
 COMBINE_THREADS = 1024  # decode::CNT
 STAGES = 3  # K/V chunks in the ring: two in flight while one is used (2 when 3 do not fit)
+MMA_THREADS = 128  # decode::MNT
+MMA_STAGES = 3  # decode::MST: 16-key steps in each warp's ring
+MMA_ROWS = 16  # decode::MROWS: rows of the mma tile
 
 # Counter slots in the kernel's `decode::Slot` order -> (tensor, direction).
 COUNTER_SLOTS: tuple[tuple[str, str], ...] = (
@@ -88,6 +95,31 @@ def stream_shape(d: int, d_v: int, dtype: str, rows: int, limit: int) -> StreamS
     return shape
 
 
+def tensor_core_block(d: int, d_v: int, dtype: str, rows: int, vec: bool) -> bool:
+    """Whether the tensor-core streaming block runs this step: 16-bit dtypes, 16-byte rows,
+    d a multiple of 32 and d_v of 64 (each at most 128, so its fragments stay in registers),
+    and at most 16 resident rows (one mma tile)."""
+    return (
+        dtype in ("float16", "bfloat16")
+        and vec
+        and d % 32 == 0
+        and d_v % 64 == 0
+        and d <= 128
+        and d_v <= 128
+        and rows <= MMA_ROWS
+    )
+
+
+def mma_smem_bytes(d: int, d_v: int) -> int:
+    """Mirror of decode::MmaShape::SMEM: each warp's ring (or, after the loop, the warps'
+    float states), then the 16 zero-padded Q rows in the input dtype."""
+    warps = MMA_THREADS // 32
+    slots = 2 * (d // 32) + 4 * (d_v // 64)
+    ring = warps * MMA_STAGES * slots * 32 * 16
+    state = 4 * warps * MMA_ROWS * (d_v + 2)
+    return max(ring, state) + MMA_ROWS * d * 2
+
+
 def combine_smem_bytes(d_v: int, splits: int) -> int:
     """Mirror of decode_combine's shared memory: the slices' partial sums, then the weights."""
     cw = 4 if d_v % 4 == 0 else 1
@@ -103,16 +135,18 @@ def vectorised(d: int, d_v: int, dtype: str, *arrays: Any) -> bool:
 
 @dataclass
 class Compiled:
-    """The three kernels of one (d, d_v, dtype, vec) combination, loaded."""
+    """The kernels of one (d, d_v, dtype, vec) combination, loaded (the tensor-core pair
+    None where the head sizes do not suit it)."""
 
     split: Any
     one_pass: Any
     combine: Any
     compile_s: float
+    split_mma: Any = None
+    one_pass_mma: Any = None
     unused_lse: Any = None  # stand-ins for the arguments a launch does not use
     unused_counts: Any = None
-    smem_opted: int = 0  # the dynamic shared memory the stream kernels are opted into
-    combine_opted: int = 0  # and the combine kernel
+    smem_opted: dict[int, int] = field(default_factory=dict)  # id(kernel) -> opted-in bytes
 
 
 _CACHE: dict[tuple, Compiled] = {}
@@ -137,11 +171,15 @@ def compile_decode(
         f"decode_one_pass<{args}>",
         f"decode_combine<{d_v},{_DT[dtype]}>",
     ]
-    (split, one_pass, combine), compile_s = load_functions(
-        KERNEL_PATH, names, count_transfers=count_transfers
-    )
+    mma = tensor_core_block(d, d_v, dtype, 1, vec)
+    if mma:
+        names += [
+            f"decode_split_mma<{d},{d_v},{_DT[dtype]}>",
+            f"decode_one_pass_mma<{d},{d_v},{_DT[dtype]}>",
+        ]
+    functions, compile_s = load_functions(KERNEL_PATH, names, count_transfers=count_transfers)
     cupy = _cupy()
-    compiled = Compiled(split, one_pass, combine, compile_s)
+    compiled = Compiled(*functions[:3], compile_s, *functions[3:])
     compiled.unused_lse = cupy.empty(1, cupy.float32)
     compiled.unused_counts = cupy.empty(len(COUNTER_SLOTS), cupy.uint64)
     _CACHE[key] = compiled
@@ -188,7 +226,28 @@ def _shared_limit() -> int:
     return st.shared_mem_per_block
 
 
-def decode_attention_gpu(
+@dataclass
+class DecodeLaunch:
+    """One decode step's launches, bound once: `run()` enqueues them and returns O."""
+
+    launches: list[tuple[Any, tuple, tuple, tuple, int]]  # kernel, grid, block, args, smem
+    result: DecodeResult
+    counts: Any = None
+
+    def run(self) -> Any:
+        for fn, grid, block, args, smem in self.launches:
+            fn(grid, block, args, shared_mem=smem)
+        return self.result.out
+
+
+def _opt_in(comp: Compiled, fn: Any, smem: int) -> None:
+    # A driver call: made only when the kernel's dynamic shared memory must grow.
+    if smem > comp.smem_opted.get(id(fn), 0):
+        fn.max_dynamic_shared_size_bytes = smem
+        comp.smem_opted[id(fn)] = smem
+
+
+def prepare_decode(
     problem: DecodeProblem,
     q: Any,
     k: Any,
@@ -200,44 +259,47 @@ def decode_attention_gpu(
     count_transfers: bool = False,
     out: Any = None,
     workspace: tuple[Any, Any] | None = None,
-) -> DecodeResult:
-    """One decode step by the split-KV kernel and its combine (problem.splits splits), or by
-    the one-pass kernel. `workspace` (O_s, L_s) buffers may be passed to keep allocation out
-    of a timed loop."""
+) -> DecodeLaunch:
+    """Check the inputs, compile, allocate and bind the launches of one decode step by the
+    split-KV kernel and its combine (problem.splits splits), or by the one-pass kernel.
+    `workspace` (O_s, L_s) buffers may be passed to share them between steps."""
     cupy = _cupy()
     _check(problem, schedule, q, k, v)
     p = problem
     vec = vectorised(p.d, p.d_v, p.dtype, q, k, v)
     comp = compile_decode(p.d, p.d_v, p.dtype, vec=vec, count_transfers=count_transfers)
     limit = _shared_limit()
-    shape = stream_shape(p.d, p.d_v, p.dtype, p.block_rows, limit)
-    if shape.smem_bytes > limit:
+    mma = tensor_core_block(p.d, p.d_v, p.dtype, p.block_rows, vec)
+    if mma:
+        smem, threads, tail = mma_smem_bytes(p.d, p.d_v), MMA_THREADS, ()
+        split_fn, one_pass_fn = comp.split_mma, comp.one_pass_mma
+    else:
+        shape = stream_shape(p.d, p.d_v, p.dtype, p.block_rows, limit)
+        smem, threads, tail = shape.smem_bytes, THREADS, (_cupy().int32(shape.stages),)
+        split_fn, one_pass_fn = comp.split, comp.one_pass
+    if smem > limit:
         raise DecodeTooLarge(
             f"{p.block_rows} resident query rows (G = {p.group} heads x {p.n_q} new tokens) "
-            f"with d = {p.d}, d_v = {p.d_v} need {shape.smem_bytes / 1024:.0f} KB of shared "
+            f"with d = {p.d}, d_v = {p.d_v} need {smem / 1024:.0f} KB of shared "
             f"memory per block but this device allows {limit / 1024:.0f} KB: use fewer new "
             "tokens or a smaller group."
         )
-    if shape.smem_bytes > comp.smem_opted:  # a driver call: made only when it must grow
-        for fn in (comp.split, comp.one_pass):
-            fn.max_dynamic_shared_size_bytes = shape.smem_bytes
-        comp.smem_opted = shape.smem_bytes
     scale = 1.0 / math.sqrt(p.d) if scale is None else float(scale)
     rows_total = p.h_q * p.n_q
-    out_dtype = _STORAGE[p.dtype]
     if out is None:
-        out = cupy.empty((p.h_q, p.n_q, p.d_v), dtype=out_dtype)
+        out = cupy.empty((p.h_q, p.n_q, p.d_v), dtype=_STORAGE[p.dtype])
     lse = cupy.empty((p.h_q, p.n_q), cupy.float32) if save_lse else comp.unused_lse
     # Only the instrumented build touches the counters; zeroing them otherwise would put a
     # fill kernel into every timed step.
     counts = cupy.zeros(len(COUNTER_SLOTS), cupy.uint64) if count_transfers else comp.unused_counts
     i32, f32 = cupy.int32, cupy.float32
     sizes = (i32(p.n_q), i32(p.n_k), i32(p.block_rows), i32(p.block_k), i32(p.t_c))
-    stages = i32(shape.stages)
     result = DecodeResult(out, lse if save_lse else None, compile_s=comp.compile_s)
+    launch = DecodeLaunch([], result, counts if count_transfers else None)
     if schedule == "one-pass":
-        args = (q, k, v, out, lse, *sizes, f32(scale * LOG2E), i32(save_lse), stages, counts)
-        comp.one_pass((1, p.h_kv), (THREADS,), args, shared_mem=shape.smem_bytes)
+        _opt_in(comp, one_pass_fn, smem)
+        args = (q, k, v, out, lse, *sizes, f32(scale * LOG2E), i32(save_lse), *tail, counts)
+        launch.launches.append((one_pass_fn, (1, p.h_kv), (threads,), args, smem))
     else:
         s = p.splits_used
         if workspace is None:
@@ -246,15 +308,26 @@ def decode_attention_gpu(
                 cupy.empty((s, p.h_q, p.n_q), cupy.float32),
             )
         o_part, l_part = workspace
-        args = (q, k, v, o_part, l_part, *sizes, i32(s), f32(scale * LOG2E), stages, counts)
-        comp.split((s, p.h_kv), (THREADS,), args, shared_mem=shape.smem_bytes)
-        smem = combine_smem_bytes(p.d_v, s)
-        if smem > comp.combine_opted:
-            comp.combine.max_dynamic_shared_size_bytes = smem
-            comp.combine_opted = smem
+        _opt_in(comp, split_fn, smem)
+        args = (q, k, v, o_part, l_part, *sizes, i32(s), f32(scale * LOG2E), *tail, counts)
+        launch.launches.append((split_fn, (s, p.h_kv), (threads,), args, smem))
+        c_smem = combine_smem_bytes(p.d_v, s)
+        _opt_in(comp, comp.combine, c_smem)
         args = (o_part, l_part, out, lse, i32(rows_total), i32(s), i32(save_lse), counts)
-        comp.combine((rows_total,), (COMBINE_THREADS,), args, shared_mem=smem)
+        launch.launches.append((comp.combine, (rows_total,), (COMBINE_THREADS,), args, c_smem))
         result.o_part, result.l_part = o_part, l_part
-    if count_transfers:
-        result.counts = tally_counts(counts, COUNTER_SLOTS, COUNTED_TENSORS)
+    return launch
+
+
+def decode_attention_gpu(
+    problem: DecodeProblem, q: Any, k: Any, v: Any, **options: Any
+) -> DecodeResult:
+    """One decode step: prepare_decode(problem, q, k, v, **options) (schedule, scale,
+    save_lse, count_transfers, out, workspace), then its launches; with count_transfers the
+    result carries the counted transfers."""
+    launch = prepare_decode(problem, q, k, v, **options)
+    launch.run()
+    result = launch.result
+    if launch.counts is not None:
+        result.counts = tally_counts(launch.counts, COUNTER_SLOTS, COUNTED_TENSORS)
     return result

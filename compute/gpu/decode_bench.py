@@ -8,6 +8,10 @@ SDPA gets the arrays themselves through DLPack ((1, H, N, d), `enable_gqa=True`,
 own backend choice); FA4 (`flash_attn.cute.flash_attn_func`, seqlen_q = 1, its own split
 heuristic num_splits=0) takes (1, N, H, d), so it gets copies in that layout. FA4 is
 skipped, with the reason in the JSON, where it cannot be imported.
+Our kernels are timed through `prepare_decode` (bound once per input set, so each timed
+step is its two launches, not the Python that checks and allocates); split-kv runs one
+block per SM (S = SMs // H_kv splits), "split-kv x2" twice as many splits (two blocks per
+SM), and "stream only" is split-kv's streaming kernel without its combine.
 Bandwidth is the one-pass ledger's bytes (Q, K, V read once, O written: what any schedule
 must move) over the median time, as a fraction of the device-to-device copy bandwidth
 measured here in the same process; each of our rows also carries its own ledger's bytes.
@@ -19,23 +23,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..decode import DecodeProblem, decode_inputs, decode_ledger, dense_decode, filling_splits
-from .decode import decode_attention_gpu
+from ..decode import DecodeProblem, decode_inputs, decode_ledger, dense_decode
+from .decode import prepare_decode
 from .device import status
 from .dtypes import device_array, float64_values
 from .peers import cupy_view, torch_view
 from .timing import rotation_count, time_cuda, time_interleaved
 
 DEFAULT_OUT = Path("assets/benchmarks/decode/decode_h200.json")
-CASES = ((8, 8, 8192), (8, 8, 65536), (8, 1, 8192), (8, 1, 65536), (32, 8, 16384), (32, 8, 65536))
+CASES = (
+    (8, 8, 8192),
+    (8, 8, 65536),
+    (8, 1, 8192),
+    (8, 1, 65536),
+    (32, 8, 16384),
+    (32, 8, 65536),
+    (64, 8, 65536),
+)
 # (H_q, H_kv, N_k): 8 heads without GQA; one K/V head with a group of 8; Llama-3-8B's 32 / 8
+# (group 4); Llama-3-70B's 64 / 8 (group 8 with eight K/V heads)
 D, DTYPE, BLOCK_K = 128, "bfloat16", 64
+OURS = ("split-kv", "split-kv x2", "stream only", "one-pass")
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -57,29 +72,36 @@ def _fa4() -> tuple[Any, str]:
         return None, f"FA4 not available: {type(exc).__name__}: {str(exc).splitlines()[0]}"
 
 
+def _ours(p: DecodeProblem, schedule: str, sets: list[tuple]) -> tuple[Any, list[tuple]]:
+    """One of our schedules as (run, arg_sets): each input set's launches bound once."""
+    launches = [(prepare_decode(p, *x, schedule=schedule),) for x in sets]
+    return (lambda launch: launch.run()), launches
+
+
 def _paths(p: DecodeProblem, sets: list[tuple], fa4: Any) -> dict:
     """{name: (fn, arg_sets)} of every contender on the rotated input sets."""
-    import cupy
     import torch
     import torch.nn.functional as F
-
-    work = (
-        cupy.empty((p.splits_used, p.h_q, p.n_q, p.d_v), cupy.float32),
-        cupy.empty((p.splits_used, p.h_q, p.n_q), cupy.float32),
-    )
-
-    def split_kv(q, k, v):
-        return decode_attention_gpu(p, q, k, v, schedule="split-kv", workspace=work).out
-
-    def one_pass(q, k, v):
-        return decode_attention_gpu(p, q, k, v, schedule="one-pass").out
 
     def sdpa(q, k, v):
         tq, tk, tv = (torch_view(torch, x)[None] for x in (q, k, v))
         out = F.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)
         return cupy_view(torch, out[0])
 
-    paths = {"split-kv": (split_kv, sets), "one-pass": (one_pass, sets), "sdpa": (sdpa, sets)}
+    double = replace(p, splits=2 * p.splits)
+    split_fn, split_sets = _ours(p, "split-kv", sets)
+
+    def stream_only(launch):
+        fn, grid, block, args, smem = launch.launches[0]
+        fn(grid, block, args, shared_mem=smem)
+
+    paths = {
+        "split-kv": (split_fn, split_sets),
+        "split-kv x2": _ours(double, "split-kv", sets),
+        "stream only": (stream_only, split_sets),
+        "one-pass": _ours(p, "one-pass", sets),
+        "sdpa": (sdpa, sets),
+    }
     if fa4 is not None:
 
         def fa4_fn(tq, tk, tv):
@@ -94,6 +116,31 @@ def _paths(p: DecodeProblem, sets: list[tuple], fa4: Any) -> dict:
     return paths
 
 
+def _kernel_facts(launch: Any) -> list[dict]:
+    """Registers, spilled bytes and resident blocks per SM (the driver's occupancy answer)
+    of each kernel a prepared launch enqueues."""
+    import cupy
+
+    facts = []
+    for fn, _grid, block, _args, smem in launch.launches:
+        try:
+            blocks = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                getattr(fn, "kernel", fn).ptr, block[0], smem
+            )
+        except Exception as exc:  # an older CuPy without the binding: say so in the JSON
+            blocks = f"{type(exc).__name__}: {exc}"
+        facts.append(
+            {
+                "threads": block[0],
+                "registers": fn.num_regs,
+                "local_bytes": fn.local_size_bytes,
+                "dynamic_smem": smem,
+                "blocks_per_sm": blocks,
+            }
+        )
+    return facts
+
+
 def _as_ours(name: str, out: Any, p: DecodeProblem) -> np.ndarray:
     """A contender's output as float64 (H_q, N_q, d_v)."""
     import torch
@@ -103,12 +150,12 @@ def _as_ours(name: str, out: Any, p: DecodeProblem) -> np.ndarray:
     return float64_values(out.get(), p.dtype).reshape(p.h_q, p.n_q, p.d_v)
 
 
-def bench_case(h_q: int, h_kv: int, n_k: int, fa4: Any, copy_bw: float, l2: int) -> dict:
+def bench_case(h_q: int, h_kv: int, n_k: int, fa4: Any, copy_bw: float, l2: int, sms: int) -> dict:
     """Time every contender on one decode configuration; one JSON-ready row."""
     import cupy
 
     t_c = -(-n_k // BLOCK_K)
-    splits = filling_splits(h_kv, t_c)
+    splits = max(1, min(t_c, sms // h_kv))  # one block per SM
     p = DecodeProblem(1, n_k, D, D, h_q, h_kv, block_k=BLOCK_K, splits=splits, dtype=DTYPE)
     host = decode_inputs(DecodeProblem(1, n_k, D, D, h_q, h_kv, dtype="float64"), seed=n_k + h_q)
     base = [device_array(cupy.asarray(x.astype(np.float32)), DTYPE) for x in host]
@@ -120,13 +167,16 @@ def bench_case(h_q: int, h_kv: int, n_k: int, fa4: Any, copy_bw: float, l2: int)
     want = dense_decode(replace(p, dtype="float64"), *values)[2]
     errors, skipped = {}, {}
     for name, (fn, arg_sets) in list(paths.items()):
+        if name == "stream only":  # no O of its own: the partials are split-kv's
+            continue
         try:
             errors[name] = float(np.max(np.abs(_as_ours(name, fn(*arg_sets[0]), p) - want)))
         except Exception as exc:  # a peer that refuses this configuration is reported, not timed
-            if name in ("split-kv", "one-pass"):
+            if name in OURS:
                 raise
             skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             del paths[name]
+    kernels = {n: _kernel_facts(paths[n][1][0][0]) for n in OURS}
     timings = time_interleaved(paths, warmup=3, repeats=21, l2_bytes=l2, preheat_s=0.2)
     rows = {}
     for name, t in timings.items():
@@ -134,13 +184,20 @@ def bench_case(h_q: int, h_kv: int, n_k: int, fa4: Any, copy_bw: float, l2: int)
         row = {
             "median_ms": t.median_ms,
             "min_ms": t.min_ms,
-            "max_abs_err": errors[name],
+            "max_abs_err": errors.get(name),
             "bandwidth": useful / seconds,
             "copy_fraction": useful / seconds / copy_bw,
         }
-        if name in ("split-kv", "one-pass"):
-            led = decode_ledger(p, name)
-            row |= {"ledger_bytes": led.total_bytes, "blocks": led.blocks}
+        if name in OURS:
+            schedule = "one-pass" if name == "one-pass" else "split-kv"
+            q = replace(p, splits=2 * p.splits) if name == "split-kv x2" else p
+            led = decode_ledger(q, schedule)
+            row |= {
+                "ledger_bytes": led.total_bytes,
+                "blocks": led.blocks,
+                "splits": q.splits_used,
+                "kernels": kernels[name],
+            }
         rows[name] = row
     return {
         "h_q": h_q,
@@ -160,7 +217,7 @@ def bench_case(h_q: int, h_kv: int, n_k: int, fa4: Any, copy_bw: float, l2: int)
 
 
 def format_table(report: dict) -> str:
-    names = ["split-kv", "one-pass", "sdpa", "fa4"]
+    names = [*OURS, "sdpa", "fa4"]
     head = f"{'H_q/H_kv':>9} {'N_k':>6} {'S':>4} " + " ".join(f"{n:>17}" for n in names)
     lines = [
         f"copy bandwidth {report['copy_bandwidth'] / 1e12:.2f} TB/s; "
@@ -180,16 +237,28 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
+class DecodeBenchUnavailable(RuntimeError):
+    """No usable CUDA device, or no PyTorch for the SDPA peer: the sentence says which."""
+
+
+def measure(
+    cases: tuple[tuple[int, int, int], ...] = CASES,
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+    on_case: Callable[[dict], None] | None = None,
+) -> dict:
+    """The report of every (H_q, H_kv, N_k) case; progress(i, n, what) before each case and
+    on_case(report so far) after it (the CLI rewrites its JSON there)."""
     st = status()
     if not st.usable:
-        print(f"decode_bench: {st.reason}", file=sys.stderr)
-        return 2
-    import torch
-
+        raise DecodeBenchUnavailable(st.reason)
+    try:
+        import torch
+    except ImportError as exc:
+        raise DecodeBenchUnavailable(
+            "The decode benchmark times PyTorch's SDPA beside our kernels, but torch is not "
+            "installed here: install it, or read the bundled measurement."
+        ) from exc
     fa4, fa4_reason = _fa4()
     copy_bw = copy_bandwidth()
     report = {
@@ -200,10 +269,29 @@ def main(argv: list[str] | None = None) -> int:
         "timing": "time_interleaved: 3 rounds, 21 runs, 0.2 s preheat, L2 flushed, median",
         "cases": [],
     }
+    for i, (hq, hkv, n) in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases), f"H_q/H_kv = {hq}/{hkv}, N_k = {n}")
+        report["cases"].append(bench_case(hq, hkv, n, fa4, copy_bw, st.l2_bytes, st.sm_count))
+        if on_case is not None:
+            on_case(report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for hq, hkv, n in CASES:  # the JSON is rewritten after each case: a cut run keeps its rows
-        report["cases"].append(bench_case(hq, hkv, n, fa4, copy_bw, st.l2_bytes))
+
+    def write(report: dict) -> None:  # after each case: a cut run keeps its rows
         args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+    try:
+        report = measure(on_case=write)
+    except DecodeBenchUnavailable as exc:
+        print(f"decode_bench: {exc}", file=sys.stderr)
+        return 2
     print(format_table(report))
     print(f"wrote {args.out}")
     return 0

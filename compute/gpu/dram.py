@@ -283,13 +283,15 @@ def dram_block(cfg, entries: list[dict], l2_bytes: int) -> dict:
     }
 
 
-def default_paths(kernels: Iterable[str], peers: bool) -> list[dict]:
-    """The paths --dram profiles: the teaching kernels in both loop orders, then the other
-    kernels asked for, and with the peers FA4 (an error row where it is not importable)."""
+def default_paths(kernels: Iterable[str], peers: bool, pass_name: str = "forward") -> list[dict]:
+    """The paths --dram profiles: the teaching kernels in both loop orders (the backward
+    alone has one, K/V outer: the forward's order only decides what it saved), then the
+    other kernels asked for, and with the peers FA4 (an error row where it is not importable)."""
+    orders = ("kv-outer",) if pass_name == "backward" else ("q-outer", "kv-outer")
     paths: list[dict] = []
     for k in kernels:
         if k == "tiled":
-            paths += [{"path": "tiled", "order": o} for o in ("q-outer", "kv-outer")]
+            paths += [{"path": "tiled", "order": o} for o in orders]
         else:
             paths.append({"path": k})
     if peers:

@@ -53,8 +53,9 @@ def _tiled(cfg: BenchConfig, order: str, base: tuple) -> tuple[Callable, dict]:
 
     q, k, v, do = base
     bq, bk, causal = cfg.block_q, cfg.block_k, cfg.causal
-    tiles = {"order": order if cfg.pass_name == "forward" else f"{order}+kv-outer",
-             "block_q": bq, "block_k": bk}  # fmt: skip
+    # The order each pass of the path runs: a training step's forward, then the backward's.
+    label = {"forward": order, "backward": "kv-outer"}.get(cfg.pass_name, f"{order}+kv-outer")
+    tiles = {"order": label, "block_q": bq, "block_k": bk}
 
     def forward(count: bool = False):
         return tiled_attention_gpu(q, k, v, block_q=bq, block_k=bk, order=order, causal=causal,

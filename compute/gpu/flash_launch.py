@@ -23,13 +23,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from .flash_plan import lpt_section
 from .flash_variants import Config
 from .sources import KERNEL_DIR, kernel_source
 
 LOG2E = 1.4426950408889634
+# An unbounded side of a band: far past any row (r + lo and r + hi stay in int32 for N < 2^30).
+BAND_OPEN = 1 << 30
 
 
 def cupy():
@@ -89,6 +89,8 @@ class _Layout(ctypes.Structure):
         ("strides", ctypes.c_longlong * 12),
         ("heads", ctypes.c_int),
         ("group", ctypes.c_int),
+        ("lo", ctypes.c_int),  # the band of ':band' variants: row r sees r + lo <= c <= r + hi
+        ("hi", ctypes.c_int),
     ]
 
 
@@ -116,22 +118,27 @@ def normal_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> Strides:
 
 @dataclass
 class Launch:
-    """One variant launched on one geometry, all but the tensors' addresses (prepare)."""
+    """One variant launched on one geometry, all but the tensors' addresses (prepare).
+
+    The kernel's parameters live in ctypes storage made once (`bind`): run() writes this
+    call's addresses into it and calls ``cuLaunchKernel`` with the parameter array, so a
+    launch costs one driver call and a few stores, not CuPy's per-argument packing."""
 
     cfg: Config
-    fn: Any  # the CuPy kernel function
+    fn: Any  # the CuPy kernel (RawKernel); its CUfunction is fn.kernel.ptr
     grid: tuple[int, int, int]
-    consts: tuple  # N_q, N_k, scale·log2(e), causal (numpy scalars, packed by CuPy)
     layout: _Layout
-    layout_arg: Any  # the layout as a kernel argument (a pointer to it, copied at launch)
-    # ws only: Q's, K's and V's tensor maps, their addresses, the maps as kernel arguments,
-    # and the trailing arguments: query blocks, batch·heads (before the ticket counter) and
-    # the heads per LPT section (after it)
+    scalars: tuple  # N_q, N_k, scale·log2(e), causal as ctypes values
+    # ws only: Q's, K's and V's tensor maps and their addresses, and the trailing scalars:
+    # query blocks and batch·heads (before the ticket counter), heads per LPT section (after)
     maps: tuple = ()
     map_ptrs: tuple = ()
-    map_args: tuple = ()
-    ws_args: tuple = ()
+    ws_scalars: tuple = ()
     section: Any = None
+    slots: Any = None  # c_uint64 x 6: Q, K, V, O, LSE, tickets, rewritten by each run
+    params: Any = None  # the void* array of cuLaunchKernel (addresses into the above)
+    call: Any = None  # cuLaunchKernel with all but the stream and the parameters bound
+    device: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -139,75 +146,98 @@ class Launch:
         """Whether run() wants a zeroed int32 ticket counter (the persistent grid)."""
         return self.cfg.kernel == "ws" and self.cfg.persistent
 
-    def run(
-        self, ptrs: tuple[int, int, int, int, int], tickets: int = 0, stream: Any = None
-    ) -> None:
-        """Launch on Q, K, V, O, LSE at these addresses (LSE 0: not written) and the ticket
-        counter (needs_tickets), on `stream` (None: CuPy's current stream)."""
-        u64 = np.uint64
+    def bind(self) -> None:
+        """The parameter array, in the kernels' order (flash_fwd_*.cu): Q, K, V (the ws
+        kernel: their tensor maps), O, LSE, N_q, N_k, scale, causal, [query blocks,
+        batch·heads, tickets, section,] layout."""
+        slots = self.slots = (ctypes.c_uint64 * 6)()
+        at = ctypes.addressof
+        size = ctypes.sizeof(ctypes.c_uint64)
+        slot = [at(slots) + i * size for i in range(6)]
+        if self.maps:
+            refs = [at(m) for m in self.maps] + slot[3:5] + [at(c) for c in self.scalars]
+            refs += [at(c) for c in self.ws_scalars] + [slot[5], at(self.section)]
+        else:
+            refs = slot[:5] + [at(c) for c in self.scalars]
+        refs.append(at(self.layout))
+        self.params = (ctypes.c_void_p * len(refs))(*refs)
         cfg = self.cfg
-        block, smem = (cfg.threads, 1, 1), cfg.smem_bytes()
-        if not self.maps:
-            args = (*(u64(p) for p in ptrs), *self.consts, self.layout_arg)
-            self.fn(self.grid, block, args, shared_mem=smem, stream=stream)
-            return
-        replace_address = _replace_address_fn()
-        with self.lock:  # the maps are this launch's: point them at these tensors, launch
-            for m, p in zip(self.map_ptrs, ptrs[:3], strict=True):
-                rc = replace_address(m, p)
+        self.call = functools.partial(
+            _launch_fn(), int(self.fn.kernel.ptr), *self.grid, cfg.threads, 1, 1, cfg.smem_bytes()
+        )
+        self.device = int(cupy().cuda.runtime.getDevice())
+
+    def run(self, ptrs: tuple[int, int, int, int, int], tickets: int = 0, stream: Any = None):
+        """Launch on Q, K, V, O, LSE at these addresses (LSE 0: not written) and the ticket
+        counter (needs_tickets), on `stream`: a raw CUDA stream handle, a CuPy stream, or
+        None for CuPy's current stream."""
+        if stream is None:
+            stream = cupy().cuda.get_current_stream().ptr
+        elif not isinstance(stream, int):
+            stream = stream.ptr
+        with self.lock:  # the maps and slots are this launch's: point them here, launch
+            for m, p in zip(self.map_ptrs, ptrs[:3], strict=False):
+                rc = _replace_address_fn()(m, p)
                 if rc != 0:
                     raise RuntimeError(f"cuTensorMapReplaceAddress failed with CUresult {rc}")
-            args = (
-                *self.map_args, u64(ptrs[3]), u64(ptrs[4]), *self.consts, *self.ws_args,
-                u64(tickets), self.section, self.layout_arg,
-            )  # fmt: skip
-            self.fn(self.grid, block, args, shared_mem=smem, stream=stream)
+            self.slots[:] = (*ptrs, tickets)
+            rc = self.call(stream, self.params, None)
+            if rc == _INVALID_CONTEXT:  # a thread that never made the device current
+                cupy().cuda.runtime.setDevice(self.device)
+                rc = self.call(stream, self.params, None)
+        if rc != 0:
+            raise RuntimeError(f"cuLaunchKernel of {self.cfg.spec()!r} failed with CUresult {rc}")
+
+
+_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 
 
 def prepare(
     cfg: Config, dt: int, shape: tuple[int, int, int, int], kv_heads: int, n_k: int,
     strides: tuple[Strides, Strides, Strides, Strides], ptrs: tuple[int, int, int],
-    scale: float, causal: bool,
+    scale: float, causal: bool, band: tuple[int, int] | None = None,
 ) -> Launch:  # fmt: skip
     """The launch of variant cfg (dtype code dt) on Q of `shape` (batch, heads, N_q, d), K and
     V of kv_heads heads (dividing heads: GQA) and n_k rows, at the element strides of Q, K,
     V and O (normal_strides of readable tensors); ptrs are Q's, K's and V's addresses now (the
-    ws kernel's maps are encoded on them; run() re-points them)."""
+    ws kernel's maps are encoded on them; run() re-points them). `band` (lo, hi): query row r
+    sees keys r + lo <= c <= r + hi, for a ':band' variant (`causal` then False)."""
+    if (band is not None) != cfg.band:
+        raise ValueError(f"variant {cfg.spec()!r} and band {band} do not go together")
     from . import tma
 
     b, h, n_q, d = shape
     num_qb = -(-n_q // cfg.block_m)
     grid = (num_qb, b * h, 1)
-    consts = (np.int32(n_q), np.int32(n_k), np.float32(scale * LOG2E), np.int32(int(causal)))
+    scalars = (ctypes.c_int32(n_q), ctypes.c_int32(n_k), ctypes.c_float(scale * LOG2E),
+               ctypes.c_int32(int(causal)))  # fmt: skip
     layout = _Layout()
     layout.strides[:] = [s for st in strides for s in st]
     layout.heads, layout.group = h, h // kv_heads
-    from cupy.cuda.function import CPointer
-
-    launch = Launch(
-        cfg, compiled(cfg, dt), grid, consts, layout, CPointer(ctypes.addressof(layout))
-    )
+    layout.lo, layout.hi = band if band is not None else (-BAND_OPEN, BAND_OPEN)
+    launch = Launch(cfg, compiled(cfg, dt), grid, layout, scalars)
     if cfg.kernel != "ws":
+        launch.bind()
         return launch
     if cfg.persistent:  # one CTA per SM, each drawing its next item from the counter
         launch.grid = (min(num_qb * b * h, sm_count()), 1, 1)
     shapes = ((b, h, n_q, d), (b, kv_heads, n_k, d), (b, kv_heads, n_k, d))
     rows = (cfg.block_m, cfg.block_n, cfg.block_n)
-    launch.maps = tuple(
+    maps = (
         tma.tensor_map(p, s, st, r)
         for p, s, st, r in zip(ptrs, shapes, strides, rows, strict=False)
     )
     # Copies of the (cached, shared) encoded maps: run() re-points these, not the cache's.
     copies = []
-    for m in launch.maps:
+    for m in maps:
         copy = tma._TensorMap()
         ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(m), ctypes.sizeof(copy))
         copies.append(copy)
     launch.maps = tuple(copies)
     launch.map_ptrs = tuple(ctypes.addressof(m) for m in copies)
-    launch.map_args = tuple(tma.kernel_arg(m) for m in copies)
-    launch.ws_args = (np.int32(num_qb), np.int32(b * h))
-    launch.section = np.int32(lpt_section(n_k, cfg.d, b * h, l2_bytes()))
+    launch.ws_scalars = (ctypes.c_int32(num_qb), ctypes.c_int32(b * h))
+    launch.section = ctypes.c_int32(lpt_section(n_k, cfg.d, b * h, l2_bytes()))
+    launch.bind()
     return launch
 
 
@@ -217,4 +247,15 @@ def _replace_address_fn() -> Any:
     fn = lib.cuTensorMapReplaceAddress
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    return fn
+
+
+@functools.cache
+def _launch_fn() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    u32 = ctypes.c_uint
+    fn.argtypes = [ctypes.c_void_p, u32, u32, u32, u32, u32, u32, u32, ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
     return fn

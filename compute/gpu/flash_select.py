@@ -52,6 +52,11 @@ WS_CAUSAL_MID_D128 = replace(WS_CONFIGS[128], persistent=True, lpt=True, q_regs=
 WS_CAUSAL_MID_END = 8192
 
 
+# A band (sliding window, FlashAttention's window_size): the default tiles in the default work
+# order, reading only the key tiles each query block's band touches (no LPT, no ENDQ).
+BAND_CONFIGS: dict[int, Config] = {d: replace(cfg, band=True) for d, cfg in WS_CONFIGS.items()}
+
+
 def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
     """The kernel variant flash_attention uses for head dim d, n_q query rows and the mask."""
     if not is_hopper():
@@ -70,10 +75,13 @@ def default_config(d: int, n_q: int = 1 << 30, causal: bool = False) -> Config:
     return WS_CONFIGS[d]
 
 
-def launch_config(d: int, n_q: int, n_k: int, causal: bool, config: Config | None = None) -> Config:
-    """The variant a launch runs: `config` or default_config, with the ws kernel replaced by
-    the wgmma one when there is no key (a tensor map cannot describe an empty K)."""
-    cfg = config or default_config(d, n_q, causal)
+def launch_config(
+    d: int, n_q: int, n_k: int, causal: bool, config: Config | None = None, band: bool = False
+) -> Config:  # fmt: skip
+    """The variant a launch runs: `config` or default_config (BAND_CONFIGS for a band), with
+    the ws kernel replaced by the wgmma one when there is no key (a tensor map cannot describe
+    an empty K; every row then sees nothing, band or not)."""
+    cfg = config or (BAND_CONFIGS[d] if band else default_config(d, n_q, causal))
     if cfg.kernel == "ws" and n_k == 0:
         return WGMMA_CONFIGS[d]
     return cfg

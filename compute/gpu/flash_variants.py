@@ -22,6 +22,7 @@ WS_TRAITS: tuple[tuple[str, str, int], ...] = (
     ("panelo", "panel_o", 4096),
     ("earlyq", "early_q", 131072),
     ("endq", "end_q", 262144),
+    ("band", "band", 524288),
 )
 _WS_OVERLAP, _WS_PINGPONG = 1, 2  # FA_WS_OVERLAP, FA_WS_PINGPONG
 # Spec flags of variants that were measured, lost and left the kernel (FLASH_NOTES.md).
@@ -55,6 +56,9 @@ class Config:
     panel_o: bool = False
     early_q: bool = False  # ws, persistent: Q released after each item's last S GEMM
     end_q: bool = False  # ws, causal: query blocks end at N_q (the partial block is first)
+    # ws: a band (sliding window) from the launch's layout instead of the causal flag; each
+    # query block reads only the key tiles its band touches (kernels/ws_traits.cuh)
+    band: bool = False
 
     @property
     def block_m(self) -> int:
@@ -134,6 +138,11 @@ class Config:
             raise ValueError(
                 f"{spec!r}: ':earlyq' releases Q early on the persistent grid, so it needs "
                 "':persist' and the overlap, without ':serial'"
+            )
+        if "band" in flags and ({"lpt", "endq"} & flags):
+            raise ValueError(
+                f"{spec!r}: ':band' keeps the default work order, so it takes neither ':lpt' "
+                "nor ':endq' (causal's orderings)"
             )
         d, warps, block_n, fifth = (int(p) for p in parts[1:])
         if parts[0] == "ws":

@@ -241,6 +241,15 @@ def _re_reads(entry: dict) -> str:
     return " and ".join(RE_READS[o] for o in orders)
 
 
+def _dense_counts(entry: dict) -> str:
+    """What the dense lane declares of the N x N matrices in the path's pass."""
+    forward = "one write and one read of each of S and P"
+    backward = "P read and dP and dS written and read"
+    return {"forward": forward, "backward": backward}.get(
+        entry.get("pass", "forward"), f"{forward}, then {backward}"
+    )
+
+
 def dram_reading(entry: dict, s_bytes: int, l2_bytes: int) -> str:
     """One line: how a path's measured DRAM bytes stand to its declared ones, and why."""
     m, dec = entry.get("measured"), entry.get("declared")
@@ -259,8 +268,7 @@ def dram_reading(entry: dict, s_bytes: int, l2_bytes: int) -> str:
         if ratio > 1.25:
             return (f"{what}: {size}, and each of the path's {len(m.get('kernels', []))} kernels "
                     "(float32 copies around the matmuls, one per elementwise step) moves an "
-                    "N x N array again, where the dense lane counts one write and one read of "
-                    "each of S and P")  # fmt: skip
+                    f"N x N array again, where the dense lane counts {_dense_counts(entry)}")  # fmt: skip
         if ratio < 0.8:
             return f"{what}: {size}, so S and P are partly kept in L2"
         return f"{what}: {size}, so S and P go to DRAM as declared"

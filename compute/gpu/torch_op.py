@@ -1,9 +1,10 @@
 """`torch_attention`: this project's tensor-core attention as a PyTorch op with autograd.
 
 ``torch_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
-causal_align="top-left")`` takes what ``torch.nn.functional.scaled_dot_product_attention``
-takes for the common case: CUDA tensors shaped (batch, heads, N, d), float16 or bfloat16,
-d in {64, 128}, the same argument names. The forward is the tensor-core kernel of
+causal_align="top-left", deterministic=False, window=None)`` takes what
+``torch.nn.functional.scaled_dot_product_attention`` takes for the common case: CUDA
+tensors shaped (batch, heads, N, d), float16 or bfloat16, d in {64, 128}, the same
+argument names. The forward is the tensor-core kernel of
 ``compute.gpu.flash`` (launched by ``torch_launch.forward`` with per-shape cached launch
 plans); it saves Q, K, V, O and the row log-sum-exp L (float32), and the backward is
 ``compute.gpu.flash_backward.flash_attention_backward`` on them, which recomputes P from L.
@@ -13,7 +14,10 @@ The op is registered with ``torch.library`` (``fa_explorer::attention_forward`` 
 ``torch.compile(..., fullgraph=True)`` traces through it. In eager mode the call goes through
 an ``autograd.Function`` instead, which runs the same functions with less Python dispatch
 (the benchmark, ``lab/torch_op_bench.py``, times both), or, when no input needs a
-gradient, straight to them.
+gradient, straight to them. Host cost per eager call: the checks run once per signature
+(shapes, strides, dtypes, devices, arguments; ``_Call``), later calls look their verdict
+up and check only the base addresses, and the launch itself is ``torch_launch``'s cached
+plan (one ``cuLaunchKernel``).
 
 What is copied, and why: the forward copies nothing. Its kernels read Q, K, V and write O
 at their batch, head and row strides (4-D tensor maps, strided pointers), so SDPA's (batch,
@@ -36,7 +40,11 @@ Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r 
 c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
 kernel's own; rows that see no key give zeros). Top-left with N_q < N_k runs the kernel on
 the first N_q keys (views of those rows of K and V; dK, dV are zero past them); top-left
-with N_q > N_k is refused. The two agree when N_q = N_k. No attn_mask, dropout or windows.
+with N_q > N_k runs two launches on views of q and O (``_split``): the first N_k rows
+causal, the rows after them full attention (they see every key); its backward is two calls
+whose dK, dV are added. The two agree when N_q = N_k. Sliding windows (``window=``,
+forward only): the ws kernel's band variant, each query block reading only the key tiles
+its rows' window touches. No attn_mask or dropout.
 
 torch is optional: importing this module (or ``compute.gpu``) never imports it; calling
 ``torch_attention`` without torch installed raises ImportError with one sentence.
@@ -48,8 +56,9 @@ import functools
 import math
 from typing import Any
 
+from ..mask import Mask
 from .flash import SUPPORTED_HEAD_DIMS
-from .flash_launch import readable
+from .flash_launch import BAND_OPEN, readable
 
 NO_TORCH = "torch_attention needs PyTorch: install torch (pip install torch) to use it."
 ALIGNS = ("top-left", "bottom-right")
@@ -57,14 +66,23 @@ NAMESPACE = "fa_explorer"
 
 
 def _torch() -> Any:
+    if _TORCH:
+        return _TORCH[0]
     try:
         import torch
     except ImportError as exc:
         raise ImportError(NO_TORCH) from exc
+    _TORCH.append(torch)
     return torch
 
 
-def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align: str) -> None:
+_TORCH: list = []  # the torch module, once imported
+
+
+def _check(
+    torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align: str,
+    window: Any = None,
+) -> None:  # fmt: skip
     """One sentence (ValueError / TypeError) for any input the kernels do not take."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -77,7 +95,7 @@ def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align
         )
     if not q.device == k.device == v.device:
         raise ValueError("q, k, v must be on one device")
-    (b, h, n_q, d), (bk, hk, n_k, dk) = q.shape, k.shape
+    (b, h, _, d), (bk, hk, _, dk) = q.shape, k.shape
     if k.shape != v.shape or bk != b or dk != d:
         raise ValueError(
             f"shapes do not agree: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
@@ -92,11 +110,13 @@ def _check(torch: Any, q: Any, k: Any, v: Any, is_causal: bool, gqa: bool, align
         )
     if align not in ALIGNS:
         raise ValueError(f"causal_align must be one of {ALIGNS}, not {align!r}")
-    if is_causal and align == "top-left" and n_q > n_k:
-        raise ValueError(
-            "is_causal top-left (SDPA's) with N_q > N_k is not supported: use equal lengths "
-            "or causal_align='bottom-right'"
-        )
+    if window is not None:
+        if not (isinstance(window, tuple | list) and len(window) == 2):
+            raise ValueError(
+                f"window must be a pair (left, right) of whole numbers, -1 for an unbounded "
+                f"side, not {window!r}"
+            )
+        Mask(*window)  # its one sentence for a side that is not a whole number >= -1
     if b * h > 65535:
         raise ValueError(f"batch * heads ({b * h}) must be at most 65535 (one grid row per head)")
 
@@ -123,6 +143,35 @@ def _seen_keys(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, A
     return k, v
 
 
+def _mask(
+    q: Any, k: Any, causal: bool, window: Any, align: str
+) -> tuple[bool, tuple[int, int] | None]:  # fmt: skip
+    """(causal, band) as the kernels take the mask: a sliding window `window` = (left, right)
+    means what compute/mask.py's Mask(left, right) means (row r sees keys r + off - left <=
+    c <= r + off + right, -1 unbounded, off = N_k - N_q bottom-right or 0 top-left; is_causal
+    sets right = 0, as FlashAttention's window_size does), turned into the ws kernel's band
+    (lo, hi) = (off - left, off + right); a window that is plain causal or none is not a band."""
+    if window is None:
+        return causal, None
+    left, right = (int(x) for x in window)
+    mask = Mask(left, 0 if causal else right, align == "top-left")
+    if not mask.windowed:  # (-1, 0) is causal, (-1, -1) none
+        return mask.causal, None
+    off = mask.offset(q.shape[2], k.shape[2])
+    lo = off - mask.left if mask.left >= 0 else -BAND_OPEN
+    hi = off + mask.right if mask.right >= 0 else BAND_OPEN
+    return False, (lo, hi)
+
+
+def _split(q: Any, k: Any, causal: bool, align: str) -> int:
+    """Top-left causal with N_q > N_k as the kernel's masks: the first N_k query rows are a
+    square causal problem (where the two alignments agree) and the rows after them see
+    every key (full attention), two launches on views of q and O; the number of rows of
+    the first part, N_k, or 0 where no split is needed."""
+    n_k = k.shape[2]
+    return n_k if causal and align == "top-left" and q.shape[2] > n_k > 0 else 0
+
+
 def _prepare(q: Any, k: Any, v: Any, causal: bool, align: str) -> tuple[Any, Any, Any]:
     """q, k, v as the kernels read them (_seen_keys, _readable). Idempotent, so the
     backward may call it on what the forward saved."""
@@ -138,17 +187,32 @@ def _empty_out(torch: Any, q: Any) -> Any:
     return o if o.stride(3) == 1 else torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
-def _forward(q: Any, k: Any, v: Any, causal: bool, scale: float, like: Any) -> tuple[Any, Any]:
+def _forward(
+    q: Any, k: Any, v: Any, causal: bool, scale: float, like: Any, split: int = 0,
+    band: tuple[int, int] | None = None,
+) -> tuple[Any, Any]:  # fmt: skip
     """(O, LSE) on prepared tensors, K/V heads dividing q's (the kernels take the group), O
-    shaped after `like` (the caller's q)."""
+    shaped after `like` (the caller's q); `split` rows (_split) run causal, the rest full;
+    `band` (_mask) runs the ws kernel's band variant."""
     from . import torch_launch
 
     torch = _torch()
     b, h, n_q, _ = q.shape
     o = _empty_out(torch, like)
-    lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    torch_launch.forward(q, k, v, causal, scale, o, lse)
-    return o, lse
+    if band is not None:
+        lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+        torch_launch.forward(q, k, v, False, scale, o, lse, band=band)
+        return o, lse
+    if not split:
+        lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
+        torch_launch.forward(q, k, v, causal, scale, o, lse)
+        return o, lse
+    parts = []
+    for rows, masked in ((slice(0, split), True), (slice(split, n_q), False)):
+        lse = torch.empty((b, h, rows.stop - rows.start), dtype=torch.float32, device=q.device)
+        torch_launch.forward(q[:, :, rows], k, v, masked, scale, o[:, :, rows], lse)
+        parts.append(lse)
+    return o, torch.cat(parts, 2)
 
 
 def _key_grad(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
@@ -165,18 +229,36 @@ def _key_grad(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
 
 
 def _backward(
-    q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float, n_k: int
-) -> tuple[Any, Any, Any]:
+    q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float, n_k: int,
+    deterministic: bool = False, split: int = 0,
+) -> tuple[Any, Any, Any]:  # fmt: skip
     """(dQ, dK, dV) on prepared tensors (and O, LSE as _forward gave them): the kernels read
-    them where they are and write into gradients allocated here, dK and dV of n_k rows."""
+    them where they are and write into gradients allocated here, dK and dV of n_k rows;
+    `deterministic` selects flash_attention_backward's bitwise repeatable mode; `split` as
+    _forward's (two backward calls, the second's dK and dV added to the first's)."""
     from . import torch_launch
 
     torch = _torch()
     dq = _empty_out(torch, q)
+    if split:
+        o, do = _readable(o), _readable(do)
+        grads = [(_empty_out(torch, k), _empty_out(torch, v)) for _ in range(2)]
+        n_q = q.shape[2]
+        for (rows, masked), (dk, dv) in zip(
+            ((slice(0, split), True), (slice(split, n_q), False)), grads, strict=True
+        ):
+            torch_launch.backward(
+                q[:, :, rows], k, v, o[:, :, rows], do[:, :, rows],
+                lse[:, :, rows].contiguous(), masked, scale,
+                out=(dq[:, :, rows], dk, dv), deterministic=deterministic,
+            )  # fmt: skip
+        (dk, dv), (dk_rest, dv_rest) = grads
+        return dq, dk.add_(dk_rest), dv.add_(dv_rest)
     (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
     torch_launch.backward(
-        q, k, v, _readable(o), _readable(do), lse, causal, scale, out=(dq, dk_seen, dv_seen)
-    )
+        q, k, v, _readable(o), _readable(do), lse, causal, scale, out=(dq, dk_seen, dv_seen),
+        deterministic=deterministic,
+    )  # fmt: skip
     return dq, dk, dv
 
 
@@ -187,19 +269,19 @@ def _function() -> Any:
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str):
+        def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str, det: bool):
             n_k = k.shape[2]
             qp, kp, vp = _prepare(q, k, v, is_causal, align)
-            o, lse = _forward(qp, kp, vp, is_causal, scale, q)
+            split = _split(q, k, is_causal, align)
+            o, lse = _forward(qp, kp, vp, is_causal, scale, q, split)
             ctx.save_for_backward(qp, kp, vp, o, lse)
-            ctx.args = (is_causal, scale, n_k)
+            ctx.args = (is_causal, scale, n_k, det, split)
             return o
 
         @staticmethod
         def backward(ctx, do):
-            causal, scale, n_k = ctx.args
-            dq, dk, dv = _backward(*ctx.saved_tensors, do, causal, scale, n_k)
-            return dq, dk, dv, None, None, None
+            dq, dk, dv = _backward(*ctx.saved_tensors, do, *ctx.args)
+            return dq, dk, dv, None, None, None, None
 
     return FlashAttention
 
@@ -218,43 +300,58 @@ def _register_ops() -> bool:
     # custom_op's schema inference cannot resolve in a local scope.
     @lib.custom_op(
         f"{NAMESPACE}::attention_forward", mutates_args=(),
-        schema="(Tensor q, Tensor k, Tensor v, bool is_causal, float scale, str causal_align)"
+        schema="(Tensor q, Tensor k, Tensor v, bool is_causal, float scale, str causal_align,"
+        " bool deterministic=False, int window_left=-1, int window_right=-1)"
         " -> (Tensor, Tensor)",
     )  # fmt: skip
-    def attention_forward(q, k, v, is_causal, scale, causal_align):
-        return _forward(*_prepare(q, k, v, is_causal, causal_align), is_causal, scale, q)
+    def attention_forward(q, k, v, is_causal, scale, causal_align, deterministic=False,
+                          window_left=-1, window_right=-1):  # fmt: skip
+        # deterministic is the backward's (setup_context keeps it); the forward always is
+        window = None if window_left == window_right == -1 else (window_left, window_right)
+        causal, band = _mask(q, k, is_causal, window, causal_align)
+        split = _split(q, k, causal, causal_align)
+        qp, kp, vp = _prepare(q, k, v, causal, causal_align)
+        return _forward(qp, kp, vp, causal, scale, q, split, band)
 
     @attention_forward.register_fake
-    def _(q, k, v, is_causal, scale, causal_align):
+    def _(q, k, v, is_causal, scale, causal_align, deterministic=False, window_left=-1,
+          window_right=-1):  # fmt: skip
         b, h, n_q, _ = q.shape
         return _empty_out(torch, q), q.new_empty((b, h, n_q), dtype=torch.float32)
 
     @lib.custom_op(
         f"{NAMESPACE}::attention_backward", mutates_args=(),
         schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor do, bool is_causal,"
-        " float scale, str causal_align) -> (Tensor, Tensor, Tensor)",
+        " float scale, str causal_align, bool deterministic=False) -> (Tensor, Tensor, Tensor)",
     )  # fmt: skip
-    def attention_backward(q, k, v, o, lse, do, is_causal, scale, causal_align):
-        n_k = k.shape[2]
+    def attention_backward(q, k, v, o, lse, do, is_causal, scale, causal_align,
+                           deterministic=False):  # fmt: skip
+        n_k, split = k.shape[2], _split(q, k, is_causal, causal_align)
         q, k, v = _prepare(q, k, v, is_causal, causal_align)
-        return _backward(q, k, v, o, lse, do, is_causal, scale, n_k)
+        return _backward(q, k, v, o, lse, do, is_causal, scale, n_k, deterministic, split)
 
     @attention_backward.register_fake
-    def _(q, k, v, o, lse, do, is_causal, scale, causal_align):
+    def _(q, k, v, o, lse, do, is_causal, scale, causal_align, deterministic=False):
         n_k = k.shape[2]  # the same strides as the real gradients (_key_grad)
         k, v = _seen_keys(q, k, v, is_causal, causal_align)
         return _empty_out(torch, q), _key_grad(torch, k, n_k)[0], _key_grad(torch, v, n_k)[0]
 
     def setup_context(ctx, inputs, output):
-        q, k, v, is_causal, scale, causal_align = inputs
+        q, k, v, is_causal, scale, causal_align, *rest = inputs
+        deterministic = bool(rest[0]) if rest else False
+        if len(rest) == 3 and tuple(rest[1:]) != (-1, -1):
+            causal, band = _mask(q, k, is_causal, tuple(rest[1:]), causal_align)
+            if band is not None:
+                raise ValueError(_NO_WINDOW_GRAD)
+            is_causal = causal  # a window that is plain causal
         ctx.save_for_backward(q, k, v, *output)
         ctx.mark_non_differentiable(output[1])  # LSE: saved for the backward, not an output
-        ctx.args = (is_causal, scale, causal_align)
+        ctx.args = (is_causal, scale, causal_align, deterministic)
 
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
         grads = attention_backward(q, k, v, o, lse, do, *ctx.args)
-        return *grads, None, None, None
+        return *grads, None, None, None, None
 
     attention_forward.register_autograd(backward, setup_context=setup_context)
     _OPS_READY = True
@@ -267,28 +364,128 @@ _register_ops._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 def torch_attention(
     q: Any, k: Any, v: Any, *, is_causal: bool = False, scale: float | None = None,
-    enable_gqa: bool = False, causal_align: str = "top-left",
+    enable_gqa: bool = False, causal_align: str = "top-left", deterministic: bool = False,
+    window: tuple[int, int] | None = None,
 ):  # fmt: skip
     """softmax(Q Kᵀ · scale [causal mask]) V on torch tensors, differentiable in q, k and v.
 
     q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads = heads, or
     dividing it with ``enable_gqa=True``; float16 or bfloat16 CUDA tensors, d ∈ {64, 128}.
     scale defaults to 1/sqrt(d), as SDPA's. ``causal_align`` places the causal mask when
-    N_q != N_k (module docstring). Returns a tensor shaped (batch, heads, N_q, d), typed as
-    q, with q's strides when they are dense (module docstring), else contiguous.
+    N_q != N_k (module docstring). ``deterministic=True`` runs the backward in
+    flash_attention_backward's deterministic mode (dQ added in a fixed order: bitwise
+    repeatable gradients, a little slower); the forward is deterministic either way.
+    ``window=(left, right)`` is FlashAttention's ``window_size`` (-1 = unbounded; with
+    is_causal, right = 0), aligned as ``causal_align`` says: query row r sees keys
+    r + off - left <= c <= r + off + right (compute/mask.py's meaning); each query block
+    reads only the key tiles its window touches. Windows run in the forward only for now:
+    with an input that needs a gradient they are refused. Returns a tensor shaped (batch, heads, N_q, d), typed as q, with q's strides when they
+    are dense (module docstring), else contiguous.
     """
     torch = _torch()
-    _check(torch, q, k, v, is_causal, enable_gqa, causal_align)
+    if torch.compiler.is_compiling():  # traced: checks in Python, then the library op
+        scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align,
+                               window)  # fmt: skip
+        if _mask(q, k, bool(is_causal), window, causal_align)[1] and _needs_grad(torch, q, k, v):
+            raise ValueError(_NO_WINDOW_GRAD)
+        _register_ops()
+        op = getattr(torch.ops, NAMESPACE).attention_forward
+        left, right = window if window is not None else (-1, -1)
+        return op(q, k, v, bool(is_causal), scale, causal_align, bool(deterministic),
+                  int(left), int(right))[0]  # fmt: skip
+    # Eager: the checks' verdict is cached per signature (shapes, strides, dtypes, devices,
+    # arguments), so a repeated call costs a dictionary look-up, not the checks (_Call).
+    try:
+        sig = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
+               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), is_causal,
+               scale, enable_gqa, causal_align, window)  # fmt: skip
+        call = _CALLS.get(sig)
+    except (AttributeError, TypeError):  # not tensors, or an argument that is not hashable
+        sig, call = None, None
+    if call is None:
+        scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align,
+                               window)  # fmt: skip
+        call = _Call.of(torch, q, k, v, bool(is_causal), scale, causal_align, window)
+        if sig is not None and len(_CALLS) < _CALLS_MAX:
+            _CALLS[sig] = call
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        if call.band is not None:
+            raise ValueError(_NO_WINDOW_GRAD)
+        return _function().apply(
+            q, k, v, call.causal, call.scale, causal_align, bool(deterministic)
+        )
+    if (
+        call.split or not call.in_place
+        or q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16
+    ):  # fmt: skip
+        # No graph to record (inference), but two launches or a tensor to copy first.
+        qp, kp, vp = _prepare(q, k, v, call.causal, causal_align)
+        return _forward(qp, kp, vp, call.causal, call.scale, q, call.split, call.band)[0]
+    # No graph to record and every tensor read in place: the launch and the outputs only.
+    if call.keys < k.shape[2]:
+        k, v = k[:, :, : call.keys], v[:, :, : call.keys]
+    o = torch.empty_strided(call.o_shape, call.o_stride, dtype=call.dtype, device=call.device)
+    lse = torch.empty(call.lse_shape, dtype=torch.float32, device=call.device)
+    from . import torch_launch
+
+    if call.band is None:
+        torch_launch.forward(q, k, v, call.causal, call.scale, o, lse)
+    else:
+        torch_launch.forward(q, k, v, False, call.scale, o, lse, band=call.band)
+    return o
+
+
+_NO_WINDOW_GRAD = (
+    "window= runs in the forward only for now (the backward kernel takes no window): call "
+    "it under torch.no_grad() or on inputs that need no gradient, or leave window unset"
+)
+
+
+def _needs_grad(torch: Any, q: Any, k: Any, v: Any) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+def _checked_scale(
+    torch: Any, q: Any, k: Any, v: Any, is_causal: Any, scale: Any, gqa: bool, align: str,
+    window: Any = None,
+) -> float:  # fmt: skip
+    """The softmax scale after every check of the inputs (one sentence each, _check)."""
+    _check(torch, q, k, v, is_causal, gqa, align, window)
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, not {scale}")
-    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
-    if torch.compiler.is_compiling() and _register_ops():
-        op = getattr(torch.ops, NAMESPACE).attention_forward
-        return op(q, k, v, bool(is_causal), scale, causal_align)[0]
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _function().apply(q, k, v, bool(is_causal), scale, causal_align)
-    # No graph to record (inference): skip the autograd.Function's own host cost.
-    return _forward(*_prepare(q, k, v, is_causal, causal_align), bool(is_causal), scale, q)[0]
+    return 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+
+
+class _Call:
+    """What one signature of checked inputs resolves to: the mask, scale and seen keys, O's
+    and LSE's allocation, and whether every tensor's strides are read in place (then only
+    the base addresses are checked per call)."""
+
+    __slots__ = ("band", "causal", "device", "dtype", "in_place", "keys", "lse_shape",
+                 "o_shape", "o_stride", "scale", "split")  # fmt: skip
+
+    @classmethod
+    def of(
+        cls, torch: Any, q: Any, k: Any, v: Any, causal: bool, scale: float, align: str,
+        window: Any = None,
+    ):  # fmt: skip
+        call = cls()
+        causal, call.band = _mask(q, k, causal, window, align)
+        call.causal, call.scale = causal, scale
+        call.keys = _seen_keys(q, k, v, causal, align)[0].shape[2]
+        call.split = _split(q, k, causal, align)
+        call.in_place = all(
+            readable(t.shape, t.stride(), 0) for t in (q, *_seen_keys(q, k, v, causal, align))
+        )
+        o = _empty_out(torch, q)
+        call.o_shape, call.o_stride = tuple(o.shape), o.stride()
+        call.dtype, call.device = q.dtype, q.device
+        call.lse_shape = tuple(q.shape[:3])
+        return call
+
+
+_CALLS: dict[tuple, _Call] = {}
+_CALLS_MAX = 4096  # signatures remembered (a model has a handful; a sweep may have many)
 
 
 def register_ops() -> None:

@@ -10,6 +10,7 @@ once). Imports neither Qt nor CuPy.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -41,11 +42,8 @@ ROWS = (
 )
 
 
-def parser() -> OneLineParser:
-    p = OneLineParser(
-        prog="flash-explorer decode",
-        description="Print the HBM bytes and roofline of one decode step for every schedule.",
-    )
+def add_problem_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of one decode step (also `flash-explorer export --decode`'s)."""
     p.add_argument("--n-q", type=ranged_int(1, MAX_NEW_QUERIES), default=1,
                    help=f"new queries in the step, 1 to {MAX_NEW_QUERIES} (default 1)")  # fmt: skip
     p.add_argument("--n-k", type=ranged_int(1, POSITIONS_MAX), default=4096,
@@ -64,6 +62,14 @@ def parser() -> OneLineParser:
     p.add_argument(
         "--dtype", choices=DTYPES, default="bfloat16", help="element type (default bfloat16)"
     )
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(
+        prog="flash-explorer decode",
+        description="Print the HBM bytes and roofline of one decode step for every schedule.",
+    )
+    add_problem_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     return p
 

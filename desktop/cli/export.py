@@ -1,4 +1,5 @@
-"""Headless exports: `flash-explorer export` (frames, GIF, MP4) and `export-ledger`.
+"""Headless exports: `flash-explorer export` (frames, GIF, MP4; with --decode a PNG or SVG
+of the decode view) and `export-ledger`.
 
 No display needed: without one, Qt's offscreen platform is used. The window is built
 synchronously from the same flags as the GUI, rendered by the GUI's own views, and
@@ -81,7 +82,125 @@ def export_parser() -> argparse.ArgumentParser:
         "--theme", choices=("light", "dark"), default="light", help="colour theme (default light)"
     )
     g.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.add_argument(
+        "--decode",
+        action="store_true",
+        help="export the decode view (Pass -> Decode) instead, with the decode step's own "
+        "flags: see flash-explorer export --decode --help",
+    )
     return p
+
+
+def decode_export_parser() -> argparse.ArgumentParser:
+    from desktop.cli.decode import add_problem_arguments
+
+    p = OneLineParser(
+        prog="flash-explorer export --decode",
+        description="Render the decode view (Pass -> Decode) headless: one animation step of "
+        "the cache streamed by one-pass and by split-KV, the combine, the followed row's "
+        "split statistics and every schedule's ledger, as PNG or SVG.",
+    )
+    add_problem_arguments(p)
+    p.add_argument("--out", required=True, metavar="FILE", help="the .png or .svg to write")
+    p.add_argument("--head", type=ranged_int(0, 4095), default=0, help="query head to follow")
+    p.add_argument("--token", type=ranged_int(0, 4095), default=0, help="new token to follow")
+    p.add_argument(
+        "--step",
+        type=ranged_int(0, 1 << 30),
+        default=None,
+        help="animation step, one tile per block, 0 to T_c (default: the finished step)",
+    )
+    p.add_argument("--size", help="the view's size WxH (default 1280x720)")
+    p.add_argument("--scale", type=SCALE, default=1.0, help="PNG scale, e.g. 2 for print")
+    p.add_argument(
+        "--theme", choices=("light", "dark"), default="light", help="colour theme (default light)"
+    )
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    return p
+
+
+def _decode_view(args, size: tuple[int, int]):
+    """A DecodeView on the flags' step, computed and laid out at `size`, never on screen;
+    ExportError (one sentence) where the view cannot show it."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from desktop.cli.decode import problem_from_args
+    from desktop.decode.view import DecodeView
+    from desktop.theme import apply_theme
+
+    problem = problem_from_args(args)  # ValueError: one sentence
+    if problem.d != problem.d_v:
+        raise ExportError("The decode view draws d = d_v; drop --d-v or make it equal to --d.")
+    apply_theme(ensure_app(), args.theme)
+    view = DecodeView()
+    wanted = (
+        (view.nq, problem.n_q, "N_q"), (view.nk, problem.n_k, "N_k"),
+        (view.hq, problem.h_q, "H_q"), (view.hkv, problem.h_kv, "H_kv"),
+        (view.splits, args.splits or 0, "splits"), (view.bk, problem.block_k, "B_c"),
+        (view.d, problem.d, "d"), (view.head, args.head, "the followed head"),
+        (view.row, args.token, "the followed token"),
+    )  # fmt: skip
+    for box, value, name in wanted:
+        if not box.minimum() <= value <= box.maximum():
+            raise ExportError(
+                f"The decode view takes {name} from {box.minimum()} to {box.maximum()}, not "
+                f"{value}; use `flash-explorer decode` for the ledger of a larger step."
+            )
+        box.setValue(value)
+    view.dtype.setCurrentIndex(view.dtype.findData(problem.dtype))
+    view.pending.stop()  # computed here, synchronously, not after the window's pause
+    view.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+    view.resize(*size)
+    view.recompute()
+    if view.message.text():
+        raise ExportError(view.message.text())
+    if args.step is not None:
+        if args.step > view.slider.maximum():
+            raise ExportError(
+                f"Step {args.step} is past the end; choose 0 to {view.slider.maximum()} "
+                "(T_c, when the one-pass block has read every tile)."
+            )
+        view.slider.setValue(args.step)
+    view.show()
+    QApplication.processEvents()
+    return view
+
+
+def _export_decode(argv: list[str]) -> int:
+    """`flash-explorer export --decode`."""
+    parser = decode_export_parser()
+    args = parser.parse_args(argv)
+    try:
+        from PySide6.QtCore import QPoint
+
+        from desktop.export.atomic import write_bytes_atomic
+        from desktop.export.devices import svg_bytes
+        from desktop.export.exporter import check_suffix
+        from desktop.export.frames import parse_size, png_bytes, render_scaled
+
+        path = check_suffix(args.out, (".png", ".svg"))
+        size = parse_size(args.size) if args.size else (1280, 720)
+        view = _decode_view(args, size)
+        step = view.slider.value()
+        if path.suffix.lower() == ".png":
+            data = png_bytes(render_scaled(view, args.scale))
+        else:
+            p = view.problem()
+            data = svg_bytes(
+                (view.width(), view.height()),
+                lambda painter: view.render(painter, QPoint()),
+                description=f"decode step {step} of {view.slider.maximum()}: {p}",
+            )
+        write_bytes_atomic(path, data)
+        view.close()
+    except (ExportError, InputError, ValueError) as exc:
+        return fail(str(exc), parser.prog)
+    except MemoryError:
+        return fail(OUT_OF_MEMORY, parser.prog)
+    if not args.quiet:
+        notice(f"wrote {path} (decode view, step {step} of {view.slider.maximum()})")
+    return 0
 
 
 def _checked_config(args):
@@ -116,6 +235,8 @@ def main(argv: list[str]) -> int:
 
 
 def _export(argv: list[str]) -> int:
+    if "--decode" in argv:  # the decode pass: its own step flags and its own view
+        return _export_decode([a for a in argv if a != "--decode"])
     parser = export_parser()
     args = parser.parse_args(argv)
     try:

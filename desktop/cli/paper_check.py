@@ -50,8 +50,9 @@ def paper_check_dict(w: pc.Workload = pc.PAPER) -> dict:
             "algorithm1_tiles": list(pc.algorithm1_tiles(w)),
         },  # fmt: skip
         "paper": [vars(f) for f in pc.PAPER_FIGURES],
+        "sources": pc.sources(),
         "declared": [{**vars(r), "gb": r.gb} for r in pc.declared_rows(w)],
-        "flops": {**vars(flops), "sentence": flops.sentence()},
+        "flops": {**vars(flops), "sentence": pc.flop_reading(w)},
         "reading": pc.reading(w),
         "measured": {
             "device": None if report is None else report["device"].get("name"),
@@ -73,8 +74,7 @@ def format_paper_check(w: pc.Workload = pc.PAPER) -> str:
     ]
     paper = [
         [f.label, f"{f.standard_gb:.1f}", f"{f.flash_gb:.1f}",
-         "-" if f.standard_gflops is None else f"{f.standard_gflops} / {f.flash_gflops}",
-         "-" if f.standard_ms is None else f"{f.standard_ms} / {f.flash_ms}"]
+         f"{f.standard_gflops} / {f.flash_gflops}", f"{f.standard_ms} / {f.flash_ms}"]
         for f in pc.PAPER_FIGURES
     ]  # fmt: skip
     lines += _table(
@@ -97,7 +97,7 @@ def format_paper_check(w: pc.Workload = pc.PAPER) -> str:
                 for m in measured]  # fmt: skip
         lines += ["", *_table([f"measured DRAM on {device} (ncu)", "read GB", "write GB", "GB",
                                "declared GB"], rows, {1, 2, 3, 4})]  # fmt: skip
-    lines += ["", pc.flop_check(w).sentence(), pc.reading(w)]
+    lines += ["", pc.sources(), pc.flop_reading(w), pc.reading(w)]
     if measured:
         lines.append(pc.measured_reading(measured, device))
     return "\n".join(lines)

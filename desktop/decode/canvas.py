@@ -6,8 +6,8 @@ Three bands, top to bottom, for one animation step t (one tile per block per ste
   split s has read min(t, its length) of its tiles, so every split finishes by step
   max_s |split s|, T_c / S' of the one-pass's T_c steps: the parallelism split-KV buys;
 - combine: the selected query row's split weights exp(L_s − L) as bars merging into O.
-Rows past MAX_ROWS are summarised in one line, and tiles narrower than a few pixels are
-drawn as one bar with the read part filled.
+Rows past MAX_ROWS, or past what leaves the combine room, are summarised in one line; tiles
+narrower than a few pixels are drawn as one bar with the read part filled.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from desktop.decode.model import DecodeStep
 MAX_ROWS = 4  # K/V head rows drawn per band
 ROW_H, GAP, BAND_GAP, LABEL_H = 18, 5, 10, 18
 MARGIN = 10
+COMBINE_MIN = 90  # px the combine band keeps below the two bands (its title and bars)
 
 
 def split_hue(split: int, count: int) -> QColor:
@@ -45,13 +46,12 @@ class DecodeCanvas(QWidget):
     # Geometry -------------------------------------------------------------------------
 
     def _rows(self) -> int:
+        """K/V head rows per band: at most MAX_ROWS, and no more than leave the combine
+        COMBINE_MIN pixels below the two bands (the rest are summarised in one line)."""
         p = self.step_data.problem
-        return min(p.h_kv, MAX_ROWS)
-
-    def _band_height(self) -> int:
-        rows = self._rows()
-        extra = 1 if self.step_data.problem.h_kv > MAX_ROWS else 0
-        return LABEL_H + rows * (ROW_H + GAP) + extra * LABEL_H
+        fixed = 2 * MARGIN + 2 * BAND_GAP + COMBINE_MIN + 2 * (LABEL_H + LABEL_H)
+        fit = (self.height() - fixed) // (2 * (ROW_H + GAP))
+        return max(1, min(p.h_kv, MAX_ROWS, fit))
 
     # Painting -------------------------------------------------------------------------
 
@@ -86,6 +86,9 @@ class DecodeCanvas(QWidget):
             title = f"One-pass: {p.h_kv} block(s), {t_c} tiles each ({state})"
         self._text(painter, pal, x0, y, title)
         y += LABEL_H
+        # The rows' names in a gutter of their own: drawn over the tiles they hid the first.
+        gutter = painter.fontMetrics().horizontalAdvance(f"K/V {self._rows() - 1}") + 6
+        label_x, x0, width = x0, x0 + gutter, max(20, width - gutter)
         tile_w = width / t_c
         for g in range(self._rows()):
             segments = [p.split_tiles(s) for s in range(s_used)] if split else [(0, t_c)]
@@ -111,11 +114,12 @@ class DecodeCanvas(QWidget):
                     x = x0 + j * tile_w
                     painter.drawLine(QPointF(x, y), QPointF(x, y + ROW_H))
             painter.setPen(pal.color(QPalette.ColorRole.Text))
-            painter.drawText(QRectF(x0 + 2, y, 60, ROW_H), Qt.AlignmentFlag.AlignVCenter,
+            painter.drawText(QRectF(label_x, y, gutter, ROW_H), Qt.AlignmentFlag.AlignVCenter,
                              f"K/V {g}")  # fmt: skip
             y += ROW_H + GAP
-        if p.h_kv > MAX_ROWS:
-            self._text(painter, pal, x0, y, f"... and {p.h_kv - MAX_ROWS} more K/V heads alike")
+        if p.h_kv > self._rows():
+            more = p.h_kv - self._rows()
+            self._text(painter, pal, label_x, y, f"... and {more} more K/V heads alike")
             y += LABEL_H
         return int(y)
 
@@ -138,6 +142,9 @@ class DecodeCanvas(QWidget):
         bars_w = width - box_w - 30
         bar_w = bars_w / max(len(rows), 1)
         top = max((r.weight for r in rows), default=1.0) or 1.0
+        # Names under every k-th bar, k as small as lets the widest name keep clear of the next.
+        name_w = painter.fontMetrics().horizontalAdvance(f"s{len(rows) - 1}") + 6
+        every = max(1, -(-name_w // max(int(bar_w), 1)))
         for r in rows:
             h = (height - 16) * (r.weight / top)
             colour = split_hue(r.split, p.splits_used)
@@ -147,9 +154,10 @@ class DecodeCanvas(QWidget):
             painter.setBrush(colour)
             left = x0 + r.split * bar_w
             painter.drawRect(QRectF(left + 1, y + height - 16 - h, max(1.0, bar_w - 2), h))
-            if bar_w >= 22:
+            if r.split % every == 0 and name_w <= bars_w:
                 painter.setPen(pal.color(QPalette.ColorRole.Text))
-                painter.drawText(QRectF(left, y + height - 14, bar_w, 14),
+                centre = left + bar_w / 2
+                painter.drawText(QRectF(centre - name_w / 2, y + height - 14, name_w, 14),
                                  Qt.AlignmentFlag.AlignCenter, f"s{r.split}")  # fmt: skip
         # The arrow into the merged output.
         ax = x0 + bars_w + 4

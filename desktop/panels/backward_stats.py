@@ -88,6 +88,7 @@ class BackwardStats(FollowsPalette, QGroupBox):
         state.sigRowChanged.connect(self._rebuild)
         state.sigKeyChanged.connect(self._on_key)
         state.sigStepChanged.connect(self._on_step)
+        state.sigPartsChanged.connect(lambda _parts: self._on_step(self.state.step))
 
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
@@ -161,8 +162,15 @@ class BackwardStats(FollowsPalette, QGroupBox):
         self.labels["dq"].setText(
             f"{fmt_vec(b.dq[done])} after {done} of {trace.schedule.t_c} tiles"
         )
-        k = trace.key_row(key)
-        n = trace.backward_blocks_done(key, step)
-        self.labels["dk"].setText(f"{fmt_vec(k.dk[n])} after {n} of {trace.schedule.t_r} blocks")
-        self.labels["dv"].setText(fmt_vec(k.dv[n]))
+        if not trace.key_tile_ready(key // trace.schedule.block_k):
+            # dK_j needs every row's L and D: it comes with the second tier
+            self.labels["dk"].setText("computing…")
+            self.labels["dv"].setText("computing…")
+        else:
+            k = trace.key_row(key)
+            n = trace.backward_blocks_done(key, step)
+            self.labels["dk"].setText(
+                f"{fmt_vec(k.dk[n])} after {n} of {trace.schedule.t_r} blocks"
+            )
+            self.labels["dv"].setText(fmt_vec(k.dv[n]))
         settle_plot(self.plot)

@@ -4,7 +4,8 @@ The table and totals show the Trace's running counts up to the current step (the
 transfers the lanes animate). The plot sweeps N with the compute core's closed-form
 ledger at the current block sizes, d, d_v, mask and dtype, for the dense lane and both
 tiled loop orders, beside Theorem 2's order N²d²/M; the current N is marked. With a
-sliding window it sweeps the window's left size at the current N instead.
+sliding window it sweeps the window's left size at the current N instead. A second tab
+sets declared bytes against a GPU's measured DRAM bytes (desktop.panels.ledger_measured).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +33,7 @@ import compute
 from compute import Trace, element_bytes
 from compute.mask import Mask
 from desktop.panels.backward_memory import BackwardMemory
+from desktop.panels.ledger_measured import LedgerMeasured
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
 from desktop.theme import FollowsPalette, style_plot
@@ -157,16 +160,23 @@ class LedgerPanel(FollowsPalette, QWidget):
         left.addWidget(self._build_table(), 1)
         left.addWidget(self.totals_table)
         self._left, self._slide = left, False
-        right = QVBoxLayout()
+        sweep = QWidget()
+        right = QVBoxLayout(sweep)
+        right.setContentsMargins(0, 0, 0, 0)
         right.addWidget(self._build_plot(), 1)
         right.addWidget(self.legend_label)
         right.addWidget(self.plot_note)
+        # Beside the sweep: the declared bytes against a GPU's measured DRAM bytes.
+        self.measured = LedgerMeasured(state)
+        self.views = QTabWidget()
+        self.views.addTab(sweep, "Transfers against N")
+        self.views.addTab(self.measured, "Declared vs measured (GPU)")
         # A wide strip (counts beside the sweep over N) below the lanes; stacked when the
         # panel is narrow (tabbed beside the statistics on a small screen).
         self._box = layout = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(left, 1)
-        layout.addLayout(right, 1)
+        layout.addWidget(self.views, 1)
         self.restyle()
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)

@@ -34,6 +34,7 @@ from desktop.scene.row_series import (
     STEP_X,
     active_steps,
     dense_output_row,
+    envelope_bundle,
     finite_range,
     fmt,
     fmt_vec,
@@ -290,8 +291,8 @@ class StatsPanel(FollowsPalette, QWidget):
             # dashed lines would hide the curves.
             tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5]) + STEP_X
             bundles = (
-                step_bundle(x, s["a"]),
-                step_bundle(x, s["out"]),
+                envelope_bundle(x, s["a"]),
+                envelope_bundle(x, s["out"]),
                 step_bundle(tail, np.tile(ref, (1, 1))),
             )
         for (bx, by), item in zip(bundles, self._bundles, strict=True):

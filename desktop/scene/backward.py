@@ -78,12 +78,13 @@ def _operand(trace: Trace, tensor: str, rows, cols) -> np.ndarray | None:
     arrays = {"Q": trace.q, "K": trace.k, "V": trace.v, "dO": trace.do}
     if tensor in arrays:
         return arrays[tensor][r0:r1, c0:c1]
-    if tensor == "O":  # the tiled lane's pass alone: in the first tier, before the dense one
-        return trace.forward.tiled_pass().tiled_output[r0:r1, c0:c1]
+    # O, L and D of the rows held: those rows' own (the first tier has no every-row pass)
+    if tensor == "O":
+        return trace.tiled_rows_state(r0, r1)[0][:, c0:c1]
     if tensor == "L":
-        return trace.forward.tiled_pass().lse[r0:r1, None]
+        return trace.tiled_rows_state(r0, r1)[1][:, None]
     if tensor == "D":
-        return trace.backward_D[r0:r1, None]
+        return trace.rows_D(r0, r1)[:, None]
     if tensor == "P":
         return trace.probs_region(r0, r1, c0, c1)
     if tensor in ("dP", "dS"):
@@ -99,9 +100,12 @@ def dense_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
     if trace.backward.summary_cached(DISPLAY_CELLS):
         dq, dk, dv = trace.gradients("dense")
         results = {"dQ": dq, "dK": dk, "dV": dv}
+    # P and dS of every row need every row's statistics: the second tier's as well
+    rows_only = not trace.forward.summary_cached(DISPLAY_CELLS)
     tiles = []
     for r in action.resident:
-        if r.tensor in ("dQ", "dK", "dV") and not results:
+        every_row = r.tensor in ("P", "dS") and rows_only
+        if (r.tensor in ("dQ", "dK", "dV") and not results) or every_row:
             tiles.append(SramTile(r.tensor, _label(r, trace), None, note="computing…"))
             continue
         if r.tensor in results:
@@ -145,7 +149,11 @@ def tiled_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
         if name in held:
             r = held[name]
             tiles.append(SramTile(name, f"{name}_j", _operand(trace, name, r.rows, r.cols)))
-    if j is not None and "dK" in held:  # dK_j, dV_j after the blocks updated so far
+    if j is not None and "dK" in held and not trace.key_tile_ready(j):
+        # dK_j, dV_j need every row's L and D: the second tier's (never made here)
+        tiles.append(SramTile("dK", "dK_j", None, note="computing…"))
+        tiles.append(SramTile("dV", "dV_j", None, note="computing…"))
+    elif j is not None and "dK" in held:  # dK_j, dV_j after the blocks updated so far
         c0, c1 = s.cols(j)
         kt = trace.key_tile(j)
         done = trace.backward_blocks_done(c0, step)

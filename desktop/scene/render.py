@@ -255,6 +255,12 @@ PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 # less than the second paint that streaming adds: at N = 1024, d = 64 (134M) streaming
 # took complete_ms from 200 to 640 ms and did not bring first_ms down (bench-gui, 2-core).
 STREAM_WORK = 1 << 28
+# A backward's first tier is its rows' alone, a small part of its complete work (the
+# forward's pass, then the gradients'), so it streams from a quarter of that size. A
+# training step's first tier holds the forward's too: it keeps STREAM_WORK (streamed
+# smaller, its first paint gained little and its last came much later; see
+# assets/benchmarks/interactive/NOTES.md).
+BACKWARD_STREAM_WORK = 1 << 26
 
 
 def streams(trace: Trace) -> bool:
@@ -263,7 +269,8 @@ def streams(trace: Trace) -> bool:
     nothing). A backward's first tier also has its forward's O, L and D (every row's,
     without the backward's products: what the selected rows' gradients read)."""
     s = trace.schedule
-    if s.n_q * s.n_k * (s.d + s.d_v) < STREAM_WORK:
+    work = s.n_q * s.n_k * (s.d + s.d_v)
+    if work < (BACKWARD_STREAM_WORK if trace.pass_name == "backward" else STREAM_WORK):
         return False
     if trace.backward is not None:
         return not trace.backward.summary_cached(DISPLAY_CAP)

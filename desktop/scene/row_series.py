@@ -53,6 +53,47 @@ def step_bundle(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
     return xs.ravel(), ys.ravel()
 
 
+ENVELOPE_BINS = 256  # a bundle's columns across the row's updates: a pixel or two each
+
+
+def envelope_bundle(
+    edges: np.ndarray, values: np.ndarray, bins: int = ENVELOPE_BINS
+) -> tuple[np.ndarray, np.ndarray]:
+    """step_bundle's lines drawn at `bins` columns across the updates: the same pixels,
+    not one vertex per update. A column holds the values that start in it and the one
+    held into it; the line rises through their minimum and maximum at the column's
+    first update, so no excursion is lost. The first and last values are held across
+    their spans as step_bundle draws them. At most `bins` updates: step_bundle itself
+    (the plot spans the row's updates, at least a third of its width, so a column is
+    never wider than a pixel or two)."""
+    n, comps = values.shape
+    if n - 2 <= bins or len(edges) != n + 1:
+        return step_bundle(edges, values)
+    vals = np.asarray(values, dtype=float)
+    starts = np.asarray(edges[1:-1], dtype=float)  # the updates: values 1..n-1 start here
+    lo, hi = starts[0], starts[-1]
+    col = np.minimum(((starts - lo) * (bins / (hi - lo))).astype(np.intp), bins - 1)
+    first = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])  # each column's first update
+    inner = vals[1:]  # (n - 1, comps), aligned with starts
+    held = vals[first]  # the value held into each column (the one before its first update)
+    # fmin / fmax: a/ℓ is NaN before the first key; a column is drawn from what it has.
+    ymin = np.fmin(np.fmin.reduceat(inner, first, axis=0), held)
+    ymax = np.fmax(np.fmax.reduceat(inner, first, axis=0), held)
+    k = len(first)
+    # The first value held from the start to the first update, the columns' (min, max)
+    # pairs, the last value held from the last update to the end; NaN ends a component.
+    x = np.empty(2 * k + 5)
+    x[0], x[1], x[-3], x[-2], x[-1] = edges[0], lo, hi, edges[-1], np.nan
+    x[2 : 2 * k + 2 : 2] = x[3 : 2 * k + 3 : 2] = starts[first]
+    ys = np.empty((comps, len(x)))
+    ys[:, 0] = ys[:, 1] = vals[0]
+    ys[:, 2 : 2 * k + 2 : 2] = ymin.T
+    ys[:, 3 : 2 * k + 3 : 2] = ymax.T
+    ys[:, -3] = ys[:, -2] = vals[-1]
+    ys[:, -1] = np.nan
+    return np.tile(x, comps), ys.ravel()
+
+
 def fmt(x: float) -> str:
     """How the panel writes a number (tests compare against the same format)."""
     return "−∞" if np.isneginf(x) else f"{x:.6g}".replace("-", "−")

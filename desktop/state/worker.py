@@ -124,19 +124,19 @@ def build_all(
         if row is not None:  # the selected rows' numbers here, not on the GUI thread
             _selected_rows(trace, row, key)
         return config, trace, images
-    if trace.backward is not None:  # its forward's every-row numbers, then the rows' own
-        trace.forward.forward_pass(DISPLAY_CAP, check)  # (the second tier reuses them)
-        trace.forward.tiled_pass(check)  # (in float64 made by the same pass)
     first = prepare_first(trace)
-    if row is not None:
-        _selected_rows(trace, row, key)
+    if row is not None:  # a backward's from its rows alone: no every-row pass first
+        _selected_rows(trace, row, key, key_tile=False)
     if check is not None:
         check()
     on_first(config, trace, first)
-    return config, trace, complete_images(trace, first, check)
+    images = complete_images(trace, first, check)
+    if row is not None and trace.backward is not None:  # every row's L and D are in now
+        _selected_rows(trace, row, key)
+    return config, trace, images
 
 
-def _selected_rows(trace, row: int, key: int) -> None:
+def _selected_rows(trace, row: int, key: int, key_tile: bool = True) -> None:
     """The statistics panel's row: its block's history (a loop over key tiles; only
     where the pass shows the forward: a backward alone plots no online-softmax state),
     its dense and tiled rows (their chunk's products), and in a backward its block's and
@@ -150,7 +150,8 @@ def _selected_rows(trace, row: int, key: int) -> None:
     trace.forward.tiled_output_rows(r0, r1)
     if trace.backward is not None:
         trace.backward.backward_block(row // s.block_q)
-        trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
+        if key_tile:  # (it needs every row's L and D: the second tier's)
+            trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
 
 
 # Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,

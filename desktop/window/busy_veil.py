@@ -1,8 +1,11 @@
 """A veil over a view while the configuration it would show is still being computed.
 
 Old numbers never sit beside new controls: while a threaded build runs, the lanes, the
-ledger and the statistics are dimmed and say what is being computed ("computing N=934,
+ledger and the statistics are covered and say what is being computed ("computing N=934,
 blocks 2×2…"); the veil lifts when the new trace arrives or the request fails.
+
+The veil is opaque: a translucent one made Qt repaint every view beneath it (the lanes,
+the plots, the table) while the build ran, taking the GIL from the build it waits for.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ def computing_text(state: AppState) -> str:
 
 
 class BusyVeil(QWidget):
-    """A translucent cover with one line of text, kept the size of the widget it covers."""
+    """An opaque cover with one line of text, kept the size of the widget it covers."""
 
     def __init__(self, state: AppState, target: QWidget) -> None:
         super().__init__(target)
         self.state, self.target = state, target
         self.setObjectName("busy_veil")
+        # Nothing beneath shows through, so Qt does not repaint what the veil covers.
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.hide()
         target.installEventFilter(self)
         state.sigBusy.connect(self._on_busy)
@@ -52,9 +57,7 @@ class BusyVeil(QWidget):
 
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)
-        veil = QColor(self.palette().color(QPalette.ColorRole.Window))
-        veil.setAlpha(185)
-        p.fillRect(self.rect(), veil)
+        p.fillRect(self.rect(), QColor(self.palette().color(QPalette.ColorRole.Window)))
         font = QFont(self.font())
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)

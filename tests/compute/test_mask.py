@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute import ORDERS, attention_backward, dense_attention, pass_ledger, tiled_attention
+from compute import (
+    ORDERS,
+    attention_backward,
+    dense_attention,
+    pass_ledger,
+    random_inputs,
+    tiled_attention,
+)
+from compute.attention import tiled_attention_history
 from compute.backward_schedule import PASS_TENSORS, backward_steps
 from compute.ledger import closed_form_ledger, ledger, seen_keys
 from compute.mask import FULL, MASKED, NO_MASK, SKIPPED, Mask
@@ -436,3 +444,41 @@ def test_the_apps_numbers_follow_the_mask(s, seed, pass_name):
         for lane in ("dense", "tiled"):
             for g, w in zip(trace.gradients(lane), grads, strict=True):
                 np.testing.assert_allclose(g, w, **tol, err_msg=lane)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    s=masked_schedules(),
+    dtype=st.sampled_from(["float64", "float16", "bfloat16"]),
+    seed=st.integers(0, 2**16),
+    group=st.sampled_from([1, 7, 1 << 20]),
+)
+def test_a_blocks_history_without_a_tile_loop_equals_the_loop(s, dtype, seed, group):
+    """recurrence.rows_history (the tiles of a group at once, ℓ and a by a scan) gives
+    what the tile loop gives for a block's rows, for every mask and both orders, in
+    groups of any size: the same formulas, the additions reordered."""
+    import compute.recurrence as recurrence
+
+    old, recurrence.HISTORY_GROUP_ELEMENTS = recurrence.HISTORY_GROUP_ELEMENTS, group
+    try:
+        _compare_histories(recurrence, s, dtype, seed)
+    finally:
+        recurrence.HISTORY_GROUP_ELEMENTS = old
+
+
+def _compare_histories(recurrence, s, dtype, seed):
+    r = random_inputs(s.n_q, s.d, s.d_v, n_k=s.n_k, seed=seed)
+    scale = 1 / np.sqrt(s.d)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == "float64" else dict(rtol=2e-5, atol=2e-6)
+    for block in range(s.t_r):
+        r0, r1 = s.rows(block)
+        kw = dict(order=s.order, rows_of=(r0, s.n_q), scale=scale, dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = recurrence.rows_history(
+                r.q[r0:r1], r.k, r.v, block_k=s.block_k, mask=s.mask, **kw
+            )
+            _, _, want = tiled_attention_history(
+                r.q[r0:r1], r.k, r.v, block_q=r1 - r0, block_k=s.block_k, causal=s.mask, **kw
+            )
+        for name in ("m", "l", "a", "alpha", "p_tilde"):
+            np.testing.assert_allclose(getattr(got, name), getattr(want, name), **tol, err_msg=name)

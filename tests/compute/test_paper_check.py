@@ -87,13 +87,49 @@ def test_tensor_core_training_is_forward_plus_backward_ledgers():
     assert pc.tensor_core_training_bytes(w) == w.batch_heads * (fwd + bwd)
 
 
+def test_dense_lane_at_the_tensor_core_tiles():
+    # Forward at 128 x 128 (T_r = 8), backward at 64 x 128 (T_r = 16, T_c = 8), the dense
+    # formula's two halves term by term; no L in the dense lane (it keeps P instead).
+    w = pc.PAPER
+    n, d = w.n, w.d
+    nd, nn = n * d, n * n
+    fwd = 2 * (nd + 2 * 8 * nd + nd + 4 * nn)
+    bwd = 2 * (2 * nn + (8 + 1) * nd + 2 * 16 * nd + 8 * nd + 2 * nn + 3 * nn + 3 * nd)
+    rows = {r.label: r for r in pc.declared_rows(w)}
+    assert rows["dense lane, tensor-core tiles"].total_bytes == w.batch_heads * (fwd + bwd)
+    assert w.batch_heads * (fwd + bwd) == 33_017_561_088
+
+
+def test_paper_figures_are_the_printed_ones():
+    # Figure 2 (left) as arXiv 2205.14135's text prints it: the June 24, 2022 text, then the
+    # revision whose caption adds a key-padding mask (same GFLOPs, other HBM and runtimes).
+    june, revised = pc.PAPER_FIGURES
+    assert (june.standard_gflops, june.flash_gflops) == (66.6, 75.2)
+    assert (june.standard_gb, june.flash_gb, june.standard_ms, june.flash_ms) == (
+        40.3,
+        4.4,
+        41.7,
+        7.3,
+    )
+    assert (revised.standard_gflops, revised.flash_gflops) == (66.6, 75.2)
+    assert (revised.standard_gb, revised.flash_gb) == (35.3, 4.4)
+    assert (revised.standard_ms, revised.flash_ms) == (35.1, 11.7)
+    assert "June 24, 2022" in june.source and "key-padding mask" in revised.source
+    text = pc.sources()
+    assert june.source in text and revised.source in text
+
+
 def test_flop_check():
-    f = pc.flop_check()
-    assert f.workload_flops == 14 * 64 * 16 * 1024 * 1024 * 64 == 962_072_674_304
-    assert f.ratio == pytest.approx(962_072_674_304 / 66.6e9)
-    assert 14 < f.ratio < 15  # "about 14x below"
-    assert f.workload_tflops_per_s == pytest.approx(962_072_674_304 / 7.3e-3 / 1e12)
-    assert "14.4x" in f.sentence()
+    june, revised = (pc.flop_check(figure=f) for f in pc.PAPER_FIGURES)
+    assert june.workload_flops == 14 * 64 * 16 * 1024 * 1024 * 64 == 962_072_674_304
+    assert june.ratio == revised.ratio == pytest.approx(962_072_674_304 / 66.6e9)
+    assert 14 < june.ratio < 15  # the issue's "about 14x below"
+    assert june.workload_tflops_per_s == pytest.approx(962_072_674_304 / 7.3e-3 / 1e12)
+    assert revised.workload_tflops_per_s == pytest.approx(962_072_674_304 / 11.7e-3 / 1e12)
+    assert revised.paper_tflops_per_s == pytest.approx(75.2e9 / 11.7e-3 / 1e12)
+    text = pc.flop_reading()
+    assert "0.962 TFLOP" in text and "14.4x" in text and "both printings" in text
+    assert "132 and 82 TFLOP/s" in text and "10.3 and 6.4." in text
 
 
 def test_reading_names_both_paper_figures():

@@ -184,6 +184,18 @@ __device__ __forceinline__ void fa_mask(float* s, int n0, int Nk, int row_a, int
     }
 }
 
+// A band's mask (FA_WS_BAND): row r keeps keys r + lo <= c <= r + hi below Nk.
+template <int NS>
+__device__ __forceinline__ void fa_mask_band(float* s, int n0, int Nk, int row_a, int t, int lo,
+                                             int hi) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const int col = n0 + (i >> 2) * 8 + 2 * t + (i & 1);
+        const int row = row_a + (((i >> 1) & 1) << 3);
+        if (col >= Nk || col > row + hi || col < row + lo) s[i] = FA_NEG_INF;
+    }
+}
+
 // Online softmax on one S tile in the exp2 domain (scale * log2 e folded into one FFMA):
 //   m_new = max(m, rowmax(S) * scale_log2)          (running max, eq. m_i^(j))
 //   alpha = exp2(m - m_new)                          (rescale factor of l and O)

@@ -276,6 +276,59 @@ __device__ __forceinline__ void reduce_phases(float (&acc)[RB][NA]) {
             for (int off = OCG; off < 32; off *= 2) acc[i][x] += __shfl_xor_sync(0xffffffffu, acc[i][x], off);
 }
 
+// The block's result from its warps' states st_m, st_l [NWS][srows] and st_a [NWS][srows][DV]
+// (rows < srows used): merge the warps (m* = max_w m_w, weights 2^(m_w - m*)), then write
+// O = a / l (0 for a row that saw no key) and L = m + log l in natural units: O and L in T
+// (FINAL, the one-pass schedule) or the split's partials O_s, L_s in float32.
+template <int DV, int DT, bool FINAL, int NWS, int NTH>
+__device__ __forceinline__ void finish(const float* st_a, const float* st_m, const float* st_l, int srows,
+                                       int rows, int split, int heads, int g, typename Elem<DT>::T* out,
+                                       float* o_part, float* l_part, float* lse, int save_lse, Counter& counter) {
+    const int tid = threadIdx.x;
+    const size_t row0 = (size_t)g * rows;
+    const size_t total_rows = (size_t)heads * rows;
+    for (int i = tid; i < rows * DV; i += NTH) {
+        const int r = i / DV, col = i - r * DV;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NWS; ++w) mx = fmaxf(mx, st_m[w * srows + r]);
+        float lsum = 0.f, a = 0.f;
+#pragma unroll
+        for (int w = 0; w < NWS; ++w) {
+            const float mw = st_m[w * srows + r];
+            const float wt = mw == -INFINITY ? 0.f : exp2f(mw - mx);
+            lsum += wt * st_l[w * srows + r];
+            a += wt * st_a[(w * srows + r) * DV + col];
+        }
+        const float o = lsum > 0.f ? a / lsum : 0.f;
+        if (FINAL) {
+            out[row0 * DV + i] = store_as<DT>(o);
+            counter.add(O_WRITE, 1);
+        } else {
+            o_part[((size_t)split * total_rows + row0) * DV + i] = o;
+            counter.add(OS_WRITE, 1);
+        }
+    }
+    for (int r = tid; r < rows; r += NTH) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NWS; ++w) mx = fmaxf(mx, st_m[w * srows + r]);
+        float lsum = 0.f;
+#pragma unroll
+        for (int w = 0; w < NWS; ++w) {
+            const float mw = st_m[w * srows + r];
+            lsum += mw == -INFINITY ? 0.f : exp2f(mw - mx) * st_l[w * srows + r];
+        }
+        const float L = lsum > 0.f ? (mx + log2f(lsum)) * LN2 : -INFINITY;
+        if (FINAL) {
+            if (save_lse) { lse[row0 + r] = L; counter.add(L_WRITE, 1); }
+        } else {
+            l_part[(size_t)split * total_rows + row0 + r] = L;
+            counter.add(LS_WRITE, 1);
+        }
+    }
+}
+
 template <int D, int DV, int DT, bool VEC, bool FINAL>
 __device__ void stream(const typename Elem<DT>::T* __restrict__ q, const typename Elem<DT>::T* __restrict__ k,
                        const typename Elem<DT>::T* __restrict__ v, typename Elem<DT>::T* __restrict__ out,
@@ -421,54 +474,32 @@ __device__ void stream(const typename Elem<DT>::T* __restrict__ q, const typenam
     }
     __syncthreads();
 
-    // Merge the warps (m* = max_w m_w, weights 2^(m_w - m*)), then the block's result:
-    // O = a / l (0 for a row that saw no key), L = m + log l in natural units.
-    const size_t row0 = (size_t)g * rows;
-    const size_t total_rows = (size_t)gridDim.y * rows;
-    for (int i = tid; i < rows * DV; i += NT) {
-        const int r = i / DV, col = i - r * DV;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, st_m[w * rows + r]);
-        float lsum = 0.f, a = 0.f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float mw = st_m[w * rows + r];
-            const float wt = mw == -INFINITY ? 0.f : exp2f(mw - mx);
-            lsum += wt * st_l[w * rows + r];
-            a += wt * st_a[(w * rows + r) * DV + col];
-        }
-        const float o = lsum > 0.f ? a / lsum : 0.f;
-        if (FINAL) {
-            out[row0 * DV + i] = store_as<DT>(o);
-            counter.add(O_WRITE, 1);
-        } else {
-            o_part[((size_t)split * total_rows + row0) * DV + i] = o;
-            counter.add(OS_WRITE, 1);
-        }
-    }
-    for (int r = tid; r < rows; r += NT) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, st_m[w * rows + r]);
-        float lsum = 0.f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float mw = st_m[w * rows + r];
-            lsum += mw == -INFINITY ? 0.f : exp2f(mw - mx) * st_l[w * rows + r];
-        }
-        const float L = lsum > 0.f ? (mx + log2f(lsum)) * LN2 : -INFINITY;
-        if (FINAL) {
-            if (save_lse) { lse[row0 + r] = L; counter.add(L_WRITE, 1); }
-        } else {
-            l_part[(size_t)split * total_rows + row0 + r] = L;
-            counter.add(LS_WRITE, 1);
-        }
-    }
+    finish<DV, DT, FINAL, NW, NT>(st_a, st_m, st_l, rows, rows, split, gridDim.y, g, out, o_part, l_part, lse,
+                                  save_lse, counter);
     counter.flush(counts);
 }
 
 }  // namespace decode
+
+#include "decode_mma.cuh"
+
+// The same two schedules on the tensor-core block (decode_mma.cuh): 16-bit dtypes, d a multiple
+// of 32, d_v of 64, at most 16 resident rows.
+template <int D, int DV, int DT>
+__global__ void __launch_bounds__(decode::MNT) decode_split_mma(
+    const unsigned short* q, const unsigned short* k, const unsigned short* v, float* o_part, float* l_part,
+    int n_q, int n_k, int rows, int block_k, int t_c, int splits, float scale_log2, unsigned long long* counts) {
+    decode::stream_mma<D, DV, DT, false>(q, k, v, nullptr, o_part, l_part, nullptr, n_q, n_k, rows, block_k,
+                                         t_c, splits, scale_log2, 0, counts);
+}
+
+template <int D, int DV, int DT>
+__global__ void __launch_bounds__(decode::MNT) decode_one_pass_mma(
+    const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out, float* lse,
+    int n_q, int n_k, int rows, int block_k, int t_c, float scale_log2, int save_lse, unsigned long long* counts) {
+    decode::stream_mma<D, DV, DT, true>(q, k, v, out, nullptr, nullptr, lse, n_q, n_k, rows, block_k, t_c, 1,
+                                        scale_log2, save_lse, counts);
+}
 
 // Split-KV: each block writes its split's partial O_s (S', H_q N_q, DV) and L_s (S', H_q N_q).
 template <int D, int DV, int DT, bool VEC>
@@ -590,6 +621,15 @@ __global__ void __launch_bounds__(decode::CNT) decode_combine(
 }
 
 #ifdef COMPILE_CHECK
+template __global__ void decode_split_mma<128, 128, decode::DT_BF16>(
+    const unsigned short*, const unsigned short*, const unsigned short*, float*, float*, int, int, int, int, int,
+    int, float, unsigned long long*);
+template __global__ void decode_split_mma<64, 64, decode::DT_F16>(
+    const unsigned short*, const unsigned short*, const unsigned short*, float*, float*, int, int, int, int, int,
+    int, float, unsigned long long*);
+template __global__ void decode_one_pass_mma<128, 128, decode::DT_F16>(
+    const unsigned short*, const unsigned short*, const unsigned short*, unsigned short*, float*, int, int, int,
+    int, int, float, int, unsigned long long*);
 template __global__ void decode_split<128, 128, decode::DT_F16, true>(
     const unsigned short*, const unsigned short*, const unsigned short*, float*, float*, int, int, int,
     int, int, int, float, int, unsigned long long*);

@@ -15,6 +15,9 @@ struct FaFwdLayout {
     long long o_b, o_h, o_r;
     int heads;  // query heads per batch (grid rows and work items run over batch * heads)
     int group;  // query heads per K/V head (1 without GQA)
+    // The band of the ws kernel's FA_WS_BAND variants (a sliding window, its alignment
+    // folded in): query row r sees keys c with r + lo <= c <= r + hi. Unread otherwise.
+    int lo, hi;
 };
 
 // Batch b, query head h and K/V head hk of the flat query head bh = b * heads + h.

@@ -25,7 +25,7 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
     constexpr bool OVERLAP = K::OVERLAP, SCHED = K::SCHED, PERSIST = K::PERSIST;
     constexpr bool LPT = K::LPT, QREG = K::QREG, EARLYQ = K::EARLYQ;
     constexpr bool QREG_EARLY = K::QREG_EARLY, ENDQ = K::ENDQ;
-    constexpr bool SKIP_IDLE = K::SKIP_IDLE, WG_DIAG = K::WG_DIAG;
+    constexpr bool SKIP_IDLE = K::SKIP_IDLE, WG_DIAG = K::WG_DIAG, BAND = K::BAND;
     using L = typename K::L;
     const u32 sQ = A.sQ, sK = A.sK, sV = A.sV, sO = A.sO, barQ = A.barQ, emptyQ = A.emptyQ;
     const u32 fullK = A.fullK, fullV = A.fullV, emptyK = A.emptyK, emptyV = A.emptyV;
@@ -77,7 +77,9 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
         int qb, bh;
         fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
         const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
-        const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+        int j0 = 0;  // the first key tile (a band's; else 0): tile j holds keys (j0 + j) BN...
+        const int ntiles = BAND ? fa_band_tiles<BM, BN>(q0, Nk, lay, j0)
+                                : fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
         const int row_a = q0 + c * 64 + warp * 16 + g;  // this thread's first row
         if constexpr (QREG) fa_load_q_frags<D, BM>(qa, qwg, warp, g, t);
         if constexpr (QREG_EARLY) fa_mbar_arrive(emptyQ);  // (its arrive orders the loads)
@@ -99,9 +101,15 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
         };
         auto issue_pv = [&](int slot) { fa_issue_pv<DT, D, BN, BN / 16>(o, a, sV + slot * L::KV_BYTES); };
         auto softmax_tile = [&](int j) {  // mask (diagonal / tail tiles only), then softmax
-            const int n0 = j * BN;
-            if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
-                fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
+            const int n0 = (j0 + j) * BN;
+            if constexpr (BAND) {  // tiles the tail or either edge of the band crosses
+                const int r0 = q0 + c * 64;  // this warpgroup's first row
+                if ((n0 + BN > Nk) || (n0 + BN - 1 > r0 + lay.hi) || (n0 < r0 + 63 + lay.lo))
+                    fa_mask_band<NS>(s, n0, Nk, row_a, t, lay.lo, lay.hi);
+            } else {
+                if ((n0 + BN > Nk) || (causal && (n0 + BN - 1 > q0 + c * 64 + offset)))
+                    fa_mask<NS>(s, n0, Nk, row_a, t, causal, offset);
+            }
             fa_softmax<NS>(s, m, l, alpha, scale_log2);
         };
 
@@ -110,9 +118,9 @@ __device__ __forceinline__ void fa_ws_consumer(const FaWsAddrs& A, u16* __restri
             // Key tiles this warpgroup computes; past them it only keeps the protocol (below).
             int nt = ntiles;
             if (SKIP_IDLE && (q0 + c * 64 >= Nq || (ENDQ && q0 + c * 64 + 64 <= 0))) nt = 0;
-            if (WG_DIAG && causal) {  // up to its last row's diagonal (0 if it sees no key)
-                const int kv_end = min(Nk, q0 + c * 64 + 64 + offset);
-                nt = min(nt, max(0, (kv_end + BN - 1) / BN));
+            if (WG_DIAG && (causal || BAND)) {  // up to its last row's diagonal (0: no key)
+                const int kv_end = min(Nk, q0 + c * 64 + 64 + (BAND ? lay.hi : offset));
+                nt = min(nt, max(0, (kv_end + BN - 1) / BN - j0));
             }
             // EARLYQ: Q is released after this warpgroup's last S GEMM (tile nt - 1), or at
             // once if it computes none (its rows past Nq, or causal past its diagonal).

@@ -17,7 +17,7 @@ __device__ __forceinline__ void fa_ws_producer(const FaWsAddrs& A, const FaTmap&
                                                int num_qb, int BH, int causal, int section,
                                                int Nq, int Nk, const FaFwdLayout& lay) {
     constexpr int NC = K::NC, BN = K::BN, ST = K::ST, NP = K::NP, BM = K::BM;
-    constexpr bool PERSIST = K::PERSIST, LPT = K::LPT, ENDQ = K::ENDQ;
+    constexpr bool PERSIST = K::PERSIST, LPT = K::LPT, ENDQ = K::ENDQ, BAND = K::BAND;
     using L = typename K::L;
     const u32 sQ = A.sQ, sK = A.sK, sV = A.sV, barQ = A.barQ, emptyQ = A.emptyQ;
     const u32 fullK = A.fullK, fullV = A.fullV, emptyK = A.emptyK, emptyV = A.emptyV;
@@ -43,7 +43,9 @@ __device__ __forceinline__ void fa_ws_producer(const FaWsAddrs& A, const FaTmap&
             int qb, bh;
             fa_tile<LPT>(tt, num_qb, BH, causal, section, qb, bh);
             const int q0 = fa_q0<ENDQ, BM>(qb, num_qb, Nq, causal);
-            const int ntiles = fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
+            int j0 = 0;  // the first key tile (a band's; else 0)
+            const int ntiles = BAND ? fa_band_tiles<BM, BN>(q0, Nk, lay, j0)
+                                    : fa_kv_tiles<BM, BN>(q0, Nq, Nk, causal);
             const FaHead hd = fa_head(lay, bh);  // GQA: K/V head hd.hk
             fa_mbar_expect_tx(barQ, L::Q_BYTES);  // also when no key is seen: one protocol
 #pragma unroll
@@ -54,7 +56,7 @@ __device__ __forceinline__ void fa_ws_producer(const FaWsAddrs& A, const FaTmap&
                 const u32 round_parity = ((it / ST) & 1) ^ 1;
                 fa_mbar_wait(emptyK + 8 * s, round_parity);
                 fa_mbar_expect_tx(fullK + 8 * s, L::KV_BYTES);
-                const int key0 = j * BN;
+                const int key0 = (j0 + j) * BN;
                 fa_load_kv<NP, BN>(sK + s * L::KV_BYTES, &tmK, key0, hd.hk, hd.b, fullK + 8 * s);
                 fa_mbar_wait(emptyV + 8 * s, round_parity);
                 fa_mbar_expect_tx(fullV + 8 * s, L::KV_BYTES);

@@ -2,6 +2,8 @@
 // work item is, where its rows start, and how many key tiles it needs.
 #pragma once
 
+#include "flash_fwd_layout.cuh"
+
 // Work item t of num_qb * BH. Default order: consecutive items are query blocks of one head
 // (its K and V stay in L2 while they run), heaviest causal block first. LPT order (FA_WS_LPT,
 // causal only; full attention keeps the default, its items are equal): longest processing
@@ -38,4 +40,15 @@ template <int BM, int BN>
 __device__ __forceinline__ int fa_kv_tiles(int q0, int Nq, int Nk, int causal) {
     const int kv_end = causal ? min(Nk, q0 + BM + Nk - Nq) : Nk;
     return kv_end > 0 ? (kv_end + BN - 1) / BN : 0;
+}
+
+// FA_WS_BAND: the key tiles [j0, j0 + n) of the query block of rows [q0, q0 + BM) (rows
+// see keys r + lay.lo <= c <= r + lay.hi, both bounds rising with r): from its first row's
+// first key to its last row's last; n (0 if no row sees a key) is returned, j0 set.
+template <int BM, int BN>
+__device__ __forceinline__ int fa_band_tiles(int q0, int Nk, const FaFwdLayout& lay, int& j0) {
+    const int first = max(0, q0 + lay.lo);
+    const int end = min(Nk, q0 + BM + lay.hi);  // one past the last row's last key
+    j0 = first / BN;
+    return end > first ? (end + BN - 1) / BN - j0 : 0;
 }

@@ -16,8 +16,9 @@ enum : int {
     FA_WS_PANELO = 4096,      // persistent: O staged one 64-column panel at a time
     FA_WS_EARLYQ = 131072,    // persistent: Q released after the item's last S GEMM
     FA_WS_ENDQ = 262144,      // causal query blocks end at Nq (the partial block is first)
+    FA_WS_BAND = 524288,      // the layout's band (a sliding window) instead of `causal`
     FA_WS_ALL = FA_WS_OVERLAP | FA_WS_PINGPONG | FA_WS_PERSIST | FA_WS_LPT | FA_WS_QREG |
-                FA_WS_PANELO | FA_WS_EARLYQ | FA_WS_ENDQ,
+                FA_WS_PANELO | FA_WS_EARLYQ | FA_WS_ENDQ | FA_WS_BAND,
 };
 
 template <int D, int NC, int BN, int MODE>
@@ -38,6 +39,11 @@ struct FaWsTraits {
     static_assert(!EARLYQ || (PERSIST && OVERLAP),
                   "early Q release: the persistent grid with the intra-warpgroup overlap");
     static constexpr bool ENDQ = (MODE & FA_WS_ENDQ) != 0;
+    // A band (FaFwdLayout lo, hi): each query block reads only the key tiles its rows' band
+    // touches, and masks the tiles the band's edges cross. The LPT order and ENDQ are
+    // causal's orderings; a band keeps the default order.
+    static constexpr bool BAND = (MODE & FA_WS_BAND) != 0;
+    static_assert(!BAND || (!LPT && !ENDQ), "a band takes the default work order");
     // Three consumers (d = 64): a warpgroup whose rows all lie past Nq skips its GEMMs, and
     // a causal warpgroup stops at its own last row's diagonal; with two (d = 128) the extra
     // branches cost registers and lost (FLASH_NOTES v9, v10).

@@ -1,4 +1,4 @@
-"""The tensor-core backward's dQ modes against SDPA cuDNN and FlashAttention-4, one process.
+"""The tensor-core backward against SDPA (cuDNN, FA2) and FlashAttention-4, one process.
 
 Run on the GPU machine (needs torch; FA4 where ``flash_attn.cute`` imports, see
 ``../shared/peers/fa4/README.md``):
@@ -6,11 +6,15 @@ Run on the GPU machine (needs torch; FA4 where ``flash_attn.cute`` imports, see
     python -m compute.gpu.lab.backward_vs_fa4 [--n 4096 16384] [--json FILE]
 
 Setup as ``tools/flash_bwd_vs_sdpa`` (its inputs, error measure and timing: B*N = 16384
-tokens, H*d = 2048, inputs rotated past L2, `timing.time_interleaved` after a preheat, median):
-each MODE of ``flash_backward.backward_mode`` given our forward's O and LSE, SDPA cuDNN's
-backward alone (graph built once) and FA4's (``flash_attn_func``'s autograd graph built once,
-inputs (batch, N, heads, d) copies of the same values). TFLOP/s = 2.5 x 4*B*H*N^2*d, halved
-for causal. Errors: max |g - ref| / max |ref| on head 0 against float64.
+tokens, H*d = 2048, inputs rotated past L2, `timing.time_interleaved` after a preheat, median).
+Paths, each the backward alone on an autograd graph built once per input set (what the issue's
+bar times): "ours" through ``torch_attention`` (the shipped default mode), SDPA cuDNN and SDPA
+FA2 (``--peers``), FA4 (``flash_attn_func``, inputs (batch, N, heads, d) copies of the same
+values); and each ``--modes`` MODE of ``flash_backward.backward_mode`` called directly on
+CuPy arrays with our forward's O and LSE (the deterministic mode, the wgmma fallback).
+TFLOP/s = 2.5 x 4*B*H*N^2*d, halved for causal. Errors: max |g - ref| / max |ref| on head 0
+against float64. ``--budget-s`` starts no case after that many seconds (JSON is rewritten
+after every case, so a run cut short keeps what it measured).
 """
 
 from __future__ import annotations
@@ -69,8 +73,37 @@ def _fa4_grads(func: Any, q: Any, k: Any, v: Any, do: Any, causal: bool):
     return tuple(cupy_view(torch, g[0].transpose(0, 1).contiguous())[None] for g in grads)
 
 
+PEER_NAMES = ("sdpa-cudnn", "sdpa-flash", "fa4")
+
+
+def _ours_prepare(q: Any, k: Any, v: Any, do: Any, causal: bool):
+    """torch_attention's backward alone on (1, BH, N, d) CuPy arrays: a zero-argument callable."""
+    import torch
+
+    from .. import torch_attention
+    from ..peers import torch_view
+
+    tq, tk, tv = (torch_view(torch, x).detach().requires_grad_() for x in (q, k, v))
+    tdo = torch_view(torch, do)
+    out = torch_attention(tq, tk, tv, is_causal=causal)
+
+    def run() -> Any:
+        return torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+
+    return run
+
+
+def _torch_grads(prepared) -> tuple:
+    """A prepared path's (dq, dk, dv) as CuPy arrays."""
+    import torch
+
+    from ..peers import cupy_view
+
+    return tuple(cupy_view(torch, g.contiguous()) for g in prepared())
+
+
 def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat_s: float,
-             settle_s: float) -> dict:  # fmt: skip
+             settle_s: float, peers=PEER_NAMES) -> dict:  # fmt: skip
     """One case: per path median ms, TFLOP/s and errors vs float64."""
     import cupy as cp
 
@@ -92,24 +125,32 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
         return lambda q, k, v, o, do, lse: backward_mode(q, k, v, o, do, lse, causal=causal,
                                                          mode=mode)  # fmt: skip
 
-    paths = {MODE_NAMES[m]: (ours(m), sets) for m in modes}
-    cudnn = sdpa_backward("sdpa-cudnn")
+    def call(run):
+        return run()
+
+    paths = {"ours": (call, [(_ours_prepare(s[0], s[1], s[2], s[4], causal),) for s in sets])}
+    paths.update({MODE_NAMES[m]: (ours(m), sets) for m in modes})
     flat = [tuple(x.reshape(bh, n, d) for x in (s[0], s[1], s[2], s[4])) for s in sets]
-    paths["sdpa-cudnn"] = (lambda run: run(), [(cudnn.prepare(*f, causal),) for f in flat])
-    fa4 = _fa4()
+    sdpas = {p: sdpa_backward(p) for p in peers if p.startswith("sdpa-")}
+    for name, fn in sdpas.items():
+        paths[name] = (call, [(fn.prepare(*f, causal),) for f in flat])
+    fa4 = _fa4() if "fa4" in peers else None
     if fa4 is not None:
         preps = [(_fa4_prepare(fa4, s[0], s[1], s[2], s[4], causal),) for s in sets]
-        paths["fa4"] = (lambda run: run(), preps)
+        paths["fa4"] = (call, preps)
     timings = time_interleaved(paths, warmup=3, repeats=reps, l2_bytes=l2, preheat_s=preheat_s,
                                settle_s=settle_s)  # fmt: skip
 
     q, k, v, _, do, _ = sets[0]
     head = [float64_values(x[0, :1], dtype) for x in (q, k, v, do)]
     ref = dense_attention_backward_gpu(*head, causal=causal)
-    grads = {MODE_NAMES[m]: tuple(g[:, :1] for g in ours(m)(*sets[0])) for m in modes}
-    grads["sdpa-cudnn"] = cudnn(*(x[0, :1] for x in (q, k, v, do)), causal)
+    one = [x[:, :1] for x in (q, k, v, do)]
+    grads = {"ours": _torch_grads(_ours_prepare(*one, causal))}
+    grads.update({MODE_NAMES[m]: tuple(g[:, :1] for g in ours(m)(*sets[0])) for m in modes})
+    for name, fn in sdpas.items():
+        grads[name] = fn(*(x[0] for x in one), causal)
     if fa4 is not None:
-        grads["fa4"] = _fa4_grads(fa4, *(x[:, :1] for x in (q, k, v, do)), causal)
+        grads["fa4"] = _fa4_grads(fa4, *one, causal)
     results = [
         {"kernel": name, "median_ms": timings[name].median_ms,
          "tflops": flops / (timings[name].median_ms * 1e-3) / 1e12,
@@ -128,7 +169,7 @@ def line(rep: dict) -> str:
     by = {r["kernel"]: r for r in rep["results"]}
     head = f"{c['dtype']:8s} d={c['d']:3d} N={c['n']:5d} {'causal' if c['causal'] else 'full  '}"
     parts = [f"{k}={r['tflops']:6.1f} ({r['rel_err']['max']:.1e})" for k, r in by.items()]
-    for name in MODE_NAMES.values():
+    for name in ("ours", *MODE_NAMES.values()):
         for peer in ("sdpa-cudnn", "fa4"):
             if name in by and peer in by:
                 parts.append(f"{name}/{peer}={by[name]['tflops'] / by[peer]['tflops']:.2f}")
@@ -141,7 +182,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--d", type=int, nargs="*", default=[64, 128])
     ap.add_argument("--dtype", nargs="*", choices=FLASH_DTYPES, default=list(FLASH_DTYPES))
     ap.add_argument("--causal", choices=["0", "1"], help="only non-causal (0) or causal (1)")
-    ap.add_argument("--modes", type=int, nargs="*", default=list(MODE_NAMES))
+    ap.add_argument(
+        "--modes",
+        type=int,
+        nargs="*",
+        default=[4, 9],
+        help="backward_mode MODEs timed directly beside the op (default: 4 9)",
+    )
+    ap.add_argument(
+        "--peers",
+        nargs="*",
+        choices=PEER_NAMES,
+        default=list(PEER_NAMES),
+        help="peers timed beside ours (fa4 where flash_attn.cute imports)",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no case after this many seconds (0: no limit)",
+    )
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--preheat", type=float, default=1.0)
     ap.add_argument("--settle", type=float, default=0.25)
@@ -155,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "command": "python -m compute.gpu.lab.backward_vs_fa4 " + " ".join(sys.argv[1:]),
         "flops_formula": "2.5 * 4*B*H*N^2*d (x0.5 causal)",
+        "ours": "torch_attention autograd, flash_attention_backward's default mode",
         "modes": {MODE_NAMES[m]: m for m in args.modes},
+        "peers": args.peers,
         "fa4": _fa4() is not None,
         "gpu_before": identity(),
         "reports": [],
@@ -166,13 +228,18 @@ def main(argv: list[str] | None = None) -> int:
             for d in args.d:
                 for n in args.n:
                     for causal in causals:
+                        if args.budget_s and time.time() - t0 > args.budget_s:
+                            print("backward_vs_fa4: --budget-s spent; stopping", file=sys.stderr)
+                            raise StopIteration
                         rep = run_case(n, d, dtype, causal, args.modes, args.reps, args.preheat,
-                                       args.settle)  # fmt: skip
+                                       args.settle, args.peers)  # fmt: skip
                         data["reports"].append(rep)
                         print(line(rep), flush=True)
                         if args.json:  # rewritten after every case: a cut-short run keeps its data
                             data["seconds"] = round(time.time() - t0, 1)
                             args.json.write_text(json.dumps(data, indent=1))
+    except StopIteration:
+        pass
     except (ImportError, RuntimeError, ValueError) as exc:
         print(f"backward_vs_fa4: {exc}", file=sys.stderr)
         return 1

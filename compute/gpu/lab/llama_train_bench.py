@@ -6,11 +6,14 @@ Run on the GPU machine (needs torch, CuPy and transformers) for issue 31's bar:
 
 A 4-layer Llama (random init, hidden 2048, MLP 5632, vocabulary 32000, GQA 4:1) in bfloat16,
 head size 128 and 64, batch 1 x sequence 4096, AdamW: one model with
-attn_implementation="sdpa" (torch's default backend choice) and a copy of its weights with
-the backend of ``compute.gpu.transformers_backend``. Both see the same seeded token batches
-in the same order; after two untimed steps each, `rounds` rounds alternate `steps` timed
-steps of each (synchronised wall clock per block). Prints tokens/s per block and the loss
-of every step (the two curves must agree within bf16 noise); writes JSON.
+attn_implementation="sdpa" (torch's default backend choice), a copy of its weights with
+SDPA pinned to cuDNN ("sdpa_cudnn": transformers' SDPA attention inside
+``sdpa_kernel(CUDNN_ATTENTION)``; if cuDNN refuses GQA's enable_gqa, K and V are repeated
+first and the JSON says so) and a copy with the backend of
+``compute.gpu.transformers_backend``. All see the same seeded token batches in the same
+order; after two untimed steps each, `rounds` rounds alternate `steps` timed steps of each
+(synchronised wall clock per block), in one process. Prints tokens/s per block and the
+loss of every step (the curves must agree within bf16 noise); writes JSON.
 """
 
 from __future__ import annotations
@@ -28,7 +31,45 @@ SEQ = 4096
 VOCAB = 32000
 
 
-def _models(torch, transformers, head_dim: int, backend: str) -> dict:
+CUDNN = "sdpa_cudnn"
+
+
+def _register_cudnn(torch, transformers) -> str | None:
+    """Register CUDNN: transformers' SDPA attention with SDPA pinned to cuDNN; returns how
+    GQA reaches it ("enable_gqa", or "repeat_kv" where cuDNN refuses enable_gqa), or None
+    where cuDNN's attention does not run at all (then no cuDNN model is trained)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    q = torch.randn(1, 8, 256, 128, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    F = torch.nn.functional
+    try:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+        form = "enable_gqa"
+    except RuntimeError:
+        form = "repeat_kv"
+        try:
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        except RuntimeError:
+            return None
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        if form == "repeat_kv":
+            group = query.shape[1] // key.shape[1]
+            key, value = repeat_kv(key, group), repeat_kv(value, group)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    transformers.AttentionInterface.register(CUDNN, attention)
+    AttentionMaskInterface.register(CUDNN, sdpa_mask)
+    return form
+
+
+def _models(torch, transformers, head_dim: int, impls: tuple[str, ...]) -> dict:
     cfg = transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
         num_attention_heads=2048 // head_dim, num_key_value_heads=2048 // head_dim // 4,
@@ -38,16 +79,18 @@ def _models(torch, transformers, head_dim: int, backend: str) -> dict:
     build = transformers.LlamaForCausalLM._from_config  # each model its own config
     models = {
         impl: build(copy.deepcopy(cfg), attn_implementation=impl).to(torch.bfloat16).cuda()
-        for impl in ("sdpa", backend)
+        for impl in ("sdpa", *impls)
     }
-    models[backend].load_state_dict(models["sdpa"].state_dict())
+    for impl in impls:
+        models[impl].load_state_dict(models["sdpa"].state_dict())
     return models
 
 
-def _compare(torch, transformers, head_dim: int, steps: int, rounds: int) -> dict:
+def _compare(torch, transformers, head_dim: int, steps: int, rounds: int, cudnn: bool) -> dict:
     from compute.gpu.transformers_backend import register
 
-    models = _models(torch, transformers, head_dim, register())
+    impls = (CUDNN, register()) if cudnn else (register(),)
+    models = _models(torch, transformers, head_dim, impls)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
     gen = torch.Generator(device="cuda").manual_seed(1)
     data = [torch.randint(0, VOCAB, (1, SEQ), device="cuda", generator=gen) for _ in range(8)]
@@ -74,13 +117,18 @@ def _compare(torch, transformers, head_dim: int, steps: int, rounds: int) -> dic
     for r in range(rounds):
         for name in models:
             tokens_s[name].append(steps * SEQ / train(name, steps, steps * r))
-    gap = max(abs(a - b) / abs(b) for a, b in zip(*losses.values(), strict=True))
+    ref = losses["sdpa"]
+    gaps = {
+        name: max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True))
+        for name, got in losses.items()
+        if name != "sdpa"
+    }
     return {
         "head_dim": head_dim,
         "tokens_per_s": tokens_s,
         "median_tokens_per_s": {k: statistics.median(v) for k, v in tokens_s.items()},
         "losses": losses,
-        "largest_relative_loss_gap": gap,
+        "largest_relative_loss_gap_vs_sdpa": gaps,
     }
 
 
@@ -95,19 +143,29 @@ def main(argv: list[str] | None = None) -> int:
     if mods is None:
         return 2
     torch, transformers = mods
+    form = _register_cudnn(torch, transformers)
     rows = []
     for head_dim in args.head_dims:
-        row = _compare(torch, transformers, head_dim, args.steps, args.rounds)
+        row = _compare(torch, transformers, head_dim, args.steps, args.rounds, form is not None)
         rows.append(row)
         med = row["median_tokens_per_s"]
-        ours = next(k for k in med if k != "sdpa")
+        ours = next(k for k in med if k not in ("sdpa", CUDNN))
+        gaps = row["largest_relative_loss_gap_vs_sdpa"]
+        vs_cudnn = f", {med[ours] / med[CUDNN]:.3f}x cudnn" if CUDNN in med else ""
         print(
-            f"d={head_dim}: sdpa {med['sdpa']:.0f} tokens/s, {ours} {med[ours]:.0f} "
-            f"({med[ours] / med['sdpa']:.3f}x), largest loss gap "
-            f"{row['largest_relative_loss_gap']:.1e}"
-        )
+            f"d={head_dim}: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items())
+            + f" tokens/s ({med[ours] / med['sdpa']:.3f}x sdpa{vs_cudnn}); largest loss gap "
+            "vs sdpa: " + ", ".join(f"{k} {v:.1e}" for k, v in gaps.items())
+        )  # fmt: skip
         torch.cuda.empty_cache()
-    record = {"torch": torch.__version__, "transformers": transformers.__version__, "rows": rows}
+    record = {
+        "what": "transformers Llama training tokens/s: sdpa (default backend), sdpa pinned to "
+        "cuDNN and the fa_explorer backend (compute/gpu/lab/llama_train_bench.py)",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cudnn_gqa_form": form,
+        "rows": rows,
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {args.json}")

@@ -4,7 +4,8 @@ Run on the GPU machine (needs torch and CuPy) to re-measure issue 31's table:
 
     python -m compute.gpu.lab.torch_op_bench [--json FILE] [--reps 50] [--rounds 15]
 
-bfloat16, causal, d = 128, at (batch, heads, N) = (1, 8, 128), (4, 16, 1024), (2, 16, 4096).
+bfloat16, causal, at (batch, heads, N, d) = (1, 8, 128, 64), (1, 8, 128, 128), (4, 16, 1024,
+128), (2, 16, 4096, 128).
 Inputs as transformer code passes them: (batch, heads, N, d) views of (batch, N, heads, d)
 memory ("strided"), and the same values made contiguous beforehand ("contiguous"). Paths:
 SDPA (torch's default backend choice) on both; ours through `torch_attention` (the eager
@@ -13,7 +14,9 @@ torch.compile traces; eager dispatch through it costs more); `torch_launch.forwa
 cached-plan launch with nothing around it (the kernel alone, "launch_plan"), on both; and
 `flash_attention` on CuPy views made beforehand (the kernel as the CuPy API launches it).
 GQA 4:1 (K and V with a quarter of the heads, strided): SDPA with enable_gqa, ours, and the
-launch plan alone. Each time is CUDA events around `reps`
+launch plan alone. A sliding window of 256 keys back (window=(256, 0), causal, top-left):
+ours, against SDPA given the same mask as a boolean attn_mask (its kernels then read every
+tile), so the window's skipped tiles show beside the causal rows. Each time is CUDA events around `reps`
 back-to-back calls, divided by reps (so host cost shows wherever it exceeds the kernel's);
 the paths run interleaved, one block of reps each per round, and the median over rounds is
 reported, with the host time per call of the same blocks (perf_counter around the issue
@@ -26,13 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
-SHAPES = ((1, 8, 128), (4, 16, 1024), (2, 16, 4096))
-D = 128
+SHAPES = ((1, 8, 128, 64), (1, 8, 128, 128), (4, 16, 1024, 128), (2, 16, 4096, 128))
+WINDOW = (256, 0)  # (left, right): 256 keys back, causal
 
 
 def _paths(torch, F, shape):
@@ -42,14 +46,14 @@ def _paths(torch, F, shape):
     from compute.gpu.torch_op import register_ops
 
     register_ops()
-    b, h, n = shape
-    g = torch.Generator(device="cuda").manual_seed(b * h + n)
-    mem = [torch.randn(b, n, h, D, device="cuda", generator=g).to(torch.bfloat16) for _ in "qkv"]
+    b, h, n, d = shape
+    g = torch.Generator(device="cuda").manual_seed(b * h + n + d)
+    mem = [torch.randn(b, n, h, d, device="cuda", generator=g).to(torch.bfloat16) for _ in "qkv"]
     strided = [t.transpose(1, 2) for t in mem]
     contig = [t.contiguous() for t in strided]
     gqa = [strided[0], *(t[:, : h // 4] for t in strided[1:])]  # K, V: h / 4 heads, strided
     views = [cupy_view(torch, t) for t in contig]
-    scale = D**-0.5
+    scale = 1.0 / math.sqrt(d)
     op = torch.ops.fa_explorer.attention_forward
 
     def flash_cupy():
@@ -58,6 +62,10 @@ def _paths(torch, F, shape):
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
             return flash_attention(*views, causal=True)
 
+    from compute.mask import Mask
+
+    visible = Mask(WINDOW[0], WINDOW[1], True).visible(range(n), range(n), n, n)
+    band = torch.from_numpy(visible).to("cuda")
     paths = {
         "sdpa_strided": lambda: F.scaled_dot_product_attention(*strided, is_causal=True),
         "sdpa_contiguous": lambda: F.scaled_dot_product_attention(*contig, is_causal=True),
@@ -72,6 +80,10 @@ def _paths(torch, F, shape):
         ),
         "ours_gqa_strided": lambda: torch_attention(*gqa, is_causal=True, enable_gqa=True),
         "launch_plan_gqa_strided": lambda: torch_launch.forward(*gqa, True, scale)[0],
+        "sdpa_window_mask_strided": lambda: F.scaled_dot_product_attention(
+            *strided, attn_mask=band
+        ),
+        "ours_window_strided": lambda: torch_attention(*strided, window=WINDOW, is_causal=True),
     }
     return paths, strided
 
@@ -79,10 +91,14 @@ def _paths(torch, F, shape):
 def _check(torch, paths) -> dict[str, float]:
     from compute.gpu.peers import torch_view
 
-    refs = {False: paths["sdpa_contiguous"]().double(), True: paths["sdpa_gqa_strided"]().double()}
+    refs = {
+        "causal": paths["sdpa_contiguous"]().double(),
+        "gqa": paths["sdpa_gqa_strided"]().double(),
+        "window": paths["sdpa_window_mask_strided"]().double(),
+    }
     errs = {}
     for name, fn in paths.items():
-        ref = refs["gqa" in name]
+        ref = refs[next((kind for kind in ("gqa", "window") if kind in name), "causal")]
         out = fn()
         if not isinstance(out, torch.Tensor):
             out = torch_view(torch, out)
@@ -182,9 +198,23 @@ def main(argv: list[str] | None = None) -> int:
         timed.update(_interleaved(torch, _training_paths(torch, F, strided), 10, args.rounds))
         for name, err in errs.items():
             timed[name]["rel_err_vs_sdpa"] = err
-        rows.append({"batch": shape[0], "heads": shape[1], "n": shape[2], "paths": timed})
+        b, h, n, d = shape
+        ms = {name: p["gpu_ms_per_call"] for name, p in timed.items()}
+        bar = {  # the issue's bar: the op against the kernel's own launch (launch_plan)
+            f"{kind}_op_minus_plan_us": 1e3 * (ms[f"ours_{kind}"] - ms[f"launch_plan_{kind}"])
+            for kind in ("strided", "contiguous", "gqa_strided")
+        }
+        bar.update(
+            {
+                f"{kind}_op_over_plan": ms[f"ours_{kind}"] / ms[f"launch_plan_{kind}"]
+                for kind in ("strided", "contiguous", "gqa_strided")
+            }
+        )
+        # the window's share of causal's time (its tiles: about (256 + block) / (N / 2) of them)
+        bar["window_over_causal"] = ms["ours_window_strided"] / ms["ours_strided"]
+        rows.append({"batch": b, "heads": h, "n": n, "d": d, "bar": bar, "paths": timed})
     record = {
-        "what": "GPU-event time per call, bf16 causal d=128 (compute/gpu/lab/torch_op_bench.py)",
+        "what": "GPU-event time per call, bf16 causal (compute/gpu/lab/torch_op_bench.py)",
         "gpu": identity(),
         "torch": torch.__version__,
         "reps": args.reps,
@@ -195,13 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(json.dumps(record, indent=2) + "\n")
     names = list(rows[0]["paths"])
     print("ms per call (GPU events; host ms in brackets)")
-    print("B,H,N".ljust(12) + "".join(n[:26].rjust(28) for n in names))
+    print("B,H,N,d".ljust(14) + "".join(n[:26].rjust(28) for n in names))
     for row in rows:
         cells = "".join(
             f"{p['gpu_ms_per_call']:.4f} [{p['host_ms_per_call']:.4f}]".rjust(28)
             for p in row["paths"].values()
         )
-        print(f"{row['batch']},{row['heads']},{row['n']}".ljust(12) + cells)
+        print(f"{row['batch']},{row['heads']},{row['n']},{row['d']}".ljust(14) + cells)
+    for row in rows:
+        print(f"{row['batch']},{row['heads']},{row['n']},{row['d']}: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in row["bar"].items()))  # fmt: skip
     print(f"wrote {args.json}")
     return 0
 

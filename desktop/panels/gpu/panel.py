@@ -52,6 +52,7 @@ from compute.gpu.report import (
 from compute.gpu.report import sweep_for as find_sweep
 from desktop.panels.eliding import ElidedCombo, FitTable
 from desktop.panels.gpu.bench_thread import BenchThread, Runner
+from desktop.panels.gpu.decode_bandwidth import DecodeBandwidthView
 from desktop.panels.gpu.dram_view import DramView
 from desktop.panels.gpu.mask_saving import MaskSavingView
 from desktop.panels.gpu.paper_view import PaperView
@@ -157,6 +158,8 @@ class GpuPanel(QWidget):
         self.dram_tabs = QTabWidget()
         self.dram_tabs.addTab(self.dram_view, "DRAM: declared vs measured")
         self.dram_tabs.addTab(self.paper_view, "Paper check")
+        self.decode_view = DecodeBandwidthView(device=self.device)
+        self.dram_tabs.addTab(self.decode_view, "Decode bandwidth")
         self.mask_view = MaskSavingView(self.state)  # what skipped tiles save, measured
         self.dram_tabs.addTab(self.mask_view, "Masks: skipped tiles")
         # Folded by default, so the timing tables and the heatmap fit the dock unscrolled;
@@ -500,6 +503,7 @@ class GpuPanel(QWidget):
             self._thread.wait(msecs)
         for reader in list(self._readers):
             reader.wait(msecs)
+        self.decode_view.shutdown(msecs)
 
 
 def dram_for(report: dict, reports: list[dict]) -> dict | None:

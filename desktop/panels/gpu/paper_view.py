@@ -78,9 +78,12 @@ class PaperView(QWidget):
                 self.table.setItem(i, j, cell)
         self.table.resizeRowsToContents()
         rows_px = sum(self.table.rowHeight(r) for r in range(self.table.rowCount()))
-        self.table.setMinimumHeight(self.table.horizontalHeader().sizeHint().height() + rows_px + 4)
+        # Every row in view, above the horizontal scroll bar a narrow dock gives the table.
+        bar = self.table.horizontalScrollBar().sizeHint().height()
+        header = self.table.horizontalHeader().sizeHint().height()
+        self.table.setMinimumHeight(header + rows_px + bar + 4)
         _, measured = pc.measured_rows(reports)
-        notes = [pc.flop_check().sentence(), pc.reading()]
+        notes = [pc.sources(), pc.flop_reading(), pc.reading()]
         measured_text = pc.measured_reading(measured, device) if measured else ""
         notes.append(measured_text or "No report here measured this workload's DRAM bytes.")
         self.notes.setText("\n\n".join(notes))

@@ -46,8 +46,10 @@ def test_teaching_and_dense_rows(dtype, pass_name):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tensor_core_and_sdpa_rows(dtype, pass_name):
     from compute.gpu.bench import BenchConfig, run_bench
+    from compute.gpu.peers import fa4_refusal
 
     peers = ("sdpa-flash", "sdpa-cudnn") if _TORCH else ()
+    peers += ("fa4",) if fa4_refusal() is None else ()  # where FA4 is installed
     cfg = BenchConfig(
         n=333, d=64, dtype=dtype, batch_heads=4, kernels=("flash", *peers),
         pass_name=pass_name, warmup=1, repeats=3,

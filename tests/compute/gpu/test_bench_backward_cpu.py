@@ -55,12 +55,20 @@ def test_cli_takes_pass_and_peers(monkeypatch, capsys):
         return _report("training", [_row("tiled"), {"kernel": "sdpa-cudnn", "error": "no torch"}])
 
     monkeypatch.setattr("compute.gpu.bench.run_bench", fake_run)
+    monkeypatch.setattr(bench_cli, "fa4_refusal", lambda: "FA4 is absent")
     # Every path in the report was asked for: a peer that failed fails the command, with its
-    # sentence on stderr (the row stays in the report).
+    # sentence on stderr (the row stays in the report). FA4 joins the peers only where it
+    # imports; elsewhere one note says it was left out.
     assert bench_cli.main(["--pass", "training", "--peers", "--kernel", "tiled"]) == 1
-    assert "flash-explorer bench: sdpa-cudnn failed: no torch" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "flash-explorer bench: sdpa-cudnn failed: no torch" in err
+    assert "flash-explorer bench: leaving out fa4: FA4 is absent" in err
     assert seen["cfg"].kernels == ("tiled", "sdpa-flash", "sdpa-cudnn")
     assert seen["cfg"].pass_name == "training"
+    monkeypatch.setattr(bench_cli, "fa4_refusal", lambda: None)  # importable
+    assert bench_cli.main(["--pass", "backward", "--peers", "--kernel", "tiled"]) == 1
+    assert "leaving out fa4" not in capsys.readouterr().err
+    assert seen["cfg"].kernels == ("tiled", "sdpa-flash", "sdpa-cudnn", "fa4")
 
 
 def test_cli_dtype_default_choices_and_refusals(monkeypatch, capsys):
@@ -91,6 +99,29 @@ def test_cli_dtype_default_choices_and_refusals(monkeypatch, capsys):
     assert bench_cli.main(["--dtype", "float32", "--peers"]) == 2
     assert "SDPA is compared in float16 or bfloat16" in capsys.readouterr().err
     assert not seen
+
+
+def test_fa4_peer_refusals():
+    from compute.gpu import peers
+    from compute.gpu.bench_rows import path_refusal
+
+    assert (
+        path_refusal("fa4", "float32", 64, 64)
+        == "FA4 is compared in float16 or bfloat16, not float32"
+    )
+    assert (
+        path_refusal("fa4", "bfloat16", 128, 64)
+        == "FA4 is compared at d = d_v, not d = 128, d_v = 64"
+    )
+    assert path_refusal("fa4", "float16", 64, 64) is None
+    reason = peers.fa4_refusal()
+    if reason is None:
+        pytest.skip("FA4 is installed here")
+    assert reason.startswith("FA4 (flash_attn.cute) is not importable here (")
+    with pytest.raises(ImportError, match="not importable"):
+        peers.peer("fa4")
+    with pytest.raises(ImportError, match="not importable"):
+        peers.peer_backward("fa4")
 
 
 def _row(kernel: str, **extra) -> dict:

@@ -30,9 +30,12 @@ SCHEDULES = ("one-pass", "split-kv")
 
 # (n_q, n_k, d, d_v, h_q, h_kv, block_k, splits, dtypes): N_k odd, splits not dividing the
 # tiles, more splits than tiles, GQA groups 1, 4 and 8, block_k 1 and larger than N_k, head
-# sizes that are not whole 16-byte rows (the element-load path), 128 resident rows.
+# sizes that are not whole 16-byte rows (the element-load path), 128 resident rows. The 16-bit
+# cases of at most 16 rows with d % 32 == 0, d_v % 64 == 0 run the tensor-core block (a full
+# tile of 16 rows with N_q = 2 among them); the others, and float32, the general block.
 CASES = [
     (1, 4097, 128, 128, 8, 1, 64, 13, ("float32", "float16", "bfloat16")),
+    (2, 4099, 128, 128, 16, 2, 64, 21, ("float16", "bfloat16")),
     (3, 1001, 64, 64, 8, 2, 32, 7, ("float16", "bfloat16")),
     (16, 333, 128, 128, 2, 2, 64, 9, ("float16",)),
     (5, 77, 40, 24, 12, 3, 16, 100, ("float32", "float16")),
@@ -162,6 +165,17 @@ def test_counted_transfers_equal_ledger(param, schedule):
     want = closed_form_decode_ledger(p, schedule).counts
     assert {t: res.counts[t] for t in want} == {t: dict(c) for t, c in want.items()}
     assert res.counts["L"] == {"read": 0, "write": 0}
+
+
+def test_both_streaming_blocks_run_in_these_cases():
+    # The cases above must exercise both blocks, or one of them would go untested.
+    from compute.gpu.decode import tensor_core_block
+
+    picks = {
+        tensor_core_block(p.d, p.d_v, p.dtype, p.block_rows, (p.d * 2) % 16 == 0)
+        for p in (_problem(c, dt) for c, dt in PARAMS if dt != "float32")
+    }
+    assert picks == {True, False}
 
 
 def test_too_many_resident_rows_is_refused():

@@ -215,6 +215,9 @@ def test_default_paths():
     paths = dram.default_paths(("tiled", "dense", "sdpa-flash"), peers=True)
     assert paths == [{"path": "tiled", "order": "q-outer"}, {"path": "tiled", "order": "kv-outer"},
                      {"path": "dense"}, {"path": "sdpa-flash"}, {"path": "fa4"}]  # fmt: skip
+    # The backward alone runs one tiled kernel whatever the forward's order: profiled once.
+    alone = dram.default_paths(("tiled", "flash"), peers=False, pass_name="backward")
+    assert alone == [{"path": "tiled", "order": "kv-outer"}, {"path": "flash"}]
 
 
 def test_dram_refuses_the_sweep(capsys, monkeypatch):
@@ -243,3 +246,32 @@ def test_bench_dram_writes_a_version_4_report(tmp_path, monkeypatch, capsys):
     assert path["declared"] == dram.declared(BenchConfig(n=256, batch_heads=2, dtype="float16"),
                                              {"path": "dense"})  # fmt: skip
     assert "DRAM bytes measured by" in capsys.readouterr().out
+
+
+def test_bundled_recording_covers_every_pass_and_its_counts_are_the_ledgers():
+    # The bundled H200 figures hold a DRAM profile of each pass, at least one where S fits
+    # in L2 and two where it does not; each teaching kernel's own COUNT_TRANSFERS counts
+    # (per head) are the closed-form ledger's at its tiles, order and pass.
+    measured = [r for r in split_reports(bundled_report()) if r.get("dram")]
+    assert {r["config"]["pass_name"] for r in measured} == {"forward", "backward", "training"}
+    fits = [r["dram"]["s_fits_l2"] for r in measured]
+    assert fits.count(True) >= 1 and fits.count(False) >= 2
+    counted = 0
+    for r in measured:
+        c = r["config"]
+        for e in r["dram"]["paths"]:
+            if e["path"] in dram.OURS:
+                assert "measured" in e and e["measured"]["dram_bytes"] > 0
+            if "counts_kernel" not in e:
+                continue
+            led = pass_ledger(c["pass_name"], c["n"], c["n_keys"], c["d"], c["d_v"],
+                              block_q=e["block_q"], block_k=e["block_k"],
+                              order=e["order"].split("+")[0], dtype=c["dtype"],
+                              save_lse=c["pass_name"] != "forward").lanes["tiled"]  # fmt: skip
+            zero = {"read": 0, "write": 0}
+            assert {t: dict(rw) for t, rw in led.counts.items()} == {
+                t: e["counts_kernel"].get(t, zero) for t in led.counts
+            }
+            assert set(e["counts_kernel"]) <= set(led.counts)
+            counted += 1
+    assert counted == 9

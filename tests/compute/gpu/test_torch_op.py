@@ -101,8 +101,6 @@ def test_refusals_are_one_sentence():
     from compute.gpu import torch_attention
 
     q, k, v, _ = _inputs(1, 1, 64, 32, 64, "float16", seed=1)
-    with pytest.raises(ValueError, match=r"^is_causal top-left \(SDPA's\) with N_q > N_k"):
-        torch_attention(q, k, v, is_causal=True)
     with pytest.raises(TypeError, match="float16 or all bfloat16"):
         torch_attention(q.float(), k.float(), v.float())
     with pytest.raises(ValueError, match="CUDA tensors"):
@@ -133,6 +131,8 @@ def _dense_reference(q, k, v, do, causal, align):
         (8, 1, 97, 300, True, "top-left"),
         (8, 8, 97, 300, True, "top-left"),
         (8, 2, 300, 97, True, "bottom-right"),
+        (8, 2, 300, 97, True, "top-left"),  # two launches: 97 causal rows, then full rows
+        (8, 8, 1100, 1000, True, "top-left"),
         (8, 8, 97, 300, True, "bottom-right"),
     ],
 )
@@ -157,6 +157,49 @@ def test_gqa_and_mask_alignments_match_float64(dtype, h, hk, n_q, n_k, causal, a
         with torch.no_grad():
             sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hk != h)
         assert _rel(ours[0], sdpa) < 2 * ERR[dtype]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("h", "hk", "n_q", "n_k", "d", "causal", "window", "align"),
+    [
+        (8, 2, 1000, 1000, 128, True, (200, -1), "top-left"),  # Mistral's: 200 back, causal
+        (8, 8, 777, 900, 64, False, (100, 50), "bottom-right"),
+        (8, 1, 900, 777, 64, False, (100, 50), "top-left"),
+        (4, 4, 300, 2000, 128, False, (-1, 64), "top-left"),  # no left bound
+        (4, 2, 2100, 600, 64, False, (3, 0), "bottom-right"),  # rows before the keys see none
+        (4, 4, 200, 200, 128, False, (0, 0), "top-left"),  # the diagonal alone
+    ],
+)
+def test_windows_match_float64_and_skip_nothing_they_need(dtype, h, hk, n_q, n_k, d, causal,
+                                                          window, align):  # fmt: skip
+    """window=(left, right) in the ws kernel's band variant against float64 under the
+    explorer's Mask (compute/mask.py), SDPA-shaped views, GQA, odd lengths, both
+    alignments, blocks whose band starts past the first key tile (the tiles it skips); rows
+    that see no key give zeros and LSE = -inf."""
+    from compute.gpu import torch_attention, torch_launch
+    from compute.gpu.torch_op import _mask
+    from compute.gpu.torch_reference import attention_reference
+
+    g = torch.Generator(device="cuda").manual_seed(n_q + n_k + d)
+    dt = getattr(torch, dtype)
+    shapes = [(2, n_q, h, d), (2, n_k, hk, d), (2, n_k, hk, d)]
+    q, k, v = (torch.randn(s, device="cuda", generator=g).to(dt).transpose(1, 2) for s in shapes)
+    kw = dict(is_causal=causal, enable_gqa=hk != h, causal_align=align, window=window)
+    with torch.no_grad():
+        got = torch_attention(q, k, v, **kw)
+    want = attention_reference(*(t.double() for t in (q, k, v)), causal, d**-0.5, align, window)
+    assert got.stride() == q.stride() and torch.isfinite(got).all()
+    assert _rel(got, want) < ERR[dtype], f"{_rel(got, want):.2e}"
+    _, band = _mask(q, k, causal, window, align)
+    o, lse = torch_launch.forward(q, k, v, False, d**-0.5, band=band)
+    assert torch.equal(o, got)
+    rows = torch.arange(n_q, device="cuda")
+    empty = (rows + band[1] < 0) | (rows + band[0] >= n_k)  # rows whose band holds no key
+    assert bool(torch.isneginf(lse[:, :, empty]).all()) and bool((o[:, :, empty] == 0).all())
+    assert bool(torch.isfinite(lse[:, :, ~empty]).all())
 
 
 @pytest.mark.gpu
@@ -195,12 +238,12 @@ def test_launch_plan_matches_flash_attention_bit_for_bit(b, h, n_q, n_k, d, caus
 @pytest.mark.gpu
 @needs_gpu
 def test_allocations_contiguous_and_strided():
-    """The forward allocates O, LSE and the kernel's zeroed ticket counter only, on
-    contiguous inputs and on SDPA-shaped strided views alike (the kernels read the views in
-    place; test_torch_strides.py has GQA)."""
-    from compute.gpu import torch_attention, torch_launch
+    """The forward allocates O and LSE only (the persistent grid's ticket counters come from
+    a pool per stream), on contiguous inputs and on SDPA-shaped strided views alike (the
+    kernels read the views in place; test_torch_strides.py has GQA)."""
+    from compute.gpu import torch_attention
 
-    q, k, v, _ = _inputs(2, 16, 1024, 1024, 128, "bfloat16", seed=3)
+    q, k, v, _ = _inputs(2, 16, 4096, 4096, 128, "bfloat16", seed=3)
     qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
 
     def allocations(*args):
@@ -210,11 +253,86 @@ def test_allocations_contiguous_and_strided():
         torch_attention(*args, is_causal=True)
         return torch.cuda.memory_stats()["allocation.all.allocated"] - before
 
-    assert allocations(q, k, v) == allocations(qs, ks, vs)
-    plans = [
-        p for k_, p in torch_launch._PLANS.items() if k_[2:9] == (2, 16, 16, 1024, 1024, 128, True)
-    ]
-    assert allocations(qs, ks, vs) == 2 + int(plans[0].needs_tickets)
+    assert allocations(q, k, v) == allocations(qs, ks, vs) == 2
+
+
+def test_ticket_pool_hands_out_distinct_zeroed_slots_and_refills():
+    """Each persistent launch gets a slot no earlier launch since the last fill used; the
+    pool is filled again (zero_) on its stream when spent, and a CUDA graph capture gets a
+    fresh counter instead."""
+    from compute.gpu import torch_launch
+
+    class Counters:
+        def __init__(self):
+            self.fills = 0
+
+        def zero_(self):
+            self.fills += 1
+
+        def data_ptr(self):
+            return 4096
+
+    class Cuda:
+        capturing = False
+
+        def is_current_stream_capturing(self):
+            return self.capturing
+
+    class Torch:
+        int32 = "int32"
+        cuda = Cuda()
+
+        def zeros(self, n, dtype, device):
+            return Counters()
+
+    fake = Torch()
+    stream = -12345  # a handle no real stream has
+    try:
+        got = [torch_launch._ticket(fake, 0, stream)[0] for _ in range(torch_launch.TICKET_SLOTS)]
+        assert got == [4096 + 4 * i for i in range(torch_launch.TICKET_SLOTS)]
+        pool = torch_launch._TICKETS[stream][0]
+        assert pool.fills == 0
+        assert torch_launch._ticket(fake, 0, stream)[0] == 4096 and pool.fills == 1
+        fake.cuda.capturing = True
+        addr, owner = torch_launch._ticket(fake, 0, stream)
+        assert isinstance(owner, Counters) and owner is not pool
+    finally:
+        torch_launch._TICKETS.pop(stream, None)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_deterministic_backward_is_bitwise_repeatable():
+    """deterministic=True: ten backward passes of one problem (GQA 4:1, SDPA-shaped views,
+    causal, N not a multiple of the tiles) give bit-identical dQ, dK, dV, equal to float64
+    within the usual bound; the default mode's gradients agree with them within it too."""
+    from compute.gpu import torch_attention
+    from compute.gpu.torch_reference import attention_reference
+
+    g = torch.Generator(device="cuda").manual_seed(9)
+    n, d = 1000, 128
+    base = [torch.randn(2, n, heads, d, device="cuda", generator=g).to(torch.bfloat16)
+            for heads in (16, 4, 4)]  # fmt: skip
+    q, k, v = (t.transpose(1, 2) for t in base)
+    do = torch.randn(2, 16, n, d, device="cuda", generator=g).to(torch.bfloat16)
+
+    def grads(deterministic):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = torch_attention(*leaves, is_causal=True, enable_gqa=True,
+                              deterministic=deterministic)  # fmt: skip
+        return torch.autograd.grad(out, leaves, do)
+
+    runs = [grads(True) for _ in range(10)]
+    for run in runs[1:]:
+        for got, first in zip(run, runs[0], strict=True):
+            assert torch.equal(got, first), "a deterministic backward differed between runs"
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = attention_reference(*ref_in, True, d**-0.5, "top-left")
+    wants = torch.autograd.grad(ref, ref_in, do.double())
+    for name, a, b, want in zip("QKV", runs[0], grads(False), wants, strict=True):
+        for got in (a, b):
+            err = float((got.double() - want).norm() / want.norm())
+            assert err < ERR["bfloat16"], f"d{name}: {err:.2e} against float64"
 
 
 @pytest.mark.gpu
@@ -326,6 +444,7 @@ def test_without_torch_one_clear_sentence(monkeypatch):
     from compute.gpu import torch_op
 
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    monkeypatch.setattr(torch_op, "_TORCH", [])  # as in a process that never imported it
     with pytest.raises(ImportError) as info:
         torch_op.torch_attention(None, None, None)
     assert str(info.value) == torch_op.NO_TORCH

@@ -27,26 +27,31 @@ from compute.gpu import torch_launch, torch_op  # noqa: E402
 from compute.gpu.torch_reference import attention_reference as _reference  # noqa: E402
 
 
-def _kernel_forward(q, k, v, causal, scale, o, lse):
+def _kernel_forward(q, k, v, causal, scale, o, lse, band=None):
     from compute.gpu.flash_launch import readable
 
     for t in (q, k, v, o):
         assert readable(t.shape, t.stride(), t.data_ptr()), "a tensor the kernels cannot read"
     assert k.shape == v.shape and q.shape[1] % k.shape[1] == 0 and o.shape == q.shape
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32 and lse.is_contiguous()
+    assert band is None or not causal
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    want_o, want_lse = _stand_in_forward(q, k, v, causal, scale)
+    want_o, want_lse = _stand_in_forward(q, k, v, causal, scale, band)
     o.copy_(want_o)
     lse.copy_(want_lse)
 
 
-def _stand_in_forward(q, k, v, causal, scale):
+def _stand_in_forward(q, k, v, causal, scale, band=None):
+    """The kernels' masks: causal bottom-right, or the band (lo, hi): row r sees keys
+    r + lo <= c <= r + hi."""
     s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    n_q, n_k = q.shape[2], k.shape[2]
+    rows, cols = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+    if band is not None:
+        s = s.masked_fill((cols < rows + band[0]) | (cols > rows + band[1]), float("-inf"))
     if causal:
-        n_q, n_k = q.shape[2], k.shape[2]
-        rows = torch.arange(n_q)[:, None]
-        s = s.masked_fill(torch.arange(n_k)[None, :] > rows + n_k - n_q, float("-inf"))
+        s = s.masked_fill(cols > rows + n_k - n_q, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     return (p @ v.double()).to(q.dtype), lse.float()
@@ -91,9 +96,9 @@ def stand_in(monkeypatch):
     """The kernels replaced by the float64 stand-in; records what each launch was given."""
     seen = []
 
-    def fwd(*args):
+    def fwd(*args, **kw):
         seen.append(("forward", args))
-        return _kernel_forward(*args)
+        return _kernel_forward(*args, **kw)
 
     def bwd(*args, **kw):
         seen.append(("backward", (*args, *kw["out"])))
@@ -146,6 +151,8 @@ CASES = [
     (8, 8, 33, 100, True, "top-left"),
     (8, 2, 33, 100, True, "top-left"),
     (8, 2, 100, 33, True, "bottom-right"),
+    (8, 2, 100, 33, True, "top-left"),  # two launches: 33 causal rows, then full rows
+    (4, 4, 77, 76, True, "top-left"),
     (8, 8, 33, 100, True, "bottom-right"),
     (8, 1, 40, 70, False, "bottom-right"),
 ]
@@ -227,8 +234,6 @@ def test_refusals_are_one_sentence():
     attn = torch_op.torch_attention
     with pytest.raises(ValueError, match="^q has 4 heads and k, v 2: pass enable_gqa=True"):
         attn(q, k, k)
-    with pytest.raises(ValueError, match=r"^is_causal top-left \(SDPA's\) with N_q > N_k"):
-        attn(q, k, k, is_causal=True, enable_gqa=True)
     with pytest.raises(ValueError, match="^causal_align must be one of"):
         attn(q, q, q, is_causal=True, causal_align="centre")
     with pytest.raises(ValueError, match="^head dim d must be one of"):
@@ -243,11 +248,12 @@ def test_refusals_are_one_sentence():
 
 def test_library_op_passes_opcheck(stand_in, float64_ok):
     torch_op.register_ops()
-    q, k, v, do = _inputs(1, 4, 2, 40, 56, 64, seed=9)
     op = torch.ops.fa_explorer.attention_forward
-    for causal, align in ((False, "top-left"), (True, "top-left"), (True, "bottom-right")):
-        args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), causal, 0.125, align)
-        torch.library.opcheck(op, args)
+    for n_q, n_k in ((40, 56), (56, 40)):
+        q, k, v, do = _inputs(1, 4, 2, n_q, n_k, 64, seed=9)
+        leaves = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_())
+        for causal, align in ((False, "top-left"), (True, "top-left"), (True, "bottom-right")):
+            torch.library.opcheck(op, (*leaves, causal, 0.125, align, causal))
 
 
 def test_compile_fullgraph_matches_eager(stand_in, float64_ok):
@@ -364,3 +370,91 @@ def test_torch_export_records_the_library_op(stand_in, float64_ok):
     ops = [n.target for n in program.graph.nodes if n.op == "call_function"]
     assert torch.ops.fa_explorer.attention_forward.default in ops
     assert torch.equal(program.module()(q, k, v), Block()(q, k, v))
+
+
+def test_a_cached_signature_still_checks_the_address(stand_in, float64_ok):
+    """The second call of a signature skips the checks but not the base address: a view of
+    the same shape and strides starting 8 bytes off 16 is copied before the kernel sees it
+    (the stand-in asserts it gets only readable tensors), and the result stays right."""
+    n = 1 * 4 * 40 * 64
+    g = torch.Generator().manual_seed(13)
+    store = torch.randn(3, n + 2, generator=g, dtype=torch.float64)  # rows 16-byte aligned
+    aligned = [store[i, :n].view(1, 4, 40, 64) for i in range(3)]
+    shifted = [store[i, 1 : n + 1].view(1, 4, 40, 64) for i in range(3)]
+    assert all(t.data_ptr() % 16 == 0 for t in aligned)
+    assert shifted[0].stride() == aligned[0].stride() and shifted[0].data_ptr() % 16 == 8
+    with torch.no_grad():
+        for q, k, v in (aligned, shifted):
+            got = torch_op.torch_attention(q, k, v, is_causal=True)
+            want = _reference(q, k, v, True, 64**-0.5, "top-left")
+            assert _rel(got, want) < 1e-12
+    fed = [args[0] for kind, args in stand_in if kind == "forward"]
+    assert fed[0].data_ptr() == aligned[0].data_ptr()  # read in place
+    assert fed[1].data_ptr() % 16 == 0  # a copy
+
+
+def test_deterministic_reaches_the_backward(stand_in, float64_ok, monkeypatch):
+    """deterministic= goes to torch_launch.backward (flash_attention_backward's mode), eager
+    and through the library op that torch.compile traces."""
+    seen = []
+    stand_in_backward = torch_launch.backward
+
+    def backward(*args, **kw):
+        seen.append(kw["deterministic"])
+        return stand_in_backward(*args, **kw)
+
+    monkeypatch.setattr(torch_launch, "backward", backward)
+    q, k, v, do = _inputs(1, 4, 2, 40, 40, 64, seed=14)
+    for det in (False, True):
+        _run(q, k, v, do, is_causal=True, enable_gqa=True, deterministic=det)
+
+    def block(q, k, v):
+        return torch_op.torch_attention(q, k, v, is_causal=True, enable_gqa=True,
+                                        deterministic=True)  # fmt: skip
+
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    compiled(*leaves).backward(do)
+    assert seen == [False, True, True]
+
+
+WINDOWS = [
+    # (heads, kv heads, N_q, N_k, is_causal, window, align)
+    (4, 4, 77, 77, False, (8, 8), "top-left"),
+    (8, 2, 50, 90, True, (10, -1), "bottom-right"),  # causal: right = 0
+    (8, 2, 90, 50, False, (-1, 5), "top-left"),  # no left bound; leading rows see keys
+    (4, 1, 64, 64, False, (0, 0), "bottom-right"),  # the diagonal alone
+    (4, 4, 70, 40, False, (3, 2), "bottom-right"),  # rows past the keys' band see none
+    (4, 4, 40, 70, False, (-1, 0), "top-left"),  # plain causal, spelt as a window
+]
+
+
+@pytest.mark.parametrize(("h", "hk", "n_q", "n_k", "causal", "window", "align"), WINDOWS)
+def test_windows_match_the_explorer_mask(stand_in, float64_ok, h, hk, n_q, n_k, causal, window,
+                                         align):  # fmt: skip
+    """window=(left, right) means what compute/mask.py's Mask means, on both alignments,
+    with is_causal setting right = 0; the kernels get a band (or plain causal) and the
+    tensors in place."""
+    q, k, v, _ = _inputs(2, h, hk, n_q, n_k, 64, seed=n_q * 7 + n_k, layout="bnhd")
+    kw = dict(is_causal=causal, enable_gqa=hk != h, causal_align=align, window=window)
+    with torch.no_grad():
+        got = torch_op.torch_attention(q, k, v, **kw)
+        again = torch_op.torch_attention(q, k, v, **kw)  # the cached signature's path
+    want = _reference(q, k, v, causal, 64**-0.5, align, window)
+    assert _rel(got, want) < 1e-12 and torch.equal(got, again)
+    (_, args), *_ = stand_in
+    assert args[0].data_ptr() == q.data_ptr() and args[1].data_ptr() == k.data_ptr()
+
+
+def test_window_refusals_are_one_sentence(stand_in, float64_ok):
+    q, k, v, _ = _inputs(1, 4, 4, 40, 40, 64, seed=15)
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    with pytest.raises(ValueError, match="^window= runs in the forward only"):
+        torch_op.torch_attention(*leaves, window=(8, 0))
+    with pytest.raises(ValueError, match="^window must be a pair"):
+        torch_op.torch_attention(q, k, v, window=8)
+    with pytest.raises(ValueError, match="^The window's left size must be a whole number"):
+        torch_op.torch_attention(q, k, v, window=(-2, 0))
+    out = torch_op.torch_attention(*leaves, window=(-1, 0))  # plain causal: differentiable
+    out.sum().backward()
+    assert leaves[0].grad is not None

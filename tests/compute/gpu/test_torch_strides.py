@@ -106,26 +106,19 @@ def test_strided_and_gqa_inputs_read_in_place_bit_for_bit(variant, hk, causal):
     ("n", "d", "causal"), [(1024, 128, True), (4096, 64, True), (700, 64, False), (128, 128, True)]
 )
 def test_op_allocates_only_its_outputs_on_strided_gqa_inputs(n, d, causal):
-    """SDPA-shaped views, GQA 4:1, causal and not: the op's forward allocates O, LSE and (on
-    the persistent grid) the ticket counter, nothing else; no copy, no repeat."""
-    from compute.gpu import torch_attention, torch_launch
+    """SDPA-shaped views, GQA 4:1, causal and not: the op's forward allocates O and LSE,
+    nothing else: no copy, no repeat, and on the persistent grid no ticket counter either
+    (torch_launch._ticket hands out slots of a pool made on the stream's first such call)."""
+    from compute.gpu import torch_attention
 
     inputs = _layouts(2, 16, 4, n, n, d, torch.bfloat16, seed=n + d)
     q, k, v = inputs["sdpa"]
     out = torch_attention(q, k, v, is_causal=causal, enable_gqa=True)  # builds the plan
     assert out.stride() == q.stride() and out.transpose(1, 2).is_contiguous()
-    # The plan's key (torch_launch.forward): ..., b, h, kv heads, N_q, N_k, d, causal, scale,
-    # q's strides, ... (the scale left out: 1/sqrt(128) and 128 ** -0.5 differ in the last bit).
-    plans = [
-        p for key, p in torch_launch._PLANS.items()
-        if key[2:9] == (2, 16, 4, n, n, d, causal) and key[10] == q.stride()
-    ]  # fmt: skip
-    assert len(plans) == 1
-    work = int(plans[0].needs_tickets)
     torch.cuda.synchronize()
     before = torch.cuda.memory_stats()["allocation.all.allocated"]
     torch_attention(q, k, v, is_causal=causal, enable_gqa=True)
-    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 2 + work
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 2
 
 
 def test_misaligned_input_is_copied_not_misread():

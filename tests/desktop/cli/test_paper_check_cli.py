@@ -14,7 +14,8 @@ def test_table(capsys):
     assert "40.3" in out and "35.3" in out and "key-padding mask" in out
     for row in pc.declared_rows():
         assert f"{row.total_bytes:,}" in out
-    assert pc.flop_check().sentence() in out
+    assert pc.flop_reading() in out and pc.sources() in out
+    assert "41.7 / 7.3" in out and "35.1 / 11.7" in out
 
 
 def test_json(capsys):

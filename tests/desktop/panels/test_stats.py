@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
 
 from compute.attention import round_to
 from desktop.scene.row_series import STEP_X, fmt_vec, zoom_window
@@ -121,6 +123,44 @@ def test_backward_plot_range_holds_every_curve_after_each_change(window, qtbot):
         assert y0 <= ys.min() and ys.max() <= y1
         assert (ys.max() - ys.min()) >= 0.5 * (y1 - y0)  # fitted, not a stale wide range
         assert x0 <= 0.5 and st.trace.n_steps + 0.5 <= x1 + 1e-9
+
+
+@given(
+    n=hs.integers(3, 900),
+    comps=hs.integers(1, 5),
+    bins=hs.integers(2, 64),
+    seed=hs.integers(0, 2**31 - 1),
+)
+def test_an_envelope_covers_each_column_as_the_step_curves_do(n, comps, bins, seed):
+    from desktop.scene.row_series import envelope_bundle, step_bundle
+
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(n, comps))
+    values[0] = np.nan  # a/ℓ before any key
+    gaps = rng.integers(1, 9, size=n + 1).astype(float)
+    edges = np.cumsum(gaps) - 0.5
+    xs, ys = envelope_bundle(edges, values, bins)
+    if n - 2 <= bins:  # few updates: the step curves themselves
+        sx, sy = step_bundle(edges, values)
+        assert np.array_equal(xs, sx, equal_nan=True) and np.array_equal(ys, sy, equal_nan=True)
+        return
+    per = len(xs) // comps
+    assert len(xs) == per * comps and per <= 2 * bins + 5  # no more vertices than columns
+    starts = edges[1:-1]
+    col = np.minimum(
+        ((starts - starts[0]) * (bins / (starts[-1] - starts[0]))).astype(int), bins - 1
+    )
+    for c in range(comps):
+        x, y = xs[c * per : (c + 1) * per], ys[c * per : (c + 1) * per]
+        assert np.isnan(x[-1]) and np.isnan(y[-1])
+        assert x[0] == edges[0] and x[-2] == edges[-1] and y[-2] == values[-1, c]
+        for b in np.unique(col):  # each column spans what the values held in it span
+            inside = np.flatnonzero(col == b)
+            held = values[inside[0] : inside[-1] + 2, c]  # the one held into it, and its own
+            at = x[:-1] == starts[inside[0]]
+            assert np.nanmin(y[:-1][at]) == np.nanmin(held)
+            assert np.nanmax(y[:-1][at]) == np.nanmax(held)
+        assert np.all(np.diff(x[:-1]) >= 0)  # left to right, never back
 
 
 def test_a_bundle_is_each_components_step_curve_split_by_nans():

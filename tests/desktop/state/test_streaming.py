@@ -39,9 +39,10 @@ IMAGE_FIELDS = ("name", "shape", "factor", "pending")
 @pytest.fixture(autouse=True, scope="module")
 def stream_every_size():
     """Small sizes stream too here (the app streams only large passes: STREAM_WORK)."""
-    old, render.STREAM_WORK = render.STREAM_WORK, 0
+    old = render.STREAM_WORK, render.BACKWARD_STREAM_WORK
+    render.STREAM_WORK = render.BACKWARD_STREAM_WORK = 0
     yield
-    render.STREAM_WORK = old
+    render.STREAM_WORK, render.BACKWARD_STREAM_WORK = old
 
 
 ARRAY_FIELDS = ("rgba", "values", "first_write", "last_write")
@@ -237,6 +238,12 @@ def test_a_streamed_training_step_is_cancelled_between_chunks_and_leaves_nothing
 
 
 backward_configs = configs.filter(lambda c: c.pass_name != "forward")
+# The SRAM tiles a backward's first tier marks "computing…": they need every row's L, D.
+WAITING = {(lane, t) for lane in ("dense", "tiled") for t in ("dK", "dV")} | {
+    ("dense", "dQ"),
+    ("dense", "P"),
+    ("dense", "dS"),
+}
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,11 +254,12 @@ backward_configs = configs.filter(lambda c: c.pass_name != "forward")
 )
 def test_a_backward_first_tier_equals_the_full_computation(config, chunk, where):
     """What a backward's first tier shows of the selected query row (L, D, P̃, dQ_row
-    tile by tile) and key row (dK, dV block by block), and its SRAM tiles, before its
-    gradients' pass: the tiled lane's numbers bit for bit (the same tiled_pass operands
-    and the same products), the float64 references within rounding (every row's
-    statistics and O from compute.first_tier.dense_all_rows, the full pass's from its
-    own chunks: a product's summation order may differ in the last place)."""
+    tile by tile) and its SRAM tiles comes from those rows alone, before any pass over
+    every row (not even the forward's): the tiled lane's numbers bit for bit (each row's
+    L, D and products are its own), the float64 references within rounding (the full
+    pass's from its own chunks: a product's summation order may differ in the last
+    place). The key row's dK, dV need every row's L and D: "computing…" in the first
+    tier, and once the part is in, equal to a fresh build's."""
     SHARED.clear()
     old = compute.full_pass.CHUNK_ELEMENTS
     compute.full_pass.CHUNK_ELEMENTS = chunk
@@ -260,15 +268,23 @@ def test_a_backward_first_tier_equals_the_full_computation(config, chunk, where)
     def first(_config, trace, _images):
         s = trace.schedule
         row, key = round(where[0] * (s.n_q - 1)), round(where[1] * (s.n_k - 1))
-        seen.update(row=row, key=key, b=trace.backward_row(row), k=trace.key_row(key))
-        for step in range(trace.n_steps):  # every SRAM tile a step shows, the dense lane's
+        seen.update(row=row, key=key, b=trace.backward_row(row))
+        whole = s.block_q >= s.n_q  # the row's block is every row: its pass is the whole
+        assert whole or not trace.key_tile_ready(key // s.block_k)
+        for step in range(trace.n_steps):  # every SRAM tile a step shows
             for lane, tiles in (("dense", dense_backward_sram), ("tiled", tiled_backward_sram)):
                 action = trace.action(lane, step)
                 if is_backward(action):
                     for tile in tiles(trace, step, action):
-                        if lane == "dense" and tile.tensor in ("dQ", "dK", "dV"):
-                            assert tile.values is None and tile.note == "computing…"
+                        if tile.values is None:  # what needs every row waits, and says so
+                            assert tile.note == "computing…"
+                            assert (lane, tile.tensor) in WAITING, (lane, tile.tensor)
+                        elif not whole:
+                            assert (lane, tile.tensor) not in WAITING
+        seen["whole"] = whole
         seen["cached"] = trace.backward.summary_cached(DISPLAY_CELLS)
+        seen["forward"] = trace.forward.summary_cached(DISPLAY_CELLS)
+        seen["tiled"] = trace.forward._tiled_found()
 
     try:
         shown, trace, _ = worker.build_all(config, on_first=first, check=lambda: None, row=0)
@@ -278,6 +294,9 @@ def test_a_backward_first_tier_equals_the_full_computation(config, chunk, where)
     finally:
         compute.full_pass.CHUNK_ELEMENTS = old
     assert seen["cached"] is False  # the first tier came before the gradients' pass
+    assert seen["whole"] or not (seen["forward"] or seen["tiled"])  # and the forward's
+    assert trace.key_tile_ready(seen["key"] // trace.schedule.block_k)  # the part made it
+    seen["k"] = trace.key_row(seen["key"])
     b, k = fresh.backward_row(seen["row"]), fresh.key_row(seen["key"])
     for got, want in ((seen["b"], b), (seen["k"], k)):
         for field in ("L", "D", "p_tilde", "dq", "dk", "dv"):
@@ -312,3 +331,29 @@ def test_a_backward_blocks_change_streams_without_redoing_the_dense_rows():
         assert len(firsts) == streamed and trace.forward.cached("dense_rows") == 0
         worker.build_all(c, on_first=lambda *r, keep=keep: keep(r))
         assert len(firsts) == streamed  # everything of c is cached: one part
+
+
+def test_the_key_rows_gradients_say_computing_until_their_part_arrives(qtbot):
+    """dK, dV of the key row need every row's L and D: the statistics panel says
+    "computing…" in the first tier (never a number of another configuration, never the
+    pass made on the GUI thread) and shows them when the second tier lands."""
+    from desktop.panels.backward_stats import BackwardStats
+
+    SHARED.clear()
+    state = AppState()
+    panel = BackwardStats(state)
+    qtbot.addWidget(panel)
+    c = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=4, pass_name="backward")
+    seen = {}
+
+    def first(config, trace, images):
+        state._built(config, trace, images, streaming=True)
+        seen.update(dk=panel.labels["dk"].text(), dv=panel.labels["dv"].text())
+        seen["pass"] = trace.forward.summary_cached(DISPLAY_CELLS)
+
+    _, trace, images = worker.build_all(c, on_first=first, check=lambda: None, row=0)
+    assert seen == {"dk": "computing…", "dv": "computing…", "pass": False}
+    state._part(trace, images)
+    n = trace.backward_blocks_done(state.key, state.step)
+    assert panel.labels["dk"].text().endswith(f"after {n} of {trace.schedule.t_r} blocks")
+    assert panel.labels["dv"].text() != "computing…"

@@ -184,6 +184,7 @@ def test_a_streamed_backward_forms_its_gradients_off_the_gui_thread(window, qtbo
 
     SHARED.clear()
     monkeypatch.setattr(render, "STREAM_WORK", 0)
+    monkeypatch.setattr(render, "BACKWARD_STREAM_WORK", 0)
     monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)
     monkeypatch.setattr(compute.full_pass, "CHUNK_ELEMENTS", 64)
     on_gui = []

@@ -81,6 +81,7 @@ def test_soak_500_random_changes_and_steps(qtbot, qtlog, dialogs, monkeypatch):
     # Every threaded build streams its second tier (the app streams only large passes),
     # so changes land while parts are pending and cancel them.
     monkeypatch.setattr(render, "STREAM_WORK", 1)
+    monkeypatch.setattr(render, "BACKWARD_STREAM_WORK", 1)
     rng = random.Random(1234)
     threads_before = threading.active_count()
     w = MainWindow(persist=False)
