@@ -63,6 +63,9 @@ def backward_action(s: Schedule, lane: str, phase: str, i: int | None, j: int | 
         if phase == "bwd_init":
             label = "initialise dQ = 0 in HBM"
             return Action(lane, phase, label, None, None, (_wr(_g("dQ", nq, d)),), ())
+        if phase == "bwd_load_kv" and not s.seen_tiles[j]:  # no query row sees tile j
+            label = f"skip K, V tile {j}: no query row sees it; dK_j = dV_j = 0 on chip"
+            return Action(lane, phase, label, None, j, (), kv[2:])
         if phase == "bwd_load_kv":
             label = f"load K, V tile {j}; dK_j = dV_j = 0 on chip"
             return Action(lane, phase, label, None, j, (_rd(kv[0]), _rd(kv[1])), kv)

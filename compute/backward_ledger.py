@@ -30,6 +30,7 @@ from .ledger import (
     count_transfers,
     freeze_counts,
     ledger,
+    seen_keys,
     visited_rows,
 )
 from .mask import Mask
@@ -75,7 +76,7 @@ def closed_form_backward_counts(s: Schedule) -> dict[str, Counts]:
         "dQ": {"write": n_q * d},
         "dK": {"write": n_k * d},
     }
-    rows = visited_rows(s)
+    rows, seen = visited_rows(s), seen_keys(s)
     tiled = {
         "O": {"read": n_q * d_v},  # preprocessing
         "dO": {"read": n_q * d_v + rows * d_v},  # preprocessing, then each visit
@@ -83,9 +84,9 @@ def closed_form_backward_counts(s: Schedule) -> dict[str, Counts]:
         "dQ": {"read": rows * d, "write": n_q * d + rows * d},  # zeros, then each visit
         "Q": {"read": rows * d},
         "L": {"read": rows},
-        "K": {"read": n_k * d},
-        "V": {"read": n_k * d_v},
-        "dK": {"write": n_k * d},
+        "K": {"read": seen * d},  # the key tiles some query row sees, once each
+        "V": {"read": seen * d_v},
+        "dK": {"write": n_k * d},  # every tile: a skipped one writes its zeros
         "dV": {"write": n_k * d_v},
     }
     return {"dense": _freeze(dense), "tiled": _freeze(tiled)}

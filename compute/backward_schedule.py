@@ -90,10 +90,11 @@ def tiled_backward_steps(s: Schedule) -> Iterator[BackwardStep]:
     yield BackwardStep("tiled", "init", "initialise dQ = 0 in HBM", None, None, (_w("dQ", nq, d),))
     for j in range(s.t_c):
         c = s.cols(j)
-        moves = (_r("K", c, d), _r("V", c, dv))
-        yield BackwardStep(
-            "tiled", "load_kv", f"load K, V tile {j}; dK_j = dV_j = 0", None, j, moves
-        )
+        if s.seen_tiles[j]:
+            moves, label = (_r("K", c, d), _r("V", c, dv)), f"load K, V tile {j}; dK_j = dV_j = 0"
+        else:  # no query row sees tile j: K_j, V_j are never loaded, dK_j = dV_j = 0
+            moves, label = (), f"skip K, V tile {j}: no query row sees it; dK_j = dV_j = 0"
+        yield BackwardStep("tiled", "load_kv", label, None, j, moves)
         for i in np.flatnonzero(s.visible[:, j]).tolist():
             r = s.rows(i)
             loads = tuple(_r(t, r, d if t == "Q" else dv) for t in ("Q", "dO"))

@@ -308,6 +308,34 @@ def _visible_keys(s: Schedule) -> int:
     return tile_sum * s.block_k - last_tile * (s.t_c * s.block_k - s.n_k)
 
 
+def _seen_tiles(s: Schedule) -> tuple[int, bool]:
+    """(#key tiles some query row sees, whether the last tile is one): the tiles a K/V-outer
+    loop loads. From formulas: each row's visible keys are one run and consecutive rows'
+    runs touch or overlap, so the seen keys are one run [K0, K1), K0 the first non-empty
+    row's lo and K1 the last one's hi. Without packing, row r is non-empty iff its window's
+    right end is at or past key 0 (r ≥ −off − right) and its left end before N_k
+    (r < N_k − off + left); a packed row sees its own diagonal key, so every key is seen."""
+    m, b_c, t_c = s.mask, s.block_k, s.t_c
+    if m.is_none or m.lengths:
+        return t_c, True
+    off = m.offset(s.n_q, s.n_k)
+    r_a = max(0, -off - m.right) if m.right >= 0 else 0
+    r_b = min(s.n_q, s.n_k - off + m.left) if m.left >= 0 else s.n_q
+    if r_a >= r_b:
+        return 0, False
+    k0 = max(0, r_a + off - m.left) if m.left >= 0 else 0
+    k1 = min(s.n_k, r_b + off + m.right) if m.right >= 0 else s.n_k
+    j0, j1 = k0 // b_c, (k1 - 1) // b_c + 1
+    return j1 - j0, j1 == t_c
+
+
+def seen_keys(s: Schedule) -> int:
+    """The keys in the tiles some query row sees (tail tiles count their real size): what
+    a K/V-outer loop reads of K and V, each tile once."""
+    tiles, last = _seen_tiles(s)
+    return tiles * s.block_k - last * (s.t_c * s.block_k - s.n_k)
+
+
 def visited_rows(s: Schedule) -> int:
     """Σ over visits (query block i, key tile j it sees) of block i's rows, from formulas."""
     return _tile_sums(s)[0]
@@ -333,7 +361,8 @@ def closed_form_counts(s: Schedule) -> dict[str, Counts]:
     else:
         # Each visit of (tile j, block i) reads Q_i, O_i, ℓ_i, m_i and writes O_i, ℓ_i, m_i.
         visits_rows = visited_rows(s)
-        tiled["K"]["read"], tiled["V"]["read"] = s.n_k * s.d, s.n_k * s.d_v
+        seen = seen_keys(s)  # each tile some block sees is loaded once; the rest skipped
+        tiled["K"]["read"], tiled["V"]["read"] = seen * s.d, seen * s.d_v
         tiled["Q"]["read"] = visits_rows * s.d
         tiled["O"]["read"] = visits_rows * s.d_v
         tiled["O"]["write"] = s.n_q * s.d_v + visits_rows * s.d_v

@@ -13,8 +13,8 @@ Lanes (the conventions of the FlashAttention explainer this app follows):
 - tiled, order "q-outer": per query block, load Q_i once; per visible K/V tile, load
   K_j and V_j, update m, ℓ, a on chip; write O_i (and L_i when saved).
 - tiled, order "kv-outer" (Algorithm 1): initialise O, ℓ, m in HBM; per K/V tile load
-  K_j, V_j; per query block that can see it, read Q_i, O_i, ℓ_i, m_i, update, write
-  O_i, ℓ_i, m_i back.
+  K_j, V_j (unless no query block sees tile j: then it is skipped, not loaded); per
+  query block that can see it, read Q_i, O_i, ℓ_i, m_i, update, write O_i, ℓ_i, m_i back.
 """
 
 from __future__ import annotations
@@ -166,6 +166,15 @@ class Schedule:
         for x in (lo, hi):
             x.setflags(write=False)
         return lo.astype(np.int64), hi.astype(np.int64)
+
+    @cached_property
+    def seen_tiles(self) -> np.ndarray:
+        """(T_c,): whether some query block sees key tile j. A K/V-outer loop (forward
+        Algorithm 1, the backward) loads K_j, V_j only then; the others are skipped."""
+        lo, hi = self.col_span
+        out = hi > lo
+        out.setflags(write=False)
+        return out
 
     @cached_property
     def full_span(self) -> tuple[np.ndarray, np.ndarray]:
@@ -325,6 +334,9 @@ def make_action(s: Schedule, lane: str, phase: str, i: int | None, j: int | None
                 lane, phase, "initialise O = 0, ℓ = 0, m = −∞ in HBM", None, None, tuple(init), ()
             )
         kv = (_region("K", c, d), _region("V", c, dv))
+        if phase == "load_kv" and not s.seen_tiles[j]:
+            label = f"skip K, V tile {j}: no query row sees it (not loaded)"
+            return Action(lane, phase, label, None, j, (), ())
         if phase == "load_kv":
             return Action(
                 lane,
@@ -395,7 +407,8 @@ def q_outer_actions(s: Schedule) -> Iterator[Action]:
 
 
 def kv_outer_actions(s: Schedule) -> Iterator[Action]:
-    """The tiled lane as Algorithm 1 of the original paper (K/V block outer), as a loop."""
+    """The tiled lane as Algorithm 1 of the original paper (K/V block outer), as a loop; a
+    tile no block sees keeps its load_kv step, which then moves nothing (skipped)."""
     yield make_action(s, "tiled", "init", None, None)
     for j in range(s.t_c):
         yield make_action(s, "tiled", "load_kv", None, j)

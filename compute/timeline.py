@@ -119,7 +119,8 @@ BACKWARD_PARTS: dict[str, tuple[Part, ...]] = {
 # What each phase moves: (tensor, direction, row extent, column extent, condition).
 # Extents: "i" rows of query block i, "j" keys of tile j, "nq"/"nk" all, "d"/"dv" head
 # sizes, "one" a single column, "never" the rows of blocks that see no tile.
-# Conditions: "lse" only when L is saved, "last" only on block i's last visit.
+# Conditions: "lse" only when L is saved, "last" only on block i's last visit, "seen" only
+# for a key tile j some query block sees (K/V-outer loops skip the others, not loaded).
 TRANSFERS: dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = {
     ("dense", "load_q"): (("Q", "read", "i", "d", ""),),
     ("dense", "write_s"): (("K", "read", "j", "d", ""), ("S", "write", "i", "j", "")),
@@ -136,7 +137,7 @@ TRANSFERS: dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = {
         ("m", "write", "nq", "one", ""),
         ("L", "write", "never", "one", "lse"),
     ),
-    ("kv-outer", "load_kv"): (("K", "read", "j", "d", ""), ("V", "read", "j", "dv", "")),
+    ("kv-outer", "load_kv"): (("K", "read", "j", "d", "seen"), ("V", "read", "j", "dv", "seen")),
     ("kv-outer", "load_state"): tuple(
         (t, "read", "i", c, "") for t, c in (("Q", "d"), ("O", "dv"), ("l", "one"), ("m", "one"))
     ),
@@ -160,7 +161,7 @@ TRANSFERS: dict[tuple[str, str], tuple[tuple[str, str, str, str, str], ...]] = {
     ("bwd", "bwd_preprocess"): (("O", "read", "i", "dv", ""), ("dO", "read", "i", "dv", ""),
                                 ("D", "write", "i", "one", "")),
     ("bwd", "bwd_init"): (("dQ", "write", "nq", "d", ""),),
-    ("bwd", "bwd_load_kv"): (("K", "read", "j", "d", ""), ("V", "read", "j", "dv", "")),
+    ("bwd", "bwd_load_kv"): (("K", "read", "j", "d", "seen"), ("V", "read", "j", "dv", "seen")),
     ("bwd", "bwd_load_q"): tuple(
         (t, "read", "i", c, "")
         for t, c in (("Q", "d"), ("dO", "dv"), ("L", "one"), ("D", "one"), ("dQ", "d"))
@@ -291,6 +292,8 @@ class LaneTimeline:
                         )
                     else:
                         value = value * self._extent(k)
+                if cond == "seen":  # a head of a key-tile loop: only tiles some block sees
+                    value = value * s.seen_tiles[outer]
                 if inner and cond == "last":  # only on the block's last visit: tile j
                     seen = s.last_visit >= 0
                     value = value * np.bincount(
@@ -370,6 +373,8 @@ class LaneTimeline:
                 m = mask
                 if cond == "last":
                     m = mask & (s.last_visit[safe_i] == bj)
+                elif cond == "seen":
+                    m = mask & s.seen_tiles[safe_j]
                 out[m, self._t[tensor], _D[direction]] += value[m]
         return out
 

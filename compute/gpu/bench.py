@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from .. import ORDERS, PASSES, closed_form_ledger
+from ..cli_fields import mask_of
+from ..mask import Mask
 from . import bench_backward as bb
 from . import flash, peers
 from .bench_rows import PendingRow, finish_row, path_refusal
@@ -65,6 +67,12 @@ class BenchConfig:
     order: str = "q-outer"
     causal: bool = False
     dtype: str = "float32"
+    # The rest of the mask (compute.cli_fields.mask_fields: --mask causal-top-left,
+    # --window LEFT,RIGHT, --packed lengths); only the teaching kernel takes more than
+    # none or bottom-right causal, so the other paths are left out of such a run.
+    top_left: bool = False
+    window: str = ""
+    packed: str = ""
     batch_heads: int = 32
     kernels: tuple[str, ...] = ("tiled", "dense")
     sweep_blocks: bool = False
@@ -91,12 +99,38 @@ class BenchConfig:
     def dv(self) -> int:
         return self.d if self.d_v is None else self.d_v
 
+    @property
+    def mask(self) -> Mask:
+        """The attention mask these fields describe (compute.mask)."""
+        return mask_of(self.causal, self.top_left, self.window, self.packed)
+
+    @property
+    def plain_mask(self) -> bool:
+        """Whether the mask is none or bottom-right causal (`causal` says which): all every
+        path takes. Top-left causal is that too when N_q = N_k."""
+        m = self.mask
+        square_causal = m.causal and not m.windowed and not m.lengths
+        return m.is_none or (square_causal and (not m.top_left or self.n == self.n_k))
+
+    def mask_refusal(self, kernel: str) -> str | None:
+        """Why path `kernel` cannot take this mask, as one sentence; None if it can."""
+        if kernel == "tiled" or self.plain_mask:
+            return None
+        return (
+            f"the {kernel} path takes no mask or bottom-right causal, not {self.mask.label} "
+            "(the teaching kernel, --kernel tiled, takes every mask)"
+        )
+
     def flops(self) -> float:
-        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal;
-        the backward counts 2.5 times that, training 3.5 times (PASS_FLOPS)."""
+        """2·BH·N_q·N_k·(d + d_v) (= 4·BH·N_q·N_k·d when d_v = d), halved for causal
+        (other masks: times the share of visible query-key pairs); the backward counts 2.5
+        times that, training 3.5 times (PASS_FLOPS)."""
         f = 2.0 * self.batch_heads * self.n * self.n_k * (self.d + self.dv)
         f *= PASS_FLOPS[self.pass_name]
-        return f / 2 if self.causal else f
+        if self.plain_mask:
+            return f / 2 if self.causal else f
+        lo, hi = self.mask.row_bounds(np.arange(self.n), self.n, self.n_k)
+        return f * float(np.maximum(hi - lo, 0).sum()) / (self.n * self.n_k)
 
     def __post_init__(self) -> None:
         if self.dtype not in BENCH_DTYPES:
@@ -105,6 +139,12 @@ class BenchConfig:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}.")
         if self.pass_name not in PASSES:
             raise ValueError(f"pass must be one of {', '.join(PASSES)}, not {self.pass_name!r}.")
+        self.mask.check(self.n, self.n_k)  # ValueError: one sentence (packed lengths vs N)
+        # `causal` says whether the mask is causal (--window -1,0 is), as the paths that take
+        # only the bool read it.
+        object.__setattr__(self, "causal", self.mask.causal)
+        if self.flash_specs and not self.plain_mask:
+            raise ValueError(f"{self.mask_refusal('flash')}; leave out the flash variants.")
         if self.pass_name != "forward" and self.flash_specs:
             raise ValueError(
                 "The flash variants (flash_specs) are forward kernels; "
@@ -156,7 +196,7 @@ def _make_inputs(cfg: BenchConfig, l2_bytes: int) -> _Inputs:
     # The reference sees the rounded inputs the kernels see.
     q, k, v = (float64_values(x[cupy.asarray(heads)].get(), cfg.dtype) for x in sets[0])
     ref = np.stack(
-        [reference_rows(q[h], k[h], v[h], rows, causal=cfg.causal) for h in range(len(heads))]
+        [reference_rows(q[h], k[h], v[h], rows, causal=cfg.mask) for h in range(len(heads))]
     )
     return _Inputs(sets, heads, rows, ref)
 
@@ -178,7 +218,7 @@ def _errors(cfg: BenchConfig, out, inputs: _Inputs) -> dict[str, float]:
 def _ledger(cfg: BenchConfig, block_q: int, block_k: int, order: str):
     return closed_form_ledger(
         cfg.n, cfg.n_k, cfg.d, cfg.dv, block_q=block_q, block_k=block_k, order=order,
-        causal=cfg.causal, dtype=cfg.dtype,
+        causal=cfg.mask, dtype=cfg.dtype,
     )  # fmt: skip
 
 
@@ -254,7 +294,7 @@ def _guarded(kernel: str, extra: dict, body: Callable[[], Any]) -> Any:
 
 def _refuse(cfg: BenchConfig, kernel: str) -> None:
     """ValueError with path_refusal's sentence if `kernel` cannot run cfg's problem."""
-    reason = path_refusal(kernel, cfg.dtype, cfg.d, cfg.dv)
+    reason = path_refusal(kernel, cfg.dtype, cfg.d, cfg.dv) or cfg.mask_refusal(kernel)
     if reason is not None:
         raise ValueError(reason)
 
@@ -269,7 +309,7 @@ def _tiled_row(
 
         def fn(q, k, v):
             return tiled_attention_gpu(
-                q, k, v, block_q=bq, block_k=bk, order=order, causal=cfg.causal
+                q, k, v, block_q=bq, block_k=bk, order=order, causal=cfg.mask
             ).out
 
         lane = _ledger(cfg, bq, bk, order).lanes["tiled"]
@@ -286,7 +326,7 @@ def _counted(cfg: BenchConfig, inputs: _Inputs, order: str, bq: int, bk: int, la
     """The instrumented build's per-head counts beside the ledger's."""
     q, k, v = inputs.sets[0]
     res = tiled_attention_gpu(
-        q, k, v, block_q=bq, block_k=bk, order=order, causal=cfg.causal, count_transfers=True
+        q, k, v, block_q=bq, block_k=bk, order=order, causal=cfg.mask, count_transfers=True
     )
     per_head = {t: {d: n // cfg.batch_heads for d, n in rw.items()} for t, rw in res.counts.items()}
     modelled = {t: dict(lane.counts[t]) for t in per_head}
@@ -351,7 +391,7 @@ def _forward_timer(cfg: BenchConfig, inputs: _Inputs) -> Callable[[int, int], di
     def time_at(bq: int, bk: int) -> dict:
         def fn(q, k, v):
             return tiled_attention_gpu(
-                q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.causal
+                q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.mask
             ).out
 
         compile_kernels(bq, bk, cfg.d, cfg.dv, cfg.dtype)

@@ -42,7 +42,7 @@ MAX_REFERENCE_SCORES = 4096 * 4096  # N_q·N_k per head for the float64 referenc
 
 def _refuse(cfg, kernel: str) -> None:
     """ValueError with path_refusal's sentence if `kernel` cannot run cfg's problem."""
-    reason = path_refusal(kernel, cfg.dtype, cfg.d, cfg.dv)
+    reason = path_refusal(kernel, cfg.dtype, cfg.d, cfg.dv) or cfg.mask_refusal(kernel)
     if reason is not None:
         raise ValueError(reason)
 
@@ -50,7 +50,7 @@ def _refuse(cfg, kernel: str) -> None:
 def _ledger(cfg, block_q: int, block_k: int):
     return pass_ledger(
         cfg.pass_name, cfg.n, cfg.n_k, cfg.d, cfg.dv, block_q=block_q, block_k=block_k,
-        order=cfg.order, causal=cfg.causal, dtype=cfg.dtype,
+        order=cfg.order, causal=cfg.mask, dtype=cfg.dtype,
     )  # fmt: skip
 
 
@@ -74,7 +74,7 @@ def _reference(cfg, n_heads: int, qkvdo: tuple) -> list | None:
         return None
     host = [float64_values(x[:n_heads].get(), cfg.dtype) for x in qkvdo]
     return [
-        attention_backward(*(x[h] for x in host), causal=cfg.causal, method="dense")
+        attention_backward(*(x[h] for x in host), causal=cfg.mask, method="dense")
         for h in range(n_heads)
     ]
 
@@ -111,13 +111,13 @@ def _tiled_fn(cfg, base: list, bq: int, bk: int) -> tuple[Callable, list]:
 
     def forward(q, k, v):
         fwd = tiled_attention_gpu(
-            q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.causal, save_lse=True
+            q, k, v, block_q=bq, block_k=bk, order=cfg.order, causal=cfg.mask, save_lse=True
         )  # fmt: skip
         return fwd.out, fwd.lse
 
     def backward(q, k, v, do, o, lse):
         r = tiled_attention_backward_gpu(
-            q, k, v, o, do, lse, block_q=bq, block_k=bk, causal=cfg.causal
+            q, k, v, o, do, lse, block_q=bq, block_k=bk, causal=cfg.mask
         )  # fmt: skip
         return r.dq, r.dk, r.dv
 
@@ -137,7 +137,7 @@ def tiled_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
     if cfg.count_transfers and cfg.pass_name == "backward":
         q, k, v, do, o, lse = sets[0]
         res = tiled_attention_backward_gpu(
-            q, k, v, o, do, lse, block_q=bq, block_k=bk, causal=cfg.causal, count_transfers=True
+            q, k, v, o, do, lse, block_q=bq, block_k=bk, causal=cfg.mask, count_transfers=True
         )  # fmt: skip
         per_head = {t: {d: n // cfg.batch_heads for d, n in rw.items()} for t, rw in res.counts.items()}  # fmt: skip
         modelled = {t: dict(lane.counts[t]) for t in per_head}

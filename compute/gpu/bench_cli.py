@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import PASSES
-from ..cli_fields import add_problem_flags, problem_fields
+from ..cli_fields import add_mask_flags, add_problem_flags, mask_fields, problem_fields
 from . import bench
 from .bench_rows import path_refusal
 from .device import status
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         p, count=_positive, head=_positive, n=4096, d=64, block=64, dtypes=BENCH_DTYPES,
         dtype="float16", dtype_help="element type of Q, K, V and O",
     )  # fmt: skip
+    # Masks beyond bottom-right causal run on the teaching kernel alone (the others refuse).
+    add_mask_flags(p)
     p.add_argument("--batch-heads", type=_positive, default=32, help="batch*heads (default 32)")
     p.add_argument("--kernel", choices=KERNEL_CHOICES, default="all")
     p.add_argument(
@@ -98,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     """Parse argv, run the benchmark, print a table, write JSON; 0 on success."""
     args = build_parser().parse_args(argv)
     try:
+        masked = _config(args, ("tiled",))  # the mask, checked against N
+        if args.dram and not masked.plain_mask:
+            raise ValueError(
+                f"--dram profiles unmasked or causal runs, not {masked.mask.label}; leave out "
+                "--window, --packed or causal-top-left."
+            )
         cfg = _config(args, _kernels(args))
     except ValueError as exc:  # a path that cannot take the problem, a bad combination
         print(f"flash-explorer bench: {exc}", file=sys.stderr)
@@ -148,9 +156,10 @@ def _kernels(args) -> tuple[str, ...]:
     the problem), or with `all` every one of ours that can (a note for each left out)."""
     d_v = args.d if args.dv is None else args.dv
     named = KERNEL_CHOICES[:-1] if args.kernel == "all" else (args.kernel,)
+    masked = _config(args, ("tiled",))  # the mask, checked against N (ValueError)
     kernels = []
     for kernel in named:
-        reason = path_refusal(kernel, args.dtype, args.d, d_v)
+        reason = path_refusal(kernel, args.dtype, args.d, d_v) or masked.mask_refusal(kernel)
         if reason is None:
             kernels.append(kernel)
         elif args.kernel == "all":
@@ -158,7 +167,7 @@ def _kernels(args) -> tuple[str, ...]:
         else:
             raise ValueError(f"{reason}.")
     for peer in (*PEERS, FA4) if args.peers else ():
-        reason = path_refusal(peer, args.dtype, args.d, d_v)
+        reason = path_refusal(peer, args.dtype, args.d, d_v) or masked.mask_refusal(peer)
         if reason is not None:
             raise ValueError(f"{reason} (--peers).")
         missing = fa4_refusal() if peer == FA4 else None
@@ -174,7 +183,7 @@ def _kernels(args) -> tuple[str, ...]:
 def _config(args, kernels):
     """The BenchConfig the parsed arguments describe (ValueError: one sentence)."""
     return bench.BenchConfig(
-        **problem_fields(args),
+        **{**problem_fields(args), **mask_fields(args)},
         d_v=args.dv,
         batch_heads=args.batch_heads,
         kernels=kernels,

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..attention import dense_attention
+from ..mask import Mask
 
 
 def sample_indices(bh: int, n_q: int, *, max_heads: int = 2, max_rows: int = 512, seed: int = 0):
@@ -34,10 +35,11 @@ def reference_rows(
     v: np.ndarray,
     rows: np.ndarray,
     *,
-    causal: bool = False,
+    causal: bool | Mask = False,
     scale: float | None = None,
 ) -> np.ndarray:
-    """Float64 attention output for query rows `rows` of one head (q is the full (N_q, d))."""
+    """Float64 attention output for query rows `rows` of one head (q is the full (N_q, d));
+    `causal` is a compute.mask.Mask or the bool that means bottom-right causal."""
     return dense_attention(q, k, v, causal=causal, scale=scale, rows=np.asarray(rows))
 
 

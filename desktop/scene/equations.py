@@ -42,6 +42,8 @@ def step_equation(trace: Trace, lane: str, step: int, row: int) -> str:
     action = trace.steps[step].action(lane)
     if action is None:
         return "done"
+    if action.phase.endswith("load_kv") and not action.transfers:
+        return action.label  # a key tile no row sees: skipped, nothing comes in
     if is_backward(action):
         return backward_equation(trace, lane, step, row, action)
     text = PHASE_TEXT.get((lane, action.phase), action.label)

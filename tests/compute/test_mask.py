@@ -3,6 +3,7 @@ forward and backward under every mask against float64 references; and the schedu
 the declared walk, the array timeline and the closed-form ledger agree, skipped tiles are
 never loaded and full tiles never masked."""
 
+import itertools
 import math
 import time
 
@@ -21,7 +22,7 @@ from compute import (
 )
 from compute.attention import tiled_attention_history
 from compute.backward_schedule import PASS_TENSORS, backward_steps
-from compute.ledger import closed_form_ledger, ledger
+from compute.ledger import closed_form_ledger, ledger, seen_keys
 from compute.mask import FULL, MASKED, NO_MASK, SKIPPED, Mask
 from compute.schedule import DIRECTIONS, TENSORS, Schedule, lane_actions
 from compute.timeline import NONE, PHASES, LaneTimeline
@@ -244,6 +245,9 @@ def test_walk_timeline_and_closed_form_agree(s, lane):
         phase = "load_kv" if s.order == "q-outer" else "load_state"
         loads = {(a.block_i, a.block_j) for a in walked if a.phase == phase}
         assert loads == set(zip(*np.nonzero(s.tile_class != SKIPPED), strict=True))
+        if s.order == "kv-outer":  # K_j, V_j come in iff some block sees tile j
+            kv = {a.block_j for a in walked if a.phase == "load_kv" and a.transfers}
+            assert kv == set(np.flatnonzero((s.tile_class != SKIPPED).any(axis=0)).tolist())
         masked = {(a.block_i, a.block_j) for a in walked if "(masked)" in a.label}
         assert masked == set(zip(*np.nonzero(s.tile_class == MASKED), strict=True))
 
@@ -269,6 +273,63 @@ def test_backward_and_training_agree(s, lane):
     if lane == "tiled":
         visits = {(w.block_i, w.block_j) for w in walked if w.phase == "load_q"}
         assert visits == set(zip(*np.nonzero(s.tile_class != SKIPPED), strict=True))
+        kv = {w.block_j for w in walked if w.phase == "load_kv" and w.moves}
+        assert kv == set(np.flatnonzero((s.tile_class != SKIPPED).any(axis=0)).tolist())
+        # Step by step, the timeline's actions move what the declared steps move.
+        for t, w in enumerate(walked):
+            a = tl.action(t)
+            assert (a.block_i, a.block_j) == (w.block_i, w.block_j)
+            assert sorted(map(repr, a.transfers)) == sorted(map(repr, w.moves)), t
+
+
+# The issue's "hidden-looking" configurations, named so none depends on a random draw:
+# odd N, N_q ≠ N_k both ways, windows wider than N and of width one, packed lengths with
+# one-row sequences, blocks larger than a sequence (and than N), key tiles no row sees.
+HIDDEN = [
+    (37, 53, Mask.causal_mask(True), 7, 16),
+    (53, 37, Mask.causal_mask(True), 7, 16),
+    (53, 37, Mask(5, 3), 64, 64),
+    (40, 40, Mask(100, 100), 9, 11),
+    (31, 45, Mask(0, 0, True), 5, 3),
+    (45, 31, Mask(0, 0, True), 5, 3),
+    (40, 40, Mask(-1, 0, False, (1, 5, 1, 13, 20)), 32, 32),
+    (41, 41, Mask(2, 2, False, (7, 1, 33)), 8, 6),
+    (20, 60, Mask(4, 0), 7, 16),
+    (1, 7, Mask.causal_mask(), 3, 2),
+    (7, 1, Mask.causal_mask(), 2, 3),
+    (9, 9, Mask(30, 0, True, (1, 1, 1, 6)), 4, 4),
+]
+
+
+@pytest.mark.parametrize("case", HIDDEN, ids=lambda c: f"{c[0]}x{c[1]}-{c[2].label}-{c[3]}x{c[4]}")
+def test_hidden_looking_configurations_count_and_compute_exactly(case):
+    n_q, n_k, mask, b_q, b_k = case
+    shape, kw = (n_q, n_k, 3, 2), dict(block_q=b_q, block_k=b_k, causal=mask)
+    for order in ORDERS:
+        s = Schedule(*shape, b_q, b_k, order, False, True, mask)
+        walked = _summed((a.transfers for a in lane_actions(s, "tiled")), TENSORS)
+        closed = closed_form_ledger(*shape, **kw, order=order, save_lse=True).lanes["tiled"]
+        np.testing.assert_array_equal(_counts(closed.counts, TENSORS), walked, err_msg=order)
+        np.testing.assert_array_equal(LaneTimeline(s, "tiled").totals, walked, err_msg=order)
+    for pass_name in ("backward", "training"):
+        counted = pass_ledger(pass_name, *shape, **kw, counted=True).lanes["tiled"].counts
+        closed = pass_ledger(pass_name, *shape, **kw).lanes["tiled"].counts
+        assert counted == closed, pass_name
+    rng = np.random.default_rng(n_q * 100 + n_k)
+    q, k = rng.standard_normal((n_q, 3)), rng.standard_normal((n_k, 3))
+    v, do = rng.standard_normal((n_k, 2)), rng.standard_normal((n_q, 2))
+    visible = reference_visible(mask, n_q, n_k)
+    want, _ = reference_forward(q, k, v, visible)
+    tol = dict(rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dense_attention(q, k, v, mask=mask), want, **tol)
+    for order in ORDERS:
+        got = tiled_attention(q, k, v, block_q=b_q, block_k=b_k, order=order, mask=mask)
+        np.testing.assert_allclose(got, want, **tol, err_msg=order)
+    grads = reference_backward(q, k, v, do, visible)
+    for method in ("dense", "tiled"):
+        got = attention_backward(q, k, v, do, mask=mask, method=method, block_q=b_q, block_k=b_k)
+        for g, w in zip(got, grads, strict=True):
+            np.testing.assert_allclose(g, w, **tol, err_msg=method)
 
 
 def test_window_closed_form_answers_any_n_at_once():
@@ -279,6 +340,54 @@ def test_window_closed_form_answers_any_n_at_once():
     # Every full query block of 128 rows sees at most ⌈(4096 + 128) / 96⌉ + 1 tiles.
     keys = led.lanes["tiled"].counts["K"]["read"] // 64
     assert 0 < keys <= (n // 128 + 1) * 46 * 96
+
+
+@settings(max_examples=400, deadline=None)
+@given(shape=masked_shapes(), block_q=st.integers(1, 30), block_k=st.integers(1, 30))
+def test_the_seen_key_tiles_follow_the_definition(shape, block_q, block_k):
+    """The key tiles a K/V-outer loop loads: those with a cell some row sees, by the
+    schedule's spans and by the closed form's formula (what the ledgers count)."""
+    n_q, n_k, mask = shape
+    ref = reference_visible(mask, n_q, n_k)
+    s = Schedule(n_q, n_k, 1, 1, block_q, block_k, mask=mask)
+    tiles = [ref[:, j * block_k : (j + 1) * block_k].any() for j in range(s.t_c)]
+    np.testing.assert_array_equal(s.seen_tiles, tiles)
+    sizes = np.diff(np.minimum(np.arange(s.t_c + 1) * block_k, n_k))
+    assert seen_keys(s) == int(sizes[np.array(tiles, dtype=bool)].sum())
+
+
+def test_the_seen_key_tiles_of_every_small_window():
+    """Every window and alignment over small N_q, N_k (random draws rarely leave a key
+    unseen): the closed form's seen keys against the definition, cell by cell."""
+    sides = (-1, 0, 1, 4, 20)
+    for n_q, n_k in itertools.product((1, 2, 3, 5, 8, 13), repeat=2):
+        for left, right, top_left in itertools.product(sides, sides, (False, True)):
+            mask = Mask(left, right, top_left)
+            seen_cols = reference_visible(mask, n_q, n_k).any(axis=0)
+            for b_c in (1, 3, 7):
+                s = Schedule(n_q, n_k, 1, 1, 4, b_c, mask=mask)
+                tiles = [seen_cols[j * b_c : (j + 1) * b_c].any() for j in range(s.t_c)]
+                want = sum(min(b_c, n_k - j * b_c) for j in range(s.t_c) if tiles[j])
+                assert seen_keys(s) == want, (n_q, n_k, mask, b_c)
+
+
+def test_kv_outer_loads_only_the_key_tiles_some_row_sees():
+    # Bottom-right causal with N_k > N_q: the last query row sees keys 0..29 of 40, so tiles
+    # 4 and 5 (keys 32..39) are never loaded; the top-left window (0, 0) with N_q < N_k sees
+    # keys 0..9 only; a window whose left end starts past N_k for every row sees nothing.
+    kw = dict(block_q=4, block_k=8, order="kv-outer")
+    causal = closed_form_ledger(10, 40, 3, 2, **kw, causal=Mask(-1, 0, True)).lanes["tiled"]
+    assert causal.counts["K"]["read"] == 16 * 3 and causal.counts["V"]["read"] == 16 * 2
+    bottom = closed_form_ledger(30, 40, 3, 2, **kw, causal=Mask(5, 0)).lanes["tiled"]
+    assert bottom.counts["K"]["read"] == 40 * 3  # keys 5..39: every tile but part of tile 0
+    tail = closed_form_ledger(10, 40, 3, 2, **kw, causal=Mask(0, 0, True)).lanes["tiled"]
+    assert tail.counts["K"]["read"] == 16 * 3
+    # N_q > N_k, top-left diagonal: rows ≥ N_k see nothing, every key is still seen once.
+    wide = closed_form_ledger(50, 13, 3, 2, **kw, causal=Mask(0, 0, True)).lanes["tiled"]
+    assert wide.counts["K"]["read"] == 13 * 3
+    back = pass_ledger("backward", 10, 40, 3, 2, block_q=4, block_k=8, causal=Mask(-1, 0, True))
+    assert back.lanes["tiled"].counts["K"]["read"] == 16 * 3
+    assert back.lanes["tiled"].counts["dK"]["write"] == 40 * 3  # skipped tiles write zeros
 
 
 def test_a_wide_window_is_no_mask_and_packed_blocks_skip_across_sequences():

@@ -216,7 +216,7 @@ tiled_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
     }
 
     int j_lo, j_hi;  // the key tiles this block sees; the others are never loaded
-    mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+    mask.tile_span(q0, rows, n_q, n_k, BK, j_lo, j_hi);
     for (int j = j_lo; j < j_hi; ++j) {
         const int k0 = j * BK, kr = min(BK, n_k - k0);
         __syncthreads();  // previous tile's Ks, Vs, Ps are no longer read
@@ -317,7 +317,7 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         ++inits;
         const int qb = r / BQ;
         int j_lo, j_hi;
-        if (save_lse) mask.tile_span(qb * BQ, min(BQ, n_q - qb * BQ), n_k, BK, j_lo, j_hi);
+        if (save_lse) mask.tile_span(qb * BQ, min(BQ, n_q - qb * BQ), n_q, n_k, BK, j_lo, j_hi);
         if (save_lse && j_lo == j_hi) {
             LSE[bh * n_q + r] = -INFINITY;
             cnt.add(LSE_WRITE, 1);
@@ -332,6 +332,7 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
 
     for (int j = 0; j < t_c; ++j) {
+        if (!mask.tile_seen(j, n_q, n_k, BQ, BK)) continue;  // no row sees tile j: not loaded
         const int k0 = j * BK, kr = min(BK, n_k - k0);
         __syncthreads();  // init pass done / previous tile's shared data no longer read
         stage<T, S::BKP, S::D4, S::QLD, D, S::NT>(smem + S::K_OFF, Kb + (size_t)k0 * D, kr, cnt, K_READ);
@@ -339,7 +340,7 @@ tiled_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         for (int qb = 0; qb < t_r; ++qb) {
             const int q0 = qb * BQ, rows = min(BQ, n_q - q0);
             int j_lo, j_hi;
-            mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+            mask.tile_span(q0, rows, n_q, n_k, BK, j_lo, j_hi);
             if (j < j_lo || j >= j_hi) continue;  // block i sees no key of tile j: skipped
             __syncthreads();           // previous block's Qs, Ps no longer read; O_i writes visible
             stage<T, S::BQP, S::D4, S::QLD, D, S::NT>(smem + S::Q_OFF, Q + (bh * n_q + q0) * D, rows,

@@ -151,9 +151,12 @@ bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     const int t_r = (n_q + BQ - 1) / BQ;
     const float scale_log2 = scale * LOG2E;
 
-    // Load K_j, V_j; dK_j = dV_j = 0 on chip.
-    stage<T, D, S::QLD, S::NT>(Ks, K + (bh * n_k + k0) * D, kr, cnt, K_READ);
-    stage<T, DV, S::VLD, S::NT>(Vs, V + (bh * n_k + k0) * DV, kr, cnt, V_READ);
+    // Load K_j, V_j (unless no query row sees tile j: then no block is visited below and
+    // dK_j = dV_j = 0 are written without K_j, V_j ever being loaded); dK_j = dV_j = 0 on chip.
+    if (mask.tile_seen(blockIdx.x, n_q, n_k, BQ, BK)) {
+        stage<T, D, S::QLD, S::NT>(Ks, K + (bh * n_k + k0) * D, kr, cnt, K_READ);
+        stage<T, DV, S::VLD, S::NT>(Vs, V + (bh * n_k + k0) * DV, kr, cnt, V_READ);
+    }
     for (int e = tid; e < kr * D; e += S::NT) dKs[e] = 0.f;
     for (int e = tid; e < kr * DV; e += S::NT) dVs[e] = 0.f;
 
@@ -161,7 +164,7 @@ bwd_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
         const int q0 = qb * BQ, rows = min(BQ, n_q - q0);
         // Skip block i if none of its rows sees a key of tile j (compute.mask's tile span).
         int j_lo, j_hi;
-        mask.tile_span(q0, rows, n_k, BK, j_lo, j_hi);
+        mask.tile_span(q0, rows, n_q, n_k, BK, j_lo, j_hi);
         if ((int)blockIdx.x < j_lo || (int)blockIdx.x >= j_hi) continue;
         __syncthreads();  // the previous visit's reads of Qs, dOs, Ps, Ls, Ds are done
         const size_t row0 = bh * n_q + q0;

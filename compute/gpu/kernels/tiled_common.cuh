@@ -80,30 +80,52 @@ struct MaskArgs {
         if (right >= 0) hi = min(hi, r + offset + right + 1);
     }
 
+    // The rows that see some key: [ra, rb). A packed row sees its own diagonal key (a window
+    // always holds it); otherwise a row sees none only when its window ends before key 0
+    // (r < -offset - right) or starts past the last (r >= n_k - offset + left).
+    __device__ __forceinline__ void seeing_rows(int n_q, int n_k, int& ra, int& rb) const {
+        ra = 0;
+        rb = n_q;
+        if (n_seg > 0) return;
+        if (right >= 0) ra = max(ra, -offset - right);
+        if (left >= 0) rb = min(rb, n_k - offset + left);
+    }
+
     // The key tiles [j_lo, j_hi) that some row of [q0, q0 + rows) sees (j_lo = j_hi: none),
-    // the span compute/mask.py's block_spans gives and the ledger counts.
-    __device__ __forceinline__ void tile_span(int q0, int rows, int n_k, int bk, int& j_lo,
-                                              int& j_hi) const {
+    // the span compute/mask.py's block_spans gives and the ledger counts. lo and hi are
+    // non-decreasing, so the run is lo(first seeing row) .. hi(last seeing row): O(1).
+    __device__ __forceinline__ void tile_span(int q0, int rows, int n_q, int n_k, int bk,
+                                              int& j_lo, int& j_hi) const {
         if (none()) {
             j_lo = 0;
             j_hi = (n_k + bk - 1) / bk;
             return;
         }
-        int first = n_k, last = 0;  // the run's first key and one past its last
-        for (int r = q0; r < q0 + rows; ++r) {
-            int lo, hi;
-            bounds(r, n_k, lo, hi);
-            if (hi > lo) {
-                first = min(first, lo);
-                last = max(last, hi);
-            }
-        }
-        if (last <= first) {
+        int ra, rb;
+        seeing_rows(n_q, n_k, ra, rb);
+        const int r0 = max(q0, ra), r1 = min(q0 + rows, rb) - 1;
+        if (r0 > r1) {
             j_lo = j_hi = 0;
             return;
         }
+        int first, last, lo, hi;
+        bounds(r0, n_k, first, hi);
+        bounds(r1, n_k, lo, last);
         j_lo = first / bk;
         j_hi = (last - 1) / bk + 1;
+    }
+
+    // Whether some query block of bq rows sees key tile j: the tiles a K/V-outer loop loads
+    // (compute.schedule's seen_tiles); the others are skipped, never loaded. The same on
+    // every thread, so a branch on it is uniform across the block.
+    __device__ __forceinline__ bool tile_seen(int j, int n_q, int n_k, int bq, int bk) const {
+        if (none()) return true;
+        for (int q0 = 0; q0 < n_q; q0 += bq) {
+            int j_lo, j_hi;
+            tile_span(q0, min(bq, n_q - q0), n_q, n_k, bk, j_lo, j_hi);
+            if (j_lo <= j && j < j_hi) return true;
+        }
+        return false;
     }
 };
 

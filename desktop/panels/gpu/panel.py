@@ -54,6 +54,7 @@ from desktop.panels.eliding import ElidedCombo, FitTable
 from desktop.panels.gpu.bench_thread import BenchThread, Runner
 from desktop.panels.gpu.decode_bandwidth import DecodeBandwidthView
 from desktop.panels.gpu.dram_view import DramView
+from desktop.panels.gpu.mask_saving import MaskSavingView
 from desktop.panels.gpu.paper_view import PaperView
 from desktop.panels.gpu.sweep import SweepView
 from desktop.state.app_state import AppState
@@ -159,6 +160,8 @@ class GpuPanel(QWidget):
         self.dram_tabs.addTab(self.paper_view, "Paper check")
         self.decode_view = DecodeBandwidthView(device=self.device)
         self.dram_tabs.addTab(self.decode_view, "Decode bandwidth")
+        self.mask_view = MaskSavingView(self.state)  # what skipped tiles save, measured
+        self.dram_tabs.addTab(self.mask_view, "Masks: skipped tiles")
         # Folded by default, so the timing tables and the heatmap fit the dock unscrolled;
         # it opens by itself when the report chosen is a DRAM measurement.
         self.dram_toggle = QToolButton(checkable=True)
@@ -310,6 +313,7 @@ class GpuPanel(QWidget):
         self.pass_combo.setCurrentText(chosen)
         self.pass_combo.blockSignals(False)
         self.paper_view.show_reports(reports)
+        self.mask_view.show_reports(reports)
         self._fill_selector()
 
     def _fill_selector(self, _pass: str = "") -> None:

@@ -3,7 +3,8 @@ backward against float64 NumPy, and their counted transfers against the closed-f
 
 Masks chosen to look hidden: causal top-left and bottom-right with N_q ≠ N_k both ways,
 windows wider than N and of width one, a causal window, packed sequences with one-row
-sequences and blocks larger than a sequence. Tolerances as test_tiled_kernel.py and
+sequences and blocks larger than a sequence; several leave whole key tiles that no row
+sees, which the K/V-outer loops (forward and backward) must not load. Tolerances as test_tiled_kernel.py and
 test_backward_kernel.py state them (float32).
 """
 
@@ -29,6 +30,7 @@ CASES = [
     (31, 45, Mask(0, 0, top_left=True)),  # the diagonal alone
     (45, 31, Mask(0, 0, top_left=True)),  # rows 31.. see no key
     (60, 60, Mask(8, 0)),  # causal sliding window
+    (20, 60, Mask(4, 0)),  # bottom-right, N_q < N_k: the leading key tiles are never loaded
     (40, 40, Mask(-1, 0, False, (1, 5, 1, 13, 20))),  # packed, causal, one-row sequences
     (40, 40, Mask(2, 2, False, (7, 1, 32))),  # packed with a window
 ]
