@@ -22,6 +22,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from ..cli_fields import mask_of
+
 BENCH_FORMAT = "flash-explorer-gpu-bench"
 FIGURES_FORMAT = "flash-explorer-gpu-figures"
 # lab/flash_bwd_vs_sdpa's comparison (rows of its own shape, no device block): not a report
@@ -313,10 +315,22 @@ def report_label(report: dict) -> str:
         held = (held + ", " if held else "") + "block sweep"
     if report.get("dram"):
         held = (held + ", " if held else "") + "DRAM bytes"
-    mask = " causal" if c["causal"] else ""
+    mask = _mask_words(c)
     pass_name = pass_of(report)
     shown = "" if pass_name == "forward" else f" {pass_name}"
     return f"{c['dtype']} N={c['n']} d={c['d']}{mask}{shown}: {held or 'empty'}"
+
+
+def _mask_words(config: dict) -> str:
+    """' causal' for the bottom-right causal every path takes, the mask's label for any
+    other (a window or packed run was named like a plain causal one)."""
+    fields = (config.get("top_left", False), config.get("window", ""), config.get("packed", ""))
+    if not any(fields):
+        return " causal" if config["causal"] else ""
+    try:
+        return " " + mask_of(bool(config["causal"]), *fields).label
+    except ValueError:  # a field the report holds but this version cannot read
+        return " masked"
 
 
 def _where(path: str) -> str:

@@ -173,6 +173,7 @@ USAGE = """usage: flash-explorer [GUI flags]            open the explorer (defau
        flash-explorer decode [--n-q N --n-k N --h-q H --h-kv H --splits S] [--json]
                                            a decode step's bytes and roofline, every schedule
        flash-explorer export --out FILE ...     frames, PDFs, storyboards, animations headless
+                                           (--decode: the decode view as PNG or SVG)
        flash-explorer export-ledger --out FILE  write the ledger as PNG, SVG, PDF, CSV or JSON
        flash-explorer bench [flags]             time the CuPy kernels on an NVIDIA GPU
        flash-explorer bench-gui [flags]         time the window offscreen: change, frame

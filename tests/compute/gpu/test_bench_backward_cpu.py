@@ -188,3 +188,16 @@ def test_figures_add_backward_passes_to_kept_forward_reports(monkeypatch):
     assert runs[1].kernels == ("tiled", "dense", "flash", "sdpa-flash", "sdpa-cudnn")
     assert len(data["summary"]) == 1 + 4 * 5
     assert data["summary"][-1][:5] == ["float16", "64", "False", "training", "sdpa-cudnn"]
+
+
+def test_a_masked_reports_label_names_its_mask_not_plain_causal():
+    """A window or packed run is named by its mask (it was named like a plain causal one)."""
+    window = _report(None, [_row("tiled", order="q-outer", block_q=64, block_k=64)])
+    window["config"] |= {"causal": True, "window": "256,0"}
+    packed = _report(None, [_row("tiled", order="q-outer", block_q=64, block_k=64)])
+    packed["config"] |= {"causal": False, "packed": "16,48"}
+    plain = _report(None, [_row("flash")])
+    plain["config"] |= {"causal": True}
+    assert "window (256, 0)" in report_label(window) and "causal" in report_label(window)
+    assert "packed 16+48" in report_label(packed)
+    assert report_label(plain).startswith("float16 N=64 d=64 causal:")
