@@ -172,27 +172,14 @@ def _export_decode(argv: list[str]) -> int:
     parser = decode_export_parser()
     args = parser.parse_args(argv)
     try:
-        from PySide6.QtCore import QPoint
-
-        from desktop.export.atomic import write_bytes_atomic
-        from desktop.export.devices import svg_bytes
+        from desktop.export.decode_frame import write_decode_frame
         from desktop.export.exporter import check_suffix
-        from desktop.export.frames import parse_size, png_bytes, render_scaled
+        from desktop.export.frames import parse_size
 
         path = check_suffix(args.out, (".png", ".svg"))
         size = parse_size(args.size) if args.size else (1280, 720)
         view = _decode_view(args, size)
-        step = view.slider.value()
-        if path.suffix.lower() == ".png":
-            data = png_bytes(render_scaled(view, args.scale))
-        else:
-            p = view.problem()
-            data = svg_bytes(
-                (view.width(), view.height()),
-                lambda painter: view.render(painter, QPoint()),
-                description=f"decode step {step} of {view.slider.maximum()}: {p}",
-            )
-        write_bytes_atomic(path, data)
+        step = write_decode_frame(view, path, args.scale)
         view.close()
     except (ExportError, InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)

@@ -321,8 +321,39 @@ class Exports:
         if not isinstance(exc, ExportCancelled):
             self.window.show_error(str(exc))
 
+    def decode_shown(self, on: bool) -> None:
+        """Pass -> Decode: Export frame writes the decode view; the lanes' animation,
+        storyboard and ledger exports wait until the lanes are back."""
+        for act in self.actions[1:]:
+            act.setEnabled(not on)
+
+    def _export_decode_frame(self) -> None:
+        from desktop.export.decode_frame import write_decode_frame
+
+        w = self.window
+        path = self._ask_path(
+            "Export the decode view",
+            f"decode-step{w.decode_view.slider.value()}.png",
+            "PNG image (*.png);;SVG vector image (*.svg)",
+        )
+        if path is None:
+            return
+        try:
+            if path.suffix.lower() not in (".png", ".svg"):
+                raise ExportError(
+                    f"The decode view is written as PNG or SVG, not {path.suffix or 'no'} "
+                    "files; choose a name ending in .png or .svg."
+                )
+            step = write_decode_frame(w.decode_view, path)
+            w.statusBar().showMessage(f"Wrote {path} (decode view, step {step})", 5000)
+        except ExportError as exc:
+            self._report(exc)
+
     def export_frame(self) -> None:
         w = self.window
+        if w.decode_view.isVisibleTo(w):
+            self._export_decode_frame()
+            return
         if w.state.trace is None:
             return
         s = self.settings()

@@ -193,6 +193,7 @@ class MainWindow(QMainWindow):
         self.ledger_panel.setEnabled(not on)
         for action in self.playback_menu.actions():  # Space and the arrows with them
             action.setEnabled(not on)
+        self.exports.decode_shown(on)
 
     def _build_docks(self) -> None:
         """Controls left, the selected row's statistics right, the ledger below."""

@@ -92,3 +92,25 @@ def test_a_short_view_shrinks_the_bands_and_keeps_the_combine():
         assert 1 <= rows <= 4 and bands + COMBINE_MIN <= canvas.height()
         view.close()
     assert rows == 4  # a tall view draws every row it may
+
+
+def test_the_windows_export_frame_writes_the_decode_view_in_decode_mode(window, tmp_path):
+    """Pass -> Decode: Export frame writes the decode view as shown (not the greyed lanes);
+    the lanes' animation, storyboard and ledger exports wait until the lanes are back."""
+    exports = window.exports
+    window.show_decode(True)
+    assert [a.isEnabled() for a in exports.actions] == [True, False, False, False]
+    out = tmp_path / "shown.png"
+    exports._ask_path = lambda *_args: out
+    exports.export_frame()
+    view = window.decode_view
+    with Image.open(out) as im:
+        assert im.size == (view.width(), view.height())
+    bad = tmp_path / "shown.gif"
+    exports._ask_path = lambda *_args: bad
+    errors: list[str] = []
+    window.show_error = errors.append
+    exports.export_frame()
+    assert not bad.exists() and len(errors) == 1 and "PNG or SVG" in errors[0]
+    window.show_decode(False)
+    assert all(a.isEnabled() for a in exports.actions)
