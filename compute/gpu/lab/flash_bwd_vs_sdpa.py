@@ -1,6 +1,7 @@
 """The tensor-core backward against torch SDPA's backward (FLASH and CUDNN backends).
 
-Run on the GPU machine after changing `kernels/flash_bwd_wgmma.cu` (needs torch beside CuPy):
+Run on the GPU machine after changing a backward kernel (`kernels/flash_bwd_ws.cu`, the default,
+or `flash_bwd_wgmma.cu`, the fallback; needs torch beside CuPy):
 
     python -m compute.gpu.lab.flash_bwd_vs_sdpa [--n 4096 16384] [--json FILE]
 
