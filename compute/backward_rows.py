@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .attention import _safe_max, _tile_scores, round_to, stats_dtype
+from .running_sums import RunningSums
 from .schedule import Schedule
 
 DO_SEED = 20240  # the seed of the displayed dO when no file gives one (standard normal)
@@ -42,7 +43,7 @@ class BackwardBlock:
     p_tilde: np.ndarray  # (R, N_k) exp(S − L), recomputed as the backward does
     dp: np.ndarray  # (R, N_k) dO Vᵀ
     ds: np.ndarray  # (R, N_k) P̃ ∘ (dP − D), rounded to the dtype
-    dq: np.ndarray  # (T_c + 1, R, d)
+    dq: RunningSums  # (T_c + 1, R, d), each entry made when asked for
     dq_reference: np.ndarray  # (R, d) float64 dense reference
 
 
@@ -51,8 +52,8 @@ class KeyTile:
     """Key tile j's dK and dV after each query block (index 0 = before any), keys c0..c1−1."""
 
     c0: int
-    dk: np.ndarray  # (T_r + 1, C, d)
-    dv: np.ndarray  # (T_r + 1, C, d_v)
+    dk: RunningSums  # (T_r + 1, C, d), each entry made when asked for
+    dv: RunningSums  # (T_r + 1, C, d_v)
     dk_reference: np.ndarray  # (C, d)
     dv_reference: np.ndarray  # (C, d_v)
 
@@ -118,23 +119,16 @@ def _split(x: np.ndarray, block: int) -> np.ndarray:
     return x.reshape(blocks, block, w)
 
 
-def _running(per_block: np.ndarray) -> np.ndarray:
-    """Partial sums after each block, index 0 = before any (zeros).
-
-    The digits of np.cumsum along axis 0 (out[1] = the first block, then one addition
-    per block, in order), one whole-block addition at a time: cumsum along the first axis
-    walks each element's column with a stride of a whole block and took ~12 ms for the
-    2,048 tiles of N = 4096 with 2 × 2 blocks, on the GUI thread, each time playback
-    reached a new query block; this loop takes ~2 ms there."""
-    out = np.zeros((per_block.shape[0] + 1, *per_block.shape[1:]), dtype=per_block.dtype)
-    if not per_block.shape[0]:
-        return out
-    out[1] = per_block[0]
-    # Overflowed products (inf beside -inf) are the overflow notice's to report, once.
-    with np.errstate(invalid="ignore", over="ignore"):
-        for k in range(1, per_block.shape[0]):
-            np.add(out[k], per_block[k], out=out[k + 1])
-    return out
+def _tiles_of(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """_split(x, block) as (its blocks but a padded last one, that last one padded) or
+    (all of its blocks, None) when `block` divides the rows: the same blocks, without
+    a padded copy of the whole of x."""
+    rows, w = x.shape
+    blocks = -(-rows // block)
+    if blocks * block == rows:
+        return x.reshape(blocks, block, w), None
+    main = (blocks - 1) * block
+    return x[:main].reshape(blocks - 1, block, w), _split(x[main:], block)
 
 
 def _frozen(*arrays):
@@ -160,10 +154,12 @@ def backward_block(
     # D_i = rowsum(dO_i ∘ O_i), the preprocessing pass's
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
     ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
-    # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: every tile's product at once,
-    # then their running sums in tile order (a cumulative sum, no loop over tiles).
-    per_tile = np.matmul(_split(ds.T, s.block_k).transpose(0, 2, 1), _split(kd, s.block_k))
-    dq = _running(per_tile * acc(scale))
+    # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: the running sums in tile order,
+    # each made when asked for (compute.running_sums).
+    kd_tiles, kd_last = _tiles_of(kd, s.block_k)
+    dq = RunningSums(
+        _split(ds.T, s.block_k).transpose(0, 2, 1), kd_tiles, acc(scale), b_last=kd_last
+    )
     # The float64 reference: the dense formulas on the exact P rows.
     k64, v64, do64 = ops.k, ops.v, ops.do
     p64 = np.asarray(p_reference, dtype=np.float64)
@@ -171,7 +167,7 @@ def backward_block(
     ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
     ref = (ds64 @ k64) * scale
     lse_rows = np.asarray(lse, dtype=np.float64)
-    _frozen(p, dp, ds, dq, ref, lse_rows, d_rows)
+    _frozen(p, dp, ds, ref, lse_rows, d_rows)
     return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, ref)
 
 
@@ -189,17 +185,18 @@ def key_tile(
     dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
     p_lo = round_to(p, dtype).astype(acc)
     ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
-    # Per query block i (a block that sees no key here adds 0), every block's product at
-    # once, then their running sums in block order:
-    do_b, q_b = _split(dod, s.block_q), _split(qd, s.block_q)
-    dv = _running(np.matmul(_split(p_lo, s.block_q).transpose(0, 2, 1), do_b))  # dV_j += P̃ᵀ dO_i
-    dk_i = np.matmul(_split(ds_lo, s.block_q).transpose(0, 2, 1), q_b) * acc(scale)
-    dk = _running(dk_i)  # dK_j ← dK_j + dS_ijᵀ Q_i · scale
+    # Per query block i (a block that sees no key here adds 0), the running sums in block
+    # order, each made when asked for:
+    (do_b, do_last), (q_b, q_last) = _tiles_of(dod, s.block_q), _tiles_of(qd, s.block_q)
+    p_blocks = _split(p_lo, s.block_q).transpose(0, 2, 1)
+    dv = RunningSums(p_blocks, do_b, b_last=do_last)  # dV_j += P̃ᵀ dO_i
+    ds_blocks = _split(ds_lo, s.block_q).transpose(0, 2, 1)
+    dk = RunningSums(ds_blocks, q_b, acc(scale), b_last=q_last)  # dK_j += dS_ijᵀ Q_i · scale
     q64, v64, do64 = ops.q, ops.v, ops.do
     p64 = np.asarray(p_reference, dtype=np.float64)
     dp64 = do64 @ v64[cols].T
     d64 = np.sum(do64 * np.asarray(o_reference, dtype=np.float64), axis=1)  # D = rowsum(dO ∘ O)
     dk_ref = (p64 * (dp64 - d64[:, None])).T @ q64 * scale
     dv_ref = p64.T @ do64
-    _frozen(dk, dv, dk_ref, dv_ref)
+    _frozen(dk_ref, dv_ref)
     return KeyTile(c0, dk, dv, dk_ref, dv_ref)
