@@ -193,7 +193,8 @@ class BackwardNumbers(Memo):
             "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
                 self._input_operands(), self.schedule, block, scale=self.scale,
-                dtype=self.dtype, p_reference=self.forward._probs(r0, r1, 0, self.schedule.n_k),
+                dtype=self.dtype,
+                p_reference=lambda: self.forward._probs(r0, r1, 0, self.schedule.n_k),
                 stats=self._block_stats(r0, r1),
             ),
         )  # fmt: skip
@@ -205,8 +206,8 @@ class BackwardNumbers(Memo):
             "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
-                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1),
-                o_reference=self.forward.dense_rows(0, self.schedule.n_q)[2],
+                p_reference=lambda: self.forward._probs(0, self.schedule.n_q, c0, c1),
+                o_reference=lambda: self.forward.dense_rows(0, self.schedule.n_q)[2],
             ),
         )  # fmt: skip
 
