@@ -56,6 +56,13 @@ class BackwardBlock:
         """(R, d) float64 dense reference."""
         return self._reference()
 
+    def make_all(self) -> BackwardBlock:
+        """Make now what the statistics panel reads of its row's block (the whole dQ
+        history, the reference): the worker does, so the GUI thread finds them made."""
+        self.dq.full()
+        _ = self.dq_reference
+        return self
+
 
 @dataclass(frozen=True)
 class KeyTile:
@@ -80,6 +87,14 @@ class KeyTile:
     def dv_reference(self) -> np.ndarray:
         """(C, d_v) float64 dense reference."""
         return self._made[1]
+
+    def make_all(self) -> KeyTile:
+        """Make now what the statistics panel reads of its key's tile (the whole dK, dV
+        histories, the references): see BackwardBlock.make_all."""
+        self.dk.full()
+        self.dv.full()
+        _ = self._made
+        return self
 
 
 @dataclass(frozen=True)
