@@ -189,11 +189,15 @@ class BackwardNumbers(Memo):
     def backward_block(self, block: int) -> BackwardBlock:
         """Query block `block`'s backward numbers (a few blocks are kept)."""
         r0, r1 = self.schedule.rows(block)
+        # The reference is made when first read; its maker holds the forward's numbers, not
+        # self: a block held in self's cache referring back to self would be a cycle, and
+        # a discarded trace's caches would wait for the garbage collector.
+        forward, n_k = self.forward, self.schedule.n_k
         return self._memo(
             "bwd_blocks", HISTORY_BLOCKS, block,
             lambda: backward_block(
                 self._input_operands(), self.schedule, block, scale=self.scale,
-                dtype=self.dtype, p_reference=self.forward._probs(r0, r1, 0, self.schedule.n_k),
+                dtype=self.dtype, p_reference=lambda: forward._probs(r0, r1, 0, n_k),
                 stats=self._block_stats(r0, r1),
             ),
         )  # fmt: skip
@@ -201,12 +205,13 @@ class BackwardNumbers(Memo):
     def key_tile(self, tile: int) -> KeyTile:
         """Key tile `tile`'s dK, dV after each query block (a few tiles are kept)."""
         c0, c1 = self.schedule.cols(tile)
+        forward, n_q = self.forward, self.schedule.n_q  # not self (see backward_block)
         return self._memo(
             "key_tiles", HISTORY_KEY_TILES, tile,
             lambda: key_tile(
                 self._operands(), self.schedule, tile, scale=self.scale, dtype=self.dtype,
-                p_reference=self.forward._probs(0, self.schedule.n_q, c0, c1),
-                o_reference=self.forward.dense_rows(0, self.schedule.n_q)[2],
+                p_reference=lambda: forward._probs(0, n_q, c0, c1),
+                o_reference=lambda: forward.dense_rows(0, n_q)[2],
             ),
         )  # fmt: skip
 

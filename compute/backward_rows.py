@@ -16,11 +16,14 @@ block (dK, dV) so a view can show them accumulating, beside float64 references.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
 from .attention import _safe_max, _tile_scores, round_to, stats_dtype
+from .running_sums import RunningSums
 from .schedule import Schedule
 
 DO_SEED = 20240  # the seed of the displayed dO when no file gives one (standard normal)
@@ -34,7 +37,10 @@ def default_do(n_q: int, d_v: int) -> np.ndarray:
 @dataclass(frozen=True)
 class BackwardBlock:
     """Query block i's backward (rows r0..r1−1): L, D, the recomputed P̃, dP and dS rows,
-    and dQ after each key tile (dq[j] = after tiles 0..j−1; dq[T_c] is the result)."""
+    and dQ after each key tile (dq[j] = after tiles 0..j−1; dq[T_c] is the result).
+
+    The float64 reference is made when first read: playback draws the tiles of every
+    block it reaches, the reference only the selected row's (the statistics panel)."""
 
     r0: int
     L: np.ndarray  # (R,)
@@ -42,19 +48,53 @@ class BackwardBlock:
     p_tilde: np.ndarray  # (R, N_k) exp(S − L), recomputed as the backward does
     dp: np.ndarray  # (R, N_k) dO Vᵀ
     ds: np.ndarray  # (R, N_k) P̃ ∘ (dP − D), rounded to the dtype
-    dq: np.ndarray  # (T_c + 1, R, d)
-    dq_reference: np.ndarray  # (R, d) float64 dense reference
+    dq: RunningSums  # (T_c + 1, R, d), each entry made when asked for
+    _reference: Callable[[], np.ndarray] = field(repr=False, compare=False)
+
+    @cached_property
+    def dq_reference(self) -> np.ndarray:
+        """(R, d) float64 dense reference."""
+        return self._reference()
+
+    def make_all(self) -> BackwardBlock:
+        """Make now what the statistics panel reads of its row's block (the whole dQ
+        history, the reference): the worker does, so the GUI thread finds them made."""
+        self.dq.full()
+        _ = self.dq_reference
+        return self
 
 
 @dataclass(frozen=True)
 class KeyTile:
-    """Key tile j's dK and dV after each query block (index 0 = before any), keys c0..c1−1."""
+    """Key tile j's dK and dV after each query block (index 0 = before any), keys c0..c1−1;
+    the float64 references made when first read (the selected key's, not playback's)."""
 
     c0: int
-    dk: np.ndarray  # (T_r + 1, C, d)
-    dv: np.ndarray  # (T_r + 1, C, d_v)
-    dk_reference: np.ndarray  # (C, d)
-    dv_reference: np.ndarray  # (C, d_v)
+    dk: RunningSums  # (T_r + 1, C, d), each entry made when asked for
+    dv: RunningSums  # (T_r + 1, C, d_v)
+    _references: Callable[[], tuple[np.ndarray, np.ndarray]] = field(repr=False, compare=False)
+
+    @cached_property
+    def _made(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._references()
+
+    @property
+    def dk_reference(self) -> np.ndarray:
+        """(C, d) float64 dense reference."""
+        return self._made[0]
+
+    @property
+    def dv_reference(self) -> np.ndarray:
+        """(C, d_v) float64 dense reference."""
+        return self._made[1]
+
+    def make_all(self) -> KeyTile:
+        """Make now what the statistics panel reads of its key's tile (the whole dK, dV
+        histories, the references): see BackwardBlock.make_all."""
+        self.dk.full()
+        self.dv.full()
+        _ = self._made
+        return self
 
 
 @dataclass(frozen=True)
@@ -118,13 +158,21 @@ def _split(x: np.ndarray, block: int) -> np.ndarray:
     return x.reshape(blocks, block, w)
 
 
-def _running(per_block: np.ndarray) -> np.ndarray:
-    """Partial sums after each block, index 0 = before any (zeros)."""
-    out = np.zeros((per_block.shape[0] + 1, *per_block.shape[1:]), dtype=per_block.dtype)
-    # Overflowed products (inf beside -inf) are the overflow notice's to report, once.
-    with np.errstate(invalid="ignore", over="ignore"):
-        np.cumsum(per_block, axis=0, out=out[1:])
-    return out
+def _tiles_of(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """_split(x, block) as (its blocks but a padded last one, that last one padded) or
+    (all of its blocks, None) when `block` divides the rows: the same blocks, without
+    a padded copy of the whole of x."""
+    rows, w = x.shape
+    blocks = -(-rows // block)
+    if blocks * block == rows:
+        return x.reshape(blocks, block, w), None
+    main = (blocks - 1) * block
+    return x[:main].reshape(blocks - 1, block, w), _split(x[main:], block)
+
+
+def _made(x):
+    """A reference's operand: given, or made now (a callable: nothing before it is read)."""
+    return x() if callable(x) else x
 
 
 def _frozen(*arrays):
@@ -137,7 +185,8 @@ def backward_block(
     stats=None,
 ) -> BackwardBlock:  # fmt: skip
     """Query block `block`'s backward numbers; p_reference is the float64 forward P rows
-    of the block (for the reference gradient); `stats`, the block's (L, L_a, D) from
+    of the block (for the reference gradient), or a callable making them when the
+    reference is first read; `stats`, the block's (L, L_a, D) from
     row_stats when `ops` has no every-row L and D (input_operands)."""
     acc, qd, kd, vd, dod = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod
     r0, r1 = s.rows(block)
@@ -150,26 +199,33 @@ def backward_block(
     # D_i = rowsum(dO_i ∘ O_i), the preprocessing pass's
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
     ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
-    # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: every tile's product at once,
-    # then their running sums in tile order (a cumulative sum, no loop over tiles).
-    per_tile = np.matmul(_split(ds.T, s.block_k).transpose(0, 2, 1), _split(kd, s.block_k))
-    dq = _running(per_tile * acc(scale))
-    # The float64 reference: the dense formulas on the exact P rows.
-    k64, v64, do64 = ops.k, ops.v, ops.do
-    p64 = np.asarray(p_reference, dtype=np.float64)
-    dp64 = do64[rows] @ v64.T
-    ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
-    ref = (ds64 @ k64) * scale
+    # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: the running sums in tile order,
+    # each made when asked for (compute.running_sums).
+    kd_tiles, kd_last = _tiles_of(kd, s.block_k)
+    dq = RunningSums(
+        _split(ds.T, s.block_k).transpose(0, 2, 1), kd_tiles, acc(scale), b_last=kd_last
+    )
+
+    def reference() -> np.ndarray:  # the float64 reference: the dense formulas on exact P
+        k64, v64, do64 = ops.k, ops.v, ops.do
+        p64 = np.asarray(_made(p_reference), dtype=np.float64)
+        dp64 = do64[rows] @ v64.T
+        ds64 = p64 * (dp64 - np.sum(p64 * dp64, axis=1, keepdims=True))  # D = rowsum(P ∘ dP)
+        ref = (ds64 @ k64) * scale
+        ref.setflags(write=False)
+        return ref
+
     lse_rows = np.asarray(lse, dtype=np.float64)
-    _frozen(p, dp, ds, dq, ref, lse_rows, d_rows)
-    return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, ref)
+    _frozen(p, dp, ds, lse_rows, d_rows)
+    return BackwardBlock(r0, lse_rows, d_rows, p, dp, ds, dq, reference)
 
 
 def key_tile(
     ops: Operands, s: Schedule, tile: int, *, scale: float, dtype: str, p_reference, o_reference
 ) -> KeyTile:
     """Key tile `tile`'s dK and dV accumulating over the query blocks; p_reference is the
-    float64 forward P columns (N_q, C) and o_reference the float64 output."""
+    float64 forward P columns (N_q, C) and o_reference the float64 output (either may be
+    a callable, called when the references are first read)."""
     acc, qd, kd, vd, dod, lse_a = ops.acc, ops.qd, ops.kd, ops.vd, ops.dod, ops.lse_a
     c0, c1 = s.cols(tile)
     cols = slice(c0, c1)
@@ -179,17 +235,23 @@ def key_tile(
     dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
     p_lo = round_to(p, dtype).astype(acc)
     ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
-    # Per query block i (a block that sees no key here adds 0), every block's product at
-    # once, then their running sums in block order:
-    do_b, q_b = _split(dod, s.block_q), _split(qd, s.block_q)
-    dv = _running(np.matmul(_split(p_lo, s.block_q).transpose(0, 2, 1), do_b))  # dV_j += P̃ᵀ dO_i
-    dk_i = np.matmul(_split(ds_lo, s.block_q).transpose(0, 2, 1), q_b) * acc(scale)
-    dk = _running(dk_i)  # dK_j ← dK_j + dS_ijᵀ Q_i · scale
-    q64, v64, do64 = ops.q, ops.v, ops.do
-    p64 = np.asarray(p_reference, dtype=np.float64)
-    dp64 = do64 @ v64[cols].T
-    d64 = np.sum(do64 * np.asarray(o_reference, dtype=np.float64), axis=1)  # D = rowsum(dO ∘ O)
-    dk_ref = (p64 * (dp64 - d64[:, None])).T @ q64 * scale
-    dv_ref = p64.T @ do64
-    _frozen(dk, dv, dk_ref, dv_ref)
-    return KeyTile(c0, dk, dv, dk_ref, dv_ref)
+    # Per query block i (a block that sees no key here adds 0), the running sums in block
+    # order, each made when asked for:
+    (do_b, do_last), (q_b, q_last) = _tiles_of(dod, s.block_q), _tiles_of(qd, s.block_q)
+    p_blocks = _split(p_lo, s.block_q).transpose(0, 2, 1)
+    dv = RunningSums(p_blocks, do_b, b_last=do_last)  # dV_j += P̃ᵀ dO_i
+    ds_blocks = _split(ds_lo, s.block_q).transpose(0, 2, 1)
+    dk = RunningSums(ds_blocks, q_b, acc(scale), b_last=q_last)  # dK_j += dS_ijᵀ Q_i · scale
+
+    def references() -> tuple[np.ndarray, np.ndarray]:
+        q64, v64, do64 = ops.q, ops.v, ops.do
+        p64 = np.asarray(_made(p_reference), dtype=np.float64)
+        dp64 = do64 @ v64[cols].T
+        o64 = np.asarray(_made(o_reference), dtype=np.float64)
+        d64 = np.sum(do64 * o64, axis=1)  # D = rowsum(dO ∘ O)
+        dk_ref = (p64 * (dp64 - d64[:, None])).T @ q64 * scale
+        dv_ref = p64.T @ do64
+        _frozen(dk_ref, dv_ref)
+        return dk_ref, dv_ref
+
+    return KeyTile(c0, dk, dv, references)

@@ -8,7 +8,7 @@ is its own widget so an exporter can `grab()` one lane at any step.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QFont, QFontMetrics, QMouseEvent, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
@@ -131,8 +131,13 @@ class LaneView(QWidget):
         key = self.frame_key()
         if self._frame is None or key != self._frame_key:
             dpr = self.devicePixelRatioF()
-            frame = QPixmap(int(self.width() * dpr), int(self.height() * dpr))
-            frame.setDevicePixelRatio(dpr)
+            size = QSize(int(self.width() * dpr), int(self.height() * dpr))
+            frame = self._frame
+            if frame is None or frame.size() != size or frame.devicePixelRatio() != dpr:
+                frame = QPixmap(size)
+                frame.setDevicePixelRatio(dpr)
+            # Otherwise the last frame's pixels are painted over, whole: a fresh pixmap
+            # each frame cost its page faults (~1.3 MB a lane).
             self._paint_frame(frame)
             # The key after the paint (it made the static layer); held with the objects
             # it names by id, so no other object can take their ids while it stands.
@@ -144,15 +149,18 @@ class LaneView(QWidget):
 
     def _paint_frame(self, device: QPixmap) -> None:
         """Every layer of the current step onto `device` (the widget's size)."""
-        p = QPainter(device)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-        pal = self.palette()
-        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
         trace = self.state.trace
         step = self.state.step
         hbm, sram = self._frames()
         ctx = self._context()
-        p.drawPixmap(0, 0, self._static_layer(ctx, trace, hbm, sram))
+        static = self._static_layer(ctx, trace, hbm, sram)
+        p = QPainter(device)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        # The static layer is opaque and the widget's size: it covers every pixel (no fill
+        # under it), copied as it is.
+        p.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+        p.drawPixmap(0, 0, static)
+        p.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
         self._paint_title(p, trace, step)
         hbm_painter.paint_live(p, ctx, trace, step)
         hbm_painter.paint_veils(p, ctx, step)

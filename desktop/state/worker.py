@@ -149,9 +149,9 @@ def _selected_rows(trace, row: int, key: int, key_tile: bool = True) -> None:
     trace.forward.dense_rows(r0, r1)
     trace.forward.tiled_output_rows(r0, r1)
     if trace.backward is not None:
-        trace.backward.backward_block(row // s.block_q)
+        trace.backward.backward_block(row // s.block_q).make_all()
         if key_tile:  # (it needs every row's L and D: the second tier's)
-            trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k)
+            trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k).make_all()
 
 
 # Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,
