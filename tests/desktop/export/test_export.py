@@ -279,9 +279,11 @@ def test_gui_animation_export_never_moves_the_users_view(window, tmp_path):
         view = to_rgb_array(window.grab().toImage())
         return float(np.abs(frames[-1][:top].astype(int) - view[:top]).max(axis=2).mean())
 
-    # Equal but for the GIF's 256-colour palette, and well apart from another step's view.
+    # Equal but for the GIF's 256-colour palette (a mean of 2.9-3.0 levels over the whole
+    # window, which holds more colours than a palette has), and well apart from another
+    # step's view (6.5).
     right, wrong = distance(7), distance(0)
-    assert right < 3 and right < wrong / 2
+    assert right < 3.5 and right < wrong / 2
 
 
 def test_gui_export_failure_is_one_sentence_in_a_dialog(window, monkeypatch, tmp_path, dialogs):
