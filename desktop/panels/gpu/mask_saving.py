@@ -242,6 +242,7 @@ class MaskSavingView(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
         self._bundled = bundled()
+        self._bundled_savings = savings(self._bundled)  # (read once: it never changes)
         self._reports: list[dict] = []
         self.mask, self.n_q, self.n_k = Mask(), 1, 1
         self.rows: list[Saving] = []
@@ -259,6 +260,8 @@ class MaskSavingView(QWidget):
             return
         if not isinstance(mask, Mask):  # a config that names no mask: keep the last
             return
+        if (mask, config.n, config.n_k) == (self.mask, self.n_q, self.n_k):
+            return  # (a change of blocks, inputs or dtype ranks nothing differently)
         self.mask, self.n_q, self.n_k = mask, config.n, config.n_k
         self._refresh()
 
@@ -270,7 +273,7 @@ class MaskSavingView(QWidget):
     def _refresh(self) -> None:
         found = savings(self._reports)
         keys = {(s.mask, s.n_q, s.n_k, s.order) for s in found}
-        found += [s for s in savings(self._bundled) if (s.mask, s.n_q, s.n_k, s.order) not in keys]
+        found += [s for s in self._bundled_savings if (s.mask, s.n_q, s.n_k, s.order) not in keys]
         self.rows = ranked(found, self.mask, self.n_q, self.n_k)
         self.summary.setText(reading(self.rows, self.mask, self.n_q, self.n_k))
         cells = table_rows(self.rows)
