@@ -117,8 +117,7 @@ class BackwardNumbers(Memo):
     def _block_stats(self, r0: int, r1: int):
         """The block's (L, L_a, D): from the every-row operands once made (or the tiled
         pass, when it is), before them from the block's own rows of the tiled lane."""
-        held = self._caches.get("bwd_operands")
-        if held or self.forward._tiled_found():
+        if self.cached("bwd_operands") or self.forward._tiled_found():
             ops = self._operands()
             return ops.lse[r0:r1], ops.lse_a[r0:r1], ops.D[r0:r1]
         o_rows, lse_rows = self.forward.tiled_rows_state(r0, r1)
@@ -176,7 +175,8 @@ class BackwardNumbers(Memo):
         """Whether key_tile(tile) is at hand without a pass over every row (it needs every
         row's L and D): in a streamed backward's first tier it is not, and views mark it
         as computing instead of making it on the GUI thread."""
-        return ("key_tiles", tile) in self._held() or (self.forward.summary_cached(DISPLAY_CELLS))
+        held = tile in self._caches.get("key_tiles", ())
+        return held or self.forward.summary_cached(DISPLAY_CELLS)
 
     def _found_dense(self, cap: int = DISPLAY_CELLS):
         """The dense backward pass of these inputs, mask and dO, if made (with the float64

@@ -145,7 +145,8 @@ def tiled_rows_state(
     backward of those rows reads (its first tier needs no other row's forward)."""
     outs, lses = [], []
     prepared = _prepare(q, k, v, dtype, scale) if dtype != "float64" else None
-    for a, b in _cover(q, k, r0, r1):
+    chunks = _cover(q, k, r0, r1)
+    for a, b in chunks:
         if prepared is None:  # the fold over the dense chunk's E (full_pass.TiledPass)
             _s, m_t, e, l_t = _softmax_chunk(q, k, a, b, s.mask, scale)
             outs.append(_divide_rows(e @ v, l_t))
@@ -153,6 +154,6 @@ def tiled_rows_state(
             out, m_t, l_t = tiled_chunk(prepared, s, a, b, dtype)
             outs.append(out)
         lses.append(full_pass._lse(m_t, l_t))
-    a0 = _cover(q, k, r0, r1)[0][0]
+    a0 = chunks[0][0]
     out = np.concatenate(outs)[r0 - a0 : r1 - a0]
     return round_to(out, dtype).astype(output_dtype(dtype)), np.concatenate(lses)[r0 - a0 : r1 - a0]

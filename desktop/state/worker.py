@@ -122,25 +122,26 @@ def build_all(
                 trace.backward.backward_summary(DISPLAY_CAP, check)
         images = prepare_images(trace)
         if row is not None:  # the selected rows' numbers here, not on the GUI thread
-            _selected_rows(trace, row, key)
+            _selected_rows(trace, row)
+            _selected_key(trace, key)
         return config, trace, images
     first = prepare_first(trace)
     if row is not None:  # a backward's from its rows alone: no every-row pass first
-        _selected_rows(trace, row, key, key_tile=False)
+        _selected_rows(trace, row)
     if check is not None:
         check()
     on_first(config, trace, first)
     images = complete_images(trace, first, check)
-    if row is not None and trace.backward is not None:  # every row's L and D are in now
-        _selected_rows(trace, row, key)
+    if row is not None:  # every row's L and D are in now
+        _selected_key(trace, key)
     return config, trace, images
 
 
-def _selected_rows(trace, row: int, key: int, key_tile: bool = True) -> None:
+def _selected_rows(trace, row: int) -> None:
     """The statistics panel's row: its block's history (a loop over key tiles; only
     where the pass shows the forward: a backward alone plots no online-softmax state),
-    its dense and tiled rows (their chunk's products), and in a backward its block's and
-    key row `key`'s tile, made once here, on the worker, not on the GUI thread."""
+    its dense and tiled rows (their chunk's products), and in a backward its block's,
+    made once here, on the worker, not on the GUI thread."""
     s = trace.schedule
     row = min(row, s.n_q - 1)
     if trace.pass_name != "backward":
@@ -150,8 +151,14 @@ def _selected_rows(trace, row: int, key: int, key_tile: bool = True) -> None:
     trace.forward.tiled_output_rows(r0, r1)
     if trace.backward is not None:
         trace.backward.backward_block(row // s.block_q).make_all()
-        if key_tile:  # (it needs every row's L and D: the second tier's)
-            trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k).make_all()
+
+
+def _selected_key(trace, key: int) -> None:
+    """In a backward, key row `key`'s tile (dK, dV): it reads every row's L and D, so a
+    streamed build makes it with the second tier."""
+    if trace.backward is not None:
+        s = trace.schedule
+        trace.backward.key_tile(min(key, s.n_k - 1) // s.block_k).make_all()
 
 
 # Above this much work (multiply-adds, Config.estimated_work) a build passes ~40 ms,

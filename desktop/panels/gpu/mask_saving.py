@@ -241,8 +241,7 @@ class MaskSavingView(QWidget):
         layout.addWidget(self.title)
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
-        self._bundled = bundled()
-        self._bundled_savings = savings(self._bundled)  # (read once: it never changes)
+        self._bundled_savings = savings(bundled())  # (read once: it never changes)
         self._reports: list[dict] = []
         self.mask, self.n_q, self.n_k = Mask(), 1, 1
         self.rows: list[Saving] = []
