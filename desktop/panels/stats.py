@@ -32,14 +32,11 @@ from desktop.scene.row_series import (
     MAX_COLOURED,
     SCALAR_COLORS,
     STEP_X,
-    active_steps,
+    StatsCurves,
     dense_output_row,
-    envelope_bundle,
-    finite_range,
     fmt,
     fmt_vec,
-    row_series,
-    step_bundle,
+    stats_curves,
     zoom_window,
 )
 from desktop.state.app_state import AppState
@@ -84,7 +81,7 @@ class StatsPanel(FollowsPalette, QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self._series: dict[str, np.ndarray] | None = None
+        self._series: StatsCurves | None = None  # the row's curves (None: not plotted)
         self._x_window: tuple[int, int] | None = None  # the 0-based steps plotted
         grid = self._build_readouts()
         self._build_plots()
@@ -196,6 +193,10 @@ class StatsPanel(FollowsPalette, QWidget):
             item.setMenuEnabled(False)
             item.hideButtons()
             item.setMouseEnabled(x=False, y=False)  # the view follows the step, not the wheel
+            for name in ("left", "bottom"):
+                # No unit on any axis, so no prefix to choose; choosing it re-typeset
+                # each axis's label on every range change (~6 ms a change).
+                item.getAxis(name).enableAutoSIPrefix(False)
             if k:
                 item.setXLink(self._items["m"])
             if k < len(PLOTS) - 1:
@@ -259,52 +260,35 @@ class StatsPanel(FollowsPalette, QWidget):
         if not forward:  # the row's online-softmax history would only feed hidden plots
             self._series = None
             return
-        s = self._series = row_series(trace, row)
-        # Step curves: a value holds from its update step to the next; the edges sit at
-        # half steps so the marker at step t is inside the value shown after step t.
-        x = s["edges"] + STEP_X
-        m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
-        for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
+        c = self._series = stats_curves(trace, row)  # made on the worker with the trace
+        for key, y in c.scalars.items():
             (curve,) = self._curves_for(key, 1)
             curve.setPen(pg.mkPen(SCALAR_COLORS[key], width=2))
-            curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
-        ref = trace.reference_rows(row, row + 1)[0]
-        span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
+            curve.setData(c.x, y, stepMode="center")
         d_v = trace.schedule.d_v
         self.components_label.setText(components_legend(d_v))
-        if d_v <= MAX_COLOURED:
+        if c.coloured:
             # One coloured curve per component; the same colour for a, a/ℓ and its target.
             for k, curve in enumerate(self._curves_for("a", d_v)):
-                curve.setData(x, s["a"][:, k], stepMode="center")
+                curve.setData(c.x, c.a[:, k], stepMode="center")
             for k, curve in enumerate(self._curves_for("out", d_v)):
-                curve.setData(x, s["out"][:, k], stepMode="center")
+                curve.setData(c.x, c.out[:, k], stepMode="center")
             for k, curve in enumerate(self._curves_for("out", d_v, dashed=True)):
-                curve.setData(span, np.full(2, ref[k]))
-            bundles = ((None, None), (None, None), (None, None))
+                curve.setData(c.span, np.full(2, c.ref[k]))
         else:
             # Many components: every one is drawn, but as one bundle item per plot, so a
             # repaint costs one item, not d_v of them.
             for key in ("a", "out"):
                 self._curves_for(key, 0)
             self._curves_for("out", 0, dashed=True)
-            # Targets as short dashes at the right end, where a/ℓ arrives: 64 full-width
-            # dashed lines would hide the curves.
-            tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5]) + STEP_X
-            bundles = (
-                envelope_bundle(x, s["a"]),
-                envelope_bundle(x, s["out"]),
-                step_bundle(tail, np.tile(ref, (1, 1))),
-            )
-        for (bx, by), item in zip(bundles, self._bundles, strict=True):
+        for (bx, by), item in zip(c.bundles, self._bundles, strict=True):
             item.setData([] if bx is None else bx, [] if by is None else by)
         # Ranges from the series directly: cheaper than pyqtgraph's auto-range, which
         # walks every curve's bounds again on each repaint.
-        ys = {"m": m, "l": s["l"], "alpha": s["alpha"], "a": s["a"], "out": (s["out"], ref)}
         for key, item in self._items.items():
-            lo, hi = finite_range(ys[key])
             item.disableAutoRange()
-            item.setYRange(lo, hi, padding=0.06)
-        self._active = active_steps(trace, row)
+            item.setYRange(*c.ranges[key], padding=0.06)
+        self._active = c.active
         self._x_window = None
         self._on_step(self.state.step)
 
