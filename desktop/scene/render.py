@@ -251,16 +251,18 @@ FIRST_TIER = frozenset({"Q", "K", "V", "S"})  # heatmaps exact without all of S
 PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
-# Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) it costs
-# less than the second paint that streaming adds: at N = 1024, d = 64 (134M) streaming
-# took complete_ms from 200 to 640 ms and did not bring first_ms down (bench-gui, 2-core).
-STREAM_WORK = 1 << 28
+# Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) a forward
+# comes in one tier: below it the second paint that streaming adds costs more than the
+# first tier saves. With the pass's chunks on two threads (compute.chunk_pool), N = 1024,
+# d = 64 (134M) gains: first paint 162-179 → 115-123 ms, complete 163-179 → 194-207 ms
+# (bench-gui, 2-core; assets/benchmarks/interactive/NOTES.md, round 39).
+STREAM_WORK = 1 << 27
 # A backward's first tier is its rows' alone, a small part of its complete work (the
-# forward's pass, then the gradients'), so it streams from a quarter of that size. A
-# training step's first tier holds the forward's too: it keeps STREAM_WORK (streamed
-# smaller, its first paint gained little and its last came much later; see
-# assets/benchmarks/interactive/NOTES.md).
+# forward's pass, then the gradients'), so it streams from half of that size. A
+# training step's first tier holds the forward's too: it streams from twice it
+# (streamed smaller, its first paint gained little and its last came much later).
 BACKWARD_STREAM_WORK = 1 << 26
+TRAINING_STREAM_FACTOR = 2
 
 
 def streams(trace: Trace) -> bool:
@@ -270,7 +272,10 @@ def streams(trace: Trace) -> bool:
     without the backward's products: what the selected rows' gradients read)."""
     s = trace.schedule
     work = s.n_q * s.n_k * (s.d + s.d_v)
-    if work < (BACKWARD_STREAM_WORK if trace.pass_name == "backward" else STREAM_WORK):
+    threshold = {"backward": BACKWARD_STREAM_WORK, "forward": STREAM_WORK}.get(
+        trace.pass_name, TRAINING_STREAM_FACTOR * STREAM_WORK
+    )
+    if work < threshold:
         return False
     if trace.backward is not None:
         return not trace.backward.summary_cached(DISPLAY_CAP)
