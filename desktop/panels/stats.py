@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from desktop.panels.backward_stats import BackwardStats
 from desktop.panels.fit_label import FitLabel
+from desktop.panels.pending_cover import PendingCover
 from desktop.panels.sparse_axis import SparseAxis
 from desktop.scene.row_series import (
     FORMULAS,
@@ -96,6 +97,9 @@ class StatsPanel(FollowsPalette, QWidget):
         self.mask_note.hide()
         layout.addWidget(self.mask_note)
         layout.addWidget(self.plots, 1)
+        # A streamed trace's curves come with its second tier (app_state.PARTS).
+        self.plots_cover = PendingCover(self.plots, "computing the row's curves…")
+        self.plots_cover.setObjectName("plots_cover")
         # Which colour is which component of a and a/ℓ (the plots draw no legend over
         # the curves).
         self.components_label = QLabel()
@@ -257,8 +261,11 @@ class StatsPanel(FollowsPalette, QWidget):
         for w in (self.plots, self.components_label, *self._forward_widgets):
             w.setVisible(forward)
         self._set_outputs(trace, row)
-        if not forward:  # the row's online-softmax history would only feed hidden plots
-            self._series = None
+        self._series = None
+        waiting = forward and "plots" in self.state.pending_parts
+        self.plots_cover.cover(waiting)
+        if not forward or waiting:  # no plots shown, or not yet: the read-outs only
+            self._on_step(self.state.step)
             return
         c = self._series = stats_curves(trace, row)  # made on the worker with the trace
         for key, y in c.scalars.items():
@@ -292,10 +299,15 @@ class StatsPanel(FollowsPalette, QWidget):
         self._x_window = None
         self._on_step(self.state.step)
 
-    def _on_parts(self, _pending: frozenset) -> None:
-        """A part arrived: the all-rows error is filled in (nothing else waits on it)."""
-        if self.state.trace is not None:
-            self._set_outputs(self.state.trace, self.state.row)
+    def _on_parts(self, pending: frozenset) -> None:
+        """The second tier arrived: the row's curves and the all-rows error."""
+        trace = self.state.trace
+        if trace is None:
+            return
+        if self._series is None and "plots" not in pending and trace.pass_name != "backward":
+            self._rebuild()
+        else:
+            self._set_outputs(trace, self.state.row)
 
     def _set_outputs(self, trace, row: int) -> None:
         """The output read-outs (shown in every pass): dense O, O_ref and the error."""
@@ -329,12 +341,13 @@ class StatsPanel(FollowsPalette, QWidget):
             self._items["m"].setXRange(lo - 0.5 + STEP_X, hi + 0.5 + STEP_X, padding=0.01)
 
     def _on_step(self, step: int) -> None:
-        trace, s = self.state.trace, self._series
-        if trace is None or s is None or step >= trace.n_steps:
+        trace = self.state.trace
+        if trace is None or step >= trace.n_steps or trace.pass_name == "backward":
             return
-        for marker in self._markers:
-            marker.setPos(step + STEP_X)
-        self._set_x_range()
+        if self._series is not None:
+            for marker in self._markers:
+                marker.setPos(step + STEP_X)
+            self._set_x_range()
         core = trace.row_state(self.state.row, step)  # the core's numbers, shown as they are
         self.labels["m"].setText(fmt(core.m))
         self.labels["l"].setText(fmt(core.l))
