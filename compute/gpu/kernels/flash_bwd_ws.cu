@@ -10,7 +10,9 @@
 //   * warpgroups 1 and 2 (240 registers each) compute as before, waiting on the mbarriers
 //     instead of cp.async groups and CTA barriers. The one barrier left per query block is
 //     the dSᵀ hand-off between the two consumers (named barrier 1, 256 threads); dSᵀ is
-//     double-buffered, so the next block's stores need no second barrier.
+//     double-buffered, so the next block's stores need no second barrier. Their per-block
+//     steps are flash_bwd_ws_steps.cuh's (the same arithmetic as flash_bwd_common.cuh's, in
+//     fewer instructions: uniform descriptors, a hoisted mask, stmatrix for dSᵀ).
 // The tensor maps (compute/gpu/tma.py) describe Q, dO with 64-row boxes and K, V with 128-row
 // boxes, 64 columns and the 128-byte swizzle: the layout fa_load_panels writes, so every GEMM
 // descriptor is the wgmma kernel's. Rows past N are zero-filled by the copy engine; L2, D are
@@ -30,6 +32,7 @@
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
+#include "flash_bwd_ws_steps.cuh"
 #include "ws_pipeline.cuh"
 
 #define FBW_NT 384  // producer warpgroup + two consumer warpgroups
@@ -148,7 +151,10 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     }
 
     fa_setmaxnreg_inc<240>();
-    const int cw = wg - 1;         // consumer warpgroup: keys [k0 + 64 cw, k0 + 64 cw + 64)
+    // The warpgroup index broadcast from lane 0: the compiler then sees it (and every tile
+    // address and wgmma descriptor built from it) as warp-uniform and keeps those on the
+    // uniform datapath instead of computing them per thread.
+    const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);  // keys [k0 + 64 cw, k0 + 64 cw + 64)
     const int ctid = tid & 127;    // thread within it
     const int warp = ctid >> 5;
     const int lane = tid & 31;
@@ -156,8 +162,11 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int t = lane & 3;
     const int kw0 = k0 + cw * 64;
     const int row_k = kw0 + warp * 16 + g;  // key row of accumulator elements with h = 0
-    const float* fLD = reinterpret_cast<const float*>(fb_smem + (sLD - fa_smem_addr(fb_smem)));
     int ntile = 0;  // dQ tiles this warpgroup has written (its buffer is ntile & 1)
+    const u32 klo = fbw_lo(sK + cw * 64 * 128, 16), vlo = fbw_lo(sV + cw * 64 * 128, 16);
+    const u32 kdq = fbw_lo(sK + (D == 128 ? cw : 0) * (FB_BN * 128), FB_BN * 128);
+    u32 dst_off[FB_BM / 16];
+    fbw_dst_offsets(dst_off, cw * 64 + warp * 16, lane);
 
     float dv[NA], dk[NA];
 #pragma unroll
@@ -165,6 +174,11 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
     fa_mbar_wait(barKV, 0);
     for (int it = 0, i = i0, gq = 0; it < items; ++it) {
+        if constexpr (DET) {  // the ticket's spin loop (one lane) hides that these are uniform
+            it = __shfl_sync(0xffffffffu, it, 0);
+            i = __shfl_sync(0xffffffffu, i, 0);
+            gq = __shfl_sync(0xffffffffu, gq, 0);
+        }
         const int s = it % ST;
         const long long bh = bh0 + gq;
         const u32 par = (it / ST) & 1;
@@ -172,31 +186,46 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const u32 dobase = sdO + s * L::QT_BYTES;
         const u32 dsbuf = sdS + (it & 1) * L::DS_BYTES;
         const int q0 = i * FB_BM;
+        const u32 lda = sLD + s * 512 + 8 * t;  // this thread's first L2 pair; D 256 bytes on
 
         float sv[NS], dp[NS];
         fa_mbar_wait(fullQ + 8 * s, par);
-        fa_issue_s<DT, D, FB_BN, FB_BM>(sv, sK + cw * 64 * 128, qbase);
+        fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
         fa_mbar_wait(fulldO + 8 * s, par);
-        fa_issue_s<DT, D, FB_BN, FB_BM>(dp, sV + cw * 64 * 128, dobase);
+        fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
         // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
-        const bool mask = (kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset);
-        const float* lrow = fLD + s * 128;
-        fb_probs<NS>(sv, lrow, scale_log2, mask, row_k, q0, t, Nk, causal, offset);
+        if ((kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset))
+            fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, causal, offset);
+        else
+            fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, causal, offset);
         fa_wgmma_wait<0>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
-        fb_dsoft<NS>(dp, sv, lrow + 64, t);
-        // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
-        // finished before block it - 1's barrier.
-        fb_dkv_step<DT, D, NS, NA>(sv, dp, dv, dk, dsbuf, row_k - k0, t, dobase, qbase);
+        fbw_dsoft<NS>(dp, sv, lda + 256);
+        {
+            // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
+            // finished before block it - 1's barrier.
+            u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
+            fa_to_a<DT, NS>(sv, ap);
+            fa_to_a<DT, NS>(dp, ads);
+            fbw_store_dst(ads, dsbuf, dst_off);
+#pragma unroll
+            for (int e = 0; e < NA; ++e) {
+                fa_reg_fence(dv[e]);
+                fa_reg_fence(dk[e]);
+            }
+            fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
+            fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
+            fa_fence_proxy_async();
+        }
         fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
 
         const bool dq_here = (D == 128) || (cw == (it & 1));
         float dq[32];
-        if (dq_here) fb_issue_dq<DT>(dq, dsbuf, sK + (D == 128 ? cw : 0) * (FB_BN * 128));
+        if (dq_here) fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
         fa_wgmma_wait<0>();
         fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
 #pragma unroll
