@@ -11,6 +11,7 @@
 #pragma once
 
 #include "flash_bwd_common.cuh"
+#include "ws_pipeline.cuh"
 
 #if FA_HAVE_WGMMA
 // A descriptor's low word: start address >> 4 and the leading byte offset (128B swizzle).
@@ -43,7 +44,8 @@ template <int DT, int D>
 __device__ __forceinline__ void fbw_issue_pv(float* acc, u32 (*a)[4], u32 blo) {
     fa_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < FB_BM / 16; ++kk) fa_wgmma_rs<DT, D>(acc, a[kk], fbw_desc(blo, kk * 2048));
+    for (int kk = 0; kk < FB_BM / 16; ++kk)
+        fa_wgmma_rs<DT, D>(acc, a[kk], fbw_desc(blo, kk * 2048));
     fa_wgmma_commit();
 }
 
@@ -85,10 +87,10 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
 
 // Pᵀ = exp2(Sᵀ scale log2 e - L2) in place (fb_probs' layout); l2a = the shared address of
 // this thread's first L2 pair (the block's L2 row + 8 t bytes). MASK: zero where key row
-// row >= Nk or, causal, row > query + offset.
+// row >= Nk or outside query r's band, row < r + lo or row > r + hi.
 template <int NS, bool MASK>
 __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, int row_k, int q0,
-                                          int t, int Nk, int causal, int offset) {
+                                          int t, int Nk, int lo, int hi) {
 #pragma unroll
     for (int j = 0; j < NS / 4; ++j) {
         const float2 l2 = fbw_row_pair(l2a, j);
@@ -100,8 +102,8 @@ __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, i
             if constexpr (MASK) {
                 const int row = row_k + 8 * h;
                 const int r = q0 + 8 * j + 2 * t;
-                if (row >= Nk || (causal && row > r + offset)) p0 = 0.f;
-                if (row >= Nk || (causal && row > r + 1 + offset)) p1 = 0.f;
+                if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
+                if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
             }
             s[e] = p0;
             s[e + 1] = p1;
@@ -109,7 +111,8 @@ __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, i
     }
 }
 
-// dSᵀ = Pᵀ o (dPᵀ - D) in place of dPᵀ; da = the shared address of this thread's first D pair.
+// dSᵀ = Pᵀ o (dPᵀ - D) in place of dPᵀ; da = the shared address of this thread's first D
+// pair.
 template <int NS>
 __device__ __forceinline__ void fbw_dsoft(float* dp, const float* p, u32 da) {
 #pragma unroll
@@ -134,6 +137,62 @@ __device__ __forceinline__ void fbw_dst_offsets(u32* off, int r0w, int lane) {
 #pragma unroll
     for (int kk = 0; kk < FB_BM / 16; ++kk)
         off[kk] = row * 128 + (((2 * kk + (q >> 1)) ^ (lane & 7)) << 4);
+}
+
+// DET's ticket of key block kb for query block i (fb_ticket's, for a band too): the key
+// blocks that see block i add in turn, causal from the last (as launched), else from the
+// first, the one holding its first row's first key (rows see keys r + lo .. r + hi).
+__device__ __forceinline__ int fbw_ticket(int i, int kb, int causal, int offset, int lo) {
+    const int q0 = i * FB_BM;
+    return causal ? min(static_cast<int>(gridDim.x) - 1, (q0 + FB_BM - 1 + offset) / FB_BN) - kb
+                  : kb - max(0, q0 + lo) / FB_BN;
+}
+
+// Named barrier arrival without waiting (bar.sync's partner).
+__device__ __forceinline__ void fbw_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// DRAIN: named barriers between consumer cw's two dQ buffers and its drain warp: FULL (the
+// consumer's tile is stored) and FREE (the bulk reduction has read it).
+__device__ __forceinline__ int fbw_full_bar(int cw, int b) { return 4 + 2 * cw + b; }
+__device__ __forceinline__ int fbw_free_bar(int cw, int b) { return 8 + 2 * cw + b; }
+
+// DRAIN: a producer-warpgroup warp adding consumer cw's dQ tiles (the items its loop gives
+// it, in the same order) by bulk reduction, so no consumer thread issues one or waits for
+// its read (or, DET, for the ticket): per tile, wait for FULL, lane 0 adds (DET: in its
+// turn), waits until the tile is read, and the warp frees the buffer unless it is one of
+// the last two (whose FREE no consumer waits for).
+template <int D, bool DET>
+__device__ __forceinline__ void fbw_drain(int cw, int lane, u32 sDQ, float* __restrict__ dQacc,
+                                          int* __restrict__ sems, int items, int i0, int i1,
+                                          int nblk, int bh0, int kb, int causal, int offset,
+                                          int lo) {
+    const int ntiles = D == 128 ? items : (items + 1 - cw) / 2;
+    int n = 0;
+    for (int it = 0, i = i0, gq = 0; it < items; ++it) {
+        if (D == 128 || cw == (it & 1)) {
+            const int b = n & 1;
+            const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
+            fa_bar_sync(fbw_full_bar(cw, b), 160);
+            if (lane == 0) {
+                const long long chunk =
+                    (static_cast<long long>(bh0 + gq) * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+                if constexpr (DET) fb_sem_wait(sems + chunk, fbw_ticket(i, kb, causal, offset, lo));
+                fb_bulk_add(dQacc + chunk * 4096, buf, 16384u);
+                if constexpr (DET) fb_sem_release(sems + chunk);
+                else fb_bulk_wait_read<0>();
+            }
+            __syncwarp();
+            if (n + 2 < ntiles) fbw_bar_arrive(fbw_free_bar(cw, b), 160);
+            ++n;
+        }
+        if (++i == i1) {
+            i = i0;
+            ++gq;
+        }
+    }
+    if (lane == 0) fb_bulk_wait();
 }
 
 // The warpgroup's dSᵀ A fragments into the tile at buf: one stmatrix.x4 per k-step (matrix
