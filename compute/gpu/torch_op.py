@@ -230,12 +230,13 @@ def _key_grad(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
 
 def _backward(
     q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float, n_k: int,
-    deterministic: bool = False, split: int = 0,
+    deterministic: bool = False, split: int = 0, gqa: str | None = None,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(dQ, dK, dV) on prepared tensors (and O, LSE as _forward gave them): the kernels read
     them where they are and write into gradients allocated here, dK and dV of n_k rows;
     `deterministic` selects flash_attention_backward's bitwise repeatable mode; `split` as
-    _forward's (two backward calls, the second's dK and dV added to the first's)."""
+    _forward's (two backward calls, the second's dK and dV added to the first's). GQA's
+    group: `gqa` None chooses (_spread_group), "kernel" or "spread" forces one (benchmarks)."""
     from . import torch_launch
 
     torch = _torch()
@@ -255,11 +256,44 @@ def _backward(
         (dk, dv), (dk_rest, dv_rest) = grads
         return dq, dk.add_(dk_rest), dv.add_(dv_rest)
     (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
-    torch_launch.backward(
-        q, k, v, _readable(o), _readable(do), lse, causal, scale, out=(dq, dk_seen, dv_seen),
-        deterministic=deterministic,
-    )  # fmt: skip
+    o, do = _readable(o), _readable(do)
+    if gqa == "spread" or (gqa is None and _spread_group(q, k, causal)):
+        b, hk, seen, d = k.shape
+        shape, group = (b, q.shape[1], seen, d), q.shape[1] // hk
+        k_all, v_all = (t[:, :, None].expand(b, hk, group, seen, d).reshape(shape) for t in (k, v))
+        dk_all, dv_all = torch.empty_like(k_all), torch.empty_like(v_all)
+        torch_launch.backward(q, k_all, v_all, o, do, lse, causal, scale,
+                              out=(dq, dk_all, dv_all), deterministic=deterministic)  # fmt: skip
+        torch.sum(dk_all.view(b, hk, group, seen, d), 2, out=dk_seen)
+        torch.sum(dv_all.view(b, hk, group, seen, d), 2, out=dv_seen)
+        return dq, dk, dv
+    torch_launch.backward(q, k, v, o, do, lse, causal, scale, out=(dq, dk_seen, dv_seen),
+                          deterministic=deterministic)  # fmt: skip
     return dq, dk, dv
+
+
+SPREAD_BELOW_WAVES = 2.0  # measured: TORCH_OP_NOTES.md, "Where the Llama step's time goes"
+
+
+def _spread_group(q: Any, k: Any, causal: bool) -> bool:
+    """Whether the causal GQA backward runs with K and V repeated to q's heads and dK, dV
+    summed afterwards, instead of the kernel's own group loop. The kernel gives each K/V
+    key block one CTA that streams its whole group's query heads, so with the causal mask
+    the CTA of the first key block does `group` times the longest work of a query head's:
+    when those CTAs fill fewer than SPREAD_BELOW_WAVES waves of the GPU, the longest CTA sets
+    the time and one CTA per query head (the repeat and the sum cost two passes over K, V
+    and their gradients) balances it."""
+    b, h = q.shape[:2]
+    hk, n_k = k.shape[1], k.shape[2]
+    if not causal or hk == h or not q.is_cuda:
+        return False
+    ctas = b * hk * -(-n_k // 128)
+    return ctas < SPREAD_BELOW_WAVES * _sm_count(q.device.index)
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    return _torch().cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
