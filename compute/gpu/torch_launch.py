@@ -237,8 +237,10 @@ class _BackwardPlan:
         nblk = n_pad // fb.BLOCK_QUERIES
         tickets = b * h * nblk * (d // 64) if mode in fb.TICKET_MODES else 1
         self.acc_floats = b * h * n_pad * d  # the dQ accumulator, then the int32 tickets
-        self.zeroed = self.acc_floats + tickets
-        self.rows = b * h * n_pad  # L2 and D after them
+        # L2 and D after them, each at a 256-byte boundary: the main kernel bulk-copies them
+        # (16-byte aligned sources), and n_pad is a whole number of 64-row blocks.
+        self.zeroed = self.acc_floats + -(-tickets // 64) * 64
+        self.rows = b * h * n_pad
         self.work_floats = self.zeroed + 2 * self.rows
         layout = self.layout = fb._Layout()
         strided = (o, do, *out)
