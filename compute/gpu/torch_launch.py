@@ -246,6 +246,10 @@ class _BackwardPlan:
         strided = (o, do, *out)
         layout.strides[:] = [s for t in strided for s in normal_strides(t.shape, t.stride())]
         layout.heads, layout.group = h, h // hk
+        if hasattr(layout, "lo"):  # a layout that carries the mask as a band (issue 30's)
+            from .flash_launch import BAND_OPEN
+
+            layout.lo, layout.hi = (-BAND_OPEN, n_k - n_q if causal else BAND_OPEN)
         u64, i32, f32 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_float
         # Pointer slots, rewritten per call: Q K V O dO LSE dQ dK dV L2 D dQacc tickets.
         self.slots = slots = [u64() for _ in range(13)]

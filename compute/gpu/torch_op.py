@@ -33,8 +33,11 @@ gradient the kernels cannot address).
 
 GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA): the kernels read
 K/V head h // group for query head h, and the backward kernel sums dK, dV over the group
-itself (the CTA that owns a K/V tile streams all of its group's query heads); nothing is
-repeated or reduced afterwards, with the causal mask or without.
+itself (the CTA that owns a K/V tile streams all of its group's query heads), so nothing
+is repeated or reduced afterwards; except for the causal backward on long sequences with
+few K/V key blocks (``_spread_group``: a Llama layer at batch 1), where that CTA's work
+would set the time: there K and V are repeated to q's heads, the kernel runs one CTA per
+query head's key block, and dK, dV are summed over the group after it.
 
 Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r sees keys
 c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
@@ -272,7 +275,12 @@ def _backward(
     return dq, dk, dv
 
 
-SPREAD_BELOW_WAVES = 2.0  # measured: TORCH_OP_NOTES.md, "Where the Llama step's time goes"
+# Measured (TORCH_OP_NOTES.md, "The backward's GQA, two ways"): the spread won at N_k = 4096
+# with the kernel's CTAs filling 0.97 and 1.94 waves (by 9-17%), lost at 3.88 waves (by 1-3%)
+# and at N_k = 1024 even at 0.97 waves (the kernel's short CTAs are not unbalanced enough to
+# pay for the repeat and the sum).
+SPREAD_BELOW_WAVES = 2.0
+SPREAD_MIN_KEYS = 4096
 
 
 def _spread_group(q: Any, k: Any, causal: bool) -> bool:
@@ -280,12 +288,12 @@ def _spread_group(q: Any, k: Any, causal: bool) -> bool:
     summed afterwards, instead of the kernel's own group loop. The kernel gives each K/V
     key block one CTA that streams its whole group's query heads, so with the causal mask
     the CTA of the first key block does `group` times the longest work of a query head's:
-    when those CTAs fill fewer than SPREAD_BELOW_WAVES waves of the GPU, the longest CTA sets
-    the time and one CTA per query head (the repeat and the sum cost two passes over K, V
-    and their gradients) balances it."""
+    when those CTAs fill fewer than SPREAD_BELOW_WAVES waves of the GPU and the keys are
+    many (SPREAD_MIN_KEYS), the longest CTA sets the time and one CTA per query head (the
+    repeat and the sum cost two passes over K, V and their gradients) balances it."""
     b, h = q.shape[:2]
     hk, n_k = k.shape[1], k.shape[2]
-    if not causal or hk == h or not q.is_cuda:
+    if not causal or hk == h or n_k < SPREAD_MIN_KEYS or not q.is_cuda:
         return False
     ctas = b * hk * -(-n_k // 128)
     return ctas < SPREAD_BELOW_WAVES * _sm_count(q.device.index)
