@@ -145,10 +145,13 @@ def _make_plan(
 def backward(
     q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, causal: bool, scale: float,
     out: tuple[Any, Any, Any] | None = None, deterministic: bool = False,
+    band: tuple[int, int] | None = None,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(dQ, dK, dV) of ``flash_attention_backward``'s kernels on torch's current stream, on
     readable tensors (K/V heads dividing q's: the kernel takes the group) written into
     `out` (readable tensors of q's, k's and v's shapes; by default new contiguous ones).
+    `band` (lo, hi): the forward's sliding window (``forward``'s band; `causal` then False),
+    for a backward that takes one (``backward_takes_band``).
 
     The first call of a signature (shapes, strides, dtype, device, mask, scale, mode) builds
     a `_BackwardPlan`: the three kernels of the ws backward (preprocess, main, dQ
@@ -169,10 +172,10 @@ def backward(
     dq, dk, dv = out
     key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), do.stride(),
            lse.stride(), dq.stride(), dk.stride(), dv.stride(), q.dtype, q.device.index,
-           causal, scale, deterministic)  # fmt: skip
+           causal, scale, deterministic, band)  # fmt: skip
     plan = _BWD_PLANS.get(key, False)
     if plan is False:
-        plan = _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic)
+        plan = _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic, band)
         with _PLANS_LOCK:
             _BWD_PLANS[key] = plan
     if plan is not None:
@@ -182,10 +185,11 @@ def backward(
             return tuple(out)
     from .flash_backward import flash_attention_backward
 
+    extra = {} if band is None else {"band": band}  # (a backward without bands takes none)
     with _stream(torch, q.device.index):
         flash_attention_backward(
             *(cupy_alias(torch, t) for t in (q, k, v, o, do, lse)), causal=causal, scale=scale,
-            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out),
+            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out), **extra,
         )  # fmt: skip
     return tuple(out)
 
@@ -193,7 +197,17 @@ def backward(
 _BWD_PLANS: dict[tuple, Any] = {}
 
 
-def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic):
+@functools.cache
+def backward_takes_band() -> bool:
+    """Whether ``flash_attention_backward`` takes a sliding window (``band=``; issue 30)."""
+    import inspect
+
+    from .flash_backward import flash_attention_backward
+
+    return "band" in inspect.signature(flash_attention_backward).parameters
+
+
+def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic, band=None):
     """The `_BackwardPlan` of these tensors, or None where flash_attention_backward's own
     path must run (it handles, or refuses in one sentence, what the plan does not take)."""
     from . import flash_backward as fb
@@ -202,6 +216,8 @@ def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic
     mode = fb.DETERMINISTIC_MODE if deterministic else fb.DEFAULT_MODES.get(q.shape[3])
     if fb.DEFAULT_MODE is not None or mode not in fb.WS_MODES:  # a mode chosen by hand
         return None
+    if band is not None and (causal or not hasattr(fb._Layout, "lo")):
+        return None  # flash_attention_backward says what is wrong
     b, h, n_q, d = q.shape
     ts = (q, k, v, o, do, *out)
     if not (b * h and n_q and k.shape[2]) or lse.dtype != torch.float32:
@@ -217,14 +233,14 @@ def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic
     with cp.cuda.Device(q.device.index):
         if not is_hopper():
             return None
-        return _BackwardPlan(q, k, v, o, do, out, causal, scale, deterministic)
+        return _BackwardPlan(q, k, v, o, do, out, causal, scale, deterministic, band)
 
 
 class _BackwardPlan:
     """One signature's three ws-backward launches (flash_backward._backward_ws's, without
     CuPy per call): parameters in ctypes storage made once, addresses rewritten per call."""
 
-    def __init__(self, q, k, v, o, do, out, causal, scale, deterministic) -> None:
+    def __init__(self, q, k, v, o, do, out, causal, scale, deterministic, band=None) -> None:
         from . import flash_backward as fb
         from .flash_launch import LOG2E, _launch_fn, normal_strides
         from .tma import _TensorMap, tensor_map
@@ -249,7 +265,8 @@ class _BackwardPlan:
         if hasattr(layout, "lo"):  # a layout that carries the mask as a band (issue 30's)
             from .flash_launch import BAND_OPEN
 
-            layout.lo, layout.hi = (-BAND_OPEN, n_k - n_q if causal else BAND_OPEN)
+            open_ = (-BAND_OPEN, n_k - n_q if causal else BAND_OPEN)
+            layout.lo, layout.hi = band if band is not None else open_
         u64, i32, f32 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_float
         # Pointer slots, rewritten per call: Q K V O dO LSE dQ dK dV L2 D dQacc tickets.
         self.slots = slots = [u64() for _ in range(13)]

@@ -18,9 +18,9 @@ builder, whose explicit mask the attention refuses. The attention takes the wind
 sliding_window - 1 before it: ``window=(sliding_window - 1, 0)``). GQA goes to the op
 (``enable_gqa``) without repeating K and V. What the kernels cannot do is refused with one
 sentence: an explicit mask (padding, packed sequences), dropout in training, soft-capping,
-attention sinks, a position bias, head sizes other than 64 and 128, float32 models, and for
-now a sliding window on inputs that need a gradient (training: the backward kernel takes
-no window yet). The query, key and
+attention sinks, a position bias, head sizes other than 64 and 128, float32 models, and a
+sliding window on inputs that need a gradient (training) where the backward kernel takes no
+window (``compute.gpu.torch_op``). The query, key and
 value transformers passes ((batch, heads, N, d) views of (batch, N, heads, d) memory) are
 read in place, and the output leaves as transformers expects, (batch, N, heads, d)
 contiguous, with no copy: the op writes O with the query's strides, so the transpose back
