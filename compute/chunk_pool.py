@@ -6,7 +6,7 @@ two chunks run at once on two cores. Whatever a pass adds up across chunks (dK, 
 samples) is added by the caller in chunk order, as the one-thread loop did: the digits
 do not depend on which thread ran a chunk or which finished first.
 
-At most `threads` chunks are in flight: memory is that many chunks' arrays, as the
+Each pass starts its own two threads and ends them. At most `threads` chunks are in flight: memory is that many chunks' arrays, as the
 memory estimate (desktop.state.config) counts them. `check` runs before each chunk is
 started (compute.numbers.Cancelled abandons the pass); chunks already running finish
 before the exception leaves, so no thread writes into a pass that was given up.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,28 +29,18 @@ R = TypeVar("R")
 
 CHUNK_THREADS = max(1, min(2, os.cpu_count() or 1))  # the issue's "both cores"
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _share_arenas()
-            _pool = ThreadPoolExecutor(CHUNK_THREADS, thread_name_prefix="chunk")
-        return _pool
-
-
 M_ARENA_MAX = -8  # glibc's mallopt parameter
+_arenas_shared = False
 
 
 def _share_arenas() -> None:
     """No malloc arena of their own for the chunk threads (glibc): each thread's arena
     kept its chunks' freed arrays, so the process's peak depended on how the two threads
     interleaved (tens of MB at N = 8192). Elsewhere nothing to do."""
-    if sys.platform != "linux":
+    global _arenas_shared
+    if _arenas_shared or sys.platform != "linux":
         return
+    _arenas_shared = True
     try:
         libc = ctypes.CDLL(None)
         libc.mallopt(M_ARENA_MAX, 1)
@@ -79,7 +68,20 @@ def ordered_map(
         with np.errstate(**errors):
             return fn(item)
 
-    pool = _executor()
+    _share_arenas()
+    # A pool per pass: its threads end with it (a window closed leaves none behind), and
+    # starting two threads costs well under a chunk's time.
+    with ThreadPoolExecutor(threads, thread_name_prefix="chunk") as pool:
+        yield from _in_order(pool, run, items, check, threads)
+
+
+def _in_order(
+    pool: ThreadPoolExecutor,
+    run: Callable[[T], R],
+    items: list[T],
+    check: Callable[[], None] | None,
+    threads: int,
+) -> Iterator[R]:
     running: deque[Future] = deque()
     pending = iter(items)
     try:

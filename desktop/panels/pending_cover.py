@@ -9,22 +9,29 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QSplitter, QWidget
 
 
 class PendingCover(QWidget):
     """Kept the size of the widget it covers; hidden until `cover()`."""
 
     def __init__(self, target: QWidget, text: str = "computing…") -> None:
-        super().__init__(target)
+        # A splitter takes every child widget it shows as one more pane: over a splitter
+        # the cover is its parent's child (shown as a pane, it squeezed the lanes to make
+        # room and then gave the room back, two relayouts and repaints of every lane).
+        self._beside = isinstance(target, QSplitter)
+        super().__init__(target.parentWidget() if self._beside else target)
         self.target, self._text = target, text
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.hide()
         target.installEventFilter(self)
 
+    def _place(self) -> None:
+        self.setGeometry(self.target.geometry() if self._beside else self.target.rect())
+
     def cover(self, shown: bool = True) -> None:
         if shown:
-            self.setGeometry(self.target.rect())
+            self._place()
             self.raise_()
             self.show()
             self.update()
@@ -32,8 +39,8 @@ class PendingCover(QWidget):
             self.hide()
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt override)
-        if obj is self.target and event.type() == QEvent.Type.Resize:
-            self.setGeometry(self.target.rect())
+        if obj is self.target and event.type() in (QEvent.Type.Resize, QEvent.Type.Move):
+            self._place()
         return False
 
     def text(self) -> str:

@@ -322,7 +322,11 @@ class StatsPanel(FollowsPalette, QWidget):
         self.mask_note.setText(why or "")
         self.mask_note.setVisible(why is not None)
         if "errors" in self.state.pending_parts:  # all rows' error needs all of S
-            self.labels["error"].setText(f"this row {fmt(err_row)}, all rows computing…")
+            # The same words around it as the number will have: the label wraps where it
+            # will then, so the plots below are not resized (and repainted) twice a change.
+            self.labels["error"].setText(
+                error_text(err_row, float("nan"), trace.dtype).replace("nan", "computing…")
+            )
         else:
             self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
 
