@@ -252,17 +252,14 @@ PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
 # Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) a forward
-# comes in one tier: below it the second paint that streaming adds costs more than the
-# first tier saves. With the pass's chunks on two threads (compute.chunk_pool), N = 1024,
-# d = 64 (134M) gains: first paint 162-179 → 115-123 ms, complete 163-179 → 194-207 ms
-# (bench-gui, 2-core; assets/benchmarks/interactive/NOTES.md, round 39).
+# or a training step comes in one tier: below it the second paint that streaming adds
+# costs more than the first tier saves. From N = 1024, d = 64 up (134M) the first paint
+# comes at about half the time for about a quarter more until the last part
+# (assets/benchmarks/interactive/NOTES.md, round 39).
 STREAM_WORK = 1 << 27
 # A backward's first tier is its rows' alone, a small part of its complete work (the
-# forward's pass, then the gradients'), so it streams from half of that size. A
-# training step's first tier holds the forward's too: it streams from twice it
-# (streamed smaller, its first paint gained little and its last came much later).
+# forward's pass, then the gradients'), so it streams from half of that size.
 BACKWARD_STREAM_WORK = 1 << 26
-TRAINING_STREAM_FACTOR = 2
 
 
 def streams(trace: Trace) -> bool:
@@ -272,10 +269,7 @@ def streams(trace: Trace) -> bool:
     without the backward's products: what the selected rows' gradients read)."""
     s = trace.schedule
     work = s.n_q * s.n_k * (s.d + s.d_v)
-    threshold = {"backward": BACKWARD_STREAM_WORK, "forward": STREAM_WORK}.get(
-        trace.pass_name, TRAINING_STREAM_FACTOR * STREAM_WORK
-    )
-    if work < threshold:
+    if work < (BACKWARD_STREAM_WORK if trace.pass_name == "backward" else STREAM_WORK):
         return False
     if trace.backward is not None:
         return not trace.backward.summary_cached(DISPLAY_CAP)
