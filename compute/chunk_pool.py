@@ -9,14 +9,14 @@ do not depend on which thread ran a chunk or which finished first.
 Each pass starts its own two threads and ends them. At most `threads` chunks are in flight: memory is that many chunks' arrays, as the
 memory estimate (desktop.state.config) counts them. `check` runs before each chunk is
 started (compute.numbers.Cancelled abandons the pass); chunks already running finish
-before the exception leaves, so no thread writes into a pass that was given up.
+before the exception leaves, so no thread writes into a pass that was given up. (The
+desktop app runs with one malloc arena, desktop/__init__: with one per chunk thread the
+freed chunks' memory stayed in each, and the peak grew by tens of MB.)
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,24 +28,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 CHUNK_THREADS = max(1, min(2, os.cpu_count() or 1))  # the issue's "both cores"
-
-M_ARENA_MAX = -8  # glibc's mallopt parameter
-_arenas_shared = False
-
-
-def _share_arenas() -> None:
-    """No malloc arena of their own for the chunk threads (glibc): each thread's arena
-    kept its chunks' freed arrays, so the process's peak depended on how the two threads
-    interleaved (tens of MB at N = 8192). Elsewhere nothing to do."""
-    global _arenas_shared
-    if _arenas_shared or sys.platform != "linux":
-        return
-    _arenas_shared = True
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(M_ARENA_MAX, 1)
-    except (OSError, AttributeError):
-        pass  # not glibc (musl has one arena anyway)
 
 
 def ordered_map(
@@ -68,7 +50,6 @@ def ordered_map(
         with np.errstate(**errors):
             return fn(item)
 
-    _share_arenas()
     # A pool per pass: its threads end with it (a window closed leaves none behind), and
     # starting two threads costs well under a chunk's time.
     with ThreadPoolExecutor(threads, thread_name_prefix="chunk") as pool:

@@ -291,10 +291,10 @@ def config_memory_terms(config: Config, context: str | None = None) -> dict[str,
 # The window's own memory beyond an export's once it has shown a few configurations (its
 # widgets' pixmaps and what the allocator keeps of freed chunks), and per point of the
 # statistics panel's step curves (their arrays and Qt's painter paths): fitted to
-# `flash-explorer bench-memory --grid` (assets/benchmarks/memory/), which measured 32-48
-# MiB beyond the arrays where the curves are short and 226 MiB for 6.3M points.
-WINDOW_BYTES = 40 * 2**20
-CURVE_POINT_BYTES = 40
+# `flash-explorer bench-memory --grid` and the budget tests' window cases
+# (assets/benchmarks/memory/), with the process on one malloc arena (desktop/__init__).
+WINDOW_BYTES = 25 * 2**20
+CURVE_POINT_BYTES = 13
 
 
 def _curve_points(config: Config) -> int:
