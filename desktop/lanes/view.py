@@ -18,6 +18,7 @@ from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
 from desktop.lanes.painting import draw_fitted_text, paint_ready
+from desktop.lanes.prefetch import NextFrame
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
@@ -63,6 +64,8 @@ class LaneView(QWidget):
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
         state.sigProgressChanged.connect(self.update)
+        # One lane makes the next frame's numbers ahead for both (desktop.lanes.prefetch).
+        self.next_frame = NextFrame(state) if lane == "tiled" else None
 
     # ---- state -------------------------------------------------------------------
     def _on_trace(self, trace: Trace) -> None:
