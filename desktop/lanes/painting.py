@@ -7,7 +7,7 @@ paintEvent reads as a list of what is on screen.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -23,6 +23,7 @@ from PySide6.QtGui import (
     QPolygonF,
 )
 
+from desktop.lanes.sprites import Sprites, can_copy
 from desktop.scene.render import ColorScale
 from desktop.theme import qimage
 
@@ -259,14 +260,20 @@ def transfer_path(start: QPointF, end: QPointF) -> QPainterPath:
 
 
 def draw_arrow(
-    painter: QPainter, path: QPainterPath, color: QColor, toward_end: bool, progress: float
+    painter: QPainter,
+    path: QPainterPath,
+    color: QColor,
+    toward_end: bool,
+    progress: float,
+    sprites: Sprites | None = None,
+    key: Hashable = None,
 ) -> None:
-    """The transfer's path with a head at its destination and, mid-step, a moving packet."""
+    """The transfer's path with a head at its destination and, mid-step, a moving packet.
+    With `sprites`, the path and head are copied from the images made the first time
+    this `key` (everything the path depends on) was drawn (desktop.lanes.sprites)."""
     c = QColor(color)
     c.setAlpha(210)
-    painter.setPen(QPen(c, 2.5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap))
-    painter.setBrush(Qt.BrushStyle.NoBrush)
-    painter.drawPath(path)
+    pen = QPen(c, 2.5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap)
     at = 1.0 if toward_end else 0.0
     tip = path.pointAtPercent(at)
     angle = math.radians(-path.angleAtPercent(at)) + (0.0 if toward_end else math.pi)
@@ -277,12 +284,60 @@ def draw_arrow(
             tip - QPointF(math.cos(angle + 0.45) * 10, math.sin(angle + 0.45) * 10),
         ]
     )
-    painter.setBrush(c)
-    painter.drawPolygon(head)
+    if sprites is None or not can_copy(painter):
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(path)
+        painter.setBrush(c)
+        painter.drawPolygon(head)
+    else:
+
+        def line(p: QPainter) -> None:
+            p.setPen(pen)
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawPath(path)
+
+        def head_fill(p: QPainter) -> None:  # drawPolygon fills, then strokes: two fills
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(c)
+            p.drawPolygon(head)
+
+        def head_line(p: QPainter) -> None:
+            p.setPen(pen)
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawPolygon(head)
+
+        bounds = path.boundingRect().united(head.boundingRect()).adjusted(-2.5, -2.5, 2.5, 2.5)
+        sprites.draw(painter, ("arrow", key, c.rgba()), bounds, (line, head_fill, head_line))
+        painter.setPen(pen)  # as the direct drawing leaves them, for the packet
+        painter.setBrush(c)
     if 0.0 < progress < 1.0:
         p = path.pointAtPercent(progress if toward_end else 1.0 - progress)
         painter.setPen(QPen(QColor(0, 0, 0, 120), 1))
         painter.drawRoundedRect(QRectF(p.x() - 6, p.y() - 4, 12, 8), 2, 2)
+
+
+def draw_outline(
+    painter: QPainter, rect: QRectF, pen: QPen, sprites: Sprites | None = None
+) -> None:
+    """`rect`'s outline in `pen` (no fill); copied from `sprites` where its pixels can be
+    (a pen wider than 1 px: desktop.lanes.sprites)."""
+    painter.setPen(pen)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    if sprites is None or pen.widthF() <= 1.0:
+        painter.drawRect(rect)
+        return
+
+    def outline(p: QPainter) -> None:
+        p.setPen(pen)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRect(rect)
+
+    key = (
+        "outline", rect.x(), rect.y(), rect.width(), rect.height(), pen.color().rgba(),
+        pen.widthF(), pen.style(), pen.capStyle(), pen.joinStyle(),
+    )  # fmt: skip
+    sprites.draw(painter, key, rect, (outline,), frame=pen.widthF())
 
 
 def draw_fitted_text(painter: QPainter, rect: QRectF, text: str, align: Qt.AlignmentFlag) -> str:

@@ -15,6 +15,7 @@ from desktop.lanes.painting import (
     draw_arrow,
     draw_fitted_text,
     draw_matrix,
+    draw_outline,
     highlight,
     paint_ready,
     transfer_path,
@@ -170,9 +171,8 @@ def paint_transfers(
     for region in action.resident:  # the blocks being worked on, even without a transfer
         r = ctx.rects.get(region.tensor)
         if r is not None and region.tensor in lane_imgs:
-            p.setPen(QPen(neutral, 1.2, Qt.PenStyle.DashLine))
-            p.setBrush(Qt.BrushStyle.NoBrush)
-            p.drawRect(geo.region_rect(r, lane_imgs[region.tensor].shape, region))
+            rect = geo.region_rect(r, lane_imgs[region.tensor].shape, region)
+            draw_outline(p, rect, QPen(neutral, 1.2, Qt.PenStyle.DashLine), ctx.sprites)
     tiles = {tile.tensor: rect for tile, _slot, rect in placed}
     for tr in action.transfers:
         r = ctx.rects.get(tr.tensor)
@@ -187,5 +187,7 @@ def paint_transfers(
         start = QPointF(rr.center().x(), r.bottom() + 2)
         end = QPointF(target.center().x(), target.top() - 18)
         path = transfer_path(start, end)
-        draw_arrow(p, path, color, tr.direction == "read", ctx.state.progress)
+        toward = tr.direction == "read"
+        key = (start.x(), start.y(), end.x(), end.y(), toward)
+        draw_arrow(p, path, color, toward, ctx.state.progress, ctx.sprites, key)
         highlight(p, target, color, fill_alpha=0)

@@ -19,6 +19,7 @@ from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
 from desktop.lanes.painting import draw_fitted_text, paint_ready
 from desktop.lanes.prefetch import NextFrame
+from desktop.lanes.sprites import Sprites
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
@@ -56,6 +57,7 @@ class LaneView(QWidget):
         self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
         self._tiles = sram_painter.TileImages()
         self._veils = hbm_painter.VeilCache()  # per trace's images (see _on_trace)
+        self._sprites = Sprites()  # strokes drawn on earlier frames (desktop.lanes.sprites)
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
@@ -75,6 +77,7 @@ class LaneView(QWidget):
         self._rects, self._static = {}, None
         self._tiles = sram_painter.TileImages()
         self._veils = hbm_painter.VeilCache()
+        self._sprites = Sprites()
         self.update()
 
     def _on_parts(self, pending: frozenset) -> None:
@@ -182,6 +185,7 @@ class LaneView(QWidget):
             live=self._live,
             rects=self._layout(),
             veils=self._veils,
+            sprites=self._sprites,
         )
 
     def _static_layer(self, ctx: LaneContext, trace: Trace, hbm: QRectF, sram: QRectF) -> QPixmap:
