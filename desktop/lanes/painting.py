@@ -34,6 +34,7 @@ NUMBER_MIN_PX, NUMBER_MAX_PX = 7, 12
 NUMBER_MIN_W, NUMBER_MIN_H = 9.0, 9.0
 NUMBER_GAP = 1.5
 NEUTRAL = QColor(225, 225, 215)  # matches the ℓ and L columns in HBM
+WHITE, DARK = QColor("white"), QColor(20, 20, 20)  # numbers on dark and light cells
 
 
 def _short_exponent(text: str) -> str:
@@ -163,17 +164,27 @@ def draw_numbers(
     f.setPixelSize(px)
     painter.setFont(f)
     advance = QFontMetricsF(f).horizontalAdvance
+    center = Qt.AlignmentFlag.AlignCenter
+    left, top, vmax = rect.left(), rect.top(), scale.vmax
+    pen = None
+    # Python floats, converted once rather than per cell (exactly: float16 and bfloat16
+    # widen to float64 without rounding)
+    cells = np.asarray(values, dtype=np.float64).tolist()
+    skip = hidden.tolist() if hidden is not None else None
     for r in range(rows):
+        row = cells[r]
         for c in range(cols):
-            if hidden is not None and hidden[r, c]:
+            if skip is not None and skip[r][c]:
                 continue
-            x = float(values[r, c])
-            dark_cell = math.isfinite(x) and abs(x) / scale.vmax > 0.55
-            painter.setPen(QColor("white") if dark_cell else QColor(20, 20, 20))
+            x = row[c]
+            dark_cell = math.isfinite(x) and abs(x) / vmax > 0.55
             text = format_number(x, cw, advance)
             if text:
-                cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
-                painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, text)
+                want = WHITE if dark_cell else DARK
+                if want is not pen:  # one pen per run of light or dark cells
+                    painter.setPen(want)
+                    pen = want
+                painter.drawText(QRectF(left + c * cw, top + r * ch, cw, ch), center, text)
 
 
 def number_px(cw: float, ch: float, least: float | None = None) -> int | None:
@@ -242,13 +253,20 @@ def draw_grid(
             painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
 
 
-def highlight(painter: QPainter, rect: QRectF, color: QColor, fill_alpha: int = 70) -> None:
-    fill = QColor(color)
-    fill.setAlpha(fill_alpha)
-    painter.fillRect(rect, fill)
-    painter.setPen(QPen(color, 2.5))
-    painter.setBrush(Qt.BrushStyle.NoBrush)
-    painter.drawRect(rect.adjusted(-1, -1, 1, 1))
+def highlight(
+    painter: QPainter,
+    rect: QRectF,
+    color: QColor,
+    fill_alpha: int = 70,
+    sprites: Sprites | None = None,
+) -> None:
+    """A translucent fill and a 2.5 px frame; the frame copied from `sprites` where it
+    was drawn before (desktop.lanes.sprites). A fill of alpha 0 changes no pixel."""
+    if fill_alpha > 0:
+        fill = QColor(color)
+        fill.setAlpha(fill_alpha)
+        painter.fillRect(rect, fill)
+    draw_outline(painter, rect.adjusted(-1, -1, 1, 1), QPen(color, 2.5), sprites)
 
 
 def transfer_path(start: QPointF, end: QPointF) -> QPainterPath:

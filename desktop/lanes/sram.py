@@ -180,7 +180,7 @@ def paint_transfers(
             continue
         rr = geo.region_rect(r, lane_imgs[tr.tensor].shape, tr.region)
         color = READ if tr.direction == "read" else WRITE
-        highlight(p, rr, color)
+        highlight(p, rr, color, sprites=ctx.sprites)
         target = tiles.get(tr.tensor) or tiles.get("m" if tr.tensor == "L" else "O")
         if target is None:
             continue
@@ -190,4 +190,4 @@ def paint_transfers(
         toward = tr.direction == "read"
         key = (start.x(), start.y(), end.x(), end.y(), toward)
         draw_arrow(p, path, color, toward, ctx.state.progress, ctx.sprites, key)
-        highlight(p, target, color, fill_alpha=0)
+        highlight(p, target, color, fill_alpha=0, sprites=ctx.sprites)

@@ -59,6 +59,8 @@ class LaneView(QWidget):
         self._veils = hbm_painter.VeilCache()  # per trace's images (see _on_trace)
         self._sprites = Sprites()  # strokes drawn on earlier frames (desktop.lanes.sprites)
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
+        self._fonts: tuple[QFont, QFont, QFont] | None = None  # see _title_fonts
+        self._advances: dict[tuple, int] = {}  # the fixed titles' widths (see _advance)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
         state.sigTraceChanged.connect(self._on_trace)
@@ -95,6 +97,7 @@ class LaneView(QWidget):
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
             self._static = None  # the cached layer holds the old colours
+            self._fonts, self._advances = None, {}
             self._veils = hbm_painter.VeilCache()
         super().changeEvent(event)
 
@@ -197,13 +200,30 @@ class LaneView(QWidget):
             self._static = hbm_painter.static_layer(ctx, trace, hbm, sram, size, dpr)
         return self._static
 
+    def _title_fonts(self) -> tuple[QFont, QFont, QFont]:
+        """The lane's font, bold and italic: made once per font (changeEvent drops them)."""
+        if self._fonts is None:
+            bold, italic = QFont(self.font()), QFont(self.font())
+            bold.setBold(True)
+            italic.setItalic(True)
+            self._fonts = (QFont(self.font()), bold, italic)
+        return self._fonts
+
+    def _advance(self, p: QPainter, text: str) -> int:
+        """p.fontMetrics().horizontalAdvance(text) for the lane's fixed titles, measured
+        once per font and pixel ratio (the step's own sentences are measured as drawn)."""
+        key = (p.font().key(), self.devicePixelRatioF(), text)
+        width = self._advances.get(key)
+        if width is None:
+            width = self._advances[key] = p.fontMetrics().horizontalAdvance(text)
+        return width
+
     def _paint_title(self, p: QPainter, trace: Trace, step: int) -> None:
         """Lane name left, what it does at this step in the middle, transfers so far right."""
-        bold = QFont(self.font())
-        bold.setBold(True)
+        font, bold, italic = self._title_fonts()
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width() - 16, 22)
-        action = trace.steps[step].action(self.lane)
+        action = trace.action(self.lane, step)
         backward = trace.pass_name == "backward" or (
             trace.pass_name == "training" and (action is None or action.phase in BACKWARD_PHASES)
         )
@@ -213,23 +233,21 @@ class LaneView(QWidget):
         titles, short_titles = (
             (BACKWARD_TITLES, SHORT_BACKWARD_TITLES) if backward else (TITLES, SHORT_TITLES)
         )
-        p.setFont(self.font())
+        p.setFont(font)
         total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
         total_w = p.fontMetrics().horizontalAdvance(total) + 24
         now = f"now: {action.label}" if action is not None else "done"
-        italic = QFont(self.font())
-        italic.setItalic(True)
         p.setFont(bold)
         title = titles[self.lane] + order
-        room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+        room = line.width() - self._advance(p, title) - 24 - total_w
         if room < QFontMetrics(italic).horizontalAdvance(now) + 8:
             # The step's sentence matters more than the tagline: keep the lane's name only.
             title = short_titles[self.lane] + order
-            room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+            room = line.width() - self._advance(p, title) - 24 - total_w
         p.setPen(text)
         p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
         title_w = line.width() - total_w - room
-        p.setFont(self.font())
+        p.setFont(font)
         right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
         p.drawText(line, right, total)
         if room > 60:
@@ -239,7 +257,7 @@ class LaneView(QWidget):
             draw_fitted_text(
                 p, QRectF(line.left() + title_w, 0, room, 26), now, Qt.AlignmentFlag.AlignLeft
             )
-            p.setFont(self.font())
+            p.setFont(font)
 
     # ---- interaction -----------------------------------------------------------------
     def row_at(self, pos: QPointF) -> int | None:
