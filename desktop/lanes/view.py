@@ -60,6 +60,8 @@ class LaneView(QWidget):
         self._sprites = Sprites()  # strokes drawn on earlier frames (desktop.lanes.sprites)
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
         self._fonts: tuple[QFont, QFont, QFont] | None = None  # see _title_fonts
+        self._veiled: QPixmap | None = None  # the static layer with veils (_veiled_layer)
+        self._veiled_key: tuple = ()
         self._advances: dict[tuple, int] = {}  # the fixed titles' widths (see _advance)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
@@ -168,15 +170,37 @@ class LaneView(QWidget):
         # The static layer is opaque and the widget's size: it covers every pixel (no fill
         # under it), copied as it is.
         p.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
-        p.drawPixmap(0, 0, static)
+        p.drawPixmap(0, 0, static if ctx.live else self._veiled_layer(ctx, step, static))
         p.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
         self._paint_title(p, trace, step)
-        hbm_painter.paint_live(p, ctx, trace, step)
-        hbm_painter.paint_veils(p, ctx, step)
+        if ctx.live:  # KV-outer's HBM, then the veils over the rest (their outlines on it)
+            hbm_painter.paint_live(p, ctx, trace, step)
+            hbm_painter.paint_veils(p, ctx, step)
         hbm_painter.paint_row(p, ctx, trace)
         self._sram = sram_painter.paint_sram(p, ctx, trace, step, sram, self._tiles)
         sram_painter.paint_transfers(p, ctx, trace, step, self._sram)
         p.end()
+
+    def _veiled_layer(self, ctx: LaneContext, step: int, static: QPixmap) -> QPixmap:
+        """The static layer with the step's veils, outlines and written-row marks, kept
+        while the veils stay the same (most steps write one tensor, or none). Drawn
+        before the title, which shares no pixel with them, as they were drawn after it."""
+        key = (id(static), self._veils.state(ctx.state.images.lanes[self.lane], step))
+        if self._veiled is None or key != self._veiled_key:
+            layer = self._veiled
+            if layer is None or layer.size() != static.size():
+                layer = QPixmap(static.size())
+            layer.setDevicePixelRatio(static.devicePixelRatio())
+            q = QPainter(layer)
+            q.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+            q.drawPixmap(0, 0, static)
+            q.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+            q.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+            hbm_painter.paint_veils(q, ctx, step)
+            q.end()
+            # held with the static layer its key names by id
+            self._veiled, self._veiled_key, self._veiled_over = layer, key, static
+        return self._veiled
 
     def _context(self) -> LaneContext:
         return LaneContext(
