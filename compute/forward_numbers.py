@@ -13,10 +13,8 @@ every row's state at a tile for KV-outer's HBM (a cursor). Views look numbers up
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
@@ -49,59 +47,22 @@ Check = Callable[[], None] | None  # called between chunks; raises to cancel a p
 DEFAULT_DO_KEY = ("default dO",)  # compute.backward_rows.default_do, the same for a shape
 
 
-_AHEAD = threading.local()  # .on: this thread makes numbers ahead of the views (prefetch)
-
-
-@contextmanager
-def made_ahead() -> Iterator[None]:
-    """Within it, this thread's memo entries are made for a view that will ask for them
-    soon (desktop.lanes.prefetch): a thread asking for one while it is being made waits
-    for it instead of making it twice. A worker's long pass never runs in it, so the GUI
-    thread never waits on one."""
-    _AHEAD.on = True
-    try:
-        yield
-    finally:
-        _AHEAD.on = False
-
-
 class Memo:
     """A service's own caches of computed numbers, keeping the newest few per name. They
-    hold arrays only, never the trace, so a trace is freed as soon as it is dropped. The
-    lock guards the dictionaries (the GUI thread, the worker and the prefetcher share
-    them); values are computed outside it."""
+    hold arrays only, never the trace, so a trace is freed as soon as it is dropped."""
 
     def __init__(self) -> None:
         self._caches: dict[str, OrderedDict] = {}
-        self._lock = threading.Lock()
-        self._making: dict[tuple, threading.Event] = {}  # entries made_ahead, in progress
 
     def _memo(self, name: str, size: int, key: Hashable, compute: Callable[[], T]) -> T:
         """The value of compute() cached under (name, key), keeping the `size` newest."""
-        mine = None
-        with self._lock:
-            cache = self._caches.setdefault(name, OrderedDict())
-            if key in cache:
-                cache.move_to_end(key)
-                return cache[key]
-            making = self._making.get((name, key))
-            if making is None and getattr(_AHEAD, "on", False):
-                making = mine = self._making[(name, key)] = threading.Event()
-        if making is not None and mine is None:
-            making.wait()  # its value, or (had it failed) made here
-            return self._memo(name, size, key, compute)
-        try:
-            value = compute()
-            with self._lock:
-                cache[key] = value
-                cache.move_to_end(key)
-                while len(cache) > size:
-                    cache.popitem(last=False)
-        finally:
-            if mine is not None:
-                with self._lock:
-                    del self._making[(name, key)]
-                mine.set()
+        cache = self._caches.setdefault(name, OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = cache[key] = compute()
+        while len(cache) > size:
+            cache.popitem(last=False)
         return value
 
     def cached(self, name: str) -> int:
@@ -109,8 +70,7 @@ class Memo:
         return len(self._caches.get(name, ()))
 
     def _held(self) -> set:
-        with self._lock:
-            return {(name, key) for name, cache in self._caches.items() for key in cache}
+        return {(name, key) for name, cache in self._caches.items() for key in cache}
 
 
 @dataclass(frozen=True)

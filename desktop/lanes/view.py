@@ -18,7 +18,6 @@ from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
 from desktop.lanes.painting import draw_fitted_text, paint_ready
-from desktop.lanes.prefetch import NextFrame
 from desktop.lanes.sprites import Sprites
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
@@ -70,8 +69,6 @@ class LaneView(QWidget):
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
         state.sigProgressChanged.connect(self.update)
-        # One lane makes the next frame's numbers ahead for both (desktop.lanes.prefetch).
-        self.next_frame = NextFrame(state) if lane == "tiled" else None
 
     # ---- state -------------------------------------------------------------------
     def _on_trace(self, trace: Trace) -> None:
