@@ -253,20 +253,15 @@ def draw_grid(
             painter.drawLine(QPointF(x, rect.top()), QPointF(x, rect.bottom()))
 
 
-def highlight(
-    painter: QPainter,
-    rect: QRectF,
-    color: QColor,
-    fill_alpha: int = 70,
-    sprites: Sprites | None = None,
-) -> None:
-    """A translucent fill and a 2.5 px frame; the frame copied from `sprites` where it
-    was drawn before (desktop.lanes.sprites). A fill of alpha 0 changes no pixel."""
+def highlight(painter: QPainter, rect: QRectF, color: QColor, fill_alpha: int = 70) -> None:
+    """A translucent fill and a 2.5 px frame (a fill of alpha 0 changes no pixel)."""
     if fill_alpha > 0:
         fill = QColor(color)
         fill.setAlpha(fill_alpha)
         painter.fillRect(rect, fill)
-    draw_outline(painter, rect.adjusted(-1, -1, 1, 1), QPen(color, 2.5), sprites)
+    painter.setPen(QPen(color, 2.5))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawRect(rect.adjusted(-1, -1, 1, 1))
 
 
 def transfer_path(start: QPointF, end: QPointF) -> QPainterPath:

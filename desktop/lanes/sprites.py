@@ -7,7 +7,8 @@ px block ~0.3 ms, an arrow ~0.2 ms; a blit of the stroke ~10 µs). A stroke whos
 come from one fill of its outline (a pen wider than 1 px, solid or dashed: the raster
 engine fills the stroker's outline once) blends into the frame exactly as its image made
 on a transparent background does (source-over, premultiplied: src + dst·(1 − αsrc) with
-the same src either way), so the copy is pixel-identical to stroking again. Pens of
+the same src either way), so the copy is pixel-identical to stroking again. The image is made the second time a
+stroke is drawn (most strokes of a moving block are drawn once). Pens of
 1 px or less take the raster engine's line path, whose spans may overlap: those are
 drawn as they are, as is anything drawn under a transform other than the identity
 (another pixel ratio, an export), a clip or another composition mode.
@@ -24,6 +25,7 @@ from PySide6.QtGui import QImage, QPainter, QTransform
 
 PAD = 2  # px of antialiasing and round caps beyond a stroke's geometric bounds
 MAX_BYTES = 16 * 2**20  # images held per cache (a lane's); the oldest go first
+SEEN = 4096  # keys remembered as drawn once (an image is made the second time)
 PLAIN = QTransform.TransformationType.TxNone
 SOURCE_OVER = QPainter.CompositionMode.CompositionMode_SourceOver
 
@@ -47,6 +49,7 @@ class Sprites:
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self._held: OrderedDict[Hashable, list[tuple[QPoint, QImage]]] = OrderedDict()
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()  # keys drawn once so far
         self._bytes = 0
 
     def draw(
@@ -61,6 +64,15 @@ class Sprites:
                 draw(painter)
             return
         parts = self._held.get(key)
+        if parts is None and key not in self._seen:
+            # Seen once: drawn as it is. Most strokes of a moving block are never drawn
+            # again, and making an image of one costs more than stroking it.
+            self._seen[key] = None
+            if len(self._seen) > SEEN:
+                self._seen.popitem(last=False)
+            for draw in passes:
+                draw(painter)
+            return
         if parts is None:
             parts = self._make(bounds, passes, frame)
             self._held[key] = parts

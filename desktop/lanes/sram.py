@@ -6,6 +6,8 @@ this paints what is on chip at the current step and how it got there.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen
 
@@ -33,18 +35,24 @@ PlacedTiles = list[tuple[geo.SramTile, QRectF, QRectF]]
 class TileImages:
     """SRAM tiles' heatmaps, cached per view: tiles are read-only arrays of the trace (views,
     or regions the trace keeps while they are asked for). An entry holds its array, so the
-    array's address cannot be reused by another while the key stands for it."""
+    array's address cannot be reused by another while the key stands for it. The least
+    recently drawn go first: clearing all at once made the large ones that stay on chip
+    (a backward's whole dO and V, 1024 × 64) again every dozen frames."""
+
+    LIMIT = 64
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, tuple[object, QImage]] = {}
+        self._cache: OrderedDict[tuple, tuple[object, QImage]] = OrderedDict()
 
     def get(self, values, scale) -> QImage:
         key = (values.__array_interface__["data"][0], values.shape, values.strides, scale.vmax)
         entry = self._cache.get(key)
         if entry is None:
-            if len(self._cache) > 64:
-                self._cache.clear()
             entry = self._cache[key] = (values, paint_ready(qimage(scale.rgba(values))))
+            if len(self._cache) > self.LIMIT:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
         return entry[1]
 
 
@@ -180,7 +188,7 @@ def paint_transfers(
             continue
         rr = geo.region_rect(r, lane_imgs[tr.tensor].shape, tr.region)
         color = READ if tr.direction == "read" else WRITE
-        highlight(p, rr, color, sprites=ctx.sprites)
+        highlight(p, rr, color)
         target = tiles.get(tr.tensor) or tiles.get("m" if tr.tensor == "L" else "O")
         if target is None:
             continue
@@ -190,4 +198,4 @@ def paint_transfers(
         toward = tr.direction == "read"
         key = (start.x(), start.y(), end.x(), end.y(), toward)
         draw_arrow(p, path, color, toward, ctx.state.progress, ctx.sprites, key)
-        highlight(p, target, color, fill_alpha=0, sprites=ctx.sprites)
+        highlight(p, target, color, fill_alpha=0)

@@ -79,5 +79,15 @@ def test_the_oldest_strokes_go_past_the_byte_limit(qapp):
     pen = PENS[0]
     for k in range(6):
         rect = QRectF(5 + k, 5, 100, 80)
-        _paint(bg, lambda p, r=rect: draw_outline(p, r, pen, sprites))
+        for _again in range(2):  # an image is made the second time
+            _paint(bg, lambda p, r=rect: draw_outline(p, r, pen, sprites))
     assert 1 <= len(sprites._held) < 6 and sprites._bytes <= 20_000
+
+
+def test_a_stroke_drawn_once_keeps_no_image(qapp):
+    sprites = Sprites()
+    bg = _background(1)
+    _paint(bg, lambda p: draw_outline(p, RECTS[0], PENS[0], sprites))
+    assert not sprites._held
+    _paint(bg, lambda p: draw_outline(p, RECTS[0], PENS[0], sprites))
+    assert len(sprites._held) == 1
