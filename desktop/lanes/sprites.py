@@ -24,7 +24,7 @@ from PySide6.QtCore import QPoint, QRect, QRectF
 from PySide6.QtGui import QImage, QPainter, QTransform
 
 PAD = 2  # px of antialiasing and round caps beyond a stroke's geometric bounds
-MAX_BYTES = 16 * 2**20  # images held per cache (a lane's); the oldest go first
+MAX_BYTES = 8 * 2**20  # images held per cache (a lane's); the oldest go first
 SEEN = 4096  # keys remembered as drawn once (an image is made the second time)
 PLAIN = QTransform.TransformationType.TxNone
 SOURCE_OVER = QPainter.CompositionMode.CompositionMode_SourceOver
