@@ -30,6 +30,7 @@ from .backward_rows import (
     operands,
     row_stats,
 )
+from .chunk_pool import ordered_map
 from .forward_numbers import DISPLAY_CELLS, Check, ForwardNumbers, Memo
 from .full_pass import BlockMeans, row_chunks
 from .inputs import HISTORY_BLOCKS, HISTORY_KEY_TILES
@@ -316,16 +317,21 @@ def tiled_backward(
     lse, d_t, sc_t = ops.lse_a, ops.D, acc(scale)  # lse_a: P̃ = 0 on −∞ rows
     tq = np.empty((s.n_q, s.d), dtype=acc)
     tk, tv = np.zeros((s.n_k, s.d), dtype=acc), np.zeros((s.n_k, s.d_v), dtype=acc)
+
+    def chunk(rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """dQ of the chunk's rows (written), its parts of dV and dK (added in order)."""
+        r0, r1 = rows
+        st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.mask)
+        pt = np.exp(st - lse[r0:r1, None])
+        dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), dtype).astype(acc)
+        tq[r0:r1] = (dst @ kd) * sc_t  # dQ_i = Σ_j dS_ij K_j · scale
+        # dV_j += P̃ᵀ dO_i, dK_j += dS_ijᵀ Q_i · scale
+        return round_to(pt, dtype).astype(acc).T @ dod[r0:r1], (dst.T @ qd[r0:r1]) * sc_t
+
     with np.errstate(over="ignore", invalid="ignore"):
-        for r0, r1 in row_chunks(s.n_q, s.n_k):
-            if check is not None:
-                check()
-            st = _tile_scores(qd, kd, slice(r0, r1), slice(0, s.n_k), s.n_q, s.n_k, sc_t, s.mask)
-            pt = np.exp(st - lse[r0:r1, None])
-            dst = round_to(pt * (dod[r0:r1] @ vd.T - d_t[r0:r1, None]), dtype).astype(acc)
-            tv += round_to(pt, dtype).astype(acc).T @ dod[r0:r1]  # dV_j += P̃ᵀ dO_i
-            tq[r0:r1] = (dst @ kd) * sc_t  # dQ_i = Σ_j dS_ij K_j · scale
-            tk += (dst.T @ qd[r0:r1]) * sc_t  # dK_j += dS_ijᵀ Q_i · scale
+        for dv_part, dk_part in ordered_map(chunk, row_chunks(s.n_q, s.n_k), check):
+            tv += dv_part
+            tk += dk_part
     out = output_dtype(dtype)  # gradients leave the kernel in the input dtype
     tiled = tuple(round_to(g, dtype).astype(out) for g in (tq, tk, tv))
     for x in tiled:

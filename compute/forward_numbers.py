@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .attention import RowHistory, causal_mask, round_to, stats_dtype
+from .attention import RowHistory, causal_mask, overflow_notice, round_to, stats_dtype
 from .first_tier import dense_chunk, row_sample, score_means, tiled_rows_state
 from .full_pass import (
     DISPLAY_CELLS,
@@ -472,9 +472,15 @@ class ForwardNumbers(Memo):
         c1 = self.schedule.cols(tile)[1]
         return self._probs(r0, r1, 0, c1) @ self.v[:c1]
 
-    @property
+    @cached_property
     def max_abs_error(self) -> float:
-        """Largest |tiled − reference| over the output."""
+        """Largest |tiled − reference| over the output (the build's worker asks first)."""
         return float(
             np.max(np.abs(self.tiled_output.astype(np.float64) - self.reference), initial=0.0)
         )
+
+    @cached_property
+    def overflow(self) -> str | None:
+        """One sentence if the tiled lane overflowed the dtype (attention.overflow_notice),
+        else None; made once, on the build's worker."""
+        return overflow_notice(self.q, self.k, self.v, self.dtype, self.tiled_output)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,10 +35,11 @@ from .attention import (
     output_dtype,
     round_to,
 )
+from .chunk_pool import ordered_map
 from .mask import Mask
 from .schedule import Schedule
 
-CHUNK_ELEMENTS = 1 << 20  # scores per chunk (8 MB in float64): rows = this / N_k
+CHUNK_ELEMENTS = 1 << 19  # scores per chunk (4 MB in float64; two run at once): rows = this / N_k
 DISPLAY_CELLS = 256  # S, P, dP and dS are summarised at this many cells a side unless asked
 
 
@@ -99,20 +101,31 @@ class _Means:
             rows = pad
         return rows.reshape(h, self.hc, self.fc).sum(axis=2)
 
-    def add(self, r0: int, chunk: np.ndarray, all_finite: bool = False) -> None:
+    def part(self, r0: int, chunk: np.ndarray, all_finite: bool = False) -> tuple:
+        """A row chunk's cell sums, to be merged in chunk order (a chunk may share a cell
+        row with the next, and then the order of the additions sets the digits)."""
         n = chunk.shape[0]
         c0, h, in_rows = self._span(r0, n)
         if all_finite:
             # No −∞ anywhere (no mask, or P): each cell counts the entries it covers.
             in_cols = np.minimum(self.fc, self.cols - np.arange(self.hc) * self.fc)
-            self.total[c0 : c0 + h] += self._cells(chunk, r0)
-            self.count[c0 : c0 + h] += np.outer(in_rows, in_cols)
-            return
+            return c0, h, self._cells(chunk, r0), np.outer(in_rows, in_cols), None
         # Finite entries summed and counted, −∞ (masked) counted: three cell sums.
         finite = np.isfinite(chunk)
-        self.total[c0 : c0 + h] += self._cells(np.where(finite, chunk, 0.0), r0)
-        self.count[c0 : c0 + h] += self._cells(finite.view(np.uint8), r0)
-        self.masked[c0 : c0 + h] += self._cells(np.isneginf(chunk).view(np.uint8), r0)
+        return (
+            c0,
+            h,
+            self._cells(np.where(finite, chunk, 0.0), r0),
+            self._cells(finite.view(np.uint8), r0),
+            self._cells(np.isneginf(chunk).view(np.uint8), r0),
+        )
+
+    def merge(self, part: tuple) -> None:
+        c0, h, total, count, masked = part
+        self.total[c0 : c0 + h] += total
+        self.count[c0 : c0 + h] += count
+        if masked is not None:
+            self.masked[c0 : c0 + h] += masked
 
     def result(self) -> BlockMeans:
         mean = np.divide(
@@ -275,11 +288,17 @@ class _Acc:
         self.fields: dict[str, np.ndarray] = {}
         self.means = {name: _Means(n_q, n_k, self.cap) for name in ("S", "P", "dP", "dS")}
         self.samples: dict[str, list] = {"S": [], "P": [], "grad": []}
+        self.lock = threading.Lock()
 
     def rows(self, name: str, r0: int, r1: int, values: np.ndarray) -> None:
+        """Rows r0:r1 of field `name` (chunks on two threads: each writes its own rows)."""
         out = self.fields.get(name)
         if out is None:
-            out = self.fields[name] = np.empty((self.n_q, *values.shape[1:]), values.dtype)
+            with self.lock:
+                out = self.fields.get(name)
+                if out is None:
+                    shape = (self.n_q, *values.shape[1:])
+                    out = self.fields[name] = np.empty(shape, values.dtype)
         out[r0:r1] = values
 
     def add(self, name: str, values: np.ndarray) -> None:
@@ -322,29 +341,36 @@ def dense_pass(
     stride = max(1, (n_q * n_k) // sample)
     g_stride = max(1, (n_q * n_k) // 16384)
     fold = tiled64 and (forward is None or forward.tiled64 is None)
-    for r0, r1 in row_chunks(n_q, n_k):
-        if check is not None:
-            check()
+
+    def chunk(rows: tuple[int, int]) -> tuple[dict, dict, dict]:
+        """One chunk's products: its rows written into acc (each chunk its own), the
+        sums over chunks, the cell sums and the samples returned, to be added in chunk
+        order (compute.chunk_pool)."""
+        r0, r1 = rows
+        sums: dict[str, np.ndarray] = {}
+        means: dict[str, tuple] = {}  # cell sums (_Means.part), merged in chunk order
+        samples: dict[str, list] = {"S": [], "P": [], "grad": []}
         s64, mx, e, sm = _softmax_chunk(q, k, r0, r1, causal, scale)
         p = _divide_rows(e, sm)  # P = softmax(S); zeros for a fully masked row
         if forward is None:
             acc.rows("row_max", r0, r1, mx)
             acc.rows("row_sum", r0, r1, sm)
-            acc.rows("reference", r0, r1, p @ v)  # O = P V
-            acc.means["S"].add(r0, s64, all_finite=not causal)
-            acc.means["P"].add(r0, p, all_finite=True)  # P is finite (0 where masked)
+            reference = p @ v  # O = P V
+            acc.rows("reference", r0, r1, reference)
+            means["S"] = acc.means["S"].part(r0, s64, all_finite=not causal)
+            means["P"] = acc.means["P"].part(r0, p, all_finite=True)  # P is finite (0 where masked)
             first = (-(r0 * n_k)) % stride  # the same global stride across chunks
             flat, p_flat = s64.ravel()[first::stride], p.ravel()[first::stride]
-            acc.samples["S"].append(np.abs(flat[np.isfinite(flat)]))
-            acc.samples["P"].append(p_flat.copy())  # a copy: a view keeps the chunk alive
-            reference = acc.fields["reference"][r0:r1]
+            samples["S"].append(np.abs(flat[np.isfinite(flat)]))
+            samples["P"].append(p_flat.copy())  # a copy: a view keeps the chunk alive
         else:
             reference = forward.reference[r0:r1]
         if fold:  # the float64 tiled lane: a_T = E V, ℓ_T = rowsum(E) (TiledPass)
-            acc.rows("tiled_output", r0, r1, _divide_rows(e @ v, sm))
+            o_t = _divide_rows(e @ v, sm)
+            acc.rows("tiled_output", r0, r1, o_t)
         del e  # (the chunk's arrays are few at a time: the memory estimate counts them)
         if do is None:
-            continue
+            return sums, means, samples
         # The standard backward on the same P: D = rowsum(dO ∘ O), then five products.
         do_c = do[r0:r1]
         d_ref = np.sum(do_c * reference, axis=1)
@@ -352,19 +378,29 @@ def dense_pass(
         dp = do_c @ v.T  # dP = dO Vᵀ
         ds = dp - d_ref[:, None]
         ds *= p  # dS = P ∘ (dP − D)
-        acc.add("dv", p.T @ do_c)  # dV = Pᵀ dO, summed over row chunks
+        sums["dv"] = p.T @ do_c  # dV = Pᵀ dO, summed over row chunks
         acc.rows("dq", r0, r1, (ds @ k) * scale)  # dQ = dS K · scale
-        acc.add("dk", (ds.T @ q[r0:r1]) * scale)  # dK = dSᵀ Q · scale
-        acc.means["dP"].add(r0, dp, all_finite=True)
-        acc.means["dS"].add(r0, ds, all_finite=True)
+        sums["dk"] = (ds.T @ q[r0:r1]) * scale  # dK = dSᵀ Q · scale
+        means["dP"] = acc.means["dP"].part(r0, dp, all_finite=True)
+        means["dS"] = acc.means["dS"].part(r0, ds, all_finite=True)
         first = (-(r0 * n_k)) % g_stride
-        acc.samples["grad"] += [
+        samples["grad"] += [
             np.abs(dp.ravel()[first::g_stride]),
             np.abs(ds.ravel()[first::g_stride]),
         ]
         if tiled64:  # the float64 tiled backward on the same S and dP
-            o_t = acc.fields["tiled_output"][r0:r1] if fold else forward.tiled64.tiled_output[r0:r1]
-            _tiled64_backward_chunk(acc, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale)
+            if not fold:
+                o_t = forward.tiled64.tiled_output[r0:r1]
+            _tiled64_backward_chunk(acc, sums, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale)
+        return sums, means, samples
+
+    for sums, means, samples in ordered_map(chunk, row_chunks(n_q, n_k), check):
+        for name, values in sums.items():
+            acc.add(name, values)
+        for name, part in means.items():
+            acc.means[name].merge(part)
+        for name, values in samples.items():
+            acc.samples[name] += values
     if forward is None:
         row_max, row_sum, reference = acc.frozen("row_max", "row_sum", "reference")
         forward = DensePass(
@@ -400,20 +436,20 @@ def _tiled64(out: np.ndarray, dense: DensePass) -> TiledPass:
     return TiledPass(out, lse, (dense.row_max, dense.row_sum, out))
 
 
-def _tiled64_backward_chunk(acc, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale) -> None:
+def _tiled64_backward_chunk(acc, sums, r0, r1, s64, dp, mx, sm, o_t, do_c, q, k, scale) -> None:
     """The float64 tiled lane's backward for one chunk (compute.backward_numbers's
     tiled_backward in float64, on the dense pass's S and dP: the same products):
     P̃ = exp(S − L) from its forward's L, D = rowsum(dO ∘ O) on its own O. Overwrites
-    s64 (the chunk's S) with P̃."""
+    s64 (the chunk's S) with P̃; the chunk's parts of dK, dV go into `sums`."""
     lse = _lse(mx, sm)
     pt = np.subtract(s64, _safe_max(lse)[:, None], out=s64)  # (S is not read after this)
     np.exp(pt, out=pt)  # P̃ = exp(S − L), recomputed from L
     d_t = np.sum(do_c * o_t, axis=1)  # D = rowsum(dO ∘ O)
     dst = dp - d_t[:, None]
     dst *= pt  # dS = P̃ ∘ (dP − D)
-    acc.add("tv", pt.T @ do_c)  # dV_j += P̃ᵀ dO_i
+    sums["tv"] = pt.T @ do_c  # dV_j += P̃ᵀ dO_i
     acc.rows("tq", r0, r1, (dst @ k) * scale)  # dQ_i = Σ_j dS_ij K_j · scale
-    acc.add("tk", (dst.T @ q[r0:r1]) * scale)  # dK_j += dS_ijᵀ Q_i · scale
+    sums["tk"] = (dst.T @ q[r0:r1]) * scale  # dK_j += dS_ijᵀ Q_i · scale
 
 
 def tiled_pass(
@@ -433,11 +469,14 @@ def tiled_pass(
     if dtype == "float64":
         n_q, n_k = s.n_q, s.n_k
         out, m_t, l_t = np.empty((n_q, s.d_v)), np.empty(n_q), np.empty(n_q)
-        for r0, r1 in row_chunks(n_q, n_k):
-            if check is not None:
-                check()
+
+        def fold(rows: tuple[int, int]) -> None:
+            r0, r1 = rows
             _s, m_t[r0:r1], e, l_t[r0:r1] = _softmax_chunk(q, k, r0, r1, s.mask, scale)
             out[r0:r1] = _divide_rows(e @ v, l_t[r0:r1])  # a_T / ℓ_T with a_T = E V
+
+        for _ in ordered_map(fold, row_chunks(n_q, n_k), check):
+            pass
         lse = _lse(m_t, l_t)
         for a in (out, m_t, l_t, lse):
             a.setflags(write=False)
@@ -447,10 +486,13 @@ def tiled_pass(
     n_q, n_k = s.n_q, s.n_k
     out = np.empty((n_q, s.d_v), dtype=acc)
     m_t, l_t = np.empty(n_q, dtype=acc), np.empty(n_q, dtype=acc)
-    for r0, r1 in row_chunks(n_q, n_k):
-        if check is not None:
-            check()
+
+    def rows_of(rows: tuple[int, int]) -> None:
+        r0, r1 = rows
         out[r0:r1], m_t[r0:r1], l_t[r0:r1] = tiled_chunk(prepared, s, r0, r1, dtype)
+
+    for _ in ordered_map(rows_of, row_chunks(n_q, n_k), check):
+        pass
     lse = _lse(m_t, l_t)
     tiled = round_to(out, dtype).astype(output_dtype(dtype))
     for a in (tiled, lse, m_t, l_t, out):

@@ -44,7 +44,7 @@ FORWARD_NAMES = frozenset(
         "summary", "dense_pass", "tiled_pass", "reference", "tiled_output", "lse",
         "scores_region", "probs_region", "scores", "probs", "block_history", "row_history",
         "state_after_tiles", "block_state", "p_tilde_tile", "row_updates", "row_state",
-        "dense_partial_output", "max_abs_error", "dense_rows", "reference_rows",
+        "dense_partial_output", "max_abs_error", "overflow", "dense_rows", "reference_rows",
         "tiled_output_rows", "tiled_rows_state",
     }
 )  # fmt: skip

@@ -16,6 +16,12 @@ inside the kernel). ``out=(dq, dk, dv)`` writes the gradients into readable arra
 k's shapes instead of new contiguous ones. The fallback modes (0, 4, 5) read contiguous
 copies and take no GQA.
 
+A sliding window (the forward's band, ``flash_launch``'s ``band``): ``band=(lo, hi)`` means
+query row r sees keys r + lo <= c <= r + hi (``flash_launch.BAND_OPEN`` for an unbounded
+side; ``causal`` then False: causal is the band (-BAND_OPEN, N_k - N_q)). Each key block
+streams only the query blocks whose band reaches it, and masks only the tiles the band's
+edges (or the key tail) cross; rows whose band holds no key (LSE = -inf) get dQ = 0.
+
 Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
 padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head: a
 producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
@@ -37,6 +43,7 @@ import functools
 from typing import Any
 
 from .flash import _LOG2E, _check, _cupy, _dtype_code, _is_hopper, resolve_scale
+from .flash_launch import BAND_OPEN
 from .sources import KERNEL_DIR, kernel_source
 
 BLOCK_KEYS = 128  # keys per CTA (flash_bwd_wgmma.cu's FB_BN)
@@ -51,16 +58,21 @@ THREADS = 256  # two warpgroups
 # instead of cp.async by the consumers), WS_MODES giving its DET argument. BACKWARD_NOTES.md has
 # 7 1.28-1.38x the wgmma kernel's best mode and 9 1.04-1.10x 5 (bf16, N 4096 and 16384), hence
 # the defaults (6 and 8, the ws kernel with atomics and with three stages, lost and are gone).
+# Mode 16 is 9 with each consumer's dQ tiles added (and their tickets waited for) by a warp of
+# the producer warpgroup instead of the consumer itself (DRAIN): the same additions in the same
+# order, so bitwise mode 9's results; measured 1.45-1.74x mode 9 (BACKWARD_NOTES.md), hence
+# the deterministic default (its GPU tests, mode 9's bits included, passed on the merged tree).
 # DEFAULT_MODE = None means "the default for q's d".
-MODES = (0, 4, 5, 7, 9)
-WS_MODES = {7: False, 9: True}
+MODES = (0, 4, 5, 7, 9, 16)
+WS_MODES = {7: False, 9: True, 16: True}
+DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5, 7, 9)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
-DETERMINISTIC_MODE = 9
-TICKET_MODES = (5, 9)  # a ticket per (head, query block, 64-column chunk)
+FRAG_MODES = (4, 5, 7, 9, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+DETERMINISTIC_MODE = 16
+TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
 
 
@@ -81,7 +93,8 @@ def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
     if mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
-        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}>",
+        drain = ",true" if mode in DRAIN_MODES else ""
+        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
     else:
@@ -127,20 +140,42 @@ def _check_backward(q, k, v, o, do, lse) -> None:
 
 def flash_attention_backward(
     q, k, v, o, do, lse, *, causal: bool = False, scale=None, deterministic: bool = False,
-    out=None,
+    out=None, band: tuple[int, int] | None = None,
 ):  # fmt: skip
-    """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask]) V given dO; see the module docstring.
+    """(dQ, dK, dV) of softmax(Q Kᵀ · scale [causal mask | band]) V given dO; see the module
+    docstring.
 
     ``deterministic=True`` adds each dQ tile in a fixed (key-block) order, so two calls on the
     same inputs return bitwise equal gradients (dK and dV always are). ``out=(dq, dk, dv)``:
-    arrays (q's, k's, v's shapes and dtype, strides the kernels can write) to write into."""
+    arrays (q's, k's, v's shapes and dtype, strides the kernels can write) to write into.
+    ``band=(lo, hi)``: a sliding window, query row r seeing keys r + lo <= c <= r + hi (what
+    the forward's band variant computed o and lse with)."""
     mode = DETERMINISTIC_MODE if deterministic else DEFAULT_MODE
-    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode, out=out)
+    return backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale, mode=mode, out=out,
+                         band=band)  # fmt: skip
+
+
+def _check_band(band, causal: bool, mode: int) -> tuple[int, int]:
+    """A band's (lo, hi) as ints, or ValueError in one sentence."""
+    if causal:
+        raise ValueError(
+            "band and causal do not go together: pass causal=False with the band "
+            "(causal is the band (-BAND_OPEN, N_k - N_q))"
+        )
+    if mode not in WS_MODES:
+        raise ValueError(f"backward mode {mode} takes no band: use mode 7 or 9 (the default)")
+    try:
+        lo, hi = (int(x) for x in band)
+    except (TypeError, ValueError):
+        raise ValueError(f"band must be a pair of whole numbers (lo, hi), not {band!r}") from None
+    if not (-BAND_OPEN <= lo <= BAND_OPEN and -BAND_OPEN <= hi <= BAND_OPEN):
+        raise ValueError(f"band bounds must lie within +-BAND_OPEN (2**30), not {band!r}")
+    return lo, hi
 
 
 def backward_mode(
     q, k, v, o, do, lse, *, causal: bool = False, scale=None, mode: int | None = DEFAULT_MODE,
-    out=None,
+    out=None, band: tuple[int, int] | None = None,
 ):  # fmt: skip
     """flash_attention_backward with the main kernel's MODE chosen (None: d's default)."""
     if mode is not None and mode not in MODES:
@@ -160,8 +195,10 @@ def backward_mode(
         )
     if out is not None:
         _check_out(out, q, k)
+    if band is not None:
+        band = _check_band(band, causal, mode)
     if mode in WS_MODES:
-        return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out)
+        return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:
         raise ValueError(f"backward mode {mode} takes no GQA: use mode 7 or 9 (the default)")
     if out is not None:  # the fallback writes contiguous gradients; copy them over
@@ -239,6 +276,8 @@ class _Layout(ctypes.Structure):
         ("strides", ctypes.c_longlong * 15),
         ("heads", ctypes.c_int),
         ("group", ctypes.c_int),
+        ("lo", ctypes.c_int),  # the band: query row r sees keys r + lo <= c <= r + hi
+        ("hi", ctypes.c_int),
     ]
 
 
@@ -268,9 +307,10 @@ def _check_out(out, q, k) -> None:
             )
 
 
-def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out):
+def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
     """Modes 7, 9: flash_bwd_ws on the arrays at their strides (copies only of what the
-    kernels cannot address), K/V heads dividing q's, into `out` or new contiguous arrays."""
+    kernels cannot address), K/V heads dividing q's, into `out` or new contiguous arrays;
+    `band` (lo, hi) a checked band (causal False), else causal's or no bound."""
     from cupy.cuda.function import CPointer
 
     from . import tma
@@ -294,6 +334,9 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out):
     layout = _Layout()
     layout.strides[:] = [s for x in (o, do, dq, dk, dv) for s in _strides(x)]
     layout.heads, layout.group = h, h // hk
+    if band is None:
+        band = (-BAND_OPEN, n_k - n_q if causal else BAND_OPEN)
+    layout.lo, layout.hi = band
     lay = CPointer(ctypes.addressof(layout))
     l2 = cp.empty((bh, n_pad), dtype=cp.float32)
     dsum = cp.empty((bh, n_pad), dtype=cp.float32)

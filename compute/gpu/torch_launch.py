@@ -23,6 +23,8 @@ Imports neither torch nor CuPy until the first call.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import threading
 import warnings
 from typing import Any
@@ -31,7 +33,9 @@ _PLANS: dict[tuple, Any] = {}
 _PLANS_LOCK = threading.Lock()
 _DTYPE_CODES = {"torch.float16": 0, "torch.bfloat16": 1}
 TICKET_SLOTS = 1024  # zeroed ticket counters per stream, handed out one per launch
-_TICKETS: dict[int, list] = {}  # stream handle -> [int32 tensor of TICKET_SLOTS, next slot]
+# (device, stream handle) -> [int32 tensor of TICKET_SLOTS, next slot, its address]; the
+# device too, since the legacy default stream's handle is 0 on every device
+_TICKETS: dict[tuple, list] = {}
 _TICKETS_LOCK = threading.Lock()
 _TORCH: list = []  # the torch module, once imported
 
@@ -95,10 +99,10 @@ def _ticket(torch: Any, device: int, stream: int) -> tuple[int, Any]:
         fresh = torch.zeros(1, dtype=torch.int32, device=device)
         return fresh.data_ptr(), fresh
     with _TICKETS_LOCK:  # two threads on one stream never get one slot
-        pool = _TICKETS.get(stream)
+        pool = _TICKETS.get((device, stream))
         if pool is None:
             counters = torch.zeros(TICKET_SLOTS, dtype=torch.int32, device=device)
-            pool = _TICKETS[stream] = [counters, 0, counters.data_ptr()]
+            pool = _TICKETS[device, stream] = [counters, 0, counters.data_ptr()]
         elif pool[1] == TICKET_SLOTS:
             pool[0].zero_()
             pool[1] = 0
@@ -141,27 +145,207 @@ def _make_plan(
 def backward(
     q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, causal: bool, scale: float,
     out: tuple[Any, Any, Any] | None = None, deterministic: bool = False,
+    band: tuple[int, int] | None = None,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
-    """(dQ, dK, dV) through ``flash_attention_backward`` on torch's current stream, on
+    """(dQ, dK, dV) of ``flash_attention_backward``'s kernels on torch's current stream, on
     readable tensors (K/V heads dividing q's: the kernel takes the group) written into
     `out` (readable tensors of q's, k's and v's shapes; by default new contiguous ones).
-    Tensors go in as CuPy aliases of their memory (cupy_alias), not through DLPack: torch's
-    DLPack export spends about 30 us per tensor on stream bookkeeping (six of them took
-    182 us of a 468 us backward call on the H200)."""
-    torch = _torch()
-    from .flash_backward import flash_attention_backward
+    `band` (lo, hi): the forward's sliding window (``forward``'s band; `causal` then False),
+    for a backward that takes one (``backward_takes_band``).
 
+    The first call of a signature (shapes, strides, dtype, device, mask, scale, mode) builds
+    a `_BackwardPlan`: the three kernels of the ws backward (preprocess, main, dQ
+    postprocess), their grids, the strides' layout, the tensor maps of Q, K, V and dO and
+    the kernels' parameter blocks in ctypes storage; a later call re-points the maps,
+    zeroes the dQ accumulator in the stream's cached workspace (_workspace) and queues
+    three ``cuLaunchKernel`` calls: nothing allocated but what torch allocates for the
+    gradients, no CuPy objects, no synchronisation. What the plan does not take (no query
+    or key rows, a GPU that is not Hopper, a backward mode set by hand, a tensor the kernels
+    cannot address) goes through ``flash_attention_backward`` on CuPy aliases of the
+    tensors (cupy_alias), which says what is wrong in one sentence."""
+    torch = _torch()
     if not q.is_cuda:
         raise ValueError(f"torch_attention runs on CUDA tensors; q is on {q.device}")
     if out is None:
         out = (torch.empty(q.shape, dtype=q.dtype, device=q.device),
                *(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (k, v)))  # fmt: skip
+    dq, dk, dv = out
+    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), do.stride(),
+           lse.stride(), dq.stride(), dk.stride(), dv.stride(), q.dtype, q.device.index,
+           causal, scale, deterministic, band)  # fmt: skip
+    plan = _BWD_PLANS.get(key, False)
+    if plan is False:
+        plan = _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic, band)
+        with _PLANS_LOCK:
+            _BWD_PLANS[key] = plan
+    if plan is not None:
+        ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv)]
+        if not any(p % 16 for p in ptrs):  # the plan's tensors are 16-byte aligned
+            plan.run(torch, ptrs)
+            return tuple(out)
+    from .flash_backward import flash_attention_backward
+
+    extra = {} if band is None else {"band": band}  # (a backward without bands takes none)
     with _stream(torch, q.device.index):
         flash_attention_backward(
             *(cupy_alias(torch, t) for t in (q, k, v, o, do, lse)), causal=causal, scale=scale,
-            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out),
+            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out), **extra,
         )  # fmt: skip
     return tuple(out)
+
+
+_BWD_PLANS: dict[tuple, Any] = {}
+
+
+@functools.cache
+def backward_takes_band() -> bool:
+    """Whether ``flash_attention_backward`` takes a sliding window (``band=``; issue 30)."""
+    import inspect
+
+    from .flash_backward import flash_attention_backward
+
+    return "band" in inspect.signature(flash_attention_backward).parameters
+
+
+def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic, band=None):
+    """The `_BackwardPlan` of these tensors, or None where flash_attention_backward's own
+    path must run (it handles, or refuses in one sentence, what the plan does not take)."""
+    from . import flash_backward as fb
+    from .flash_launch import is_hopper, readable
+
+    mode = fb.DETERMINISTIC_MODE if deterministic else fb.DEFAULT_MODES.get(q.shape[3])
+    if fb.DEFAULT_MODE is not None or mode not in fb.WS_MODES:  # a mode chosen by hand
+        return None
+    if band is not None and (causal or not hasattr(fb._Layout, "lo")):
+        return None  # flash_attention_backward says what is wrong
+    b, h, n_q, d = q.shape
+    ts = (q, k, v, o, do, *out)
+    if not (b * h and n_q and k.shape[2]) or lse.dtype != torch.float32:
+        return None
+    if not lse.is_contiguous() or any(t.dtype != q.dtype for t in ts):
+        return None
+    if str(q.dtype) not in _DTYPE_CODES or d not in (64, 128) or h % k.shape[1]:
+        return None
+    if not all(readable(t.shape, t.stride(), t.data_ptr()) for t in ts):
+        return None
+    import cupy as cp
+
+    with cp.cuda.Device(q.device.index):
+        if not is_hopper():
+            return None
+        return _BackwardPlan(q, k, v, o, do, out, causal, scale, deterministic, band)
+
+
+class _BackwardPlan:
+    """One signature's three ws-backward launches (flash_backward._backward_ws's, without
+    CuPy per call): parameters in ctypes storage made once, addresses rewritten per call."""
+
+    def __init__(self, q, k, v, o, do, out, causal, scale, deterministic, band=None) -> None:
+        from . import flash_backward as fb
+        from .flash_launch import LOG2E, _launch_fn, normal_strides
+        from .tma import _TensorMap, tensor_map
+
+        b, h, n_q, d = q.shape
+        hk, n_k = k.shape[1], k.shape[2]
+        mode = fb.DETERMINISTIC_MODE if deterministic else fb.DEFAULT_MODES[d]  # ws modes
+        pre, main, post = fb._functions(_DTYPE_CODES[str(q.dtype)], d, mode)
+        self.n_pad = n_pad = -(-n_q // fb.BLOCK_QUERIES) * fb.BLOCK_QUERIES
+        nblk = n_pad // fb.BLOCK_QUERIES
+        tickets = b * h * nblk * (d // 64) if mode in fb.TICKET_MODES else 1
+        self.acc_floats = b * h * n_pad * d  # the dQ accumulator, then the int32 tickets
+        # L2 and D after them, each at a 256-byte boundary: the main kernel bulk-copies them
+        # (16-byte aligned sources), and n_pad is a whole number of 64-row blocks.
+        self.zeroed = self.acc_floats + -(-tickets // 64) * 64
+        self.rows = b * h * n_pad
+        self.work_floats = self.zeroed + 2 * self.rows
+        layout = self.layout = fb._Layout()
+        strided = (o, do, *out)
+        layout.strides[:] = [s for t in strided for s in normal_strides(t.shape, t.stride())]
+        layout.heads, layout.group = h, h // hk
+        if hasattr(layout, "lo"):  # a layout that carries the mask as a band (issue 30's)
+            from .flash_launch import BAND_OPEN
+
+            open_ = (-BAND_OPEN, n_k - n_q if causal else BAND_OPEN)
+            layout.lo, layout.hi = band if band is not None else open_
+        u64, i32, f32 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_float
+        # Pointer slots, rewritten per call: Q K V O dO LSE dQ dK dV L2 D dQacc tickets.
+        self.slots = slots = [u64() for _ in range(13)]
+        maps = []
+        for t, rows in ((q, fb.BLOCK_QUERIES), (k, fb.BLOCK_KEYS), (v, fb.BLOCK_KEYS),
+                        (do, fb.BLOCK_QUERIES)):  # fmt: skip
+            m = tensor_map(t.data_ptr(), t.shape, normal_strides(t.shape, t.stride()), rows)
+            copy = _TensorMap()  # the cache's maps are shared: re-point a copy of its own
+            ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(m), ctypes.sizeof(copy))
+            maps.append(copy)
+        self.maps = maps
+        self.map_ptrs = tuple(ctypes.addressof(m) for m in maps)
+        rows = self.rows
+        quads = self.acc_floats // 4
+        s = slots
+        pre_args = (s[3], s[4], s[5], s[9], s[10], i32(n_q), i32(n_pad), i32(rows), layout)
+        main_args = (*maps, s[9], s[10], s[11], s[7], s[8], s[12], i32(n_q), i32(n_k),
+                     i32(n_pad), f32(scale), f32(scale * LOG2E), i32(int(causal)), layout)  # fmt: skip
+        post_args = (s[11], s[6], i32(n_q), i32(nblk), ctypes.c_int64(quads), f32(scale), layout)
+        launch = _launch_fn()
+        self.launches = []
+        for fn, grid, block, smem, args in (
+            (pre, (-(-rows // 8), 1, 1), 256, 0, pre_args),
+            (main, (-(-n_k // fb.BLOCK_KEYS), b * hk, 1), fb.WS_THREADS, fb.smem_bytes(d, mode),
+             main_args),
+            (post, (-(-quads // 256), 1, 1), 256, 0, post_args),
+        ):  # fmt: skip
+            params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
+            call = functools.partial(launch, int(fn.kernel.ptr), *grid, block, 1, 1, smem)
+            self.launches.append((call, params, args))
+        self.device = q.device.index
+
+    def run(self, torch: Any, ptrs: list[int]) -> None:
+        """The three launches on tensors at these addresses (Q K V O dO LSE dQ dK dV) on
+        torch's current stream, with the stream's workspace (_workspace): the dQ accumulator
+        and tickets zeroed, then L2 and D (written whole by the preprocess)."""
+        from .flash_launch import _INVALID_CONTEXT, _replace_address_fn
+
+        device = self.device
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        replace = _replace_address_fn()
+        with _WORK_LOCK:  # one stream's workspace: its zeroing and launches queued together
+            work = _workspace(torch, device, stream, self.work_floats)
+            work[: self.zeroed].zero_()
+            base = work.data_ptr()
+            l2, dsum = base + 4 * self.zeroed, base + 4 * (self.zeroed + self.rows)
+            ptrs += [l2, dsum, base, base + 4 * self.acc_floats]  # dQacc, then the tickets
+            for m, p in zip(self.map_ptrs, (ptrs[0], ptrs[1], ptrs[2], ptrs[4]), strict=True):
+                if replace(m, p) != 0:
+                    raise RuntimeError("cuTensorMapReplaceAddress failed on the backward's maps")
+            for slot, p in zip(self.slots, ptrs, strict=True):
+                slot.value = p
+            for call, params, _args in self.launches:
+                rc = call(stream, params, None)
+                if rc == _INVALID_CONTEXT:  # a thread that never made the device current
+                    import cupy
+
+                    cupy.cuda.runtime.setDevice(device)
+                    rc = call(stream, params, None)
+                if rc != 0:
+                    raise RuntimeError(f"cuLaunchKernel of the backward failed with CUresult {rc}")
+
+
+_WORK: dict[tuple, Any] = {}  # (device, stream) -> float32 workspace (grown, never shrunk)
+_WORK_LOCK = threading.Lock()
+
+
+def _workspace(torch: Any, device: int, stream: int, floats: int) -> Any:
+    """A float32 tensor of at least `floats` elements for one backward on `stream`: the
+    stream's cached buffer (kernels on one stream run in order, so one call's use of it ends
+    before the next call's zeroing starts), or a fresh one while the stream is captured
+    into a CUDA graph (the graph then owns its own)."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty((floats,), dtype=torch.float32, device=device)
+    work = _WORK.get((device, stream))
+    if work is None or work.numel() < floats:
+        work = torch.empty((floats,), dtype=torch.float32, device=device)
+        _WORK[device, stream] = work
+    return work
 
 
 def cupy_alias(torch: Any, t: Any) -> Any:

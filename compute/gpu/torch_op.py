@@ -33,8 +33,11 @@ gradient the kernels cannot address).
 
 GQA / MQA (K and V with heads dividing q's, ``enable_gqa=True`` as in SDPA): the kernels read
 K/V head h // group for query head h, and the backward kernel sums dK, dV over the group
-itself (the CTA that owns a K/V tile streams all of its group's query heads); nothing is
-repeated or reduced afterwards, with the causal mask or without.
+itself (the CTA that owns a K/V tile streams all of its group's query heads), so nothing
+is repeated or reduced afterwards; except for the causal backward on long sequences with
+few K/V key blocks (``_spread_group``: a Llama layer at batch 1), where that CTA's work
+would set the time: there K and V are repeated to q's heads, the kernel runs one CTA per
+query head's key block, and dK, dV are summed over the group after it.
 
 Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r sees keys
 c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
@@ -42,9 +45,11 @@ kernel's own; rows that see no key give zeros). Top-left with N_q < N_k runs the
 the first N_q keys (views of those rows of K and V; dK, dV are zero past them); top-left
 with N_q > N_k runs two launches on views of q and O (``_split``): the first N_k rows
 causal, the rows after them full attention (they see every key); its backward is two calls
-whose dK, dV are added. The two agree when N_q = N_k. Sliding windows (``window=``,
-forward only): the ws kernel's band variant, each query block reading only the key tiles
-its rows' window touches. No attn_mask or dropout.
+whose dK, dV are added. The two agree when N_q = N_k. Sliding windows (``window=``): the
+ws kernel's band variant, each query block reading only the key tiles its rows' window
+touches; with inputs that need a gradient only where the backward takes the band too
+(``torch_launch.backward_takes_band``: issue 30's kernel), refused in one sentence
+otherwise. No attn_mask or dropout.
 
 torch is optional: importing this module (or ``compute.gpu``) never imports it; calling
 ``torch_attention`` without torch installed raises ImportError with one sentence.
@@ -230,12 +235,16 @@ def _key_grad(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
 
 def _backward(
     q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float, n_k: int,
-    deterministic: bool = False, split: int = 0,
+    deterministic: bool = False, split: int = 0, gqa: str | None = None,
+    band: tuple[int, int] | None = None,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(dQ, dK, dV) on prepared tensors (and O, LSE as _forward gave them): the kernels read
     them where they are and write into gradients allocated here, dK and dV of n_k rows;
     `deterministic` selects flash_attention_backward's bitwise repeatable mode; `split` as
-    _forward's (two backward calls, the second's dK and dV added to the first's)."""
+    _forward's (two backward calls, the second's dK and dV added to the first's). GQA's
+    group: `gqa` None chooses (_spread_group), "kernel" or "spread" forces one (benchmarks).
+    `band`: the forward's sliding window (_mask; causal then False), for a backward that
+    takes one (torch_launch.backward_takes_band)."""
     from . import torch_launch
 
     torch = _torch()
@@ -255,11 +264,63 @@ def _backward(
         (dk, dv), (dk_rest, dv_rest) = grads
         return dq, dk.add_(dk_rest), dv.add_(dv_rest)
     (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
-    torch_launch.backward(
-        q, k, v, _readable(o), _readable(do), lse, causal, scale, out=(dq, dk_seen, dv_seen),
-        deterministic=deterministic,
-    )  # fmt: skip
+    o, do = _readable(o), _readable(do)
+    if gqa == "spread" or (gqa is None and _spread_group(q, k, causal)):
+        b, hk, seen, d = k.shape
+        shape, group = (b, q.shape[1], seen, d), q.shape[1] // hk
+        k_all, v_all = (t[:, :, None].expand(b, hk, group, seen, d).reshape(shape) for t in (k, v))
+        dk_all, dv_all = torch.empty_like(k_all), torch.empty_like(v_all)
+        torch_launch.backward(q, k_all, v_all, o, do, lse, causal, scale,
+                              out=(dq, dk_all, dv_all), deterministic=deterministic,
+                              **_band_kw(band))  # fmt: skip
+        torch.sum(dk_all.view(b, hk, group, seen, d), 2, out=dk_seen)
+        torch.sum(dv_all.view(b, hk, group, seen, d), 2, out=dv_seen)
+        return dq, dk, dv
+    torch_launch.backward(q, k, v, o, do, lse, causal, scale, out=(dq, dk_seen, dv_seen),
+                          deterministic=deterministic, **_band_kw(band))  # fmt: skip
     return dq, dk, dv
+
+
+def _band_kw(band: tuple[int, int] | None) -> dict:
+    """torch_launch.backward's band keyword, given only with a band (so a stand-in or a
+    backward without windows sees the call it always saw)."""
+    return {} if band is None else {"band": band}
+
+
+def _grad_windows() -> bool:
+    """Whether inputs that need a gradient may have a window: the backward takes a band."""
+    from .torch_launch import backward_takes_band
+
+    return backward_takes_band()
+
+
+# Measured (TORCH_OP_NOTES.md, "The backward's GQA, two ways"): the spread won at N_k = 4096
+# with the kernel's CTAs filling 0.97 and 1.94 waves (by 9-17%), lost at 3.88 waves (by 1-3%)
+# and at N_k = 1024 even at 0.97 waves (the kernel's short CTAs are not unbalanced enough to
+# pay for the repeat and the sum).
+SPREAD_BELOW_WAVES = 2.0
+SPREAD_MIN_KEYS = 4096
+
+
+def _spread_group(q: Any, k: Any, causal: bool) -> bool:
+    """Whether the causal GQA backward runs with K and V repeated to q's heads and dK, dV
+    summed afterwards, instead of the kernel's own group loop. The kernel gives each K/V
+    key block one CTA that streams its whole group's query heads, so with the causal mask
+    the CTA of the first key block does `group` times the longest work of a query head's:
+    when those CTAs fill fewer than SPREAD_BELOW_WAVES waves of the GPU and the keys are
+    many (SPREAD_MIN_KEYS), the longest CTA sets the time and one CTA per query head (the
+    repeat and the sum cost two passes over K, V and their gradients) balances it."""
+    b, h = q.shape[:2]
+    hk, n_k = k.shape[1], k.shape[2]
+    if not causal or hk == h or n_k < SPREAD_MIN_KEYS or not q.is_cuda:
+        return False
+    ctas = b * hk * -(-n_k // 128)
+    return ctas < SPREAD_BELOW_WAVES * _sm_count(q.device.index)
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    return _torch().cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
@@ -269,19 +330,21 @@ def _function() -> Any:
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str, det: bool):
+        def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str, det: bool,
+                    band=None):  # fmt: skip
             n_k = k.shape[2]
             qp, kp, vp = _prepare(q, k, v, is_causal, align)
             split = _split(q, k, is_causal, align)
-            o, lse = _forward(qp, kp, vp, is_causal, scale, q, split)
+            o, lse = _forward(qp, kp, vp, is_causal, scale, q, split, band)
             ctx.save_for_backward(qp, kp, vp, o, lse)
             ctx.args = (is_causal, scale, n_k, det, split)
+            ctx.band = band
             return o
 
         @staticmethod
         def backward(ctx, do):
-            dq, dk, dv = _backward(*ctx.saved_tensors, do, *ctx.args)
-            return dq, dk, dv, None, None, None, None
+            dq, dk, dv = _backward(*ctx.saved_tensors, do, *ctx.args, band=ctx.band)
+            return dq, dk, dv, None, None, None, None, None
 
     return FlashAttention
 
@@ -322,36 +385,42 @@ def _register_ops() -> bool:
     @lib.custom_op(
         f"{NAMESPACE}::attention_backward", mutates_args=(),
         schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor do, bool is_causal,"
-        " float scale, str causal_align, bool deterministic=False) -> (Tensor, Tensor, Tensor)",
+        " float scale, str causal_align, bool deterministic=False, int window_left=-1,"
+        " int window_right=-1) -> (Tensor, Tensor, Tensor)",
     )  # fmt: skip
     def attention_backward(q, k, v, o, lse, do, is_causal, scale, causal_align,
-                           deterministic=False):  # fmt: skip
-        n_k, split = k.shape[2], _split(q, k, is_causal, causal_align)
-        q, k, v = _prepare(q, k, v, is_causal, causal_align)
-        return _backward(q, k, v, o, lse, do, is_causal, scale, n_k, deterministic, split)
+                           deterministic=False, window_left=-1, window_right=-1):  # fmt: skip
+        window = None if window_left == window_right == -1 else (window_left, window_right)
+        causal, band = _mask(q, k, is_causal, window, causal_align)
+        n_k, split = k.shape[2], _split(q, k, causal, causal_align)
+        q, k, v = _prepare(q, k, v, causal, causal_align)
+        return _backward(q, k, v, o, lse, do, causal, scale, n_k, deterministic, split,
+                         band=band)  # fmt: skip
 
     @attention_backward.register_fake
-    def _(q, k, v, o, lse, do, is_causal, scale, causal_align, deterministic=False):
+    def _(q, k, v, o, lse, do, is_causal, scale, causal_align, deterministic=False,
+          window_left=-1, window_right=-1):  # fmt: skip
+        window = None if window_left == window_right == -1 else (window_left, window_right)
+        causal = _mask(q, k, is_causal, window, causal_align)[0]
         n_k = k.shape[2]  # the same strides as the real gradients (_key_grad)
-        k, v = _seen_keys(q, k, v, is_causal, causal_align)
+        k, v = _seen_keys(q, k, v, causal, causal_align)
         return _empty_out(torch, q), _key_grad(torch, k, n_k)[0], _key_grad(torch, v, n_k)[0]
 
     def setup_context(ctx, inputs, output):
         q, k, v, is_causal, scale, causal_align, *rest = inputs
         deterministic = bool(rest[0]) if rest else False
-        if len(rest) == 3 and tuple(rest[1:]) != (-1, -1):
-            causal, band = _mask(q, k, is_causal, tuple(rest[1:]), causal_align)
-            if band is not None:
+        window = tuple(rest[1:]) if len(rest) == 3 else (-1, -1)
+        if window != (-1, -1) and _mask(q, k, is_causal, window, causal_align)[1]:
+            if not _grad_windows():
                 raise ValueError(_NO_WINDOW_GRAD)
-            is_causal = causal  # a window that is plain causal
         ctx.save_for_backward(q, k, v, *output)
         ctx.mark_non_differentiable(output[1])  # LSE: saved for the backward, not an output
-        ctx.args = (is_causal, scale, causal_align, deterministic)
+        ctx.args = (is_causal, scale, causal_align, deterministic, *window)
 
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
         grads = attention_backward(q, k, v, o, lse, do, *ctx.args)
-        return *grads, None, None, None, None
+        return *grads, None, None, None, None, None, None
 
     attention_forward.register_autograd(backward, setup_context=setup_context)
     _OPS_READY = True
@@ -378,15 +447,17 @@ def torch_attention(
     ``window=(left, right)`` is FlashAttention's ``window_size`` (-1 = unbounded; with
     is_causal, right = 0), aligned as ``causal_align`` says: query row r sees keys
     r + off - left <= c <= r + off + right (compute/mask.py's meaning); each query block
-    reads only the key tiles its window touches. Windows run in the forward only for now:
-    with an input that needs a gradient they are refused. Returns a tensor shaped (batch, heads, N_q, d), typed as q, with q's strides when they
-    are dense (module docstring), else contiguous.
+    reads only the key tiles its window touches. With an input that needs a gradient a
+    window needs a backward that takes it (module docstring), else it is refused. Returns a
+    tensor shaped (batch, heads, N_q, d), typed as q, with q's strides when they are dense
+    (module docstring), else contiguous.
     """
     torch = _torch()
     if torch.compiler.is_compiling():  # traced: checks in Python, then the library op
         scale = _checked_scale(torch, q, k, v, is_causal, scale, enable_gqa, causal_align,
                                window)  # fmt: skip
-        if _mask(q, k, bool(is_causal), window, causal_align)[1] and _needs_grad(torch, q, k, v):
+        band = _mask(q, k, bool(is_causal), window, causal_align)[1]
+        if band and _needs_grad(torch, q, k, v) and not _grad_windows():
             raise ValueError(_NO_WINDOW_GRAD)
         _register_ops()
         op = getattr(torch.ops, NAMESPACE).attention_forward
@@ -409,10 +480,10 @@ def torch_attention(
         if sig is not None and len(_CALLS) < _CALLS_MAX:
             _CALLS[sig] = call
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        if call.band is not None:
+        if call.band is not None and not _grad_windows():
             raise ValueError(_NO_WINDOW_GRAD)
         return _function().apply(
-            q, k, v, call.causal, call.scale, causal_align, bool(deterministic)
+            q, k, v, call.causal, call.scale, causal_align, bool(deterministic), call.band
         )
     if (
         call.split or not call.in_place

@@ -270,6 +270,7 @@ class LedgerPanel(FollowsPalette, QWidget):
         # Log axes already read 10³…10⁹; an SI factor on top ("×1e+09", ticks 10⁻⁹…0.1) is
         # what pyqtgraph adds once a curve passes 10⁹ (a training step at large N).
         item.getAxis("left").enableAutoSIPrefix(False)
+        item.getAxis("bottom").enableAutoSIPrefix(False)  # N < 10⁹: none would be chosen
         item.setMenuEnabled(False)
         # A figure, not a canvas: the wheel zoomed it to 10⁻²⁶², and only a tiny "A"
         # button brought it back. The view follows the data; the wheel scrolls the panel.

@@ -26,20 +26,18 @@ from PySide6.QtWidgets import (
 
 from desktop.panels.backward_stats import BackwardStats
 from desktop.panels.fit_label import FitLabel
+from desktop.panels.pending_cover import PendingCover
 from desktop.panels.sparse_axis import SparseAxis
 from desktop.scene.row_series import (
     FORMULAS,
     MAX_COLOURED,
     SCALAR_COLORS,
     STEP_X,
-    active_steps,
+    StatsCurves,
     dense_output_row,
-    envelope_bundle,
-    finite_range,
     fmt,
     fmt_vec,
-    row_series,
-    step_bundle,
+    stats_curves,
     zoom_window,
 )
 from desktop.state.app_state import AppState
@@ -84,7 +82,7 @@ class StatsPanel(FollowsPalette, QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self._series: dict[str, np.ndarray] | None = None
+        self._series: StatsCurves | None = None  # the row's curves (None: not plotted)
         self._x_window: tuple[int, int] | None = None  # the 0-based steps plotted
         grid = self._build_readouts()
         self._build_plots()
@@ -99,6 +97,9 @@ class StatsPanel(FollowsPalette, QWidget):
         self.mask_note.hide()
         layout.addWidget(self.mask_note)
         layout.addWidget(self.plots, 1)
+        # A streamed trace's curves come with its second tier (app_state.PARTS).
+        self.plots_cover = PendingCover(self.plots, "computing the row's curves…")
+        self.plots_cover.setObjectName("plots_cover")
         # Which colour is which component of a and a/ℓ (the plots draw no legend over
         # the curves).
         self.components_label = QLabel()
@@ -196,6 +197,10 @@ class StatsPanel(FollowsPalette, QWidget):
             item.setMenuEnabled(False)
             item.hideButtons()
             item.setMouseEnabled(x=False, y=False)  # the view follows the step, not the wheel
+            for name in ("left", "bottom"):
+                # No unit on any axis, so no prefix to choose; choosing it re-typeset
+                # each axis's label on every range change (~6 ms a change).
+                item.getAxis(name).enableAutoSIPrefix(False)
             if k:
                 item.setXLink(self._items["m"])
             if k < len(PLOTS) - 1:
@@ -256,62 +261,53 @@ class StatsPanel(FollowsPalette, QWidget):
         for w in (self.plots, self.components_label, *self._forward_widgets):
             w.setVisible(forward)
         self._set_outputs(trace, row)
-        if not forward:  # the row's online-softmax history would only feed hidden plots
-            self._series = None
+        self._series = None
+        waiting = forward and "plots" in self.state.pending_parts
+        self.plots_cover.cover(waiting)
+        if not forward or waiting:  # no plots shown, or not yet: the read-outs only
+            self._on_step(self.state.step)
             return
-        s = self._series = row_series(trace, row)
-        # Step curves: a value holds from its update step to the next; the edges sit at
-        # half steps so the marker at step t is inside the value shown after step t.
-        x = s["edges"] + STEP_X
-        m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
-        for key, y in (("m", m), ("l", s["l"]), ("alpha", s["alpha"])):
+        c = self._series = stats_curves(trace, row)  # made on the worker with the trace
+        for key, y in c.scalars.items():
             (curve,) = self._curves_for(key, 1)
             curve.setPen(pg.mkPen(SCALAR_COLORS[key], width=2))
-            curve.setData(x, np.asarray(y, dtype=float), stepMode="center")
-        ref = trace.reference_rows(row, row + 1)[0]
-        span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
+            curve.setData(c.x, y, stepMode="center")
         d_v = trace.schedule.d_v
         self.components_label.setText(components_legend(d_v))
-        if d_v <= MAX_COLOURED:
+        if c.coloured:
             # One coloured curve per component; the same colour for a, a/ℓ and its target.
             for k, curve in enumerate(self._curves_for("a", d_v)):
-                curve.setData(x, s["a"][:, k], stepMode="center")
+                curve.setData(c.x, c.a[:, k], stepMode="center")
             for k, curve in enumerate(self._curves_for("out", d_v)):
-                curve.setData(x, s["out"][:, k], stepMode="center")
+                curve.setData(c.x, c.out[:, k], stepMode="center")
             for k, curve in enumerate(self._curves_for("out", d_v, dashed=True)):
-                curve.setData(span, np.full(2, ref[k]))
-            bundles = ((None, None), (None, None), (None, None))
+                curve.setData(c.span, np.full(2, c.ref[k]))
         else:
             # Many components: every one is drawn, but as one bundle item per plot, so a
             # repaint costs one item, not d_v of them.
             for key in ("a", "out"):
                 self._curves_for(key, 0)
             self._curves_for("out", 0, dashed=True)
-            # Targets as short dashes at the right end, where a/ℓ arrives: 64 full-width
-            # dashed lines would hide the curves.
-            tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5]) + STEP_X
-            bundles = (
-                envelope_bundle(x, s["a"]),
-                envelope_bundle(x, s["out"]),
-                step_bundle(tail, np.tile(ref, (1, 1))),
-            )
-        for (bx, by), item in zip(bundles, self._bundles, strict=True):
+        for (bx, by), item in zip(c.bundles, self._bundles, strict=True):
             item.setData([] if bx is None else bx, [] if by is None else by)
         # Ranges from the series directly: cheaper than pyqtgraph's auto-range, which
         # walks every curve's bounds again on each repaint.
-        ys = {"m": m, "l": s["l"], "alpha": s["alpha"], "a": s["a"], "out": (s["out"], ref)}
         for key, item in self._items.items():
-            lo, hi = finite_range(ys[key])
             item.disableAutoRange()
-            item.setYRange(lo, hi, padding=0.06)
-        self._active = active_steps(trace, row)
+            item.setYRange(*c.ranges[key], padding=0.06)
+        self._active = c.active
         self._x_window = None
         self._on_step(self.state.step)
 
-    def _on_parts(self, _pending: frozenset) -> None:
-        """A part arrived: the all-rows error is filled in (nothing else waits on it)."""
-        if self.state.trace is not None:
-            self._set_outputs(self.state.trace, self.state.row)
+    def _on_parts(self, pending: frozenset) -> None:
+        """The second tier arrived: the row's curves and the all-rows error."""
+        trace = self.state.trace
+        if trace is None:
+            return
+        if self._series is None and "plots" not in pending and trace.pass_name != "backward":
+            self._rebuild()
+        else:
+            self._set_outputs(trace, self.state.row)
 
     def _set_outputs(self, trace, row: int) -> None:
         """The output read-outs (shown in every pass): dense O, O_ref and the error."""
@@ -326,7 +322,11 @@ class StatsPanel(FollowsPalette, QWidget):
         self.mask_note.setText(why or "")
         self.mask_note.setVisible(why is not None)
         if "errors" in self.state.pending_parts:  # all rows' error needs all of S
-            self.labels["error"].setText(f"this row {fmt(err_row)}, all rows computing…")
+            # The same words around it as the number will have: the label wraps where it
+            # will then, so the plots below are not resized (and repainted) twice a change.
+            self.labels["error"].setText(
+                error_text(err_row, float("nan"), trace.dtype).replace("nan", "computing…")
+            )
         else:
             self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
 
@@ -345,12 +345,13 @@ class StatsPanel(FollowsPalette, QWidget):
             self._items["m"].setXRange(lo - 0.5 + STEP_X, hi + 0.5 + STEP_X, padding=0.01)
 
     def _on_step(self, step: int) -> None:
-        trace, s = self.state.trace, self._series
-        if trace is None or s is None or step >= trace.n_steps:
+        trace = self.state.trace
+        if trace is None or step >= trace.n_steps or trace.pass_name == "backward":
             return
-        for marker in self._markers:
-            marker.setPos(step + STEP_X)
-        self._set_x_range()
+        if self._series is not None:
+            for marker in self._markers:
+                marker.setPos(step + STEP_X)
+            self._set_x_range()
         core = trace.row_state(self.state.row, step)  # the core's numbers, shown as they are
         self.labels["m"].setText(fmt(core.m))
         self.labels["l"].setText(fmt(core.l))

@@ -251,15 +251,14 @@ FIRST_TIER = frozenset({"Q", "K", "V", "S"})  # heatmaps exact without all of S
 PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
-# Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) it costs
-# less than the second paint that streaming adds: at N = 1024, d = 64 (134M) streaming
-# took complete_ms from 200 to 640 ms and did not bring first_ms down (bench-gui, 2-core).
-STREAM_WORK = 1 << 28
+# Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) a forward
+# or a training step comes in one tier: below it the second paint that streaming adds
+# costs more than the first tier saves. From N = 1024, d = 64 up (134M) the first paint
+# comes at about half the time for about a quarter more until the last part
+# (assets/benchmarks/interactive/NOTES.md, round 39).
+STREAM_WORK = 1 << 27
 # A backward's first tier is its rows' alone, a small part of its complete work (the
-# forward's pass, then the gradients'), so it streams from a quarter of that size. A
-# training step's first tier holds the forward's too: it keeps STREAM_WORK (streamed
-# smaller, its first paint gained little and its last came much later; see
-# assets/benchmarks/interactive/NOTES.md).
+# forward's pass, then the gradients'), so it streams from half of that size.
 BACKWARD_STREAM_WORK = 1 << 26
 
 

@@ -7,6 +7,10 @@ compare what the panel shows with what the core holds.
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
+from weakref import WeakKeyDictionary
+
 import numpy as np
 
 from compute import Trace
@@ -152,3 +156,75 @@ def zoom_window(active: tuple[int, int], step: int, n_steps: int) -> tuple[int, 
     elif hi < step <= hi + width:
         hi = min(n_steps - 1, hi + -(-(step - hi) // quarter) * quarter)
     return lo, hi
+
+
+@dataclass(frozen=True)
+class StatsCurves:
+    """Everything the statistics panel plots for one row, as arrays: made on the build's
+    worker with the first tier (stats_curves), so the GUI thread only hands them over."""
+
+    x: np.ndarray  # step edges, 1-based (the curves' x)
+    scalars: dict[str, np.ndarray]  # m (−∞ as NaN), ℓ, α per value
+    a: np.ndarray  # (values, d_v)
+    out: np.ndarray  # a/ℓ (values, d_v)
+    ref: np.ndarray  # the row's float64 output (d_v,)
+    span: np.ndarray  # the whole run's x extent (the targets' dashes, coloured case)
+    bundles: tuple  # (x, y) of the a, a/ℓ and target bundles; (None, None) when coloured
+    ranges: dict[str, tuple[float, float]]  # each plot's y range (finite values)
+    active: tuple[int, int]  # the row's first and last update step
+
+    @property
+    def coloured(self) -> bool:
+        return self.a.shape[1] <= MAX_COLOURED
+
+
+_CURVES: WeakKeyDictionary = WeakKeyDictionary()  # trace -> {row: StatsCurves}
+_CURVES_LOCK = threading.Lock()  # the worker fills a new trace's entry, the GUI reads
+CURVE_ROWS = 4  # rows kept per trace (the selected row and the few before it)
+
+
+def stats_curves(trace: Trace, row: int) -> StatsCurves:
+    """The row's StatsCurves, made on first use and kept with the trace."""
+    with _CURVES_LOCK:
+        held = _CURVES.setdefault(trace, {})
+        found = held.get(row)
+    if found is not None:
+        return found
+    made = _make_curves(trace, row)
+    with _CURVES_LOCK:
+        held.pop(row, None)
+        held[row] = made
+        while len(held) > CURVE_ROWS:
+            del held[next(iter(held))]
+    return made
+
+
+def _make_curves(trace: Trace, row: int) -> StatsCurves:
+    s = row_series(trace, row)
+    # Step curves: a value holds from its update step to the next; the edges sit at
+    # half steps so the marker at step t is inside the value shown after step t.
+    x = s["edges"] + STEP_X
+    m = np.where(np.isfinite(s["m"]), s["m"], np.nan)
+    scalars = {
+        "m": m,
+        "l": np.asarray(s["l"], dtype=float),
+        "alpha": np.asarray(s["alpha"], dtype=float),
+    }
+    ref = trace.reference_rows(row, row + 1)[0]
+    span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
+    if trace.schedule.d_v <= MAX_COLOURED:
+        bundles = ((None, None), (None, None), (None, None))
+    else:
+        # Targets as short dashes at the right end, where a/ℓ arrives: 64 full-width
+        # dashed lines would hide the curves.
+        tail = np.array([0.85 * trace.n_steps, trace.n_steps - 0.5]) + STEP_X
+        bundles = (
+            envelope_bundle(x, s["a"]),
+            envelope_bundle(x, s["out"]),
+            step_bundle(tail, np.tile(ref, (1, 1))),
+        )
+    ys = {"m": m, "l": s["l"], "alpha": s["alpha"], "a": s["a"], "out": (s["out"], ref)}
+    ranges = {key: finite_range(values) for key, values in ys.items()}
+    return StatsCurves(
+        x, scalars, s["a"], s["out"], ref, span, bundles, ranges, active_steps(trace, row)
+    )

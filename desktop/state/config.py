@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import compute
 from compute import InputError, Inputs, Problem, Trace
 from compute import numbers as numbers_cache
+from compute.chunk_pool import CHUNK_THREADS
 from compute.cli_fields import mask_of
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.full_pass import CHUNK_ELEMENTS
@@ -354,9 +355,10 @@ def _cache_entry_bytes(config: Config) -> int:
 
 
 def _chunk_elements(config: Config) -> int:
-    """Scores in one chunk of compute.full_pass's rows (aligned up to a display cell)."""
+    """Scores in the chunks of compute.full_pass's rows held at once (each aligned up to
+    a display cell; compute.chunk_pool runs CHUNK_THREADS of them together)."""
     rows = max(1, CHUNK_ELEMENTS // config.n_k) + math.ceil(config.n / DISPLAY_CELLS)
-    return min(config.n, rows) * config.n_k
+    return min(config.n, CHUNK_THREADS * rows) * config.n_k
 
 
 def _cached_bytes(config: Config) -> int:

@@ -35,6 +35,7 @@ from desktop.scene.render import (
     prepare_images,
     streams,
 )
+from desktop.scene.row_series import stats_curves
 from desktop.state.config import BudgetError, Config, build
 
 
@@ -121,6 +122,7 @@ def build_all(
             if trace.backward is not None:
                 trace.backward.backward_summary(DISPLAY_CAP, check)
         images = prepare_images(trace)
+        _all_rows(trace)
         if row is not None:  # the selected rows' numbers here, not on the GUI thread
             _selected_rows(trace, row)
             _selected_key(trace, key)
@@ -132,9 +134,17 @@ def build_all(
         check()
     on_first(config, trace, first)
     images = complete_images(trace, first, check)
+    _all_rows(trace)
     if row is not None:  # every row's L and D are in now
         _selected_key(trace, key)
     return config, trace, images
+
+
+def _all_rows(trace) -> None:
+    """The all-rows numbers the window reads on arrival (the maximum error, the overflow
+    sentence), made here once the tiled output is in, not on the GUI thread."""
+    trace.forward.max_abs_error  # noqa: B018 (cached on first read)
+    trace.forward.overflow  # noqa: B018
 
 
 def _selected_rows(trace, row: int) -> None:
@@ -144,11 +154,11 @@ def _selected_rows(trace, row: int) -> None:
     made once here, on the worker, not on the GUI thread."""
     s = trace.schedule
     row = min(row, s.n_q - 1)
-    if trace.pass_name != "backward":
-        trace.forward.block_history(row // s.block_q)
     r0, r1 = s.rows(row // s.block_q)  # its block's chunks (they hold the row)
     trace.forward.dense_rows(r0, r1)
     trace.forward.tiled_output_rows(r0, r1)
+    if trace.pass_name != "backward":  # the plots' curves (the block's history first)
+        stats_curves(trace, row)
     if trace.backward is not None:
         trace.backward.backward_block(row // s.block_q).make_all()
 

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from compute.attention import overflow_notice
 from desktop import version
 from desktop.decode.view import DecodeView
 from desktop.lanes.legend import Legend
@@ -386,7 +385,7 @@ class MainWindow(QMainWindow):
         t = self.state.trace
         if t is None or "errors" in self.state.pending_parts:
             return ""  # checked once the pass over S has the tiled output
-        return overflow_notice(t.q, t.k, t.v, t.dtype, t.tiled_output) or ""
+        return t.overflow or ""
 
     def _show_overflow(self, _trace: object) -> None:
         text = self.overflow_text()

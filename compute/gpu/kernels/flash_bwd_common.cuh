@@ -226,19 +226,9 @@ __device__ __forceinline__ void fb_issue_dq(float* dq, u32 ds, u32 kpanel) {
     fa_wgmma_commit();
 }
 
-// MODES 4, 5: the 64 x 64 fp32 dQ tile in accumulator order (thread w of the warpgroup writes
-// dq[4 j .. 4 j + 3] at float4 j * 128 + w: conflict-free 16-byte stores) into buf, one of the
-// warpgroup's two buffers, then one bulk reduction of it by the warpgroup's first thread into
-// the accumulator's chunk (held in the same order; flash_bwd_post_frag undoes it). DET: key
-// block kb adds block i's tile in its turn (causal: the last contributing key block first).
-// bar: the warpgroup's named barrier (fb_wg_bar's argument); gridDim.x is the key-block count.
-template <bool DET>
-__device__ __forceinline__ void fb_dq_bulk(const float* dq, u32 buf, int wtid, int bar,
-                                           float* __restrict__ dQacc, int* __restrict__ sems,
-                                           long long chunk, int i, int offset, int kb,
-                                           int causal) {
-    if (wtid == 0) fb_bulk_wait_read<1>();  // this buffer's last reduction has read it
-    fb_wg_bar(bar);
+// The 64 x 64 fp32 dQ tile into buf in accumulator order (fb_dq_bulk's), then the proxy
+// fence that lets the bulk copy engine read it after a barrier.
+__device__ __forceinline__ void fb_dq_store(const float* dq, u32 buf, int wtid) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
@@ -246,18 +236,38 @@ __device__ __forceinline__ void fb_dq_bulk(const float* dq, u32 buf, int wtid, i
                      "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]));
     }
     fa_fence_proxy_async();
+}
+
+// MODES 4, 5: the 64 x 64 fp32 dQ tile in accumulator order (thread w of the warpgroup writes
+// dq[4 j .. 4 j + 3] at float4 j * 128 + w: conflict-free 16-byte stores) into buf, one of the
+// warpgroup's two buffers, then one bulk reduction of it by the warpgroup's first thread into
+// the accumulator's chunk (held in the same order; flash_bwd_post_frag undoes it). DET: key
+// block kb adds block i's tile in its turn (causal: the last contributing key block first).
+// bar: the warpgroup's named barrier (fb_wg_bar's argument); want: DET's ticket, the number
+// of key blocks that add the chunk before this one (fb_ticket).
+template <bool DET>
+__device__ __forceinline__ void fb_dq_bulk(const float* dq, u32 buf, int wtid, int bar,
+                                           float* __restrict__ dQacc, int* __restrict__ sems,
+                                           long long chunk, int want) {
+    if (wtid == 0) fb_bulk_wait_read<1>();  // this buffer's last reduction has read it
+    fb_wg_bar(bar);
+    fb_dq_store(dq, buf, wtid);
     fb_wg_bar(bar);
     if (wtid == 0) {
-        if constexpr (DET) {
-            const int last = min(static_cast<int>(gridDim.x) - 1,
-                                 (i * FB_BM + FB_BM - 1 + offset) / FB_BN);
-            fb_sem_wait(sems + chunk, causal ? last - kb : kb);
-        }
+        if constexpr (DET) fb_sem_wait(sems + chunk, want);
         fb_bulk_add(dQacc + chunk * 4096, buf, 16384u);
         if constexpr (DET) fb_sem_release(sems + chunk);
     }
 }
 #endif
+
+// DET's ticket of key block kb for query block i: the key blocks add in turn, causal from the
+// last that block i sees (the grid is launched reversed), else from the first; gridDim.x is
+// the key-block count.
+__device__ __forceinline__ int fb_ticket(int i, int offset, int kb, int causal) {
+    const int last = min(static_cast<int>(gridDim.x) - 1, (i * FB_BM + FB_BM - 1 + offset) / FB_BN);
+    return causal ? last - kb : kb;
+}
 
 // Causal: the first query block that sees key k0 (block i is needed iff its last row does:
 // 64 i + 63 + offset >= k0, offset = Nk - Nq); 0 without the mask.

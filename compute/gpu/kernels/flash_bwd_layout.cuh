@@ -20,6 +20,9 @@ struct FbwLayout {
     long long dv_b, dv_h, dv_r;
     int heads;  // query heads per batch
     int group;  // query heads per K/V head (1 without GQA)
+    // flash_bwd_ws: query row r sees keys r + lo <= c <= r + hi (a band; causal: hi = N_k -
+    // N_q; flash_launch.BAND_OPEN for an unbounded side).
+    int lo, hi;
 };
 
 // 1. flash_bwd_pre on strided O and dO: D and L2 for every padded row, one warp per row.

@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(FB_NT, 1)
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
             const u32 buf = sDQ + static_cast<u32>(wg * 2 + (ntile & 1)) * 16384u;
             const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? wg : 0);
-            fb_dq_bulk<DET>(dq, buf, tid & 127, wg, dQacc, sems, chunk, i, offset, kb, causal);
+            fb_dq_bulk<DET>(dq, buf, tid & 127, wg, dQacc, sems, chunk,
+                            DET ? fb_ticket(i, offset, kb, causal) : 0);
             ++ntile;
         } else if (dq_here) {
 #pragma unroll

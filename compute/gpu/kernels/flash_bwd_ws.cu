@@ -10,7 +10,11 @@
 //   * warpgroups 1 and 2 (240 registers each) compute as before, waiting on the mbarriers
 //     instead of cp.async groups and CTA barriers. The one barrier left per query block is
 //     the dSᵀ hand-off between the two consumers (named barrier 1, 256 threads); dSᵀ is
-//     double-buffered, so the next block's stores need no second barrier.
+//     double-buffered, so the next block's stores need no second barrier. Their per-block
+//     steps are flash_bwd_ws_steps.cuh's (the same arithmetic as flash_bwd_common.cuh's, in
+//     fewer instructions: uniform descriptors, a hoisted mask, stmatrix for dSᵀ), and
+//     dV += Pᵀ dO is issued before the wait for dPᵀ, so the tensor cores run it while dSᵀ is
+//     computed.
 // The tensor maps (compute/gpu/tma.py) describe Q, dO with 64-row boxes and K, V with 128-row
 // boxes, 64 columns and the 128-byte swizzle: the layout fa_load_panels writes, so every GEMM
 // descriptor is the wgmma kernel's. Rows past N are zero-filled by the copy engine; L2, D are
@@ -18,7 +22,13 @@
 // dQ: flash_bwd_wgmma.cu's MODE 4, one bulk reduction per warpgroup's 64 x 64 tile kept in
 // accumulator order; DET = true is its MODE 5 (the key blocks add each tile in a fixed order:
 // the same tickets, order and grid reversal). Per-thread atomics and a third stage measured
-// slower here (BACKWARD_NOTES.md) and were removed.
+// slower here (BACKWARD_NOTES.md) and were removed. DRAIN (with DET, flash_backward's mode
+// 16): warps 1 and 2 of the producer warpgroup add consumer 0's and 1's tiles (fbw_drain),
+// waiting for the tickets in their place; the consumer only stores its tile and arrives on a
+// named barrier, so a ticket wait no longer stalls the tensor cores.
+// A band (lay.lo, lay.hi: query row r sees keys r + lo <= c <= r + hi; causal is hi = N_k -
+// N_q, no mask no bound): each key block streams only the query blocks whose band reaches it,
+// and only tiles the band's edges or the key tail cross are masked.
 // Strides and GQA (flash_bwd_layout.cuh): the maps are 4-D (column, row, head, batch), so Q,
 // K, V, dO are read at their own strides; dK, dV are stored at theirs, and the pre / post
 // kernels read O, dO and write dQ at theirs. One CTA per 128-key block of a K/V head: it
@@ -30,6 +40,7 @@
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
+#include "flash_bwd_ws_steps.cuh"
 #include "ws_pipeline.cuh"
 
 #define FBW_NT 384  // producer warpgroup + two consumer warpgroups
@@ -65,7 +76,7 @@ __device__ __forceinline__ void fbw_bulk_load(u32 dst, const void* src, u32 byte
 }
 #endif
 
-template <int DT, int D, bool DET>
+template <int DT, int D, bool DET, bool DRAIN = false>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -98,10 +109,16 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int hk = static_cast<int>(blockIdx.y) - bat * kv_heads;
     const int bh0 = bat * lay.heads + hk * lay.group;  // the group's first flat query head
     const int offset = Nk - Nq;
-    const int i0 = fb_first_block(k0, offset, causal);
+    // Query rows r see keys r + lo <= c <= r + hi (lay.lo, lay.hi: a band; causal is hi =
+    // offset and no, none no bound on either side). This key block's query blocks [i0, i1):
+    // from the first whose last row reaches k0 to the last whose first row reaches k0 + 127.
+    const int lo = lay.lo, hi = lay.hi;
     const int nblk = Npad / FB_BM;
+    const int i0 = max(0, k0 - hi) / FB_BM;
+    const int reach = k0 + FB_BN - 1 - lo;  // < 0: no row sees this block
+    const int i1 = reach < 0 ? 0 : min(nblk, reach / FB_BM + 1);
     // Work item it: query block i = i0 + it % nb of the group's query head gq = it / nb.
-    const int nb = nblk - i0;
+    const int nb = i1 - i0;
     const int items = nb > 0 ? nb * lay.group : 0;
 
     if (tid == 0) {
@@ -138,17 +155,26 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, h, bat,
                                       fulldO + 8 * s);
                 fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
-                if (++i == nblk) {
+                if (++i == i1) {
                     i = i0;
                     ++gq;
                 }
             }
         }
+        if constexpr (DRAIN) {  // warps 1 and 2 add consumer 0's and 1's dQ tiles
+            const int w = tid >> 5;
+            if (w == 1 || w == 2)
+                fbw_drain<D, DET>(w - 1, tid & 31, sDQ, dQacc, sems, items, i0, i1, nblk, bh0, kb,
+                                  causal, offset, lo);
+        }
         return;
     }
 
     fa_setmaxnreg_inc<240>();
-    const int cw = wg - 1;         // consumer warpgroup: keys [k0 + 64 cw, k0 + 64 cw + 64)
+    // The warpgroup index broadcast from lane 0: the compiler then sees it (and every tile
+    // address and wgmma descriptor built from it) as warp-uniform and keeps those on the
+    // uniform datapath instead of computing them per thread.
+    const int cw = __shfl_sync(0xffffffffu, wg - 1, 0);  // keys [k0 + 64 cw, k0 + 64 cw + 64)
     const int ctid = tid & 127;    // thread within it
     const int warp = ctid >> 5;
     const int lane = tid & 31;
@@ -156,8 +182,11 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     const int t = lane & 3;
     const int kw0 = k0 + cw * 64;
     const int row_k = kw0 + warp * 16 + g;  // key row of accumulator elements with h = 0
-    const float* fLD = reinterpret_cast<const float*>(fb_smem + (sLD - fa_smem_addr(fb_smem)));
     int ntile = 0;  // dQ tiles this warpgroup has written (its buffer is ntile & 1)
+    const u32 klo = fbw_lo(sK + cw * 64 * 128, 16), vlo = fbw_lo(sV + cw * 64 * 128, 16);
+    const u32 kdq = fbw_lo(sK + (D == 128 ? cw : 0) * (FB_BN * 128), FB_BN * 128);
+    u32 dst_off[FB_BM / 16];
+    fbw_dst_offsets(dst_off, cw * 64 + warp * 16, lane);
 
     float dv[NA], dk[NA];
 #pragma unroll
@@ -165,6 +194,11 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
     fa_mbar_wait(barKV, 0);
     for (int it = 0, i = i0, gq = 0; it < items; ++it) {
+        if constexpr (DET) {  // the ticket's spin loop (one lane) hides that these are uniform
+            it = __shfl_sync(0xffffffffu, it, 0);
+            i = __shfl_sync(0xffffffffu, i, 0);
+            gq = __shfl_sync(0xffffffffu, gq, 0);
+        }
         const int s = it % ST;
         const long long bh = bh0 + gq;
         const u32 par = (it / ST) & 1;
@@ -172,31 +206,46 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const u32 dobase = sdO + s * L::QT_BYTES;
         const u32 dsbuf = sdS + (it & 1) * L::DS_BYTES;
         const int q0 = i * FB_BM;
+        const u32 lda = sLD + s * 512 + 8 * t;  // this thread's first L2 pair; D 256 bytes on
 
         float sv[NS], dp[NS];
         fa_mbar_wait(fullQ + 8 * s, par);
-        fa_issue_s<DT, D, FB_BN, FB_BM>(sv, sK + cw * 64 * 128, qbase);
+        fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
         fa_mbar_wait(fulldO + 8 * s, par);
-        fa_issue_s<DT, D, FB_BN, FB_BM>(dp, sV + cw * 64 * 128, dobase);
+        fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
         // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
-        const bool mask = (kw0 + 64 > Nk) || (causal && kw0 + 63 > q0 + offset);
-        const float* lrow = fLD + s * 128;
-        fb_probs<NS>(sv, lrow, scale_log2, mask, row_k, q0, t, Nk, causal, offset);
-        fa_wgmma_wait<0>();
+        // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
+        if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
+            fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+        else
+            fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+        // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it to
+        // run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then dV).
+        u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
+        fa_to_a<DT, NS>(sv, ap);
+#pragma unroll
+        for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+        fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
+        fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
-        fb_dsoft<NS>(dp, sv, lrow + 64, t);
+        fbw_dsoft<NS>(dp, sv, lda + 256);
+        fa_to_a<DT, NS>(dp, ads);
         // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
         // finished before block it - 1's barrier.
-        fb_dkv_step<DT, D, NS, NA>(sv, dp, dv, dk, dsbuf, row_k - k0, t, dobase, qbase);
+        fbw_store_dst(ads, dsbuf, dst_off);
+#pragma unroll
+        for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
+        fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
+        fa_fence_proxy_async();
         fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
 
         const bool dq_here = (D == 128) || (cw == (it & 1));
         float dq[32];
-        if (dq_here) fb_issue_dq<DT>(dq, dsbuf, sK + (D == 128 ? cw : 0) * (FB_BN * 128));
+        if (dq_here) fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
         fa_wgmma_wait<0>();
         fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
 #pragma unroll
@@ -207,13 +256,20 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         if (dq_here) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            const u32 buf = sDQ + static_cast<u32>(cw * 2 + (ntile & 1)) * 16384u;
-            const long long chunk =
-                (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
-            fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, i, offset, kb, causal);
+            const int b = ntile & 1;
+            const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
+            if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
+                if (ntile >= 2) fa_bar_sync(fbw_free_bar(cw, b), 160);
+                fb_dq_store(dq, buf, ctid);
+                fbw_bar_arrive(fbw_full_bar(cw, b), 160);
+            } else {
+                const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+                const int want = DET ? fbw_ticket(i, kb, causal, offset, lo) : 0;
+                fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, want);
+            }
             ++ntile;
         }
-        if (++i == nblk) {
+        if (++i == i1) {
             i = i0;
             ++gq;
         }
@@ -229,8 +285,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET)                                                                  \
-    template __global__ void flash_bwd_ws<DT, D, DET>(                                        \
+#define FBW_MAIN(DT, D, DET, DRAIN)                                                           \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN>(                                 \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -241,7 +297,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                                                     const FbwLayout);                        \
     template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int,      \
                                                           long long, float, const FbwLayout); \
-    FBW_MAIN(DT, D, false) FBW_MAIN(DT, D, true)
+    FBW_MAIN(DT, D, false, false) FBW_MAIN(DT, D, true, false) FBW_MAIN(DT, D, true, true)
 FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_INST(0, 128)

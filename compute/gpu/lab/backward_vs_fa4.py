@@ -31,7 +31,14 @@ from ..gpu_identity import identity
 
 # The names of the recorded JSON (assets/benchmarks/backward/): "ours-*" the wgmma kernel,
 # "ws-*" the warp-specialised one (6 "ws-red" and 8 "ws-red3" lost and were removed).
-MODE_NAMES = {0: "ours-red", 4: "ours-bulk", 5: "ours-det", 7: "ws-bulk", 9: "ws-det"}
+MODE_NAMES = {
+    0: "ours-red",
+    4: "ours-bulk",
+    5: "ours-det",
+    7: "ws-bulk",
+    9: "ws-det",
+    16: "ws-drain-det",
+}
 
 
 def _fa4() -> Any | None:

@@ -15,15 +15,7 @@ mkdir -p "$OUT"
 what=${1:-all}
 python3 -c "import compute.gpu as g; print(g.status().describe())" | tee "$OUT/status.txt"
 rc=0
-step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.log, print its tail, keep a failure
-    local name=$1 limit=$2
-    shift 2
-    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-    local r=$?
-    echo "== $name rc=$r"
-    tail -"${TAIL:-6}" "$OUT/$name.log"
-    [ $r -eq 0 ] || [ $rc -ne 0 ] || rc=$r
-}
+. "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 if [ "$what" = tests ] || [ "$what" = all ]; then
     # shellcheck disable=SC2086
     step pytest "${TEST_LIMIT:-300}" python3 -m pytest tests/compute/gpu -q -x \

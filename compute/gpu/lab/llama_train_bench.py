@@ -3,6 +3,7 @@
 Run on the GPU machine (needs torch, CuPy and transformers) for issue 31's bar:
 
     python -m compute.gpu.lab.llama_train_bench [--json FILE] [--steps 5] [--rounds 3]
+        [--profile STEPS] [--variants]
 
 A 4-layer Llama (random init, hidden 2048, MLP 5632, vocabulary 32000, GQA 4:1) in bfloat16,
 head size 128 and 64, batch 1 x sequence 4096, AdamW: one model with
@@ -14,24 +15,56 @@ first and the JSON says so) and a copy with the backend of
 order; after two untimed steps each, `rounds` rounds alternate `steps` timed steps of each
 (synchronised wall clock per block), in one process. Prints tokens/s per block and the
 loss of every step (the curves must agree within bf16 noise); writes JSON.
+
+``--profile STEPS`` then runs STEPS more steps of each model under torch.profiler
+(``step_profile``: GPU time per kernel family, GPU idle time and the gaps before each
+family's kernels, the attention's host time) and adds the summary and a table.
+``--variants`` adds copies of our model that run the op's earlier choices (VARIANTS), so
+one run measures what each change bought.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
-import json
 import statistics
 import time
 from pathlib import Path
 
-from .torch_op_bench import import_for_gpu
+from .torch_op_bench import import_for_gpu, write_json
 
 SEQ = 4096
 VOCAB = 32000
 
 
 CUDNN = "sdpa_cudnn"
+# Our backend with an earlier choice of the op put back while its model trains: the
+# backward's GQA by the kernel's group loop always ("kernel_gqa"), and that through
+# flash_attention_backward's CuPy launches instead of torch_launch's plans ("cupy_path").
+VARIANTS = ("fa_kernel_gqa", "fa_cupy_path")
+
+
+@contextlib.contextmanager
+def _variant(name: str):
+    """The op as variant `name` (VARIANTS) had it, for the duration; nothing otherwise."""
+    from compute.gpu import torch_launch, torch_op
+
+    if name not in VARIANTS:
+        yield
+        return
+    spread, make = torch_op._spread_group, torch_launch._backward_plan
+    torch_op._spread_group = lambda *a: False
+    if name == "fa_cupy_path":
+        torch_launch._backward_plan = lambda *a: None
+    plans = dict(torch_launch._BWD_PLANS)
+    torch_launch._BWD_PLANS.clear()
+    try:
+        yield
+    finally:
+        torch_op._spread_group, torch_launch._backward_plan = spread, make
+        torch_launch._BWD_PLANS.clear()
+        torch_launch._BWD_PLANS.update(plans)
 
 
 def _register_cudnn(torch, transformers) -> str | None:
@@ -86,10 +119,15 @@ def _models(torch, transformers, head_dim: int, impls: tuple[str, ...]) -> dict:
     return models
 
 
-def _compare(torch, transformers, head_dim: int, steps: int, rounds: int, cudnn: bool) -> dict:
+def _compare(
+    torch, transformers, head_dim: int, steps: int, rounds: int, cudnn: bool,
+    profile: int = 0, variants: bool = False,
+) -> dict:  # fmt: skip
     from compute.gpu.transformers_backend import register
 
     impls = (CUDNN, register()) if cudnn else (register(),)
+    if variants:
+        impls += tuple(register(name) for name in VARIANTS)
     models = _models(torch, transformers, head_dim, impls)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -97,19 +135,22 @@ def _compare(torch, transformers, head_dim: int, steps: int, rounds: int, cudnn:
     losses = {name: [] for name in models}
     tokens_s = {name: [] for name in models}
 
-    def train(name: str, n: int, first: int) -> float:
+    def one_step(name: str, ids) -> float:
         model, opt = models[name], opts[name]
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(n):
-            ids = data[(first + i) % len(data)]
-            loss = model(input_ids=ids, labels=ids).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses[name].append(float(loss.detach()))
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    def train(name: str, n: int, first: int) -> float:
+        with _variant(name):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(n):
+                losses[name].append(one_step(name, data[(first + i) % len(data)]))
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
 
     for name in models:  # untimed: kernels compiled, plans built, allocator warm
         train(name, 2, 0)
@@ -123,8 +164,18 @@ def _compare(torch, transformers, head_dim: int, steps: int, rounds: int, cudnn:
         for name, got in losses.items()
         if name != "sdpa"
     }
+    profiles = {}
+    if profile:
+        from .step_profile import profile_steps
+
+        for name in models:
+            with _variant(name):
+                profiles[name] = profile_steps(
+                    torch, lambda i, name=name: one_step(name, data[i % len(data)]), profile
+                )
     return {
         "head_dim": head_dim,
+        "profile": profiles,
         "tokens_per_s": tokens_s,
         "median_tokens_per_s": {k: statistics.median(v) for k, v in tokens_s.items()},
         "losses": losses,
@@ -138,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS")
+    ap.add_argument("--variants", action="store_true")
     args = ap.parse_args(argv)
     mods = import_for_gpu("llama_train_bench", "torch", "transformers")
     if mods is None:
@@ -146,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     form = _register_cudnn(torch, transformers)
     rows = []
     for head_dim in args.head_dims:
-        row = _compare(torch, transformers, head_dim, args.steps, args.rounds, form is not None)
+        row = _compare(torch, transformers, head_dim, args.steps, args.rounds, form is not None,
+                       args.profile, args.variants)  # fmt: skip
         rows.append(row)
         med = row["median_tokens_per_s"]
-        ours = next(k for k in med if k not in ("sdpa", CUDNN))
+        ours = next(k for k in med if k not in ("sdpa", CUDNN, *VARIANTS))
         gaps = row["largest_relative_loss_gap_vs_sdpa"]
         vs_cudnn = f", {med[ours] / med[CUDNN]:.3f}x cudnn" if CUDNN in med else ""
         print(
@@ -157,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
             + f" tokens/s ({med[ours] / med['sdpa']:.3f}x sdpa{vs_cudnn}); largest loss gap "
             "vs sdpa: " + ", ".join(f"{k} {v:.1e}" for k, v in gaps.items())
         )  # fmt: skip
+        if row["profile"]:
+            from .step_profile import table
+
+            print(table(row["profile"]), flush=True)
         torch.cuda.empty_cache()
     record = {
         "what": "transformers Llama training tokens/s: sdpa (default backend), sdpa pinned to "
@@ -166,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "cudnn_gqa_form": form,
         "rows": rows,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_json(args.json, record)
     return 0
 
 

@@ -177,18 +177,41 @@ def import_for_gpu(tool: str, *names: str) -> tuple | None:
     return mods
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path, default=Path("torch_op_h200.json"))
-    ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=15)
+def timing_args(
+    tool: str, doc: str, argv: list[str] | None, json_name: str, reps: int, rounds: int
+) -> tuple | None:  # fmt: skip
+    """(parsed --json / --reps / --rounds, torch) for a timing tool, or None after one
+    sentence on stderr (import_for_gpu)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--json", type=Path, default=Path(json_name))
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--rounds", type=int, default=rounds)
     args = ap.parse_args(argv)
-    mods = import_for_gpu("torch_op_bench", "torch")
-    if mods is None:
-        return 2
-    (torch,) = mods
-    F = torch.nn.functional
+    mods = import_for_gpu(tool, "torch")
+    return None if mods is None else (args, mods[0])
+
+
+def timing_record(what: str, torch, args, rows: list) -> dict:
+    """A timing tool's JSON record: what, the GPU, torch's version, reps, rounds, rows."""
     from compute.gpu.gpu_identity import identity
+
+    return {"what": what, "gpu": identity(), "torch": torch.__version__, "reps": args.reps,
+            "rounds": args.rounds, "rows": rows}  # fmt: skip
+
+
+def write_json(path: Path, record: dict) -> None:
+    """The record as indented JSON at path (its folder made), and a line saying so."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = timing_args("torch_op_bench", __doc__, argv, "torch_op_h200.json", 50, 15)
+    if parsed is None:
+        return 2
+    args, torch = parsed
+    F = torch.nn.functional
 
     rows = []
     for shape in SHAPES:
@@ -213,16 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         # the window's share of causal's time (its tiles: about (256 + block) / (N / 2) of them)
         bar["window_over_causal"] = ms["ours_window_strided"] / ms["ours_strided"]
         rows.append({"batch": b, "heads": h, "n": n, "d": d, "bar": bar, "paths": timed})
-    record = {
-        "what": "GPU-event time per call, bf16 causal (compute/gpu/lab/torch_op_bench.py)",
-        "gpu": identity(),
-        "torch": torch.__version__,
-        "reps": args.reps,
-        "rounds": args.rounds,
-        "rows": rows,
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(record, indent=2) + "\n")
+    what = "GPU-event time per call, bf16 causal (compute/gpu/lab/torch_op_bench.py)"
+    write_json(args.json, timing_record(what, torch, args, rows))
     names = list(rows[0]["paths"])
     print("ms per call (GPU events; host ms in brackets)")
     print("B,H,N,d".ljust(14) + "".join(n[:26].rjust(28) for n in names))
@@ -235,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"{row['batch']},{row['heads']},{row['n']},{row['d']}: " + ", ".join(
             f"{k} {v:.3f}" for k, v in row["bar"].items()))  # fmt: skip
-    print(f"wrote {args.json}")
     return 0
 
 

@@ -41,7 +41,8 @@ def _inputs(b, h, n_q, n_k, d, dtype, seed):
     return dev, host
 
 
-def _reference(host, causal, scale):
+def _reference(host, causal, scale, mask=None):
+    """float64 gradients per head; `mask` (a compute.mask.Mask) instead of `causal`'s."""
     q, k, v, do = host
     b, h = q.shape[:2]
     grads = [np.empty_like(q), np.empty_like(k), np.empty_like(v)]
@@ -49,7 +50,7 @@ def _reference(host, causal, scale):
         for j in range(h):
             got = attention_backward(
                 q[i, j], k[i, j], v[i, j], do[i, j], causal=causal, scale=scale,
-                method="dense", dtype="float64",
+                method="dense", dtype="float64", mask=mask,
             )  # fmt: skip
             for g, r in zip(grads, got, strict=True):
                 g[i, j] = r
@@ -124,7 +125,7 @@ def test_many_blocks_and_heads(d):
     _run(2, 5, 1700, 1500, d, "bfloat16", True, seed=[42, d])
 
 
-OTHER_MODES = [(m, d) for m in (0, 4, 5, 9) for d in (64, 128)]
+OTHER_MODES = [(m, d) for m in (0, 4, 5, 9, 16) for d in (64, 128)]
 
 
 @pytest.mark.parametrize("mode,d", OTHER_MODES)
@@ -140,7 +141,7 @@ def test_other_dq_modes_match_float64(dtype, mode, d):
     _run(1, 2, 1, 513, d, dtype, False, seed=[65, CODE[dtype], mode], mode=mode)  # one row
 
 
-@pytest.mark.parametrize("mode", [5, 9])
+@pytest.mark.parametrize("mode", [5, 9, 16])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize(
     "n_q,n_k,causal",
@@ -168,14 +169,16 @@ def test_deterministic_is_bitwise_repeatable(d, n_q, n_k, causal, mode):
         assert _rel(float64_values(g, "bfloat16"), r) <= ERR["bfloat16"], name
 
 
-def _torch_low(torch, host, dtype, causal):
+def _torch_low(torch, host, dtype, causal, visible=None):
     """PyTorch's attention gradients computed in the low dtype (FlashAttention's tests' "pt"),
-    bottom-right causal mask, as float64 arrays."""
+    bottom-right causal mask (or `visible`, (N_q, N_k) booleans), as float64 arrays."""
     tdt = torch.float16 if dtype == "float16" else torch.bfloat16
     q, k, v, do = (torch.tensor(x, device="cuda").to(tdt) for x in host)
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    if causal:
+    if visible is not None:
+        s = s.masked_fill(~torch.tensor(visible, device="cuda"), float("-inf"))
+    elif causal:
         n_q, n_k = q.shape[-2], k.shape[-2]
         rows = torch.arange(n_q, device="cuda")[:, None]
         cols = torch.arange(n_k, device="cuda")[None, :]
@@ -305,7 +308,7 @@ def _gqa_inputs(b, h, hk, n_q, n_k, d, dtype, seed):
     return dev, host
 
 
-@pytest.mark.parametrize("mode", [7, 9])
+@pytest.mark.parametrize("mode", [7, 9, 16])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (300, 77)])
@@ -402,3 +405,134 @@ def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k):
         got = float64_values(cp.ascontiguousarray(g).get(), dtype)
         err, pt_err = float(np.abs(got - r).max()), float(np.abs(pt - r).max())
         assert err <= 2 * pt_err + 2 * _rounding(r, dtype), f"{name}: {err:.3e} vs pt {pt_err:.3e}"
+
+
+# ---- sliding windows (band=(lo, hi), the forward's band) against float64 under the Mask ----
+
+
+def _band_of(mask, n_q, n_k):
+    """The kernels' band (lo, hi) of a windowed compute.mask.Mask, as torch_op._mask makes it."""
+    from compute.gpu.flash_launch import BAND_OPEN
+
+    off = mask.offset(n_q, n_k)
+    lo = off - mask.left if mask.left >= 0 else -BAND_OPEN
+    hi = off + mask.right if mask.right >= 0 else BAND_OPEN
+    return lo, hi
+
+
+def _masked_forward(host, visible, dtype):
+    """O (device, in dtype) and LSE (device float32, -inf on rows that see no key) of the
+    float64 attention under `visible`: what the forward's band variant hands the backward."""
+    q, k, v, _ = host
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5
+    s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    seen = np.isfinite(m)
+    p = np.where(seen, np.exp(s - np.where(seen, m, 0.0)), 0.0)
+    total = p.sum(axis=-1, keepdims=True)
+    o = np.einsum("bhqk,bhkd->bhqd", p / np.where(seen, total, 1.0), v)
+    lse = np.where(seen, m + np.log(np.where(seen, total, 1.0)), -np.inf)[..., 0]
+    o_dev = cp.asarray(device_array(o.astype(np.float32), dtype))
+    return o_dev, cp.asarray(lse.astype(np.float32))
+
+
+# (N_q, N_k, left, right, top_left): both alignments, N_q < N_k and > N_k, one-sided
+# windows, bands narrower than a block and wider than one, rows that see no key.
+WINDOWS = [
+    (300, 300, 64, 0, False),
+    (113, 203, 100, 30, True),
+    (203, 113, 40, 10, False),  # bottom-right with N_q > N_k: the first rows see nothing
+    (1000, 900, 257, 0, False),
+    (777, 1024, -1, 50, True),
+    (640, 640, 200, -1, False),
+    (1100, 1100, 5, 5, True),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(("n_q", "n_k", "left", "right", "top_left"), WINDOWS)
+def test_band_matches_float64_under_the_mask(dtype, d, n_q, n_k, left, right, top_left):
+    from compute import Mask
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    mask = Mask(left, right, top_left)
+    visible = mask.visible(np.arange(n_q), np.arange(n_k), n_q, n_k)
+    (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [91, CODE[dtype], n_q, n_k, d])
+    o, lse = _masked_forward(host, visible, dtype)
+    band = _band_of(mask, n_q, n_k)
+    runs = [
+        flash_attention_backward(q, k, v, o, do, lse, band=band, deterministic=det)
+        for det in (False, True, True)
+    ]
+    cp.cuda.Device().synchronize()
+    refs = _reference(host, False, None, mask)
+    hidden = mask.empty_rows(n_q, n_k)
+    for run in runs:
+        for name, g, r in zip(("dq", "dk", "dv"), run, refs, strict=True):
+            got = float64_values(g.get(), dtype)
+            assert np.all(np.isfinite(got)), f"{name}: non-finite gradient"
+            assert _rel(got, r) <= ERR[dtype], f"{name} rel err {_rel(got, r):.2e}"
+        if hidden.size:  # rows whose band holds no key: dQ exactly zero
+            assert float(np.abs(float64_values(run[0].get(), dtype)[:, :, hidden]).max()) == 0.0
+    for a, b in zip(runs[1], runs[2], strict=True):  # deterministic: bitwise repeatable
+        assert np.array_equal(a.get(), b.get())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("n_q", "n_k", "left", "right"), [(1023, 1024, 256, 0), (2048, 2048, 300, 77)]
+)
+def test_band_flashattention_rule(dtype, n_q, n_k, left, right):
+    # FlashAttention's tests' bar (see test_flashattention_rule) for a window.
+    torch = pytest.importorskip("torch")
+    from compute import Mask
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    mask = Mask(left, right)
+    visible = mask.visible(np.arange(n_q), np.arange(n_k), n_q, n_k)
+    (q, k, v, do), host = _inputs(1, 2, n_q, n_k, 64, dtype, [93, CODE[dtype], n_q, left])
+    o, lse = _masked_forward(host, visible, dtype)
+    ours = flash_attention_backward(q, k, v, o, do, lse, band=_band_of(mask, n_q, n_k))
+    refs = _reference(host, False, None, mask)
+    pts = _torch_low(torch, host, dtype, False, visible)
+    for name, g, r, pt in zip(("dq", "dk", "dv"), ours, refs, pts, strict=True):
+        got = float64_values(g.get(), dtype)
+        err, pt_err = float(np.abs(got - r).max()), float(np.abs(pt - r).max())
+        assert err <= 2 * pt_err + 2 * _rounding(r, dtype), f"{name}: {err:.3e} vs pt {pt_err:.3e}"
+
+
+def test_band_refusals_are_one_sentence():
+    from compute.gpu.flash_backward import backward_mode, flash_attention_backward
+
+    q = cp.zeros((1, 1, 16, 64), dtype=cp.float16)
+    lse = cp.zeros((1, 1, 16), dtype=cp.float32)
+    with pytest.raises(ValueError, match="^band and causal do not go together"):
+        flash_attention_backward(q, q, q, q, q, lse, causal=True, band=(-4, 0))
+    with pytest.raises(ValueError, match="^backward mode 4 takes no band"):
+        backward_mode(q, q, q, q, q, lse, mode=4, band=(-4, 0))
+    with pytest.raises(ValueError, match="^band must be a pair"):
+        flash_attention_backward(q, q, q, q, q, lse, band=(1, 2, 3))
+    with pytest.raises(ValueError, match="^band bounds must lie within"):
+        flash_attention_backward(q, q, q, q, q, lse, band=(-(1 << 31), 0))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(
+    "n_q,n_k,causal,band",
+    [(77, 300, True, None), (1000, 900, True, None), (1500, 1700, False, None),
+     (190, 60, False, None), (1100, 1100, False, (-5, 5)), (1000, 900, False, (-357, -100))],
+)  # fmt: skip
+def test_drained_deterministic_mode_equals_mode_9_bit_for_bit(d, n_q, n_k, causal, band):
+    # Mode 16 makes mode 9's additions in mode 9's order, only from another warp.
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.flash_backward import backward_mode
+
+    (q, k, v, do), _ = _inputs(2, 3, n_q, n_k, d, "bfloat16", [97, n_q, n_k, d])
+    o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    nine, sixteen = (
+        [g.get() for g in backward_mode(q, k, v, o, do, lse, causal=causal, mode=m, band=band)]
+        for m in (9, 16)
+    )
+    for name, a, b in zip(("dq", "dk", "dv"), nine, sixteen, strict=True):
+        assert np.array_equal(a, b), f"{name}: mode 16 differs from mode 9"

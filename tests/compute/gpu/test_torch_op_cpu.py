@@ -57,9 +57,11 @@ def _stand_in_forward(q, k, v, causal, scale, band=None):
     return (p @ v.double()).to(q.dtype), lse.float()
 
 
-def _kernel_backward(q, k, v, o, do, lse, causal, scale, out, deterministic=False):
+def _kernel_backward(q, k, v, o, do, lse, causal, scale, out, deterministic=False, band=None):
     """FlashAttention's backward from the saved LSE (no autograd: the op's backward runs
-    below the autograd dispatch), GQA's dK, dV summed over the group, written into out."""
+    below the autograd dispatch), GQA's dK, dV summed over the group, written into out;
+    `band` (lo, hi) as the forward's (causal then False)."""
+    assert band is None or not causal
     _assert_contract(q, k, v, o, do, *out)
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
     assert out[0].shape == q.shape and out[1].shape == out[2].shape == k.shape
@@ -68,10 +70,12 @@ def _kernel_backward(q, k, v, o, do, lse, causal, scale, out, deterministic=Fals
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     q, k, v, o, do = (t.double() for t in (q, k, v, o, do))
     s = (q @ k.transpose(-1, -2)) * scale
+    n_q, n_k = q.shape[2], k.shape[2]
+    rows, cols = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
     if causal:
-        n_q, n_k = q.shape[2], k.shape[2]
-        rows = torch.arange(n_q)[:, None]
-        s = s.masked_fill(torch.arange(n_k)[None, :] > rows + n_k - n_q, float("-inf"))
+        s = s.masked_fill(cols > rows + n_k - n_q, float("-inf"))
+    if band is not None:
+        s = s.masked_fill((cols < rows + band[0]) | (cols > rows + band[1]), float("-inf"))
     p = torch.exp(s - lse.double()[..., None]).nan_to_num(0.0)
     ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
     dq, dk, dv = ds @ k * scale, ds.transpose(-1, -2) @ q * scale, p.transpose(-1, -2) @ do
@@ -97,7 +101,7 @@ def stand_in(monkeypatch):
     seen = []
 
     def fwd(*args, **kw):
-        seen.append(("forward", args))
+        seen.append(("forward", (*args, kw["band"]) if "band" in kw else args))  # band last
         return _kernel_forward(*args, **kw)
 
     def bwd(*args, **kw):
@@ -446,7 +450,8 @@ def test_windows_match_the_explorer_mask(stand_in, float64_ok, h, hk, n_q, n_k, 
     assert args[0].data_ptr() == q.data_ptr() and args[1].data_ptr() == k.data_ptr()
 
 
-def test_window_refusals_are_one_sentence(stand_in, float64_ok):
+def test_window_refusals_are_one_sentence(stand_in, float64_ok, monkeypatch):
+    monkeypatch.setattr(torch_launch, "backward_takes_band", lambda: False)  # (as on main)
     q, k, v, _ = _inputs(1, 4, 4, 40, 40, 64, seed=15)
     leaves = [t.requires_grad_() for t in (q, k, v)]
     with pytest.raises(ValueError, match="^window= runs in the forward only"):
@@ -458,3 +463,187 @@ def test_window_refusals_are_one_sentence(stand_in, float64_ok):
     out = torch_op.torch_attention(*leaves, window=(-1, 0))  # plain causal: differentiable
     out.sum().backward()
     assert leaves[0].grad is not None
+
+
+def test_compile_fullgraph_with_a_window_matches_eager(stand_in, float64_ok):
+    """A gradient-free block with a sliding window compiled with fullgraph=True: the window
+    check traces and the library op gets the band eager gives the kernels."""
+    q, k, v, _ = _inputs(2, 8, 2, 48, 48, 64, seed=12, layout="bnhd")
+
+    def block(q, k, v):
+        o = torch_op.torch_attention(q * 1.5, k, v, is_causal=True, enable_gqa=True, window=(7, 0))
+        return o.transpose(1, 2).sin()
+
+    with torch.no_grad():
+        eager = block(q, k, v)
+        compiled = torch.compile(block, fullgraph=True, backend="aot_eager")(q, k, v)
+    want = _reference(q * 1.5, k, v, True, 64**-0.5, "top-left", (7, 0)).transpose(1, 2).sin()
+    assert _rel(eager, want) < 1e-12 and _rel(compiled, eager) < 1e-12
+    bands = [args[7] if len(args) > 7 else None for kind, args in stand_in]
+    assert [kind for kind, _ in stand_in] == ["forward"] * 2
+    assert bands == [(-7, 0)] * 2  # eager's and the compiled op's: top-left, 7 keys back
+
+
+def test_gqa_spread_backward_repeats_and_sums(stand_in, float64_ok, monkeypatch):
+    """Causal GQA where the kernel's group loop would leave the GPU unbalanced
+    (torch_op._spread_group): the backward gets K and V repeated to q's heads and writes
+    per-head gradients, which the op sums over the group into dK, dV of k's strides."""
+    monkeypatch.setattr(torch_op, "_spread_group", lambda q, k, causal: True)
+    q, k, v, do = _inputs(2, 8, 2, 40, 40, 64, seed=13, layout="bnhd")
+    got = _run(q, k, v, do, is_causal=True, enable_gqa=True)
+    ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    want_o = _reference(*ref, True, 64**-0.5, "top-left")
+    want = [want_o.detach(), *torch.autograd.grad(want_o, ref, do)]
+    for name, a, w in zip("O dQ dK dV".split(), got, want, strict=True):
+        assert _rel(a, w) < (1e-12 if name == "O" else 1e-6), name  # the float32 LSE
+    assert [g.stride() for g in got[1:]] == [t.stride() for t in (q, k, v)]
+    (_, _), (kind, (bq, bk, bv, *_)) = stand_in
+    assert kind == "backward" and bk.shape[1] == bv.shape[1] == 8
+    assert torch.equal(bk[:, 0], k[:, 0]) and torch.equal(bk[:, 3], k[:, 0])  # h // group
+
+
+def test_spread_is_chosen_by_the_kernel_grid_only_where_causal_gqa():
+    from compute.gpu.torch_op import _spread_group
+
+    q = torch.empty(1, 16, 64, 64)
+    k = torch.empty(1, 4, 64, 64)
+    assert not _spread_group(q, k, True)  # CPU tensors: the kernel path (the stand-in's)
+    assert not _spread_group(q, q, True)
+
+
+def _mistral(register_name, sliding_window):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MistralConfig(
+        vocab_size=64, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=sliding_window,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    build = transformers.MistralForCausalLM._from_config
+    ref = build(copy.deepcopy(cfg), attn_implementation="sdpa").double()
+    ours = build(copy.deepcopy(cfg), attn_implementation=register_name).double()
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def test_transformers_mistral_sliding_window_forward_matches_sdpa(
+    stand_in, float64_ok, monkeypatch
+):
+    """A Mistral with sliding_window = 8 over 40 tokens through the backend: no explicit mask
+    is built, the op gets the window (7, 0) bottom-right from the sliding_window keyword, the
+    logits equal SDPA's (which gets transformers' explicit sliding mask), and training with
+    the window is refused in one sentence; with padding the mask is SDPA's and refused."""
+    from compute.gpu.transformers_backend import register
+
+    monkeypatch.setattr(torch_launch, "backward_takes_band", lambda: False)  # the refusal
+    ref, ours = _mistral(register(), 8)
+    ids = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ref(input_ids=ids).logits
+        got = ours(input_ids=ids).logits
+        _, no_window = _mistral(register(), None)
+        other = no_window(input_ids=ids).logits
+    assert _rel(got, want) < 1e-9
+    assert [args[7] for _, args in stand_in[:2]] == [(-7, 0)] * 2  # bottom-right, N_q = N_k
+    assert _rel(other, want) > 1e-3  # the window changes the answer: it was applied
+    with pytest.raises(ValueError, match="^window= runs in the forward only"):
+        ours(input_ids=ids, labels=ids)
+    padded = torch.ones_like(ids)
+    padded[0, :5] = 0
+    with torch.no_grad(), pytest.raises(ValueError, match="^the fa_explorer attention takes no"):
+        ours(input_ids=ids, attention_mask=padded)
+
+
+def test_transformers_window_wider_than_the_keys_is_plain_causal(stand_in, float64_ok):
+    """sliding_window >= N_k hides nothing: the op runs plain causal (no band), and the model
+    trains through it (the backward needs no window)."""
+    from compute.gpu.transformers_backend import register
+
+    _train_both_alike(*_mistral(register(), 64), seed=3)
+    forwards = [args for kind, args in stand_in if kind == "forward"]
+    assert len(forwards) == 2 and all(len(args) == 7 for args in forwards)  # no band
+
+
+def test_build_mask_skips_only_what_the_kernels_apply():
+    """The mask builder returns None for plain causal and sliding-window causal masks with no
+    padding and the keys ending at the last query; a chunked mask, padding, or keys that do
+    not end there get SDPA's explicit mask."""
+    pytest.importorskip("transformers")
+    from transformers import masking_utils as mu
+
+    from compute.gpu.transformers_backend import build_mask
+
+    kw = dict(batch_size=2, q_length=16, kv_length=16, q_offset=0, kv_offset=0)
+    sliding = mu.sliding_window_causal_mask_function(4)
+    assert build_mask(**kw, mask_function=mu.causal_mask_function) is None
+    assert build_mask(**kw, mask_function=sliding, local_size=4) is None
+    decode = dict(kw, q_length=1, q_offset=15)
+    assert build_mask(**decode, mask_function=sliding, local_size=4) is None
+    chunked = mu.chunked_causal_mask_function(4, torch.zeros(2, dtype=torch.long))
+    assert build_mask(**kw, mask_function=chunked, local_size=4) is not None
+    padding = torch.ones(2, 16, dtype=torch.bool)
+    assert build_mask(**kw, mask_function=sliding, attention_mask=padding) is None
+    padding[1, 0] = False
+    assert build_mask(**kw, mask_function=sliding, attention_mask=padding) is not None
+    assert build_mask(**dict(kw, kv_length=20), mask_function=sliding) is not None
+    no_skip = build_mask(**kw, mask_function=sliding, allow_is_causal_skip=False)
+    assert no_skip is not None
+
+
+@pytest.mark.parametrize(("h", "hk", "n_q", "n_k", "causal", "window", "align"), WINDOWS)
+def test_window_gradients_where_the_backward_takes_a_band(
+    stand_in, float64_ok, monkeypatch, h, hk, n_q, n_k, causal, window, align
+):
+    """With a backward that takes a band (torch_launch.backward_takes_band), windows train:
+    eager and compiled (fullgraph, the library ops) gradients equal float64's under the
+    explorer's Mask, and the backward gets the forward's band."""
+    monkeypatch.setattr(torch_launch, "backward_takes_band", lambda: True)
+    q, k, v, do = _inputs(2, h, hk, n_q, n_k, 64, seed=n_q * 3 + n_k, layout="bnhd")
+    kw = dict(is_causal=causal, enable_gqa=hk != h, causal_align=align, window=window)
+    ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    want_o = _reference(*ref, causal, 64**-0.5, align, window)
+    wants = [want_o.detach(), *torch.autograd.grad(want_o, ref, do)]
+
+    bands, stand_in_backward = [], torch_launch.backward
+
+    def backward(*args, **kw):
+        bands.append(kw.get("band"))
+        return stand_in_backward(*args, **kw)
+
+    monkeypatch.setattr(torch_launch, "backward", backward)
+
+    def block(q, k, v):
+        return torch_op.torch_attention(q, k, v, **kw)
+
+    for fn in (block, torch.compile(block, fullgraph=True, backend="aot_eager")):
+        bands.clear()
+        got = _run_fn(lambda q, k, v, fn=fn: fn(q, k, v).transpose(1, 2), q, k, v, do)
+        for name, a, w in zip("O dQ dK dV".split(), got, wants, strict=True):
+            a = a.transpose(1, 2) if name == "O" else a
+            tol = 1e-12 if name == "O" else 1e-6  # the backward reads the float32 LSE
+            # (relative, or absolute on unit scale where the gradient is zero: the diagonal)
+            assert float((a - w).norm()) <= tol * max(float(w.norm()), 1.0), name
+        assert bands == [torch_op._mask(q, k, causal, window, align)[1]]
+
+
+def test_transformers_mistral_sliding_window_trains_where_the_backward_takes_a_band(
+    stand_in, float64_ok, monkeypatch
+):
+    """With a backward that takes a band, the windowed Mistral trains through the backend
+    with SDPA's loss and gradients (SDPA given transformers' explicit sliding mask)."""
+    from compute.gpu.transformers_backend import register
+
+    monkeypatch.setattr(torch_launch, "backward_takes_band", lambda: True)
+    _train_both_alike(*_mistral(register(), 8), seed=4)
+
+
+def _train_both_alike(ref, ours, seed: int) -> None:
+    """One training step of each model on the same tokens: equal losses and gradients."""
+    ids = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(seed))
+    losses = [m(input_ids=ids, labels=ids).loss for m in (ref, ours)]
+    for loss in losses:
+        loss.backward()
+    a, b = (float(loss.detach()) for loss in losses)
+    assert abs(a - b) < 1e-9 * a
+    for (name, p), q in zip(ref.named_parameters(), ours.parameters(), strict=True):
+        assert _rel(q.grad, p.grad) < 1e-6, name

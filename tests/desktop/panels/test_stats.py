@@ -179,3 +179,41 @@ def test_a_bundle_is_each_components_step_curve_split_by_nans():
     tx, ty = step_bundle(np.array([3.0, 8.0]), values[:1])  # the targets: flat dashes
     assert np.array_equal(ty[~np.isnan(ty)], np.repeat(values[0], 2))
     assert np.array_equal(tx[~np.isnan(tx)], np.tile([3.0, 8.0], 4))
+
+
+def test_a_streamed_trace_shows_its_readouts_first_and_its_curves_with_the_second_tier(
+    window, qtbot, monkeypatch
+):
+    """A streamed trace: its read-outs come with the first tier and its curves with the
+    second; until then the plots are covered, never showing the previous trace's
+    curves beside the new read-outs."""
+    from desktop.scene import render
+    from desktop.scene.row_series import fmt, stats_curves
+    from desktop.state import worker
+
+    monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # every build on the worker
+    monkeypatch.setattr(render, "STREAM_WORK", 0)
+    st, panel = window.state, window.stats_panel
+    seen = []
+
+    def first_tier(trace) -> None:
+        core = trace.row_state(st.row, st.step)
+        seen.append(
+            (
+                "plots" in st.pending_parts,
+                panel.plots_cover.isVisibleTo(panel),
+                panel._series is None,
+                panel.labels["m"].text() == fmt(core.m),
+            )
+        )
+
+    st.sigStepChanged.connect(lambda _s: first_tier(st.trace))
+    target = Config(input="random", seed=11, n=37, d=4, dv=3, block_q=5, block_k=7)
+    st.set_config(target)
+    qtbot.waitUntil(lambda: st.config == target and not st.pending_parts, timeout=20_000)
+    assert seen and seen[-1] == (True, True, True, True)  # covered, read-outs current
+    assert not panel.plots_cover.isVisibleTo(panel)
+    curves = stats_curves(st.trace, st.row)
+    assert panel._series is curves
+    (m_curve,) = panel._curves["m"][:1]
+    np.testing.assert_array_equal(m_curve.xData, curves.x[: len(m_curve.xData)])

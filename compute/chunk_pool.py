@@ -1,0 +1,105 @@
+"""Row chunks of a pass over S on two threads, their results taken in order.
+
+A pass over S (compute.full_pass, compute.backward_numbers) is a loop over row chunks
+whose products (QKᵀ, exp, PV, the block sums) are NumPy calls that release the GIL, so
+two chunks run at once on two cores. Whatever a pass adds up across chunks (dK, dV, the
+samples) is added by the caller in chunk order, as the one-thread loop did: the digits
+do not depend on which thread ran a chunk or which finished first.
+
+Each pass starts its own two threads and ends them. At most `threads` chunks are in flight: memory is that many chunks' arrays, as the
+memory estimate (desktop.state.config) counts them. `check` runs before each chunk is
+started (compute.numbers.Cancelled abandons the pass); chunks already running finish
+before the exception leaves, so no thread writes into a pass that was given up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+CHUNK_THREADS = max(1, min(2, os.cpu_count() or 1))  # the issue's "both cores"
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+_arenas_shared = False
+
+
+def _share_arenas() -> None:
+    """No malloc arena of their own for the chunk threads (glibc): each thread's arena
+    kept its chunks' freed arrays, so the process's peak depended on how the two threads
+    interleaved (tens of MB at N = 8192). Elsewhere nothing to do."""
+    global _arenas_shared
+    if _arenas_shared or sys.platform != "linux":
+        return
+    _arenas_shared = True
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_ARENA_MAX, 1)
+    except (OSError, AttributeError):
+        pass  # not glibc (musl has one arena anyway)
+
+
+def ordered_map(
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    check: Callable[[], None] | None = None,
+    threads: int = CHUNK_THREADS,
+) -> Iterator[R]:
+    """fn(item) for each item, run on up to `threads` threads, yielded in item order."""
+    items = list(items)
+    if threads <= 1 or len(items) <= 1:
+        for item in items:
+            if check is not None:
+                check()
+            yield fn(item)
+        return
+    errors = np.geterr()  # the caller's np.errstate holds in the chunks' threads too
+
+    def run(item: T) -> R:
+        with np.errstate(**errors):
+            return fn(item)
+
+    _share_arenas()
+    # A pool per pass: its threads end with it (a window closed leaves none behind), and
+    # starting two threads costs well under a chunk's time.
+    with ThreadPoolExecutor(threads, thread_name_prefix="chunk") as pool:
+        yield from _in_order(pool, run, items, check, threads)
+
+
+def _in_order(
+    pool: ThreadPoolExecutor,
+    run: Callable[[T], R],
+    items: list[T],
+    check: Callable[[], None] | None,
+    threads: int,
+) -> Iterator[R]:
+    running: deque[Future] = deque()
+    pending = iter(items)
+    try:
+        for item in pending:
+            if check is not None:
+                check()
+            running.append(pool.submit(run, item))
+            if len(running) >= threads:
+                break
+        while running:
+            result = running.popleft().result()
+            for item in pending:  # keep `threads` in flight while this one is consumed
+                if check is not None:
+                    check()
+                running.append(pool.submit(run, item))
+                break
+            yield result
+    finally:
+        for future in running:  # cancelled or failed: let the running chunks finish
+            if not future.cancel():
+                future.exception()
