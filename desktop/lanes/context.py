@@ -26,3 +26,4 @@ class LaneContext:
     rects: dict[str, QRectF]  # where each HBM tensor is drawn
     number_min_px: float | None = None  # device px below which cell numbers are left out
     veils: object | None = None  # a view's hbm.VeilCache (exports make each veil afresh)
+    sprites: object | None = None  # a view's sprites.Sprites (exports draw every stroke)

@@ -195,6 +195,23 @@ class VeilCache:
     def __init__(self) -> None:
         self._bounds: dict[str, tuple[int, int]] = {}
         self._untouched: dict[tuple, VeilLayer] = {}
+        self._events: dict[str, np.ndarray] = {}
+
+    def state(self, images: dict, step: int) -> tuple:
+        """What every tensor's veils at `step` depend on: per tensor, how many of its
+        cells' first and last write steps are done. Two steps of equal state have the
+        same masks, so the same veils (the frame's veil layer is kept by it)."""
+        out = []
+        for name, img in images.items():
+            if img.first_write is None:
+                continue
+            events = self._events.get(name)
+            if events is None:
+                events = self._events[name] = np.unique(
+                    np.concatenate([img.first_write.ravel(), img.last_write.ravel()])
+                )
+            out.append((name, int(np.searchsorted(events, step, side="right"))))
+        return tuple(out)
 
     def layer(self, img, step: int, colors: tuple[QColor, QColor]) -> VeilLayer | None:
         if img.first_write is None:

@@ -7,7 +7,7 @@ paintEvent reads as a list of what is on screen.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -23,6 +23,7 @@ from PySide6.QtGui import (
     QPolygonF,
 )
 
+from desktop.lanes.sprites import Sprites, can_copy
 from desktop.scene.render import ColorScale
 from desktop.theme import qimage
 
@@ -33,6 +34,7 @@ NUMBER_MIN_PX, NUMBER_MAX_PX = 7, 12
 NUMBER_MIN_W, NUMBER_MIN_H = 9.0, 9.0
 NUMBER_GAP = 1.5
 NEUTRAL = QColor(225, 225, 215)  # matches the ℓ and L columns in HBM
+WHITE, DARK = QColor("white"), QColor(20, 20, 20)  # numbers on dark and light cells
 
 
 def _short_exponent(text: str) -> str:
@@ -162,17 +164,27 @@ def draw_numbers(
     f.setPixelSize(px)
     painter.setFont(f)
     advance = QFontMetricsF(f).horizontalAdvance
+    center = Qt.AlignmentFlag.AlignCenter
+    left, top, vmax = rect.left(), rect.top(), scale.vmax
+    pen = None
+    # Python floats, converted once rather than per cell (exactly: float16 and bfloat16
+    # widen to float64 without rounding)
+    cells = np.asarray(values, dtype=np.float64).tolist()
+    skip = hidden.tolist() if hidden is not None else None
     for r in range(rows):
+        row = cells[r]
         for c in range(cols):
-            if hidden is not None and hidden[r, c]:
+            if skip is not None and skip[r][c]:
                 continue
-            x = float(values[r, c])
-            dark_cell = math.isfinite(x) and abs(x) / scale.vmax > 0.55
-            painter.setPen(QColor("white") if dark_cell else QColor(20, 20, 20))
+            x = row[c]
+            dark_cell = math.isfinite(x) and abs(x) / vmax > 0.55
             text = format_number(x, cw, advance)
             if text:
-                cell = QRectF(rect.left() + c * cw, rect.top() + r * ch, cw, ch)
-                painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, text)
+                want = WHITE if dark_cell else DARK
+                if want is not pen:  # one pen per run of light or dark cells
+                    painter.setPen(want)
+                    pen = want
+                painter.drawText(QRectF(left + c * cw, top + r * ch, cw, ch), center, text)
 
 
 def number_px(cw: float, ch: float, least: float | None = None) -> int | None:
@@ -242,9 +254,11 @@ def draw_grid(
 
 
 def highlight(painter: QPainter, rect: QRectF, color: QColor, fill_alpha: int = 70) -> None:
-    fill = QColor(color)
-    fill.setAlpha(fill_alpha)
-    painter.fillRect(rect, fill)
+    """A translucent fill and a 2.5 px frame (a fill of alpha 0 changes no pixel)."""
+    if fill_alpha > 0:
+        fill = QColor(color)
+        fill.setAlpha(fill_alpha)
+        painter.fillRect(rect, fill)
     painter.setPen(QPen(color, 2.5))
     painter.setBrush(Qt.BrushStyle.NoBrush)
     painter.drawRect(rect.adjusted(-1, -1, 1, 1))
@@ -259,14 +273,20 @@ def transfer_path(start: QPointF, end: QPointF) -> QPainterPath:
 
 
 def draw_arrow(
-    painter: QPainter, path: QPainterPath, color: QColor, toward_end: bool, progress: float
+    painter: QPainter,
+    path: QPainterPath,
+    color: QColor,
+    toward_end: bool,
+    progress: float,
+    sprites: Sprites | None = None,
+    key: Hashable = None,
 ) -> None:
-    """The transfer's path with a head at its destination and, mid-step, a moving packet."""
+    """The transfer's path with a head at its destination and, mid-step, a moving packet.
+    With `sprites`, the path and head are copied from the images made the first time
+    this `key` (everything the path depends on) was drawn (desktop.lanes.sprites)."""
     c = QColor(color)
     c.setAlpha(210)
-    painter.setPen(QPen(c, 2.5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap))
-    painter.setBrush(Qt.BrushStyle.NoBrush)
-    painter.drawPath(path)
+    pen = QPen(c, 2.5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap)
     at = 1.0 if toward_end else 0.0
     tip = path.pointAtPercent(at)
     angle = math.radians(-path.angleAtPercent(at)) + (0.0 if toward_end else math.pi)
@@ -277,12 +297,60 @@ def draw_arrow(
             tip - QPointF(math.cos(angle + 0.45) * 10, math.sin(angle + 0.45) * 10),
         ]
     )
-    painter.setBrush(c)
-    painter.drawPolygon(head)
+    if sprites is None or not can_copy(painter):
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(path)
+        painter.setBrush(c)
+        painter.drawPolygon(head)
+    else:
+
+        def line(p: QPainter) -> None:
+            p.setPen(pen)
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawPath(path)
+
+        def head_fill(p: QPainter) -> None:  # drawPolygon fills, then strokes: two fills
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(c)
+            p.drawPolygon(head)
+
+        def head_line(p: QPainter) -> None:
+            p.setPen(pen)
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawPolygon(head)
+
+        bounds = path.boundingRect().united(head.boundingRect()).adjusted(-2.5, -2.5, 2.5, 2.5)
+        sprites.draw(painter, ("arrow", key, c.rgba()), bounds, (line, head_fill, head_line))
+        painter.setPen(pen)  # as the direct drawing leaves them, for the packet
+        painter.setBrush(c)
     if 0.0 < progress < 1.0:
         p = path.pointAtPercent(progress if toward_end else 1.0 - progress)
         painter.setPen(QPen(QColor(0, 0, 0, 120), 1))
         painter.drawRoundedRect(QRectF(p.x() - 6, p.y() - 4, 12, 8), 2, 2)
+
+
+def draw_outline(
+    painter: QPainter, rect: QRectF, pen: QPen, sprites: Sprites | None = None
+) -> None:
+    """`rect`'s outline in `pen` (no fill); copied from `sprites` where its pixels can be
+    (a pen wider than 1 px: desktop.lanes.sprites)."""
+    painter.setPen(pen)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    if sprites is None or pen.widthF() <= 1.0:
+        painter.drawRect(rect)
+        return
+
+    def outline(p: QPainter) -> None:
+        p.setPen(pen)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRect(rect)
+
+    key = (
+        "outline", rect.x(), rect.y(), rect.width(), rect.height(), pen.color().rgba(),
+        pen.widthF(), pen.style(), pen.capStyle(), pen.joinStyle(),
+    )  # fmt: skip
+    sprites.draw(painter, key, rect, (outline,), frame=pen.widthF())
 
 
 def draw_fitted_text(painter: QPainter, rect: QRectF, text: str, align: Qt.AlignmentFlag) -> str:

@@ -6,6 +6,8 @@ this paints what is on chip at the current step and how it got there.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen
 
@@ -15,6 +17,7 @@ from desktop.lanes.painting import (
     draw_arrow,
     draw_fitted_text,
     draw_matrix,
+    draw_outline,
     highlight,
     paint_ready,
     transfer_path,
@@ -32,18 +35,24 @@ PlacedTiles = list[tuple[geo.SramTile, QRectF, QRectF]]
 class TileImages:
     """SRAM tiles' heatmaps, cached per view: tiles are read-only arrays of the trace (views,
     or regions the trace keeps while they are asked for). An entry holds its array, so the
-    array's address cannot be reused by another while the key stands for it."""
+    array's address cannot be reused by another while the key stands for it. The least
+    recently drawn go first: clearing all at once made the large ones that stay on chip
+    (a backward's whole dO and V, 1024 × 64) again every dozen frames."""
+
+    LIMIT = 64
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, tuple[object, QImage]] = {}
+        self._cache: OrderedDict[tuple, tuple[object, QImage]] = OrderedDict()
 
     def get(self, values, scale) -> QImage:
         key = (values.__array_interface__["data"][0], values.shape, values.strides, scale.vmax)
         entry = self._cache.get(key)
         if entry is None:
-            if len(self._cache) > 64:
-                self._cache.clear()
             entry = self._cache[key] = (values, paint_ready(qimage(scale.rgba(values))))
+            if len(self._cache) > self.LIMIT:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
         return entry[1]
 
 
@@ -170,9 +179,8 @@ def paint_transfers(
     for region in action.resident:  # the blocks being worked on, even without a transfer
         r = ctx.rects.get(region.tensor)
         if r is not None and region.tensor in lane_imgs:
-            p.setPen(QPen(neutral, 1.2, Qt.PenStyle.DashLine))
-            p.setBrush(Qt.BrushStyle.NoBrush)
-            p.drawRect(geo.region_rect(r, lane_imgs[region.tensor].shape, region))
+            rect = geo.region_rect(r, lane_imgs[region.tensor].shape, region)
+            draw_outline(p, rect, QPen(neutral, 1.2, Qt.PenStyle.DashLine), ctx.sprites)
     tiles = {tile.tensor: rect for tile, _slot, rect in placed}
     for tr in action.transfers:
         r = ctx.rects.get(tr.tensor)
@@ -187,5 +195,7 @@ def paint_transfers(
         start = QPointF(rr.center().x(), r.bottom() + 2)
         end = QPointF(target.center().x(), target.top() - 18)
         path = transfer_path(start, end)
-        draw_arrow(p, path, color, tr.direction == "read", ctx.state.progress)
+        toward = tr.direction == "read"
+        key = (start.x(), start.y(), end.x(), end.y(), toward)
+        draw_arrow(p, path, color, toward, ctx.state.progress, ctx.sprites, key)
         highlight(p, target, color, fill_alpha=0)

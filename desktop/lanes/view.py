@@ -18,6 +18,7 @@ from desktop.lanes import hbm as hbm_painter
 from desktop.lanes import sram as sram_painter
 from desktop.lanes.context import LaneContext
 from desktop.lanes.painting import draw_fitted_text, paint_ready
+from desktop.lanes.sprites import Sprites
 from desktop.scene import geometry as geo
 from desktop.scene.render import kv_outer_hbm, lane_sources, live_tensors
 from desktop.state.app_state import AppState
@@ -55,7 +56,12 @@ class LaneView(QWidget):
         self._live: tuple[str, ...] = ()  # tensors whose HBM contents change (KV-outer)
         self._tiles = sram_painter.TileImages()
         self._veils = hbm_painter.VeilCache()  # per trace's images (see _on_trace)
+        self._sprites = Sprites()  # strokes drawn on earlier frames (desktop.lanes.sprites)
         self._sram: sram_painter.PlacedTiles = []  # where the SRAM tiles were drawn
+        self._fonts: tuple[QFont, QFont, QFont] | None = None  # see _title_fonts
+        self._veiled: QPixmap | None = None  # the static layer with veils (_veiled_layer)
+        self._veiled_key: tuple = ()
+        self._advances: dict[tuple, int] = {}  # the fixed titles' widths (see _advance)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
         state.sigTraceChanged.connect(self._on_trace)
@@ -72,6 +78,7 @@ class LaneView(QWidget):
         self._rects, self._static = {}, None
         self._tiles = sram_painter.TileImages()
         self._veils = hbm_painter.VeilCache()
+        self._sprites = Sprites()
         self.update()
 
     def _on_parts(self, pending: frozenset) -> None:
@@ -89,6 +96,7 @@ class LaneView(QWidget):
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
             self._static = None  # the cached layer holds the old colours
+            self._fonts, self._advances = None, {}
             self._veils = hbm_painter.VeilCache()
         super().changeEvent(event)
 
@@ -159,15 +167,37 @@ class LaneView(QWidget):
         # The static layer is opaque and the widget's size: it covers every pixel (no fill
         # under it), copied as it is.
         p.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
-        p.drawPixmap(0, 0, static)
+        p.drawPixmap(0, 0, static if ctx.live else self._veiled_layer(ctx, step, static))
         p.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
         self._paint_title(p, trace, step)
-        hbm_painter.paint_live(p, ctx, trace, step)
-        hbm_painter.paint_veils(p, ctx, step)
+        if ctx.live:  # KV-outer's HBM, then the veils over the rest (their outlines on it)
+            hbm_painter.paint_live(p, ctx, trace, step)
+            hbm_painter.paint_veils(p, ctx, step)
         hbm_painter.paint_row(p, ctx, trace)
         self._sram = sram_painter.paint_sram(p, ctx, trace, step, sram, self._tiles)
         sram_painter.paint_transfers(p, ctx, trace, step, self._sram)
         p.end()
+
+    def _veiled_layer(self, ctx: LaneContext, step: int, static: QPixmap) -> QPixmap:
+        """The static layer with the step's veils, outlines and written-row marks, kept
+        while the veils stay the same (most steps write one tensor, or none). Drawn
+        before the title, which shares no pixel with them, as they were drawn after it."""
+        key = (id(static), self._veils.state(ctx.state.images.lanes[self.lane], step))
+        if self._veiled is None or key != self._veiled_key:
+            layer = self._veiled
+            if layer is None or layer.size() != static.size():
+                layer = QPixmap(static.size())
+            layer.setDevicePixelRatio(static.devicePixelRatio())
+            q = QPainter(layer)
+            q.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+            q.drawPixmap(0, 0, static)
+            q.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+            q.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+            hbm_painter.paint_veils(q, ctx, step)
+            q.end()
+            # held with the static layer its key names by id
+            self._veiled, self._veiled_key, self._veiled_over = layer, key, static
+        return self._veiled
 
     def _context(self) -> LaneContext:
         return LaneContext(
@@ -179,6 +209,7 @@ class LaneView(QWidget):
             live=self._live,
             rects=self._layout(),
             veils=self._veils,
+            sprites=self._sprites,
         )
 
     def _static_layer(self, ctx: LaneContext, trace: Trace, hbm: QRectF, sram: QRectF) -> QPixmap:
@@ -190,13 +221,30 @@ class LaneView(QWidget):
             self._static = hbm_painter.static_layer(ctx, trace, hbm, sram, size, dpr)
         return self._static
 
+    def _title_fonts(self) -> tuple[QFont, QFont, QFont]:
+        """The lane's font, bold and italic: made once per font (changeEvent drops them)."""
+        if self._fonts is None:
+            bold, italic = QFont(self.font()), QFont(self.font())
+            bold.setBold(True)
+            italic.setItalic(True)
+            self._fonts = (QFont(self.font()), bold, italic)
+        return self._fonts
+
+    def _advance(self, p: QPainter, text: str) -> int:
+        """p.fontMetrics().horizontalAdvance(text) for the lane's fixed titles, measured
+        once per font and pixel ratio (the step's own sentences are measured as drawn)."""
+        key = (p.font().key(), self.devicePixelRatioF(), text)
+        width = self._advances.get(key)
+        if width is None:
+            width = self._advances[key] = p.fontMetrics().horizontalAdvance(text)
+        return width
+
     def _paint_title(self, p: QPainter, trace: Trace, step: int) -> None:
         """Lane name left, what it does at this step in the middle, transfers so far right."""
-        bold = QFont(self.font())
-        bold.setBold(True)
+        font, bold, italic = self._title_fonts()
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = QRectF(8, 2, self.width() - 16, 22)
-        action = trace.steps[step].action(self.lane)
+        action = trace.action(self.lane, step)
         backward = trace.pass_name == "backward" or (
             trace.pass_name == "training" and (action is None or action.phase in BACKWARD_PHASES)
         )
@@ -206,23 +254,21 @@ class LaneView(QWidget):
         titles, short_titles = (
             (BACKWARD_TITLES, SHORT_BACKWARD_TITLES) if backward else (TITLES, SHORT_TITLES)
         )
-        p.setFont(self.font())
+        p.setFont(font)
         total = f"HBM transfers: {trace.totals_at(step)[self.lane]:,}"
         total_w = p.fontMetrics().horizontalAdvance(total) + 24
         now = f"now: {action.label}" if action is not None else "done"
-        italic = QFont(self.font())
-        italic.setItalic(True)
         p.setFont(bold)
         title = titles[self.lane] + order
-        room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+        room = line.width() - self._advance(p, title) - 24 - total_w
         if room < QFontMetrics(italic).horizontalAdvance(now) + 8:
             # The step's sentence matters more than the tagline: keep the lane's name only.
             title = short_titles[self.lane] + order
-            room = line.width() - p.fontMetrics().horizontalAdvance(title) - 24 - total_w
+            room = line.width() - self._advance(p, title) - 24 - total_w
         p.setPen(text)
         p.drawText(line, Qt.AlignmentFlag.AlignVCenter, title)
         title_w = line.width() - total_w - room
-        p.setFont(self.font())
+        p.setFont(font)
         right = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight
         p.drawText(line, right, total)
         if room > 60:
@@ -232,7 +278,7 @@ class LaneView(QWidget):
             draw_fitted_text(
                 p, QRectF(line.left() + title_w, 0, room, 26), now, Qt.AlignmentFlag.AlignLeft
             )
-            p.setFont(self.font())
+            p.setFont(font)
 
     # ---- interaction -----------------------------------------------------------------
     def row_at(self, pos: QPointF) -> int | None:

@@ -39,7 +39,7 @@ def num(x: float) -> str:
 
 def step_equation(trace: Trace, lane: str, step: int, row: int) -> str:
     """What `lane` does at `step`; for a tiled update of `row`'s block, with its numbers."""
-    action = trace.steps[step].action(lane)
+    action = trace.action(lane, step)  # this lane's only (a Step makes both)
     if action is None:
         return "done"
     if action.phase.endswith("load_kv") and not action.transfers:

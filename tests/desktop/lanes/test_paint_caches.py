@@ -147,3 +147,30 @@ def test_cached_veils_equal_fresh_veils_at_every_step(qapp):
                 else:
                     assert np.array_equal(got.written_rows, want.written_rows)
     assert reused  # the untouched tensors' veils were reused, not remade
+
+
+def test_steps_of_equal_veil_state_have_equal_veils(qapp):
+    """A lane keeps its veiled layer while VeilCache.state stays: that must mean the same
+    masks (and a new state, new masks, so nothing stale is kept longer than it holds)."""
+    from desktop.lanes.hbm import VeilCache
+    from desktop.scene.render import prepare_images
+    from desktop.state.config import Config, build
+
+    for cfg in (
+        Config(n=20, d=4, dv=4, block_q=3, block_k=4, input="random", pass_name="training"),
+        Config(n=24, d=4, dv=4, block_q=5, block_k=3, input="random", causal=True),
+    ):
+        trace = build(cfg)[1]
+        images = prepare_images(trace)
+        for lane in ("dense", "tiled"):
+            cache, seen = VeilCache(), {}
+            tensors = images.lanes[lane]
+            for step in range(-1, trace.n_steps + 1):
+                state = cache.state(tensors, step)
+                masks = [
+                    (name, *(m.tobytes() for m in img.veils(step)))
+                    for name, img in tensors.items()
+                    if img.veils(step) is not None
+                ]
+                assert seen.setdefault(state, masks) == masks
+            assert len(seen) > 2  # the state moves with the writes
