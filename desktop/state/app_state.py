@@ -9,9 +9,7 @@ and Trace stay and `sigError` carries one sentence for a dialog.
 
 from __future__ import annotations
 
-import time
-
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from compute import Trace
 from desktop.scene.render import LaneImages
@@ -57,7 +55,6 @@ class AppState(QObject):
         # What of the shown trace is still computing (the second tier's PARTS); views mark
         # it ("computing") instead of showing numbers of another configuration.
         self.pending_parts: frozenset[str] = frozenset()
-        self.painted_at = 0.0  # perf_counter() when the shown trace's first tier was painted
         self.builder = TraceBuilder(
             self._built,
             self._failed,
@@ -112,13 +109,6 @@ class AppState(QObject):
         self.sigStepChanged.emit(step)
         if row_changed:
             self.sigRowChanged.emit(row)
-        # A zero timer runs after the posted paints: the first tier is on screen then.
-        QTimer.singleShot(0, lambda: self._painted(trace))
-
-    def _painted(self, trace: Trace) -> None:
-        """The trace's first tier is painted (bench-gui's first_ms ends here)."""
-        if trace is self.trace:
-            self.painted_at = time.perf_counter()
 
     def _part(self, trace: Trace, images: LaneImages) -> None:
         """The second tier of the shown trace: every heatmap and the all-rows numbers."""
