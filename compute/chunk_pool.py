@@ -6,12 +6,13 @@ two chunks run at once on two cores. Whatever a pass adds up across chunks (dK, 
 samples) is added by the caller in chunk order, as the one-thread loop did: the digits
 do not depend on which thread ran a chunk or which finished first.
 
-Each pass starts its own two threads and ends them. At most `threads` chunks are in flight: memory is that many chunks' arrays, as the
-memory estimate (desktop.state.config) counts them. `check` runs before each chunk is
-started (compute.numbers.Cancelled abandons the pass); chunks already running finish
-before the exception leaves, so no thread writes into a pass that was given up. (The
-desktop app runs with one malloc arena, desktop/__init__: with one per chunk thread the
-freed chunks' memory stayed in each, and the peak grew by tens of MB.)
+Each pass starts its own two threads and ends them. At most `threads` chunks are in
+flight: memory is that many chunks' arrays, as the memory estimate (desktop.state.config)
+counts them. `check` runs before each chunk is started (compute.numbers.Cancelled abandons
+the pass); chunks already running finish before the exception leaves, so no thread writes
+into a pass that was given up. (The desktop app runs with one malloc arena,
+desktop/__init__: with one per chunk thread the freed chunks' memory stayed in each, and
+the peak grew by tens of MB.)
 """
 
 from __future__ import annotations
