@@ -163,7 +163,9 @@ def _check_band(band, causal: bool, mode: int) -> tuple[int, int]:
             "(causal is the band (-BAND_OPEN, N_k - N_q))"
         )
     if mode not in WS_MODES:
-        raise ValueError(f"backward mode {mode} takes no band: use mode 7 or 9 (the default)")
+        raise ValueError(
+            f"backward mode {mode} takes no band: use the default (mode 7), or 9 or 16"
+        )
     try:
         lo, hi = (int(x) for x in band)
     except (TypeError, ValueError):
