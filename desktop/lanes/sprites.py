@@ -7,10 +7,10 @@ px block ~0.3 ms, an arrow ~0.2 ms; a blit of the stroke ~10 µs). A stroke whos
 come from one fill of its outline (a pen wider than 1 px, solid or dashed: the raster
 engine fills the stroker's outline once) blends into the frame exactly as its image made
 on a transparent background does (source-over, premultiplied: src + dst·(1 − αsrc) with
-the same src either way), so the copy is pixel-identical to stroking again. The image is made the second time a
-stroke is drawn (most strokes of a moving block are drawn once). Pens of
-1 px or less take the raster engine's line path, whose spans may overlap: those are
-drawn as they are, as is anything drawn under a transform other than the identity
+the same src either way), so the copy is pixel-identical to stroking again. The image is
+made the second time a stroke is drawn (most strokes of a moving block are drawn once).
+Pens of 1 px or less take the raster engine's line path, whose spans may overlap: those
+are drawn as they are, as is anything drawn under a transform other than the identity
 (another pixel ratio, an export), a clip or another composition mode.
 """
 

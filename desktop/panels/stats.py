@@ -321,14 +321,11 @@ class StatsPanel(FollowsPalette, QWidget):
         why = s.mask.why_empty(row, s.n_q, s.n_k) if s.mask else None
         self.mask_note.setText(why or "")
         self.mask_note.setVisible(why is not None)
-        if "errors" in self.state.pending_parts:  # all rows' error needs all of S
-            # The same words around it as the number will have: the label wraps where it
-            # will then, so the plots below are not resized (and repainted) twice a change.
-            self.labels["error"].setText(
-                error_text(err_row, float("nan"), trace.dtype).replace("nan", "computing…")
-            )
-        else:
-            self.labels["error"].setText(error_text(err_row, trace.max_abs_error, trace.dtype))
+        # All rows' error needs all of S. Until then "computing…" stands in the same words
+        # the number will have: the label wraps where it will then, so the plots below are
+        # not resized (and repainted) twice a change.
+        every = None if "errors" in self.state.pending_parts else trace.max_abs_error
+        self.labels["error"].setText(error_text(err_row, every, trace.dtype))
 
     def _set_x_range(self) -> None:
         """Whole run, or the row's active steps slid to hold the current step (1-based)."""
@@ -395,6 +392,8 @@ def components_legend(d_v: int) -> str:
     return f"a, a/ℓ components: {marks} (dashed: targets)"
 
 
-def error_text(row_error: float, all_error: float, dtype: str) -> str:
-    """The error read-out: the tiled output against the float64 reference."""
-    return f"this row {fmt(row_error)}, all rows {fmt(all_error)} (tiled in {dtype} vs float64)"
+def error_text(row_error: float, all_error: float | None, dtype: str) -> str:
+    """The error read-out: the tiled output against the float64 reference (all rows'
+    None while the pass over S is still computing)."""
+    every = "computing…" if all_error is None else fmt(all_error)
+    return f"this row {fmt(row_error)}, all rows {every} (tiled in {dtype} vs float64)"

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from compute.gpu import DeviceStatus, status
-from desktop.panels.gpu.sweep import CappedPlot
+from desktop.panels.gpu.sweep import bar_plot
 from desktop.theme import FollowsPalette, style_plot
 
 BUNDLED = Path(__file__).resolve().parents[3] / "assets" / "benchmarks" / "decode"
@@ -158,13 +158,7 @@ class DecodeBandwidthView(FollowsPalette, QWidget):
         self.title, self.message = QLabel(), QLabel()
         for label in (self.title, self.message):
             label.setWordWrap(True)
-        self.plot = CappedPlot()
-        self.plot.setMinimumHeight(160)
-        item = self.plot.getPlotItem()
-        item.setLabel("left", "of copy bandwidth")
-        item.setMenuEnabled(False)
-        item.setMouseEnabled(False, False)
-        item.showGrid(y=True, alpha=0.3)
+        self.plot = bar_plot("of copy bandwidth", 160)
         self.legend = QLabel(
             f'<span style="color:{OURS}">■</span>&nbsp;split-KV kernel &nbsp; '
             f'<span style="color:{PEER}">■</span>&nbsp;PyTorch SDPA &nbsp; '

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from compute import PASS_TENSORS, element_bytes
 from compute.gpu.report import L2_CAVEAT, dram_label, dram_reading
-from desktop.panels.gpu.sweep import CappedPlot
+from desktop.panels.gpu.sweep import bar_plot
 from desktop.theme import FollowsPalette, style_plot
 
 WIDTH = 0.38
@@ -99,13 +99,8 @@ class DramView(FollowsPalette, QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plot = CappedPlot()  # the heatmap's modest height, for the same scroll area
-        self.plot.setMinimumHeight(180)
-        item = self.plot.getPlotItem()
-        item.setLabel("left", "× declared")
-        item.setMenuEnabled(False)
-        item.setMouseEnabled(False, False)
-        item.showGrid(y=True, alpha=0.3)
+        # The heatmap's modest height, for the same scroll area.
+        self.plot = bar_plot("× declared", 180)
         self.title = QLabel()
         self.title.setWordWrap(True)
         self.legend = QLabel()  # the colours of the bars' segments

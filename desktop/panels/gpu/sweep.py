@@ -25,6 +25,18 @@ class CappedPlot(pg.PlotWidget):
         return QSize(hint.width(), min(hint.height(), PREFERRED_HEIGHT))
 
 
+def bar_plot(left_label: str, min_height: int) -> CappedPlot:
+    """A CappedPlot for bars read off a labelled y axis: no menu, no mouse, y grid."""
+    plot = CappedPlot()
+    plot.setMinimumHeight(min_height)
+    item = plot.getPlotItem()
+    item.setLabel("left", left_label)
+    item.setMenuEnabled(False)
+    item.setMouseEnabled(False, False)
+    item.showGrid(y=True, alpha=0.3)
+    return plot
+
+
 class SweepView(FollowsPalette, QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
