@@ -88,8 +88,8 @@ class _Means:
         """Per-cell sums of a row chunk starting at row r0."""
         n = x.shape[0]
         c0, h, _ = self._span(r0, n)
-        if r0 % self.fr == 0 and n == h * self.fr and self.cols == self.hc * self.fc:
-            return x.reshape(h, self.fr, self.hc, self.fc).sum(axis=(1, 3))  # a view's sum
+        # Rows first, then columns, on every path: a chunk that cuts a cell gets the
+        # digits of one that does not (and a 4-axis sum of a view is 2-7x slower).
         if r0 % self.fr == 0 and n == h * self.fr:
             rows = x.reshape(h, self.fr, self.cols).sum(axis=1, dtype=np.float64)
         else:

@@ -65,7 +65,7 @@ class LaneView(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(420, MIN_HEIGHT)
         state.sigTraceChanged.connect(self._on_trace)
-        state.sigPartsChanged.connect(self._on_parts)
+        state.sigImagesChanged.connect(self._on_images)
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
         state.sigProgressChanged.connect(self.update)
@@ -81,9 +81,9 @@ class LaneView(QWidget):
         self._sprites = Sprites()
         self.update()
 
-    def _on_parts(self, pending: frozenset) -> None:
+    def _on_images(self) -> None:
         """The second tier arrived: its heatmaps replace the placeholders."""
-        if not pending and self.state.trace is not None:
+        if self.state.trace is not None:
             self._on_trace(self.state.trace)
 
     def _on_step(self, _step: int) -> None:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.panels.fit_label import FitLabel
+from desktop.panels.pending_cover import PendingCover
 from desktop.scene.row_series import MAX_COLOURED, STEP_X, fmt, fmt_vec
 from desktop.state.app_state import AppState
 from desktop.theme import FollowsPalette, settle_plot, style_plot
@@ -91,12 +92,14 @@ class BackwardStats(FollowsPalette, QGroupBox):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(grid)
         layout.addWidget(self.plot, 1)
+        self.plot_cover = PendingCover(self.plot, "computing the row's curves…")
+        self._drawn = None  # (trace, row) whose curves the plot shows
         self.restyle()
         state.sigTraceChanged.connect(self._rebuild)
         state.sigRowChanged.connect(self._rebuild)
         state.sigKeyChanged.connect(self._on_key)
         state.sigStepChanged.connect(self._on_step)
-        state.sigPartsChanged.connect(lambda _parts: self._on_step(self.state.step))
+        state.sigPartsChanged.connect(self._on_parts)
 
     def restyle(self) -> None:
         style_plot(self.plot, [self.plot.getPlotItem()], self.palette())
@@ -121,7 +124,25 @@ class BackwardStats(FollowsPalette, QGroupBox):
         self.labels["dq_ref"].setText(fmt_vec(b.dq_reference))
         err = float(np.max(np.abs(b.dq[-1] - b.dq_reference), initial=0.0))
         self.labels["dq_err"].setText(f"{fmt(err)} (vs float64, {trace.dtype})")
-        # dQ_row as a step function: it changes at the tiled lane's update steps of the row.
+        self._drawn = None
+        waiting = "plots" in self.state.pending_parts  # (worker.PARTS)
+        self.plot_cover.cover(waiting)
+        if not waiting:
+            self._draw_curves(trace, row, b)
+        self._on_step(self.state.step)
+
+    def _on_parts(self, pending: frozenset) -> None:
+        trace, row = self.state.trace, self.state.row
+        if trace is None or trace.pass_name == "forward":
+            return
+        if "plots" not in pending and self._drawn is None:  # the curves' part arrived
+            self.plot_cover.cover(False)
+            self._draw_curves(trace, row, trace.backward_row(row))
+        self._on_step(self.state.step)
+
+    def _draw_curves(self, trace, row: int, b) -> None:
+        """dQ_row as a step function: it changes at the tiled lane's update steps of the row."""
+        self._drawn = (trace, row)
         steps, tiles = trace.lanes["tiled"].steps_of("bwd_update", row // trace.schedule.block_q)
         edges = np.concatenate([[-0.5], steps - 0.5, [trace.n_steps - 0.5]]) + STEP_X
         values = b.dq[np.concatenate([[0], tiles + 1])]
@@ -156,7 +177,6 @@ class BackwardStats(FollowsPalette, QGroupBox):
         item.disableAutoRange()
         item.setXRange(*span)
         item.setYRange(lo, hi)
-        self._on_step(self.state.step)
 
     def _on_key(self, key: int) -> None:
         # Only the dK / dV read-outs follow the key row; the dQ curves are the row's.

@@ -97,7 +97,7 @@ class StatsPanel(FollowsPalette, QWidget):
         self.mask_note.hide()
         layout.addWidget(self.mask_note)
         layout.addWidget(self.plots, 1)
-        # A streamed trace's curves come with its second tier (app_state.PARTS).
+        # A streamed trace's curves come with its second tier (worker.PARTS).
         self.plots_cover = PendingCover(self.plots, "computing the row's curves…")
         self.plots_cover.setObjectName("plots_cover")
         # Which colour is which component of a and a/ℓ (the plots draw no legend over

@@ -16,14 +16,6 @@ from desktop.scene.render import LaneImages
 from desktop.state.config import Config
 from desktop.state.worker import TraceBuilder
 
-# The second tier of a streamed trace: the heatmaps that need all of S (P, O, the tiled
-# lane's O, m, ℓ, L), the all-rows numbers (the maximum error, the overflow check) and
-# the statistics panel's curves over the whole run. The curves need only the selected
-# row, but handing ~100 k vertices to pyqtgraph and painting them was a fifth of a
-# first paint's GUI time at N = 1024: they come with the second tier's paint (the
-# panel's read-outs of the current step come with the first).
-PARTS = frozenset({"heatmaps", "errors", "plots"})
-
 
 class AppState(QObject):
     sigConfigChanged = Signal(object)  # the Config the current Trace was built from
@@ -38,6 +30,7 @@ class AppState(QObject):
     sigNotice = Signal(str)  # a passing remark for the status bar
     sigRefused = Signal(str)  # the config asked for is over the memory budget ('' = no longer)
     sigPartsChanged = Signal(object)  # the shown trace's pending parts (a frozenset) changed
+    sigImagesChanged = Signal()  # the shown trace's second tier replaced its placeholders
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -52,14 +45,14 @@ class AppState(QObject):
         self._row_hint = 0  # the row the user chose; kept when a smaller N clamps it
         self.refusal = ""  # why the config asked for cannot be built ('' when it can)
         self.refused = False  # the shown numbers are veiled by a refusal (see _refused)
-        # What of the shown trace is still computing (the second tier's PARTS); views mark
-        # it ("computing") instead of showing numbers of another configuration.
+        # What of the shown trace is still computing (worker.PARTS, or the curves alone);
+        # views mark it ("computing") instead of showing numbers of another configuration.
         self.pending_parts: frozenset[str] = frozenset()
         self.builder = TraceBuilder(
             self._built,
             self._failed,
             self._refused,
-            on_first=lambda *result: self._built(*result, streaming=True),
+            on_first=lambda *result: self._built(*result[:3], pending=result[3]),
             on_part=self._part,
         )
         self.builder.setParent(self)
@@ -86,7 +79,11 @@ class AppState(QObject):
         self.set_config(self.current_config.replace(**changes))
 
     def _built(
-        self, config: Config, trace: Trace, images: LaneImages, streaming: bool = False
+        self,
+        config: Config,
+        trace: Trace,
+        images: LaneImages,
+        pending: frozenset[str] = frozenset(),
     ) -> None:
         # Keep the position in the timeline where it still exists. A first trace opens at
         # step 1, where the story starts; one viewed at its end stays at the end.
@@ -100,7 +97,7 @@ class AppState(QObject):
         row_changed = row != self.row
         # Step and row are valid for the new trace before anyone hears of it.
         self.config, self.trace, self.images = config, trace, images
-        self.pending_parts = PARTS if streaming else frozenset()
+        self.pending_parts = pending
         self._lift_refusal()
         self.requested, self.step, self.row = config, step, row
         self.key = min(self.key, trace.schedule.n_k - 1)
@@ -111,11 +108,15 @@ class AppState(QObject):
             self.sigRowChanged.emit(row)
 
     def _part(self, trace: Trace, images: LaneImages) -> None:
-        """The second tier of the shown trace: every heatmap and the all-rows numbers."""
+        """The rest of the shown trace: the row's curves, and of a streamed one every
+        heatmap and the all-rows numbers."""
         if trace is not self.trace:
             return  # (the builder delivers only the newest generation's parts)
+        new_images = images is not self.images
         self.images, self.pending_parts = images, frozenset()
         self.sigPartsChanged.emit(self.pending_parts)
+        if new_images:  # (a one-part build's curves come with the images it had)
+            self.sigImagesChanged.emit()
 
     def adopt(self, other: AppState) -> None:
         """Show what `other` shows (its config, trace, step, row and key row) without a

@@ -38,6 +38,14 @@ from desktop.scene.render import (
 from desktop.scene.row_series import stats_curves
 from desktop.state.config import BudgetError, Config, build
 
+# What a streamed trace's first delivery leaves to follow (AppState.pending_parts): the
+# heatmaps that need all of S (P, O, the tiled lane's O, m, ℓ, L), the all-rows numbers
+# (the maximum error, the overflow check) and the statistics panel's curves of the selected
+# row. A one-part build leaves only the curves: they need only that row, but handing
+# ~100 k vertices to pyqtgraph and painting them was a third of a first paint's GUI time
+# at N = 1024, so every threaded build delivers them after its first paint.
+PARTS = frozenset({"heatmaps", "errors", "plots"})
+
 
 class _Relay(QObject):
     """Lives in the GUI thread; worker threads emit through it (queued to the GUI)."""
@@ -66,20 +74,29 @@ class _BuildJob(QRunnable):
             raise Cancelled
 
     def run(self) -> None:
-        streamed = []
-
-        def first(*result: object) -> None:
-            streamed.append(True)
-            self.relay.sigFirst.emit(self.generation, result, self.painted)
+        def first(*result: object, pending: frozenset = PARTS) -> None:
+            self.relay.sigFirst.emit(self.generation, (*result, pending), self.painted)
             self.painted.wait(PAINT_WAIT_S)
 
+        streamed: list[bool] = []
         try:
             result = build_all(
-                self.config, on_first=first, check=self.check, row=self.row, key=self.key
+                self.config,
+                on_first=lambda *r: (streamed.append(True), first(*r)),
+                check=self.check,
+                row=self.row,
+                key=self.key,
+                curves=False,
             )
-            if streamed:  # the first tier went ahead: the rest is a part
-                self.relay.sigPart.emit(self.generation, result[1], result[2])
-                result = None
+            if not streamed:  # one part: shown now, the row's curves follow
+                self.painted = threading.Event()
+                first(*result, pending=frozenset({"plots"}))
+            self.check()
+            # The statistics panel's curves come last: handing them to pyqtgraph and
+            # painting them is a third of a first paint's GUI time at N = 1024.
+            _row_curves(result[1], self.row)
+            self.relay.sigPart.emit(self.generation, result[1], result[2])
+            result = None
         except Cancelled:
             self.relay.sigDone.emit(self.generation, None, Cancelled())
         except BudgetError as exc:
@@ -107,6 +124,7 @@ def build_all(
     check: Callable[[], None] | None = None,
     row: int | None = None,
     key: int = 0,
+    curves: bool = True,
 ) -> tuple[Config, object, LaneImages]:
     """The Trace and its precomputed heatmap images: everything a new trace needs. With
     `on_first`, a trace that streams (render.streams) is handed over with its first tier
@@ -114,7 +132,8 @@ def build_all(
     row `row`'s block history (the statistics panel's series) is made here, streamed or
     not, and in a backward row `row`'s block and key row `key`'s tile (its L, D,
     dQ_row, dK, dV: exact from those rows and columns once the forward's O and L are
-    in); the whole gradients and dP, dS come with the second tier."""
+    in); the whole gradients and dP, dS come with the second tier. `curves=False`
+    leaves the row's plotted curves to the caller (_row_curves)."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
         if check is not None:  # the passes over S first, cancellable between chunks
@@ -124,12 +143,12 @@ def build_all(
         images = prepare_images(trace)
         _all_rows(trace)
         if row is not None:  # the selected rows' numbers here, not on the GUI thread
-            _selected_rows(trace, row)
+            _selected_rows(trace, row, curves)
             _selected_key(trace, key)
         return config, trace, images
     first = prepare_first(trace)
     if row is not None:  # a backward's from its rows alone: no every-row pass first
-        _selected_rows(trace, row)
+        _selected_rows(trace, row, curves)
     if check is not None:
         check()
     on_first(config, trace, first)
@@ -147,20 +166,28 @@ def _all_rows(trace) -> None:
     trace.forward.overflow  # noqa: B018
 
 
-def _selected_rows(trace, row: int) -> None:
-    """The statistics panel's row: its block's history (a loop over key tiles; only
-    where the pass shows the forward: a backward alone plots no online-softmax state),
-    its dense and tiled rows (their chunk's products), and in a backward its block's,
-    made once here, on the worker, not on the GUI thread."""
+def _selected_rows(trace, row: int, curves: bool = True) -> None:
+    """The statistics panel's row: its dense and tiled rows (their chunk's products), its
+    block's history where the pass shows the forward (a loop over key tiles: a backward
+    alone shows no online-softmax state), in a backward its block's gradients, and with
+    `curves` its plotted curves (_row_curves), made once here, not on the GUI thread."""
     s = trace.schedule
     row = min(row, s.n_q - 1)
     r0, r1 = s.rows(row // s.block_q)  # its block's chunks (they hold the row)
     trace.forward.dense_rows(r0, r1)
     trace.forward.tiled_output_rows(r0, r1)
-    if trace.pass_name != "backward":  # the plots' curves (the block's history first)
-        stats_curves(trace, row)
+    if trace.pass_name != "backward":  # the read-outs' m, ℓ, α, a (the block's history)
+        trace.forward.row_history(row)
     if trace.backward is not None:
         trace.backward.backward_block(row // s.block_q).make_all()
+    if curves:
+        _row_curves(trace, row)
+
+
+def _row_curves(trace, row: int) -> None:
+    """The statistics panel's curves of query row `row` (from its block's history)."""
+    if trace.pass_name != "backward":
+        stats_curves(trace, min(row, trace.schedule.n_q - 1))
 
 
 def _selected_key(trace, key: int) -> None:

@@ -347,7 +347,7 @@ def test_the_key_rows_gradients_say_computing_until_their_part_arrives(qtbot):
     seen = {}
 
     def first(config, trace, images):
-        state._built(config, trace, images, streaming=True)
+        state._built(config, trace, images, pending=worker.PARTS)
         seen.update(dk=panel.labels["dk"].text(), dv=panel.labels["dv"].text())
         seen["pass"] = trace.forward.summary_cached(DISPLAY_CELLS)
 

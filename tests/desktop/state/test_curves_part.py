@@ -1,0 +1,55 @@
+"""A threaded build that comes in one part shows its numbers first and the row's curves
+after that paint: the plots are covered meanwhile (never another configuration's
+curves), and the lanes keep the heatmaps they were given (no second static rebuild)."""
+
+from __future__ import annotations
+
+import pytest
+
+from compute.numbers import SHARED
+from desktop.panels.backward_stats import BackwardStats
+from desktop.panels.stats import StatsPanel
+from desktop.scene.row_series import stats_curves
+from desktop.state import worker
+from desktop.state.app_state import AppState
+from desktop.state.config import Config
+
+
+@pytest.mark.parametrize("pass_name", ["forward", "backward", "training"])
+def test_a_one_part_build_delivers_its_curves_after_the_first_paint(qtbot, monkeypatch, pass_name):
+    SHARED.clear()
+    monkeypatch.setattr(worker, "THREAD_THRESHOLD_WORK", 0)  # threaded, but one part
+    state = AppState()
+    stats, backward = StatsPanel(state), BackwardStats(state)
+    for w in (stats, backward):
+        qtbot.addWidget(w)
+        w.show()
+    seen, images_changed = [], []
+
+    def on_trace(_trace):
+        seen.append(
+            (
+                state.pending_parts,
+                stats.plots_cover.isVisible(),
+                backward.plot_cover.isVisible(),
+                backward._drawn,
+            )
+        )
+
+    state.sigTraceChanged.connect(on_trace)
+    state.sigImagesChanged.connect(lambda: images_changed.append(state.trace))
+    a = Config(n=30, d=3, dv=2, block_q=4, block_k=5, input="random", seed=3, pass_name=pass_name)
+    state.set_config(a)
+    qtbot.waitUntil(lambda: state.config == a and not state.pending_parts, timeout=30000)
+    assert state.builder.wait(30000)
+    forward_plots = pass_name != "backward"
+    # The first delivery: numbers, with the curves still to come and their plots covered.
+    assert seen == [(frozenset({"plots"}), forward_plots, pass_name != "forward", None)]
+    assert images_changed == []  # one part: the lanes' heatmaps were complete at once
+    # The curves' part: uncovered, drawn from this trace and row.
+    assert not stats.plots_cover.isVisible() and not backward.plot_cover.isVisible()
+    if forward_plots:
+        assert stats._series is stats_curves(state.trace, state.row)
+    if pass_name != "forward":
+        assert backward._drawn == (state.trace, state.row)
+    state.builder.shutdown()
