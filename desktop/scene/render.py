@@ -19,6 +19,7 @@ from compute import Trace
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.timeline import PHASE_CODE
 
+from .array_memo import ArrayMemo
 from .backward import GRAD_SLOTS, grad_slots, grad_sources
 
 DISPLAY_CAP = DISPLAY_CELLS  # display cells per side before block-averaging (the core's)
@@ -162,7 +163,35 @@ ROBUST_ABOVE = 4096  # values; above this the scale is a percentile, not the max
 ROBUST_PERCENTILE = 99.5
 
 
+# Heatmaps, downsampled sources and scales of the arrays a trace shares with the last
+# ones (inputs and passes over S a blocks change keeps): made once (scene.array_memo).
+_MEMO = ArrayMemo(128)
+
+
+def _downsampled(values: np.ndarray) -> tuple[np.ndarray, int, int]:
+    return _MEMO.get((values,), "downsample", lambda: downsample(values))
+
+
+def _rgba(scale: ColorScale, small: np.ndarray) -> np.ndarray:
+    return _MEMO.get((small,), ("rgba", scale.vmax), lambda: scale.rgba(small))
+
+
+def _placeholder(shape: tuple[int, int, int], fill: tuple[int, ...]) -> np.ndarray:
+    """A flat image (a pending tensor, the neutral l/L column), one per shape and fill."""
+
+    def make() -> np.ndarray:
+        rgba = np.empty(shape, np.uint8)
+        rgba[:] = fill
+        return rgba
+
+    return _MEMO.get((), ("flat", shape, fill), make)
+
+
 def _shared_vmax(trace: Trace, parts: list[np.ndarray]) -> float:
+    return _MEMO.get(tuple(parts), "vmax", lambda: _vmax(parts))
+
+
+def _vmax(parts: list[np.ndarray]) -> float:
     """The scale's half-width: the largest |value| for small examples (every cell carries
     its number), the 99.5th percentile for large ones, so a few extremes do not wash
     every heatmap out (cells beyond it saturate). The values' scale is set by V alone:
@@ -294,8 +323,9 @@ def prepare_first(trace: Trace) -> LaneImages:
         for name, shape in lane_shapes(trace, lane).items():
             if name not in FIRST_TIER:
                 fr, fc = math.ceil(shape[0] / DISPLAY_CAP), math.ceil(shape[1] / DISPLAY_CAP)
-                rgba = np.empty((math.ceil(shape[0] / fr), math.ceil(shape[1] / fc), 4), np.uint8)
-                rgba[:] = PENDING_RGBA
+                rgba = _placeholder(
+                    (math.ceil(shape[0] / fr), math.ceil(shape[1] / fc), 4), PENDING_RGBA
+                )
                 images.lanes[lane][name] = TensorImage(name, shape, rgba, (fr, fc), pending=True)
                 continue
             if name == "S":
@@ -304,10 +334,10 @@ def prepare_first(trace: Trace) -> LaneImages:
             else:
                 values = {"Q": trace.q, "K": trace.k, "V": trace.v}[name]
                 if id(values) not in cache:  # Q, K, V are shared by both lanes
-                    cache[id(values)] = downsample(values)
+                    cache[id(values)] = _downsampled(values)
                 small, fr, fc = cache[id(values)]
                 keep = values if max(shape) <= NUMBERS_CAP else None
-            img = TensorImage(name, shape, images.scale_for(name).rgba(small), (fr, fc), keep)
+            img = TensorImage(name, shape, _rgba(images.scale_for(name), small), (fr, fc), keep)
             if name in _written(trace, lane) and name not in live_tensors(trace, lane):
                 _write_history(trace, lane, name, img)
             images.lanes[lane][name] = img
@@ -371,12 +401,12 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
                     means = summary.scores_small if name == "S" else summary.probs_small
                 cache[key] = (means.values, *means.factor)
             elif key not in cache:
-                cache[key] = downsample(values)
+                cache[key] = _downsampled(values)
             small, fr, fc = cache[key]
             if name in ("l", "L"):
-                rgba = np.tile(np.array([225, 225, 215, 255], dtype=np.uint8), (*small.shape, 1))
+                rgba = _placeholder((*small.shape, 4), (225, 225, 215, 255))
             else:
-                rgba = images.scale_for(name).rgba(small)
+                rgba = _rgba(images.scale_for(name), small)
             keep = values if max(values.shape) <= NUMBERS_CAP else None  # (never a RegionSource)
             img = TensorImage(name, values.shape, rgba, (fr, fc), keep)
             if name in written and name not in live_tensors(trace, lane):  # live: no veils
