@@ -5,10 +5,13 @@ same process on the same inputs, so the ratio is honest on a noisy machine. The 
 what the numbers of a complete view need at least, in chunks of query rows as the app
 forms them: S = Q Kᵀ · scale, P = softmax(S), O = P V and block means of S and P; with a
 backward dP = dO Vᵀ, dS = P ∘ (dP − D), dV = Pᵀ dO, dQ = dS K, dK = dSᵀ Q and block means
-of dP and dS. A tiled lane in a narrow dtype forms its own scores (rounded inputs, its
-statistics dtype) and exponentials once more; in float64 they are the dense ones.
-`dense=False` leaves out what depends on the inputs and the mask only (a change of block
-sizes, order, dtype or pass reuses it): the tiled lane's share then remains.
+of dP and dS. The tiled lane's own numbers (its output and gradients, whose rounding the
+view shows against the reference) add their products: in a narrow dtype its own scores
+(rounded inputs, its statistics dtype), exponentials, output and gradients; in float64 it
+reads the dense S and dP and adds its output E V, its P̃ = exp(S − L) and its three
+gradient products. `dense=False` leaves out what depends on the inputs and the mask only
+(a change of block sizes, order, dtype or pass reuses it): the narrow tiled lane's share
+then remains, and in float64 nothing (its tiled lane depends on the inputs alone).
 """
 
 from __future__ import annotations
@@ -56,19 +59,25 @@ def floor_seconds(
     with np.errstate(over="ignore", invalid="ignore"):
         for r0 in range(0, n_q, chunk):
             r1 = min(n_q, r0 + chunk)
-            if dense or not narrow:
+            if dense:
                 s = (q[r0:r1] @ k.T) * scale  # S = Q Kᵀ · scale
-                p = np.exp(s - s.max(axis=1, keepdims=True))
-                p /= p.sum(axis=1, keepdims=True)  # P = softmax(S)
-                _ = p @ v  # O = P V
-                if dense:
-                    _block_sums(s), _block_sums(p)
+                e = np.exp(s - s.max(axis=1, keepdims=True))
+                rowsum = e.sum(axis=1, keepdims=True)
+                p = e / rowsum  # P = softmax(S)
+                o = p @ v  # O = P V
+                _block_sums(s), _block_sums(p)
+                if not narrow:  # the float64 tiled lane's output: E V / ℓ
+                    o_t = (e @ v) / rowsum
                 if backward:
                     dp = do[r0:r1] @ v.T  # dP = dO Vᵀ
-                    ds = p * (dp - 1.0)  # dS = P ∘ (dP − D)
+                    d_ref = np.sum(do[r0:r1] * o, axis=1, keepdims=True)
+                    ds = p * (dp - d_ref)  # dS = P ∘ (dP − D)
                     _ = p.T @ do[r0:r1], ds @ k, ds.T @ q[r0:r1]  # dV, dQ, dK
-                    if dense:
-                        _block_sums(dp), _block_sums(ds)
+                    _block_sums(dp), _block_sums(ds)
+                    if not narrow:  # its backward on the same S and dP, from its own L
+                        pt = np.exp(s - (s.max(axis=1, keepdims=True) + np.log(rowsum)))
+                        dst = pt * (dp - np.sum(do[r0:r1] * o_t, axis=1, keepdims=True))
+                        _ = pt.T @ do[r0:r1], dst @ k, dst.T @ q[r0:r1]
             if narrow:  # the tiled lane's own scores and exponentials
                 st = (qd[r0:r1] @ kd.T) * acc(scale)
                 pt = np.exp(st - st.max(axis=1, keepdims=True))
