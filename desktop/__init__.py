@@ -29,21 +29,31 @@ def _leave_a_core_for_the_gui() -> None:
 
 _leave_a_core_for_the_gui()
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter
+# glibc's mallopt parameters
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
+MMAP_THRESHOLD = 32 << 20  # glibc's largest (64-bit): a pass's 4 MB chunks stay on the heap
+TRIM_THRESHOLD = 128 << 20  # free heap kept for the next pass, not handed back each time
 
 
 def _one_malloc_arena() -> None:
-    """All threads allocate from one glibc arena. A pass over S runs its chunks on two
-    threads (compute.chunk_pool); with an arena each, the memory their freed chunks left
-    in each arena stayed with the process, and the peak RSS a window or an export
-    reached grew by 25-50 MB beyond its estimate (tests/faults/test_budgets). Set before
-    any thread starts (Qt's and the worker's too); elsewhere nothing to do."""
+    """All threads allocate from one glibc arena, and a pass's chunk arrays reuse the
+    heap. A pass over S runs its chunks on two threads (compute.chunk_pool); with an
+    arena each, the memory their freed chunks left in each arena stayed with the
+    process, and the peak RSS a window or an export reached grew by 25-50 MB beyond its
+    estimate (tests/faults/test_budgets). And each chunk's S, P (4 MB each) was a fresh
+    mapping whose pages the kernel faulted in and zeroed: a quarter of a pass's CPU time
+    at N = 1024 (glibc's sliding threshold mapped them again whenever a free handed the
+    heap's top back). Set before any thread starts (Qt's and the worker's too); elsewhere
+    nothing to do."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
     try:
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_ARENA_MAX, 1)
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     except (OSError, AttributeError):
         pass  # not glibc (musl keeps one arena anyway)
 
