@@ -76,7 +76,7 @@ __device__ __forceinline__ void fbw_bulk_load(u32 dst, const void* src, u32 byte
 }
 #endif
 
-template <int DT, int D, bool DET, bool DRAIN = false, bool DEFER = false>
+template <int DT, int D, bool DET, bool DRAIN = false>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -191,35 +191,6 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     float dv[NA], dk[NA];
 #pragma unroll
     for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
-    // Pᵀ and dSᵀ as A fragments: the dV and dK GEMMs read them from registers until they
-    // complete, which under DEFER is only in the next item (so they live across the loop).
-    u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
-    // This warpgroup's dQ tile into its buffer: the drain warp's (DRAIN) or its own bulk
-    // reduction of accumulator chunk `chunk` (DET: when the chunk's ticket reads `want`).
-    auto put_dq = [&](const float* dq, long long chunk, int want) {
-        const int b = ntile & 1;
-        const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
-        if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
-            if (ntile >= 2) fa_bar_sync(fbw_free_bar(cw, b), 160);
-            fb_dq_store(dq, buf, ctid);
-            fbw_bar_arrive(fbw_full_bar(cw, b), 160);
-        } else {
-            fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, want);
-        }
-        ++ntile;
-    };
-    // DEFER at d = 64 (DF): the previous item's dQ GEMM this warpgroup still owes, issued
-    // behind this item's Sᵀ and dPᵀ, with its dSᵀ buffer, chunk, ticket and stage. At d = 128
-    // that GEMM beside Sᵀ, dPᵀ and the two 64-column accumulators passes 240 registers (and a
-    // wgmma in flight across the loop's back edge whose accumulator is read after it makes
-    // ptxas serialise them all: BACKWARD_NOTES.md), so there DEFER (DF128) is FA4's order
-    // instead: after the hand-off dQ, then dK, whose GEMM runs while the dQ tile is stored.
-    constexpr bool DF = DEFER && D == 64;
-    constexpr bool DF128 = DEFER && D == 128;
-    bool owe = false;
-    u32 ds_prev = 0;
-    long long chunk_prev = 0;
-    int want_prev = 0, s_prev = 0;
 
     fa_mbar_wait(barKV, 0);
     for (int it = 0, i = i0, gq = 0; it < items; ++it) {
@@ -236,25 +207,14 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const u32 dsbuf = sdS + (it & 1) * L::DS_BYTES;
         const int q0 = i * FB_BM;
         const u32 lda = sLD + s * 512 + 8 * t;  // this thread's first L2 pair; D 256 bytes on
-        const bool dq_here = (D == 128) || (cw == (it & 1));
-        const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
-        const int want = DET ? fbw_ticket(i, kb, causal, offset, lo) : 0;
 
-        float sv[NS], dp[NS], dq[32];  // dq: issued and read in one item, never across
+        float sv[NS], dp[NS];
         fa_mbar_wait(fullQ + 8 * s, par);
         fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
         fa_mbar_wait(fulldO + 8 * s, par);
         fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
-        if constexpr (DF) {  // the tensor cores run the owed dQ while Pᵀ is computed; the
-            // GEMM or an empty group, so that every wait below counts the same groups on
-            // both paths (ptxas serialises the wgmmas otherwise)
-            if (owe) fbw_issue_dq<DT>(dq, fbw_lo(ds_prev, FB_BN * 128), kdq);
-            else fa_wgmma_commit();
-            fa_wgmma_wait<2>();
-            if (it > 0) fa_mbar_arrive(empty + 8 * s_prev);  // its dK preceded Sᵀ
-        } else {
-            fa_wgmma_wait<1>();  // Pᵀ while dPᵀ is still on the tensor cores
-        }
+        // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
+        fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
         // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
@@ -264,94 +224,54 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
         // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it to
         // run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then dV).
+        u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
         fa_to_a<DT, NS>(sv, ap);
 #pragma unroll
         for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
         fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
-        if constexpr (DF)
-            fa_wgmma_wait<2>();  // dPᵀ done; the previous dQ and dV may run
-        else
-            fa_wgmma_wait<1>();
+        fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
         fbw_dsoft<NS>(dp, sv, lda + 256);
         fa_to_a<DT, NS>(dp, ads);
-        if constexpr (DF) {
-            fa_wgmma_wait<1>();  // the previous dQ is done; dV may run
-            if (owe) {
-#pragma unroll
-                for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-                put_dq(dq, chunk_prev, want_prev);
-            }
-        }
-        // Buffer it & 1 was last read by block it - 2's dQ GEMM, which its warpgroup (both
-        // at d = 128) waited for before block it - 1's barrier.
+        // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
+        // finished before block it - 1's barrier.
         fbw_store_dst(ads, dsbuf, dst_off);
-        if constexpr (DF128) {  // FA4's order: dQ, then dK, whose GEMM hides the dQ tile's store
-            fa_fence_proxy_async();
-            fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
-            fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
 #pragma unroll
-            for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
-            fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
-            fa_wgmma_wait<1>();  // dV and dQ are done; dK runs while the tile is stored
-#pragma unroll
-            for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            put_dq(dq, chunk, want);
-            fa_wgmma_wait<0>();
-            fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
-#pragma unroll
-            for (int e = 0; e < NA; ++e) {
-                fa_reg_fence(dv[e]);
-                fa_reg_fence(dk[e]);
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
-            fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
-            fa_fence_proxy_async();
-            if constexpr (DF) {  // the next item's Sᵀ and dPᵀ go to the tensor cores before this dQ
-                fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
-                owe = dq_here;
-                ds_prev = dsbuf;
-                chunk_prev = chunk;
-                want_prev = want;
-                s_prev = s;
-            } else {
-                fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
-                if (dq_here) fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
-                fa_wgmma_wait<0>();
-                fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
-#pragma unroll
-                for (int e = 0; e < NA; ++e) {
-                    fa_reg_fence(dv[e]);
-                    fa_reg_fence(dk[e]);
-                }
-                if (dq_here) {
-#pragma unroll
-                    for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-                    put_dq(dq, chunk, want);
-                }
-            }
-        }
-        if (++i == i1) {
-            i = i0;
-            ++gq;
-        }
-    }
-    if constexpr (DF) {  // the last item's dQ (its stage's release nobody waits for)
+        for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
+        fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
+        fa_fence_proxy_async();
+        fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
+
+        const bool dq_here = (D == 128) || (cw == (it & 1));
         float dq[32];
-        if (owe) fbw_issue_dq<DT>(dq, fbw_lo(ds_prev, FB_BN * 128), kdq);
+        if (dq_here) fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
         fa_wgmma_wait<0>();
+        fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
 #pragma unroll
         for (int e = 0; e < NA; ++e) {
             fa_reg_fence(dv[e]);
             fa_reg_fence(dk[e]);
         }
-        if (owe) {
+        if (dq_here) {
 #pragma unroll
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
-            put_dq(dq, chunk_prev, want_prev);
+            const int b = ntile & 1;
+            const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
+            if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
+                if (ntile >= 2) fa_bar_sync(fbw_free_bar(cw, b), 160);
+                fb_dq_store(dq, buf, ctid);
+                fbw_bar_arrive(fbw_full_bar(cw, b), 160);
+            } else {
+                const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+                const int want = DET ? fbw_ticket(i, kb, causal, offset, lo) : 0;
+                fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, want);
+            }
+            ++ntile;
+        }
+        if (++i == i1) {
+            i = i0;
+            ++gq;
         }
     }
     if (ctid == 0) fb_bulk_wait();  // shared memory stays until the reads are done
@@ -365,8 +285,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, DRAIN, DEFER)                                                    \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DEFER>(                          \
+#define FBW_MAIN(DT, D, DET, DRAIN)                                                           \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN>(                                 \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -377,9 +297,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                                                     const FbwLayout);                        \
     template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int,      \
                                                           long long, float, const FbwLayout); \
-    FBW_MAIN(DT, D, false, false, false) FBW_MAIN(DT, D, true, false, false)                   \
-    FBW_MAIN(DT, D, true, true, false) FBW_MAIN(DT, D, false, false, true)                    \
-    FBW_MAIN(DT, D, true, false, true) FBW_MAIN(DT, D, true, true, true)
+    FBW_MAIN(DT, D, false, false) FBW_MAIN(DT, D, true, false) FBW_MAIN(DT, D, true, true)
 FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_INST(0, 128)

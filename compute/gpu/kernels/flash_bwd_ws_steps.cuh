@@ -60,15 +60,6 @@ __device__ __forceinline__ void fbw_issue_dq(float* dq, u32 dlo, u32 klo) {
     fa_wgmma_commit();
 }
 
-// A fresh definition of a[0 .. N) (no instruction): the wgmma wrappers take their
-// accumulators as read-write operands, so a tile kept across loop iterations would otherwise
-// stay live from its last use to the next GEMM that overwrites it.
-template <int N>
-__device__ __forceinline__ void fbw_fresh(float* a) {
-#pragma unroll
-    for (int e = 0; e < N; ++e) asm volatile("" : "=f"(a[e]));
-}
-
 // Two floats at shared address a + OFF (OFF an immediate).
 template <int OFF>
 __device__ __forceinline__ float2 fbw_lds2(u32 a) {

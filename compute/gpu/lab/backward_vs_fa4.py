@@ -38,9 +38,6 @@ MODE_NAMES = {
     7: "ws-bulk",
     9: "ws-det",
     16: "ws-drain-det",
-    17: "ws-defer",
-    18: "ws-defer-drain-det",
-    19: "ws-defer-det",
 }
 
 
