@@ -18,7 +18,8 @@ loss of every step (the curves must agree within bf16 noise); writes JSON.
 
 ``--profile STEPS`` then runs STEPS more steps of each model under torch.profiler
 (``step_profile``: GPU time per kernel family, GPU idle time and the gaps before each
-family's kernels, the attention's host time) and adds the summary and a table.
+family's kernels, the attention's host time, and every GPU item of each attention call:
+``step_profile.attention_ops``) and adds the summary and a table.
 ``--variants`` adds copies of our model that run the op's earlier choices (VARIANTS), so
 one run measures what each change bought.
 """

@@ -7,8 +7,9 @@ step (means): the wall time of the step range, the GPU's busy time (the union of
 kernel, memset and memcpy intervals), the idle time (wall - busy: host gaps, launch
 latency), GPU time and count per kernel family (`family`), the idle gaps summed by the
 family of the kernel that ends them (a gap before the attention backward's kernels is its
-host path), the largest single gaps, and the host (CPU) time of the attention's own
-operator ranges. Used by ``llama_train_bench --profile``.
+host path), the largest single gaps, the host (CPU) time of the attention's own
+operator ranges, and every GPU item each attention call launched (``attention_ops``).
+Used by ``llama_train_bench --profile``.
 """
 
 from __future__ import annotations
