@@ -75,7 +75,8 @@ class BackwardCall:
         steps = [t.stride(0) * es for t in (q, k, v, o, do)] + [h * n_q * 4, dq.stride(0) * es]
         steps += [s_b * es, s_b * es]  # dK's and dV's halves of the per-head gradients
         call.offsets = [[i * s for s in steps] for i in range(b)]
-        call.offsets = [[*offs[:8], offs[8] + b * s_b * es] for offs in call.offsets]
+        for offs in call.offsets:
+            offs[8] += b * s_b * es  # dV's half starts after dK's
         return call
 
     def run(self, torch: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any) -> tuple:

@@ -661,3 +661,53 @@ def _train_both_alike(ref, ours, seed: int) -> None:
     assert abs(a - b) < 1e-9 * a
     for (name, p), q in zip(ref.named_parameters(), ours.parameters(), strict=True):
         assert _rel(q.grad, p.grad) < 1e-6, name
+
+
+@pytest.mark.parametrize("spread", [True, False])
+def test_fast_backward_launches_on_the_general_paths_addresses(monkeypatch, spread):
+    """torch_backward.BackwardCall (the eager Function's backward per signature) computes
+    each launch's nine addresses instead of making views: they must be those of the views the
+    general path gives the kernels (each batch's q, O, dO, dQ split by K/V head, K and V
+    broadcast, the per-head gradients' halves), and its plan must be built on tensors of
+    those views' strides; dQ, dK, dV keep q's and k's strides."""
+    from compute.gpu.torch_backward import BackwardCall
+
+    built, launched, made = [], [], []
+
+    class Plan:
+        def run(self, _torch, ptrs):
+            launched.append(list(ptrs))
+
+    monkeypatch.setattr(torch_launch, "backward_plan", lambda *a, **kw: built.append(a) or Plan())
+    monkeypatch.setattr(torch_launch, "heads_broadcast_ok", lambda: True)
+    monkeypatch.setattr(torch_op, "_spread_group", lambda q, k, causal: spread)
+    b, h, hk, n, d = 3, 8, 2, 40, 64
+    mem = [torch.randn(b, n, x, d, dtype=torch.bfloat16) for x in (h, hk, hk, h, h)]
+    q, k, v, o, do = (t.transpose(1, 2) for t in mem)
+    lse = torch.randn(b, h, n)
+    call = BackwardCall.build(torch, q, k, v, o, lse, do, True, 0.125, False, None)
+
+    class Recording:  # torch, with the tensors run() allocates kept
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        def empty_strided(self, *args, **kw):
+            made.append(torch.empty_strided(*args, **kw))
+            return made[-1]
+
+    dq, dk, dv = call.run(Recording(), q, k, v, o, lse, do)
+    assert (dq.stride(), dk.stride(), dv.stride()) == (q.stride(), k.stride(), v.stride())
+    if not spread:
+        assert launched == [[t.data_ptr() for t in (q, k, v, o, do, lse, *made)]]
+        return
+    g = h // hk
+    dq_t, _pair, per = made
+    assert len(launched) == b
+    for i, ptrs in enumerate(launched):
+        views = [q[i].view(hk, g, n, d), k[i], v[i], o[i].view(hk, g, n, d),
+                 do[i].view(hk, g, n, d), lse[i], dq_t[i], per[0, i], per[1, i]]  # fmt: skip
+        assert ptrs == [t.data_ptr() for t in views], f"batch {i}"
+    bq, bk, _bv, _bo, _bdo, _blse, (_bdq, bdk, _bdv) = built[0][:7]
+    assert bq.stride() == q[0].view(hk, g, n, d).stride()
+    assert bk.stride() == (k.stride(1), 0, k.stride(2), 1)
+    assert bdk.shape == (hk, g, n, d) and bdk.stride() == per[0, 1].stride()
