@@ -155,10 +155,11 @@ def backward(
 
     The first call of a signature (shapes, strides, dtype, device, mask, scale, mode) builds
     a `_BackwardPlan`: the three kernels of the ws backward (preprocess, main, dQ
-    postprocess), their grids, the strides' layout, the tensor maps of Q, K, V and dO and
-    the kernels' parameter blocks in ctypes storage; a later call re-points the maps,
-    zeroes the dQ accumulator in the stream's cached workspace (_workspace) and queues
-    three ``cuLaunchKernel`` calls: nothing allocated but what torch allocates for the
+    postprocess), their grids, the strides' layout, the tensor maps of Q, K, V and dO (K
+    and V may have a head stride of 0, one K/V head broadcast over a group of query heads:
+    _kv_readable) and the kernels' parameter blocks in ctypes storage; a later call
+    re-points the maps, zeroes the dQ accumulator in the stream's cached workspace
+    (_workspace, one driver memset) and queues three ``cuLaunchKernel`` calls: nothing allocated but what torch allocates for the
     gradients, no CuPy objects, no synchronisation. What the plan does not take (no query
     or key rows, a GPU that is not Hopper, a backward mode set by hand, a tensor the kernels
     cannot address) goes through ``flash_attention_backward`` on CuPy aliases of the
@@ -170,6 +171,36 @@ def backward(
         out = (torch.empty(q.shape, dtype=q.dtype, device=q.device),
                *(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (k, v)))  # fmt: skip
     dq, dk, dv = out
+    plan = backward_plan(q, k, v, o, do, lse, out, causal, scale, deterministic, band)
+    if plan is not None:
+        ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv)]
+        if not any(p % 16 for p in ptrs):  # the plan's tensors are 16-byte aligned
+            plan.run(torch, ptrs)
+            return tuple(out)
+    from .flash_backward import flash_attention_backward
+
+    # CuPy's path takes no broadcast heads: K and V repeated (only where the plan cannot run).
+    k, v = (t.contiguous() if t.shape[1] > 1 and t.stride(1) == 0 else t for t in (k, v))
+    extra = {} if band is None else {"band": band}  # (a backward without bands takes none)
+    with _stream(torch, q.device.index):
+        flash_attention_backward(
+            *(cupy_alias(torch, t) for t in (q, k, v, o, do, lse)), causal=causal, scale=scale,
+            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out), **extra,
+        )  # fmt: skip
+    return tuple(out)
+
+
+def backward_plan(
+    q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, out: tuple[Any, Any, Any],
+    causal: bool, scale: float, deterministic: bool = False,
+    band: tuple[int, int] | None = None,
+) -> Any:  # fmt: skip
+    """The cached `_BackwardPlan` of these tensors' signature (``backward``'s arguments),
+    built on first use; None where flash_attention_backward's own path must run. Its
+    ``run(torch, ptrs)`` takes the nine tensors' addresses (Q K V O dO LSE dQ dK dV) of any
+    tensors of the same signature, 16-byte aligned."""
+    torch = _torch()
+    dq, dk, dv = out
     key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), do.stride(),
            lse.stride(), dq.stride(), dk.stride(), dv.stride(), q.dtype, q.device.index,
            causal, scale, deterministic, band)  # fmt: skip
@@ -178,20 +209,7 @@ def backward(
         plan = _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic, band)
         with _PLANS_LOCK:
             _BWD_PLANS[key] = plan
-    if plan is not None:
-        ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv)]
-        if not any(p % 16 for p in ptrs):  # the plan's tensors are 16-byte aligned
-            plan.run(torch, ptrs)
-            return tuple(out)
-    from .flash_backward import flash_attention_backward
-
-    extra = {} if band is None else {"band": band}  # (a backward without bands takes none)
-    with _stream(torch, q.device.index):
-        flash_attention_backward(
-            *(cupy_alias(torch, t) for t in (q, k, v, o, do, lse)), causal=causal, scale=scale,
-            deterministic=deterministic, out=tuple(cupy_alias(torch, t) for t in out), **extra,
-        )  # fmt: skip
-    return tuple(out)
+    return plan
 
 
 _BWD_PLANS: dict[tuple, Any] = {}
@@ -226,7 +244,9 @@ def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic
         return None
     if str(q.dtype) not in _DTYPE_CODES or d not in (64, 128) or h % k.shape[1]:
         return None
-    if not all(readable(t.shape, t.stride(), t.data_ptr()) for t in ts):
+    if not all(readable(t.shape, t.stride(), t.data_ptr()) for t in (q, o, do, *out)):
+        return None
+    if not all(_kv_readable(t) for t in (k, v)):
         return None
     import cupy as cp
 
@@ -236,6 +256,36 @@ def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic
         return _BackwardPlan(q, k, v, o, do, out, causal, scale, deterministic, band)
 
 
+def _kv_readable(t: Any) -> bool:
+    """Whether the plan's tensor maps read K or V in place: readable (flash_launch), or a
+    head stride of 0 (one K/V head broadcast over a group of query heads, torch_op's spread
+    GQA backward) with the other strides readable, where the driver encodes such a map
+    (heads_broadcast_ok)."""
+    from .flash_launch import readable
+
+    sb, sh, sr, sd = t.stride()
+    if readable(t.shape, (sb, sh, sr, sd), t.data_ptr()):
+        return True
+    return sh == 0 and readable(t.shape, (sb, 8, sr, sd), t.data_ptr()) and heads_broadcast_ok()
+
+
+@functools.cache
+def heads_broadcast_ok() -> bool:
+    """Whether cuTensorMapEncodeTiled takes a head stride of 0 (K/V heads broadcast by the
+    copy engine instead of repeated in memory); probed once on a map that is never read."""
+    torch = _torch()
+    if not torch.cuda.is_available():
+        return False
+    torch.cuda.init()  # the driver initialised, so a refusal is the stride's
+    try:
+        from .tma import _encode
+
+        _encode(1 << 20, 128, 256, 4, 2, (128, 0, 256 * 128), 64)
+    except (OSError, RuntimeError):  # no driver, or a driver that refuses the stride
+        return False
+    return True
+
+
 class _BackwardPlan:
     """One signature's three ws-backward launches (flash_backward._backward_ws's, without
     CuPy per call): parameters in ctypes storage made once, addresses rewritten per call."""
@@ -243,7 +293,7 @@ class _BackwardPlan:
     def __init__(self, q, k, v, o, do, out, causal, scale, deterministic, band=None) -> None:
         from . import flash_backward as fb
         from .flash_launch import LOG2E, _launch_fn, normal_strides
-        from .tma import _TensorMap, tensor_map
+        from .tma import _encode, _TensorMap, tensor_map
 
         b, h, n_q, d = q.shape
         hk, n_k = k.shape[1], k.shape[2]
@@ -273,7 +323,12 @@ class _BackwardPlan:
         maps = []
         for t, rows in ((q, fb.BLOCK_QUERIES), (k, fb.BLOCK_KEYS), (v, fb.BLOCK_KEYS),
                         (do, fb.BLOCK_QUERIES)):  # fmt: skip
-            m = tensor_map(t.data_ptr(), t.shape, normal_strides(t.shape, t.stride()), rows)
+            if t.shape[1] > 1 and t.stride(1) == 0:  # K/V heads broadcast (_kv_readable)
+                sb = t.stride(0) if t.shape[0] > 1 else t.shape[2] * t.stride(2)
+                m = _encode(t.data_ptr(), d, t.shape[2], t.shape[1], t.shape[0],
+                            (t.stride(2), 0, sb), rows)  # fmt: skip
+            else:
+                m = tensor_map(t.data_ptr(), t.shape, normal_strides(t.shape, t.stride()), rows)
             copy = _TensorMap()  # the cache's maps are shared: re-point a copy of its own
             ctypes.memmove(ctypes.addressof(copy), ctypes.addressof(m), ctypes.sizeof(copy))
             maps.append(copy)
@@ -310,8 +365,16 @@ class _BackwardPlan:
         replace = _replace_address_fn()
         with _WORK_LOCK:  # one stream's workspace: its zeroing and launches queued together
             work = _workspace(torch, device, stream, self.work_floats)
-            work[: self.zeroed].zero_()
             base = work.data_ptr()
+            # The driver's memset, not torch's zero_(): the same GPU work without a dispatch.
+            rc = _memset_fn()(base, 0, self.zeroed, stream)
+            if rc == _INVALID_CONTEXT:  # a thread that never made the device current
+                import cupy
+
+                cupy.cuda.runtime.setDevice(device)
+                rc = _memset_fn()(base, 0, self.zeroed, stream)
+            if rc != 0:
+                raise RuntimeError(f"cuMemsetD32Async of the backward failed with CUresult {rc}")
             l2, dsum = base + 4 * self.zeroed, base + 4 * (self.zeroed + self.rows)
             ptrs += [l2, dsum, base, base + 4 * self.acc_floats]  # dQacc, then the tickets
             for m, p in zip(self.map_ptrs, (ptrs[0], ptrs[1], ptrs[2], ptrs[4]), strict=True):
@@ -328,6 +391,15 @@ class _BackwardPlan:
                     rc = call(stream, params, None)
                 if rc != 0:
                     raise RuntimeError(f"cuLaunchKernel of the backward failed with CUresult {rc}")
+
+
+@functools.cache
+def _memset_fn() -> Any:
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuMemsetD32Async
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
+    return fn
 
 
 _WORK: dict[tuple, Any] = {}  # (device, stream) -> float32 workspace (grown, never shrunk)

@@ -17,7 +17,10 @@ an ``autograd.Function`` instead, which runs the same functions with less Python
 gradient, straight to them. Host cost per eager call: the checks run once per signature
 (shapes, strides, dtypes, devices, arguments; ``_Call``), later calls look their verdict
 up and check only the base addresses, and the launch itself is ``torch_launch``'s cached
-plan (one ``cuLaunchKernel``).
+plan (one ``cuLaunchKernel``). Where every tensor is read in place the Function's forward
+allocates O and LSE and launches, nothing more, and its backward is the signature's
+``torch_backward.BackwardCall`` (the gradients allocated, the plan's launches queued on
+addresses computed from the saved tensors', no view objects).
 
 What is copied, and why: the forward copies nothing. Its kernels read Q, K, V and write O
 at their batch, head and row strides (4-D tensor maps, strided pointers), so SDPA's (batch,
@@ -36,8 +39,11 @@ K/V head h // group for query head h, and the backward kernel sums dK, dV over t
 itself (the CTA that owns a K/V tile streams all of its group's query heads), so nothing
 is repeated or reduced afterwards; except for the causal backward on long sequences with
 few K/V key blocks (``_spread_group``: a Llama layer at batch 1), where that CTA's work
-would set the time: there K and V are repeated to q's heads, the kernel runs one CTA per
-query head's key block, and dK, dV are summed over the group after it.
+would set the time: there (``_spread_backward``) the kernel sees each K/V head as a batch of
+its group's query heads (views of q, O, dO, dQ and LSE), K and V broadcast over them by
+tensor maps with a head stride of 0 (nothing repeated in memory;
+``torch_launch.heads_broadcast_ok``), one CTA per query head's key block, and dK, dV are
+summed over the group after it, in one reduction into halves of one tensor.
 
 Masks: ``is_causal`` keeps SDPA's top-left meaning when N_q != N_k (query row r sees keys
 c <= r); ``causal_align="bottom-right"`` selects FlashAttention's (c <= r + N_k - N_q, the
@@ -263,22 +269,79 @@ def _backward(
             )  # fmt: skip
         (dk, dv), (dk_rest, dv_rest) = grads
         return dq, dk.add_(dk_rest), dv.add_(dv_rest)
-    (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
     o, do = _readable(o), _readable(do)
     if gqa == "spread" or (gqa is None and _spread_group(q, k, causal)):
-        b, hk, seen, d = k.shape
-        shape, group = (b, q.shape[1], seen, d), q.shape[1] // hk
-        k_all, v_all = (t[:, :, None].expand(b, hk, group, seen, d).reshape(shape) for t in (k, v))
-        dk_all, dv_all = torch.empty_like(k_all), torch.empty_like(v_all)
-        torch_launch.backward(q, k_all, v_all, o, do, lse, causal, scale,
-                              out=(dq, dk_all, dv_all), deterministic=deterministic,
-                              **_band_kw(band))  # fmt: skip
-        torch.sum(dk_all.view(b, hk, group, seen, d), 2, out=dk_seen)
-        torch.sum(dv_all.view(b, hk, group, seen, d), 2, out=dv_seen)
-        return dq, dk, dv
+        return _spread_backward(torch, q, k, v, o, lse, do, causal, scale, n_k, dq,
+                                deterministic, band)  # fmt: skip
+    (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
     torch_launch.backward(q, k, v, o, do, lse, causal, scale, out=(dq, dk_seen, dv_seen),
                           deterministic=deterministic, **_band_kw(band))  # fmt: skip
     return dq, dk, dv
+
+
+def _spread_backward(
+    torch: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float,
+    n_k: int, dq: Any, deterministic: bool, band: tuple[int, int] | None,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    """_backward's GQA with one CTA per query head's key block (_spread_group), batch by
+    batch: the kernel sees each K/V head as a batch of `group` query heads (q, O, dO, dQ and
+    LSE split along their head dimension: views), K and V broadcast over it (head stride 0,
+    read by the copy engine, so nothing is repeated in memory where the driver takes such a
+    map: torch_launch.heads_broadcast_ok), and writes per-query-head dK, dV into one buffer,
+    summed over the group by one reduction into dK and dV, two views of one allocation."""
+    from . import torch_launch
+
+    b, h, n_q, d = q.shape
+    hk, seen = k.shape[1], k.shape[2]
+    group = h // hk
+    if _like_strides(torch, k.shape, k.stride()) == _like_strides(torch, v.shape, v.stride()):
+        pair, pair_seen = _grad_pair(torch, k, n_k)
+        sums = [(pair_seen, 0)]
+        dk, dv = pair[0], pair[1]
+    else:  # dK and dV of different strides: two tensors, two sums
+        (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
+        sums = [(dk_seen, None), (dv_seen, None)]
+    per = torch.empty((2, seen, hk, group, d), dtype=k.dtype, device=k.device)
+    per = per.permute(0, 2, 3, 1, 4)  # (2, hk, group, seen, d), rows of (kv head, group) heads
+    broadcast = torch_launch.heads_broadcast_ok()
+    for i in range(b):
+        kv = [t[i][:, None].expand(hk, group, seen, d) for t in (k, v)]
+        if not broadcast:
+            kv = [t.contiguous() for t in kv]
+        fold = [t[i].view(hk, group, *t.shape[2:]) for t in (q, o, do, dq)]
+        qi, oi, doi, dqi = fold
+        torch_launch.backward(qi, *kv, oi, doi, lse[i].view(hk, group, n_q), causal, scale,
+                              out=(dqi, per[0], per[1]), deterministic=deterministic,
+                              **_band_kw(band))  # fmt: skip
+        for j, (out, half) in enumerate(sums):
+            if half is None:  # dK, then dV
+                torch.sum(per[j], 1, out=out[i])
+            else:
+                torch.sum(per, 2, out=out[:, i])
+    return dq, dk, dv
+
+
+def _grad_pair(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
+    """(dK and dV as one tensor (2, batch, kv_heads, n_k, d) whose halves have the strides
+    _key_grad gives them, its view of the seen keys' rows): one allocation, so one
+    reduction writes both; rows past the seen keys (top-left causal, N_q < N_k) are zero."""
+    b, hk, seen, d = k.shape
+    if seen != n_k:
+        pair = torch.empty((2, b, hk, n_k, d), dtype=k.dtype, device=k.device)
+        pair[:, :, :, seen:].zero_()
+        return pair, pair[:, :, :, :seen]
+    size = k.numel()
+    base = torch.empty((2 * size,), dtype=k.dtype, device=k.device)
+    pair = base.as_strided((2, *k.shape), (size, *_like_strides(torch, k.shape, k.stride())))
+    return pair, pair
+
+
+@functools.lru_cache(maxsize=256)
+def _like_strides(torch: Any, shape: tuple, stride: tuple) -> tuple:
+    """The strides empty_like gives a tensor of this shape and these strides (dense: the
+    same; otherwise dense in their order), which is what _empty_out and the fakes give."""
+    meta = torch.empty_strided(shape, stride, device="meta")
+    return _empty_out(torch, meta).stride()
 
 
 def _band_kw(band: tuple[int, int] | None) -> dict:
@@ -297,19 +360,20 @@ def _grad_windows() -> bool:
 # Measured (TORCH_OP_NOTES.md, "The backward's GQA, two ways"): the spread won at N_k = 4096
 # with the kernel's CTAs filling 0.97 and 1.94 waves (by 9-17%), lost at 3.88 waves (by 1-3%)
 # and at N_k = 1024 even at 0.97 waves (the kernel's short CTAs are not unbalanced enough to
-# pay for the repeat and the sum).
+# pay for the repeat and the sum; the repeat is gone since, the sum is not).
 SPREAD_BELOW_WAVES = 2.0
 SPREAD_MIN_KEYS = 4096
 
 
 def _spread_group(q: Any, k: Any, causal: bool) -> bool:
-    """Whether the causal GQA backward runs with K and V repeated to q's heads and dK, dV
-    summed afterwards, instead of the kernel's own group loop. The kernel gives each K/V
+    """Whether the causal GQA backward runs one CTA per query head's key block
+    (_spread_backward: K and V broadcast, dK and dV summed afterwards), instead of the
+    kernel's own group loop. The kernel gives each K/V
     key block one CTA that streams its whole group's query heads, so with the causal mask
     the CTA of the first key block does `group` times the longest work of a query head's:
     when those CTAs fill fewer than SPREAD_BELOW_WAVES waves of the GPU and the keys are
     many (SPREAD_MIN_KEYS), the longest CTA sets the time and one CTA per query head (the
-    repeat and the sum cost two passes over K, V and their gradients) balances it."""
+    sum costs a pass over the per-head gradients) balances it."""
     b, h = q.shape[:2]
     hk, n_k = k.shape[1], k.shape[2]
     if not causal or hk == h or n_k < SPREAD_MIN_KEYS or not q.is_cuda:
@@ -330,23 +394,62 @@ def _function() -> Any:
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, is_causal: bool, scale: float, align: str, det: bool,
-                    band=None):  # fmt: skip
-            n_k = k.shape[2]
-            qp, kp, vp = _prepare(q, k, v, is_causal, align)
-            split = _split(q, k, is_causal, align)
-            o, lse = _forward(qp, kp, vp, is_causal, scale, q, split, band)
+        def forward(ctx, q, k, v, call: _Call, det: bool):
+            if call.fast and not (q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16):
+                o, lse = _launch_forward(torch, q, k, v, call)  # read in place, one launch
+                qp, kp, vp = q, k, v
+            else:
+                qp, kp, vp = _prepare(q, k, v, call.causal, call.align)
+                o, lse = _forward(qp, kp, vp, call.causal, call.scale, q, call.split, call.band)
             ctx.save_for_backward(qp, kp, vp, o, lse)
-            ctx.args = (is_causal, scale, n_k, det, split)
-            ctx.band = band
+            ctx.call, ctx.det, ctx.n_k = call, det, k.shape[2]
             return o
 
         @staticmethod
         def backward(ctx, do):
-            dq, dk, dv = _backward(*ctx.saved_tensors, do, *ctx.args, band=ctx.band)
-            return dq, dk, dv, None, None, None, None, None
+            q, k, v, o, lse = ctx.saved_tensors
+            call = ctx.call
+            if call.fast and q.is_cuda and not do.data_ptr() % 16:
+                fast = _backward_call(torch, call, ctx.det, q, k, v, o, lse, do)
+                if fast is not None:
+                    return (*fast.run(torch, q, k, v, o, lse, do), None, None)
+            dq, dk, dv = _backward(q, k, v, o, lse, do, call.causal, call.scale, ctx.n_k,
+                                   ctx.det, call.split, band=call.band)  # fmt: skip
+            return dq, dk, dv, None, None
 
     return FlashAttention
+
+
+def _backward_call(
+    torch: Any, call: _Call, det: bool, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any
+) -> Any:  # fmt: skip
+    """The signature's torch_backward.BackwardCall (built on first use; None where the
+    general path runs), keyed by the upstream gradient's strides and the deterministic flag."""
+    key = (do.stride(), det)
+    fast = call.bwd.get(key, False)
+    if fast is False:
+        from .torch_backward import BackwardCall
+
+        fast = None
+        if do.stride(3) == 1 and readable(do.shape, do.stride(), do.data_ptr()):
+            fast = BackwardCall.build(torch, q, k, v, o, lse, do, call.causal, call.scale, det,
+                                      call.band)  # fmt: skip
+        call.bwd[key] = fast
+    return fast
+
+
+def _launch_forward(torch: Any, q: Any, k: Any, v: Any, call: _Call) -> tuple[Any, Any]:
+    """(O, LSE) of one launch on tensors the kernels read in place (call.in_place, every key
+    seen, no split): the outputs allocated as the call says, nothing else done."""
+    from . import torch_launch
+
+    o = torch.empty_strided(call.o_shape, call.o_stride, dtype=call.dtype, device=call.device)
+    lse = torch.empty(call.lse_shape, dtype=torch.float32, device=call.device)
+    if call.band is None:
+        torch_launch.forward(q, k, v, call.causal, call.scale, o, lse)
+    else:
+        torch_launch.forward(q, k, v, False, call.scale, o, lse, band=call.band)
+    return o, lse
 
 
 def _register_ops() -> bool:
@@ -482,9 +585,7 @@ def torch_attention(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         if call.band is not None and not _grad_windows():
             raise ValueError(_NO_WINDOW_GRAD)
-        return _function().apply(
-            q, k, v, call.causal, call.scale, causal_align, bool(deterministic), call.band
-        )
+        return _function().apply(q, k, v, call, bool(deterministic))
     if (
         call.split or not call.in_place
         or q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16
@@ -495,15 +596,7 @@ def torch_attention(
     # No graph to record and every tensor read in place: the launch and the outputs only.
     if call.keys < k.shape[2]:
         k, v = k[:, :, : call.keys], v[:, :, : call.keys]
-    o = torch.empty_strided(call.o_shape, call.o_stride, dtype=call.dtype, device=call.device)
-    lse = torch.empty(call.lse_shape, dtype=torch.float32, device=call.device)
-    from . import torch_launch
-
-    if call.band is None:
-        torch_launch.forward(q, k, v, call.causal, call.scale, o, lse)
-    else:
-        torch_launch.forward(q, k, v, False, call.scale, o, lse, band=call.band)
-    return o
+    return _launch_forward(torch, q, k, v, call)[0]
 
 
 _NO_WINDOW_GRAD = (
@@ -532,8 +625,8 @@ class _Call:
     and LSE's allocation, and whether every tensor's strides are read in place (then only
     the base addresses are checked per call)."""
 
-    __slots__ = ("band", "causal", "device", "dtype", "in_place", "keys", "lse_shape",
-                 "o_shape", "o_stride", "scale", "split")  # fmt: skip
+    __slots__ = ("align", "band", "bwd", "causal", "device", "dtype", "fast", "in_place", "keys",
+                 "lse_shape", "o_shape", "o_stride", "scale", "split")  # fmt: skip
 
     @classmethod
     def of(
@@ -552,6 +645,11 @@ class _Call:
         call.o_shape, call.o_stride = tuple(o.shape), o.stride()
         call.dtype, call.device = q.dtype, q.device
         call.lse_shape = tuple(q.shape[:3])
+        call.align = align
+        # One launch on the caller's tensors (the autograd Function's fast path) and, for
+        # its backward, a torch_backward.BackwardCall per upstream gradient's strides.
+        call.fast = call.in_place and not call.split and call.keys == k.shape[2]
+        call.bwd = {}
         return call
 
 

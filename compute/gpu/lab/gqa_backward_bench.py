@@ -9,8 +9,8 @@ GQA 4:1 (and one 1:1 row), causal unless the row says otherwise. Paths, each the
 only (the forward run once beforehand): "sdpa" (``torch.autograd.grad`` through SDPA with
 enable_gqa, torch's default backend choice), "kernel" (``torch_op._backward`` with the
 kernel's own group loop: one CTA per K/V key block streaming the group's query heads),
-"spread" (K and V repeated to q's heads, one CTA per query head's key block, dK and dV summed
-over the group afterwards), and "cupy_path" ("kernel" through ``flash_attention_backward`` on
+"spread" (``torch_op._spread_backward``: one CTA per query head's key block, K and V
+broadcast to q's heads by the tensor maps, dK and dV summed over the group afterwards), and "cupy_path" ("kernel" through ``flash_attention_backward`` on
 CuPy aliases, the launch path before torch_launch's backward plans). GPU-event time per call
 over `reps` back-to-back calls, interleaved rounds, median; host time per call beside it.
 Every path's gradients are checked against SDPA's first. Prints a table; writes JSON.

@@ -18,7 +18,8 @@ loss of every step (the curves must agree within bf16 noise); writes JSON.
 
 ``--profile STEPS`` then runs STEPS more steps of each model under torch.profiler
 (``step_profile``: GPU time per kernel family, GPU idle time and the gaps before each
-family's kernels, the attention's host time) and adds the summary and a table.
+family's kernels, the attention's host time, and every GPU item of each attention call:
+``step_profile.attention_ops``) and adds the summary and a table.
 ``--variants`` adds copies of our model that run the op's earlier choices (VARIANTS), so
 one run measures what each change bought.
 """
@@ -40,9 +41,10 @@ VOCAB = 32000
 
 CUDNN = "sdpa_cudnn"
 # Our backend with an earlier choice of the op put back while its model trains: the
-# backward's GQA by the kernel's group loop always ("kernel_gqa"), and that through
-# flash_attention_backward's CuPy launches instead of torch_launch's plans ("cupy_path").
-VARIANTS = ("fa_kernel_gqa", "fa_cupy_path")
+# backward's GQA by the kernel's group loop always ("kernel_gqa"), and the spread GQA
+# backward with K and V repeated in memory instead of broadcast by the tensor maps
+# ("repeat_kv").
+VARIANTS = ("fa_kernel_gqa", "fa_repeat_kv")
 
 
 @contextlib.contextmanager
@@ -53,18 +55,21 @@ def _variant(name: str):
     if name not in VARIANTS:
         yield
         return
-    spread, make = torch_op._spread_group, torch_launch._backward_plan
-    torch_op._spread_group = lambda *a: False
-    if name == "fa_cupy_path":
-        torch_launch._backward_plan = lambda *a: None
-    plans = dict(torch_launch._BWD_PLANS)
-    torch_launch._BWD_PLANS.clear()
+    spread, broadcast = torch_op._spread_group, torch_launch.heads_broadcast_ok
+    if name == "fa_kernel_gqa":
+        torch_op._spread_group = lambda *a: False
+    else:
+        torch_launch.heads_broadcast_ok = lambda: False
+    saved = [(cache, dict(cache)) for cache in (torch_launch._BWD_PLANS, torch_op._CALLS)]
+    for cache, _ in saved:  # the plans and per-signature calls were built for the default
+        cache.clear()
     try:
         yield
     finally:
-        torch_op._spread_group, torch_launch._backward_plan = spread, make
-        torch_launch._BWD_PLANS.clear()
-        torch_launch._BWD_PLANS.update(plans)
+        torch_op._spread_group, torch_launch.heads_broadcast_ok = spread, broadcast
+        for cache, entries in saved:
+            cache.clear()
+            cache.update(entries)
 
 
 def _register_cudnn(torch, transformers) -> str | None:

@@ -7,8 +7,9 @@ step (means): the wall time of the step range, the GPU's busy time (the union of
 kernel, memset and memcpy intervals), the idle time (wall - busy: host gaps, launch
 latency), GPU time and count per kernel family (`family`), the idle gaps summed by the
 family of the kernel that ends them (a gap before the attention backward's kernels is its
-host path), the largest single gaps, and the host (CPU) time of the attention's own
-operator ranges. Used by ``llama_train_bench --profile``.
+host path), the largest single gaps, the host (CPU) time of the attention's own
+operator ranges, and every GPU item each attention call launched (``attention_ops``).
+Used by ``llama_train_bench --profile``.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def summarise(events: list, steps: int) -> dict:
             host[name][0] += float(e["dur"])
             host[name][1] += 1
     gaps.sort(reverse=True)
+    ops = attention_ops(xs, ranges, gpu)
     return {
         "steps": len(ranges),
         "wall_ms_per_step": wall / n / 1e3,
@@ -121,7 +123,84 @@ def summarise(events: list, steps: int) -> dict:
             name: {"calls_per_step": c / n, "host_us_per_call": t / max(1, c)}
             for name, (t, c) in sorted(host.items())
         },
+        "attention_ops": ops,
     }
+
+
+# The outermost host ranges of an attention call, forward or backward: ours (the autograd
+# Function and its backward node) and SDPA's (the aten op and its backward node).
+ATTENTION_OP = re.compile(r"^(FlashAttention|aten::scaled_dot_product_attention$|"
+                          r"autograd::engine::evaluate_function: .*(FlashAttention|DotProduct))")  # fmt: skip
+
+
+def attention_ops(xs: list, ranges: list, gpu: list) -> dict:
+    """Everything the GPU does for each attention call, found through the launches made
+    inside the call's outermost host range (ATTENTION_OP; launch and GPU item joined by
+    their correlation id), per step and per range name: host time per call, each kernel's
+    (or memset's, memcpy's) GPU time and count, the GPU's idle time between the call's first
+    and last item (its own host gaps), and the idle time just before its first item (the
+    GPU waiting for the call's host work)."""
+    n = max(1, len(ranges))
+    launches = {}
+    for e in xs:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                launches[corr] = float(e["ts"])
+    by_corr = {}
+    for e in xs:
+        if e.get("cat") in GPU_CATS:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                by_corr[corr] = (
+                    float(e["ts"]),
+                    float(e["ts"]) + float(e["dur"]),
+                    e.get("name", ""),
+                )
+    items = sorted((launches[c], *by_corr[c]) for c in by_corr if c in launches)
+    spans = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"])
+        for e in xs
+        if e.get("cat") == "cpu_op"
+        and ATTENTION_OP.search(e.get("name", ""))
+        and any(lo <= float(e["ts"]) < hi for lo, hi in ranges)
+    )
+    outer, end = [], -1.0
+    for lo, hi, name in spans:  # nested matches belong to the range around them
+        if lo >= end:
+            outer.append((lo, hi, name))
+            end = hi
+    ends = sorted(g[1] for g in gpu)
+    out: dict = {}
+    for lo, hi, name in outer:
+        mine = sorted((start, stop, kname) for t, start, stop, kname in items if lo <= t < hi)
+        key = name.replace("autograd::engine::evaluate_function: ", "")
+        rec = out.setdefault(key, {"calls": 0, "host_us": 0.0, "idle_inside_us": 0.0,
+                                   "wait_before_us": 0.0, "items": {}})  # fmt: skip
+        rec["calls"] += 1
+        rec["host_us"] += hi - lo
+        if not mine:
+            continue
+        reach = mine[0][0]
+        for start, stop, kname in mine:
+            it = rec["items"].setdefault(kname[:90], [0, 0.0])
+            it[0] += 1
+            it[1] += stop - start
+            rec["idle_inside_us"] += max(0.0, start - reach)
+            reach = max(reach, stop)
+        before = [e for e in ends if e <= mine[0][0]]
+        if before:
+            rec["wait_before_us"] += mine[0][0] - before[-1]
+    for rec in out.values():
+        calls = rec["calls"]
+        rec["host_us_per_call"] = rec.pop("host_us") / calls
+        rec["idle_inside_us_per_step"] = rec.pop("idle_inside_us") / n
+        rec["wait_before_us_per_step"] = rec.pop("wait_before_us") / n
+        rec["calls_per_step"] = calls / n
+        del rec["calls"]
+        rec["items"] = {k: {"per_step": c / n, "us_per_step": t / n}
+                        for k, (c, t) in sorted(rec["items"].items(), key=lambda kv: -kv[1][1])}  # fmt: skip
+    return out
 
 
 def table(summaries: dict[str, dict]) -> str:
@@ -146,4 +225,13 @@ def table(summaries: dict[str, dict]) -> str:
         for name, h in summaries[n]["attention_host_ops"].items():
             lines.append(f"  host {name[:70]}: {h['host_us_per_call']:.1f} us x "
                          f"{h['calls_per_step']:.0f}")  # fmt: skip
+        for name, op in summaries[n].get("attention_ops", {}).items():
+            lines.append(
+                f"  op {name[:60]}: {op['calls_per_step']:.0f}/step, host "
+                f"{op['host_us_per_call']:.0f} us/call, GPU idle inside "
+                f"{op['idle_inside_us_per_step']:.0f} us/step, before "
+                f"{op['wait_before_us_per_step']:.0f} us/step"
+            )
+            for kname, it in op["items"].items():
+                lines.append(f"    {it['us_per_step']:8.1f} us/step x{it['per_step']:.0f}  {kname}")
     return "\n".join(lines)

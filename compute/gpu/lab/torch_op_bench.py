@@ -21,7 +21,7 @@ back-to-back calls, divided by reps (so host cost shows wherever it exceeds the 
 the paths run interleaved, one block of reps each per round, and the median over rounds is
 reported, with the host time per call of the same blocks (perf_counter around the issue
 loop, before the end event). Forward + backward per call (autograd, upstream gradient
-contiguous) for SDPA and ours on strided inputs comes last. Every path's output is checked
+contiguous) for SDPA and ours on strided inputs, MHA and GQA 4:1, comes last. Every path's output is checked
 against SDPA's first (relative error under 1e-2). Prints a table; writes JSON.
 """
 
@@ -146,18 +146,22 @@ def _training_paths(torch, F, strided):
     from compute.gpu import torch_attention
 
     leaves = [t.detach().clone().requires_grad_() for t in strided]
+    kv = strided[0].shape[1] // 4  # GQA 4:1: K and V with a quarter of the heads
+    gqa = [leaves[0], *(t[:, :kv].detach().clone().requires_grad_() for t in strided[1:])]
     do = torch.randn_like(strided[0].contiguous())
 
-    def step(attn):
+    def step(attn, inputs, **kw):
         def run():
-            out = attn(*leaves, is_causal=True)
+            out = attn(*inputs, is_causal=True, **kw)
             out.backward(do)
 
         return run
 
     return {
-        "sdpa_strided_fwd_bwd": step(F.scaled_dot_product_attention),
-        "ours_strided_fwd_bwd": step(torch_attention),
+        "sdpa_strided_fwd_bwd": step(F.scaled_dot_product_attention, leaves),
+        "ours_strided_fwd_bwd": step(torch_attention, leaves),
+        "sdpa_gqa_strided_fwd_bwd": step(F.scaled_dot_product_attention, gqa, enable_gqa=True),
+        "ours_gqa_strided_fwd_bwd": step(torch_attention, gqa, enable_gqa=True),
     }
 
 

@@ -522,6 +522,74 @@ def test_gqa_spread_and_kernel_group_agree_with_float64(hk, n, d):
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize(
+    ("b", "hk", "n", "d"), [(2, 2, 1000, 128), (1, 4, 4096, 64), (1, 1, 300, 64)]
+)
+def test_spread_broadcast_kv_gives_the_bits_of_repeated_kv(monkeypatch, b, hk, n, d):
+    """The spread GQA backward with K and V broadcast by the tensor maps (head stride 0)
+    gives, in the deterministic mode, the bits of the same launches on K and V repeated in
+    memory: the copy engine reads the K/V head each query head's CTA needs. Skipped where
+    the driver refuses such maps (then the op repeats)."""
+    from compute.gpu import torch_launch, torch_op
+
+    if not torch_launch.heads_broadcast_ok():
+        pytest.skip("this driver refuses tensor maps with a head stride of 0")
+    g = torch.Generator(device="cuda").manual_seed(n + hk + d)
+    mem = [torch.randn(b, n, heads, d, device="cuda", generator=g).to(torch.bfloat16)
+           for heads in (8, hk, hk, 8)]  # fmt: skip
+    q, k, v, do = (t.transpose(1, 2) for t in mem)
+    o, lse = torch_op._forward(q, k, v, True, d**-0.5, q)
+    ways = {}
+    for broadcast in (True, False):
+        monkeypatch.setattr(torch_launch, "heads_broadcast_ok", lambda b=broadcast: b)
+        ways[broadcast] = torch_op._backward(q, k, v, o, lse, do, True, d**-0.5, n,
+                                             deterministic=True, gqa="spread")  # fmt: skip
+    torch.cuda.synchronize()
+    for name, a, w in zip(("dQ", "dK", "dV"), ways[True], ways[False], strict=True):
+        assert torch.equal(a, w), f"{name}: broadcast K/V differs from repeated K/V"
+    kernel = torch_op._backward(q, k, v, o, lse, do, True, d**-0.5, n, gqa="kernel")
+    for name, a, w in zip(("dQ", "dK", "dV"), ways[True], kernel, strict=True):
+        assert _rel(a, w) < 5e-3, f"{name}: the spread and the kernel's group loop disagree"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(
+    ("b", "h", "hk", "n", "d"),
+    [(1, 16, 4, 4096, 128), (2, 16, 4, 4096, 64), (2, 8, 2, 1000, 64), (2, 8, 8, 300, 128)],
+)
+def test_fast_backward_gives_the_bits_of_the_general_path(b, h, hk, n, d):
+    """The autograd Function's per-signature backward (torch_backward.BackwardCall: the
+    spread's per-batch addresses computed, not viewed; the kernel's group loop) gives the
+    bits (dQ; dK and dV within their group sums' rounding) and strides of torch_op._backward's
+    general path on the same saved tensors (deterministic mode), on the call that builds it
+    and on a later one."""
+    from compute.gpu import torch_attention, torch_op
+
+    g = torch.Generator(device="cuda").manual_seed(n + h + d)
+    mem = [torch.randn(b, n, heads, d, device="cuda", generator=g).to(torch.bfloat16)
+           for heads in (h, hk, hk, h)]  # fmt: skip
+    leaves = [t.requires_grad_() for t in mem[:3]]
+    q, k, v, do = (t.transpose(1, 2) for t in (*leaves, mem[3]))
+    o, lse = torch_op._forward(q, k, v, True, d**-0.5, q)
+    want = torch_op._backward(q, k, v, o, lse, do, True, d**-0.5, n, deterministic=True)
+    for _ in range(2):
+        out = torch_attention(q, k, v, is_causal=True, enable_gqa=hk != h, deterministic=True)
+        got = torch.autograd.grad(out, (q, k, v), do)
+        torch.cuda.synchronize()
+        assert torch.equal(out, o)
+        for name, a, w in zip(("dQ", "dK", "dV"), got, want, strict=True):
+            assert a.stride() == w.stride(), name
+            if name == "dQ":  # the same launches; dK, dV's group sums may add in another order
+                assert torch.equal(a, w), "dQ differs from the general path's"
+            else:
+                assert _rel(a, w) < 1e-3, f"{name} differs from the general path's"
+    built = [fast for c in torch_op._CALLS.values() for fast in c.bwd.values()]
+    assert any(fast is not None for fast in built), "the fast backward never ran"
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_compile_fullgraph_with_a_window_equals_eager():
     """A gradient-free block with a sliding window compiled with fullgraph=True (inductor)
     gives eager's output: the window check and the band reach the library op."""

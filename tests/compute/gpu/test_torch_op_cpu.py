@@ -89,8 +89,11 @@ def _assert_contract(*ts):
     from compute.gpu.flash_launch import readable
 
     q = ts[0]
-    for t in ts:
-        assert readable(t.shape, t.stride(), t.data_ptr()), "a tensor the kernels cannot address"
+    for i, t in enumerate(ts):
+        strides = t.stride()
+        if i in (1, 2) and strides[1] == 0:  # K, V heads broadcast (torch_launch._kv_readable)
+            strides = (strides[0], 8, *strides[2:])
+        assert readable(t.shape, strides, t.data_ptr()), "a tensor the kernels cannot address"
         assert t.shape[0] == q.shape[0] and q.shape[1] % t.shape[1] == 0
         assert t.shape[3] == q.shape[3]
 
@@ -484,11 +487,15 @@ def test_compile_fullgraph_with_a_window_matches_eager(stand_in, float64_ok):
     assert bands == [(-7, 0)] * 2  # eager's and the compiled op's: top-left, 7 keys back
 
 
-def test_gqa_spread_backward_repeats_and_sums(stand_in, float64_ok, monkeypatch):
+@pytest.mark.parametrize("broadcast", [True, False])
+def test_gqa_spread_backward_folds_heads_and_sums(stand_in, float64_ok, monkeypatch, broadcast):
     """Causal GQA where the kernel's group loop would leave the GPU unbalanced
-    (torch_op._spread_group): the backward gets K and V repeated to q's heads and writes
-    per-head gradients, which the op sums over the group into dK, dV of k's strides."""
+    (torch_op._spread_group): each batch's backward sees the K/V heads as a batch of group
+    query heads (views of q, dO, dQ), K and V broadcast over them (head stride 0, nothing
+    repeated) or, where the driver refuses such maps, repeated; the per-head gradients are
+    summed into dK, dV of k's strides, views of one allocation."""
     monkeypatch.setattr(torch_op, "_spread_group", lambda q, k, causal: True)
+    monkeypatch.setattr(torch_launch, "heads_broadcast_ok", lambda: broadcast)
     q, k, v, do = _inputs(2, 8, 2, 40, 40, 64, seed=13, layout="bnhd")
     got = _run(q, k, v, do, is_causal=True, enable_gqa=True)
     ref = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -497,9 +504,16 @@ def test_gqa_spread_backward_repeats_and_sums(stand_in, float64_ok, monkeypatch)
     for name, a, w in zip("O dQ dK dV".split(), got, want, strict=True):
         assert _rel(a, w) < (1e-12 if name == "O" else 1e-6), name  # the float32 LSE
     assert [g.stride() for g in got[1:]] == [t.stride() for t in (q, k, v)]
-    (_, _), (kind, (bq, bk, bv, *_)) = stand_in
-    assert kind == "backward" and bk.shape[1] == bv.shape[1] == 8
-    assert torch.equal(bk[:, 0], k[:, 0]) and torch.equal(bk[:, 3], k[:, 0])  # h // group
+    assert got[2].untyped_storage().data_ptr() == got[3].untyped_storage().data_ptr()
+    calls = [args for kind, args in stand_in if kind == "backward"]
+    assert len(calls) == 2  # one per batch
+    for i, (bq, bk, bv, *_rest) in enumerate(calls):
+        assert bq.shape == bk.shape == bv.shape == (2, 4, 40, 64)  # (kv heads, group, N, d)
+        # views of this batch's q (the caller's layout, head dimension split), no copies
+        assert bq.stride() == (4 * q.stride(1), q.stride(1), q.stride(2), 1)
+        if broadcast:
+            assert bk.stride() == bv.stride() == (k.stride(1), 0, k.stride(2), 1)
+        assert torch.equal(bk[1, 0], k[i, 1]) and torch.equal(bk[1, 3], k[i, 1])  # h // group
 
 
 def test_spread_is_chosen_by_the_kernel_grid_only_where_causal_gqa():
@@ -647,3 +661,53 @@ def _train_both_alike(ref, ours, seed: int) -> None:
     assert abs(a - b) < 1e-9 * a
     for (name, p), q in zip(ref.named_parameters(), ours.parameters(), strict=True):
         assert _rel(q.grad, p.grad) < 1e-6, name
+
+
+@pytest.mark.parametrize("spread", [True, False])
+def test_fast_backward_launches_on_the_general_paths_addresses(monkeypatch, spread):
+    """torch_backward.BackwardCall (the eager Function's backward per signature) computes
+    each launch's nine addresses instead of making views: they must be those of the views the
+    general path gives the kernels (each batch's q, O, dO, dQ split by K/V head, K and V
+    broadcast, the per-head gradients' halves), and its plan must be built on tensors of
+    those views' strides; dQ, dK, dV keep q's and k's strides."""
+    from compute.gpu.torch_backward import BackwardCall
+
+    built, launched, made = [], [], []
+
+    class Plan:
+        def run(self, _torch, ptrs):
+            launched.append(list(ptrs))
+
+    monkeypatch.setattr(torch_launch, "backward_plan", lambda *a, **kw: built.append(a) or Plan())
+    monkeypatch.setattr(torch_launch, "heads_broadcast_ok", lambda: True)
+    monkeypatch.setattr(torch_op, "_spread_group", lambda q, k, causal: spread)
+    b, h, hk, n, d = 3, 8, 2, 40, 64
+    mem = [torch.randn(b, n, x, d, dtype=torch.bfloat16) for x in (h, hk, hk, h, h)]
+    q, k, v, o, do = (t.transpose(1, 2) for t in mem)
+    lse = torch.randn(b, h, n)
+    call = BackwardCall.build(torch, q, k, v, o, lse, do, True, 0.125, False, None)
+
+    class Recording:  # torch, with the tensors run() allocates kept
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        def empty_strided(self, *args, **kw):
+            made.append(torch.empty_strided(*args, **kw))
+            return made[-1]
+
+    dq, dk, dv = call.run(Recording(), q, k, v, o, lse, do)
+    assert (dq.stride(), dk.stride(), dv.stride()) == (q.stride(), k.stride(), v.stride())
+    if not spread:
+        assert launched == [[t.data_ptr() for t in (q, k, v, o, do, lse, *made)]]
+        return
+    g = h // hk
+    dq_t, _pair, per = made
+    assert len(launched) == b
+    for i, ptrs in enumerate(launched):
+        views = [q[i].view(hk, g, n, d), k[i], v[i], o[i].view(hk, g, n, d),
+                 do[i].view(hk, g, n, d), lse[i], dq_t[i], per[0, i], per[1, i]]  # fmt: skip
+        assert ptrs == [t.data_ptr() for t in views], f"batch {i}"
+    bq, bk, _bv, _bo, _bdo, _blse, (_bdq, bdk, _bdv) = built[0][:7]
+    assert bq.stride() == q[0].view(hk, g, n, d).stride()
+    assert bk.stride() == (k.stride(1), 0, k.stride(2), 1)
+    assert bdk.shape == (hk, g, n, d) and bdk.stride() == per[0, 1].stride()
