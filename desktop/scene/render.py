@@ -165,7 +165,7 @@ ROBUST_PERCENTILE = 99.5
 
 # Heatmaps, downsampled sources and scales of the arrays a trace shares with the last
 # ones (inputs and passes over S a blocks change keeps): made once (scene.array_memo).
-_MEMO = ArrayMemo(128)
+_MEMO = ArrayMemo(64)  # two traces' worth: a drag back and forth finds the last one
 
 
 def _downsampled(values: np.ndarray) -> tuple[np.ndarray, int, int]:
