@@ -78,7 +78,37 @@ def _wait(app, state, done, timeout_s: float = 300.0) -> None:
                 raise TimeoutError("the window did not settle on the configuration in time")
     finally:
         tick.stop()
-    app.processEvents()  # paints what the last event made dirty
+    _painted(app)
+
+
+_SETTLE_ROUNDS = 8
+
+
+def _painted(app) -> None:
+    """Process events until a round paints nothing: what the last event made dirty, and
+    the repaints a paint leaves behind (pyqtgraph defers a view's range and axes to the
+    paint, which dirties the plot again); one round missed those, and the next change's
+    time held them."""
+    from PySide6.QtCore import QEvent, QObject
+
+    class Paints(QObject):
+        seen = 0
+
+        def eventFilter(self, _obj, event) -> bool:  # noqa: N802 (Qt override)
+            if event.type() in (QEvent.Type.Paint, QEvent.Type.UpdateRequest):
+                self.seen += 1
+            return False
+
+    paints = Paints()
+    app.installEventFilter(paints)
+    try:
+        for _ in range(_SETTLE_ROUNDS):
+            before = paints.seen
+            app.processEvents()
+            if paints.seen == before:
+                break
+    finally:
+        app.removeEventFilter(paints)
 
 
 def _settle(app, state, target=None, timeout_s: float = 300.0) -> None:
