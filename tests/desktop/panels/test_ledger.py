@@ -133,3 +133,20 @@ def test_the_sweep_follows_a_block_change_and_back(window, qtbot):
         np.asarray(sweep(base.replace(block_q=3, block_k=3), 1000)["q-outer"]),
         np.asarray(sweep(base, 1000)["q-outer"]),
     )  # the block change is one the plot must show
+
+
+def test_new_inputs_of_the_same_sizes_leave_the_sweep_plot_alone(window, qtbot, monkeypatch):
+    """The sweep depends on sizes and blocks, not on the inputs: a new seed hands pyqtgraph
+    nothing (its lines are not set again), a new block size does."""
+    st, panel = window.state, window.ledger_panel
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=1))
+    calls = []
+    line = panel._lines["dense"]
+    monkeypatch.setattr(line, "setData", lambda *a, **k: calls.append(a))
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.update_config(seed=2)
+    assert calls == []
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.update_config(block_q=8)
+    assert len(calls) == 1
