@@ -23,7 +23,7 @@ streams only the query blocks whose band reaches it, and masks only the tiles th
 edges (or the key tail) cross; rows whose band holds no key (LSE = -inf) get dQ = 0.
 
 Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 domain, both
-padded to whole 64-row query blocks), the main kernel (one CTA per 128-key block and head: a
+padded to whole 64-row query blocks; it also zeroes the dQ accumulator and tickets), the main kernel (one CTA per 128-key block and head: a
 producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
 in registers and add dQ into a float32 accumulator by one bulk reduction per 64 x 64 tile)
 and a conversion of dQ to the input dtype, times the scale. ``deterministic=True`` makes the
@@ -342,11 +342,12 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
     lay = CPointer(ctypes.addressof(layout))
     l2 = cp.empty((bh, n_pad), dtype=cp.float32)
     dsum = cp.empty((bh, n_pad), dtype=cp.float32)
-    dq_acc = cp.zeros((bh, n_pad, d), dtype=cp.float32)
-    tickets = cp.zeros((bh * nblk * (d // 64) if mode in TICKET_MODES else 1,), dtype=cp.int32)
-    rows = bh * n_pad
-    pre((-(-rows // 8),), (256,),
-        (o, do, lse, l2, dsum, cp.int32(n_q), cp.int32(n_pad), cp.int32(rows), lay))  # fmt: skip
+    # The preprocess zeroes the accumulator and the tickets (one block per query block).
+    dq_acc = cp.empty((bh, n_pad, d), dtype=cp.float32)
+    tickets = cp.empty((bh * nblk * (d // 64) if mode in TICKET_MODES else 1,), dtype=cp.int32)
+    zero_tickets = tickets if mode in TICKET_MODES else cp.uint64(0)
+    pre((bh * nblk,), (256,),
+        (o, do, lse, l2, dsum, dq_acc, zero_tickets, cp.int32(n_q), cp.int32(n_pad), lay))  # fmt: skip
     if n_k:
         maps = [
             tma.tensor_map(x.data.ptr, x.shape, _strides(x), r)
@@ -360,7 +361,6 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
         grid = (-(-n_k // BLOCK_KEYS), b * hk, 1)
         main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))
     # (No key: every row sees nothing, and dQ is the postprocess of the zeroed accumulator.)
-    quads = bh * n_pad * d // 4
-    args = (dq_acc, dq, cp.int32(n_q), cp.int32(nblk), cp.int64(quads), cp.float32(scale), lay)
-    post((-(-quads // 256),), (256,), args)
+    args = (dq_acc, dq, cp.int32(n_q), cp.int32(nblk), cp.float32(scale), lay)
+    post((bh * nblk * (d // 64),), (256,), args)  # one block per 64 x 64 accumulator chunk
     return dq, dk, dv

@@ -158,8 +158,8 @@ def backward(
     postprocess), their grids, the strides' layout, the tensor maps of Q, K, V and dO (K
     and V may have a head stride of 0, one K/V head broadcast over a group of query heads:
     _kv_readable) and the kernels' parameter blocks in ctypes storage; a later call
-    re-points the maps, zeroes the dQ accumulator in the stream's cached workspace
-    (_workspace, one driver memset) and queues three ``cuLaunchKernel`` calls: nothing allocated but what torch allocates for the
+    re-points the maps into the stream's cached workspace (_workspace; the preprocess
+    zeroes its dQ accumulator and tickets) and queues three ``cuLaunchKernel`` calls: nothing allocated but what torch allocates for the
     gradients, no CuPy objects, no synchronisation. What the plan does not take (no query
     or key rows, a GPU that is not Hopper, a backward mode set by hand, a tensor the kernels
     cannot address) goes through ``flash_attention_backward`` on CuPy aliases of the
@@ -337,17 +337,21 @@ class _BackwardPlan:
         rows = self.rows
         quads = self.acc_floats // 4
         s = slots
-        pre_args = (s[3], s[4], s[5], s[9], s[10], i32(n_q), i32(n_pad), i32(rows), layout)
+        # The preprocess zeroes the accumulator and (DET) the tickets: no memset before it.
+        self.no_tickets = ctypes.c_uint64(0)
+        zero_tickets = s[12] if mode in fb.TICKET_MODES else self.no_tickets
+        pre_args = (s[3], s[4], s[5], s[9], s[10], s[11], zero_tickets, i32(n_q), i32(n_pad),
+                    layout)  # fmt: skip
         main_args = (*maps, s[9], s[10], s[11], s[7], s[8], s[12], i32(n_q), i32(n_k),
                      i32(n_pad), f32(scale), f32(scale * LOG2E), i32(int(causal)), layout)  # fmt: skip
-        post_args = (s[11], s[6], i32(n_q), i32(nblk), ctypes.c_int64(quads), f32(scale), layout)
+        post_args = (s[11], s[6], i32(n_q), i32(nblk), f32(scale), layout)
         launch = _launch_fn()
         self.launches = []
         for fn, grid, block, smem, args in (
-            (pre, (-(-rows // 8), 1, 1), 256, 0, pre_args),
+            (pre, (rows // fb.BLOCK_QUERIES, 1, 1), 256, 0, pre_args),
             (main, (-(-n_k // fb.BLOCK_KEYS), b * hk, 1), fb.WS_THREADS, fb.smem_bytes(d, mode),
              main_args),
-            (post, (-(-quads // 256), 1, 1), 256, 0, post_args),
+            (post, (quads // 1024, 1, 1), 256, 0, post_args),  # a block per 64 x 64 chunk
         ):  # fmt: skip
             params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
             call = functools.partial(launch, int(fn.kernel.ptr), *grid, block, 1, 1, smem)
@@ -357,24 +361,15 @@ class _BackwardPlan:
     def run(self, torch: Any, ptrs: list[int]) -> None:
         """The three launches on tensors at these addresses (Q K V O dO LSE dQ dK dV) on
         torch's current stream, with the stream's workspace (_workspace): the dQ accumulator
-        and tickets zeroed, then L2 and D (written whole by the preprocess)."""
+        and tickets, then L2 and D (all written whole by the preprocess)."""
         from .flash_launch import _INVALID_CONTEXT, _replace_address_fn
 
         device = self.device
         stream = torch._C._cuda_getCurrentRawStream(device)
         replace = _replace_address_fn()
-        with _WORK_LOCK:  # one stream's workspace: its zeroing and launches queued together
+        with _WORK_LOCK:  # one stream's workspace: its launches queued together
             work = _workspace(torch, device, stream, self.work_floats)
             base = work.data_ptr()
-            # The driver's memset, not torch's zero_(): the same GPU work without a dispatch.
-            rc = _memset_fn()(base, 0, self.zeroed, stream)
-            if rc == _INVALID_CONTEXT:  # a thread that never made the device current
-                import cupy
-
-                cupy.cuda.runtime.setDevice(device)
-                rc = _memset_fn()(base, 0, self.zeroed, stream)
-            if rc != 0:
-                raise RuntimeError(f"cuMemsetD32Async of the backward failed with CUresult {rc}")
             l2, dsum = base + 4 * self.zeroed, base + 4 * (self.zeroed + self.rows)
             ptrs += [l2, dsum, base, base + 4 * self.acc_floats]  # dQacc, then the tickets
             for m, p in zip(self.map_ptrs, (ptrs[0], ptrs[1], ptrs[2], ptrs[4]), strict=True):
@@ -391,15 +386,6 @@ class _BackwardPlan:
                     rc = call(stream, params, None)
                 if rc != 0:
                     raise RuntimeError(f"cuLaunchKernel of the backward failed with CUresult {rc}")
-
-
-@functools.cache
-def _memset_fn() -> Any:
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuMemsetD32Async
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
-    return fn
 
 
 _WORK: dict[tuple, Any] = {}  # (device, stream) -> float32 workspace (grown, never shrunk)

@@ -293,10 +293,10 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const FbwLayout);
 #define FBW_INST(DT, D)                                                                       \
     template __global__ void flash_bwd_pre_s<DT, D>(const u16*, const u16*, const float*,    \
-                                                    float*, float*, int, int, int,           \
+                                                    float*, float*, float*, int*, int, int,  \
                                                     const FbwLayout);                        \
-    template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int,      \
-                                                          long long, float, const FbwLayout); \
+    template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int, float, \
+                                                          const FbwLayout);                  \
     FBW_MAIN(DT, D, false, false) FBW_MAIN(DT, D, true, false) FBW_MAIN(DT, D, true, true)
 FBW_INST(0, 64)
 FBW_INST(1, 64)
