@@ -47,6 +47,42 @@ def test_score_means_are_the_block_means_of_s(n_q, n_k, d, cap, causal, seed):
     np.testing.assert_allclose(got.values[finite], want[finite], rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 70),
+    n_k=st.integers(1, 70),
+    cap=st.integers(1, 20),
+    left=st.integers(-1, 30),
+    right=st.integers(-1, 30),
+    top_left=st.booleans(),
+    packed=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_score_means_under_every_mask_are_the_block_means_of_s(
+    n, n_k, cap, left, right, top_left, packed, seed
+):
+    """Windows, both alignments and packed sequences: the cells a mask cuts (formed from
+    their entries, every row of cells at once) as the dense S's block means."""
+    from compute.mask import Mask
+
+    if packed:
+        cuts = np.random.default_rng(seed).integers(1, 6, size=n)
+        lengths = tuple(int(x) for x in np.diff(np.unique(np.r_[0, np.cumsum(cuts), n].clip(0, n))))
+        mask, n_k = Mask(left=left, right=right, lengths=tuple(x for x in lengths if x)), n
+    else:
+        mask = Mask(left=left, right=right, top_left=top_left)
+    inputs = random_inputs(n, 3, 2, n_k=n_k, seed=seed)
+    scale = default_scale(3)
+    s = (inputs.q @ inputs.k.T) * scale
+    s = np.where(causal_mask(np.arange(n), np.arange(n_k), n, n_k, mask), s, -np.inf)
+    want, factor = block_means(s, cap)
+    got = score_means(inputs.q, inputs.k, causal=mask, scale=scale, cap=cap)
+    assert got.factor == factor
+    assert np.array_equal(np.isneginf(got.values), np.isneginf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got.values[finite], want[finite], rtol=1e-12, atol=1e-12)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     n_q=st.integers(1, 50),
