@@ -59,12 +59,13 @@ def _complete(state) -> bool:
     return not getattr(state, "pending_parts", ())
 
 
-def _wait(app, state, done, timeout_s: float = 300.0) -> None:
+def _wait(app, state, done, timeout_s: float = 300.0) -> float:
     """Process events until done() holds, sleeping until an event comes (the worker's
     result), as the real event loop does: spinning would take the GIL from the worker.
     processEvents(flags, maxtime) ignores WaitForMoreEvents and returns at once when
     nothing is pending (about 500,000 times a second), so the one-argument form blocks
-    here, and a 20 ms timer bounds each sleep."""
+    here, and a 20 ms timer bounds each sleep. Returns when the state done() waited for
+    was painted (_painted)."""
     from PySide6.QtCore import QEventLoop, QTimer
 
     end = time.perf_counter() + timeout_s
@@ -78,17 +79,18 @@ def _wait(app, state, done, timeout_s: float = 300.0) -> None:
                 raise TimeoutError("the window did not settle on the configuration in time")
     finally:
         tick.stop()
-    _painted(app)
+    return _painted(app, state)
 
 
 _SETTLE_ROUNDS = 8
 
 
-def _painted(app) -> None:
+def _painted(app, state) -> float:
     """Process events until a round paints nothing: what the last event made dirty, and
     the repaints a paint leaves behind (pyqtgraph defers a view's range and axes to the
     paint, which dirties the plot again); one round missed those, and the next change's
-    time held them."""
+    time held them. Returns the end of the last round before another part of the trace
+    arrived (its paint is the next tier's, not this one's)."""
     from PySide6.QtCore import QEvent, QObject
 
     class Paints(QObject):
@@ -99,16 +101,27 @@ def _painted(app) -> None:
                 self.seen += 1
             return False
 
-    paints = Paints()
+    paints, parts = Paints(), []
+
+    def arrived(pending) -> None:
+        parts.append(pending)
+
     app.installEventFilter(paints)
+    state.sigPartsChanged.connect(arrived)
+    painted = time.perf_counter()
     try:
         for _ in range(_SETTLE_ROUNDS):
             before = paints.seen
             app.processEvents()
+            if parts:
+                break
+            painted = time.perf_counter()
             if paints.seen == before:
                 break
     finally:
+        state.sigPartsChanged.disconnect(arrived)
         app.removeEventFilter(paints)
+    return painted
 
 
 def _settle(app, state, target=None, timeout_s: float = 300.0) -> None:
@@ -166,10 +179,8 @@ def _time_change(window, app, target, dense: bool) -> tuple[float, float, float]
     t0 = time.perf_counter()
     state.set_config(target)
     app.processEvents()
-    _wait(app, state, lambda: state.config == target)
-    first = time.perf_counter() - t0
-    _wait(app, state, lambda: _complete(state) and not state.builder.busy)
-    complete = time.perf_counter() - t0
+    first = _wait(app, state, lambda: state.config == target) - t0
+    complete = _wait(app, state, lambda: _complete(state) and not state.builder.busy) - t0
     return first, complete, _floor(target, dense)
 
 
