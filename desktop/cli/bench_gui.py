@@ -89,8 +89,9 @@ def _painted(app, state) -> float:
     """Process events until a round paints nothing: what the last event made dirty, and
     the repaints a paint leaves behind (pyqtgraph defers a view's range and axes to the
     paint, which dirties the plot again); one round missed those, and the next change's
-    time held them. Returns the end of the last round before another part of the trace
-    arrived (its paint is the next tier's, not this one's)."""
+    time held them. Returns when this tier was painted: the end of the last round, or
+    when another part of the trace began to be shown (events run posted paints before
+    timers and the worker's results, so that part came after this tier's paint)."""
     from PySide6.QtCore import QEvent, QObject
 
     class Paints(QObject):
@@ -101,27 +102,19 @@ def _painted(app, state) -> float:
                 self.seen += 1
             return False
 
-    paints, parts = Paints(), []
-
-    def arrived(pending) -> None:
-        parts.append(pending)
-
+    paints, since = Paints(), state.part_at
     app.installEventFilter(paints)
-    state.sigPartsChanged.connect(arrived)
-    painted = time.perf_counter()
     try:
         for _ in range(_SETTLE_ROUNDS):
             before = paints.seen
             app.processEvents()
-            if parts:
-                break
-            painted = time.perf_counter()
+            if state.part_at != since:
+                return state.part_at
             if paints.seen == before:
                 break
     finally:
-        state.sigPartsChanged.disconnect(arrived)
         app.removeEventFilter(paints)
-    return painted
+    return time.perf_counter()
 
 
 def _settle(app, state, target=None, timeout_s: float = 300.0) -> None:
@@ -178,7 +171,6 @@ def _time_change(window, app, target, dense: bool) -> tuple[float, float, float]
     state = window.state
     t0 = time.perf_counter()
     state.set_config(target)
-    app.processEvents()
     first = _wait(app, state, lambda: state.config == target) - t0
     complete = _wait(app, state, lambda: _complete(state) and not state.builder.busy) - t0
     return first, complete, _floor(target, dense)

@@ -9,12 +9,17 @@ and Trace stay and `sigError` carries one sentence for a dialog.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
+import time
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from compute import Trace
 from desktop.scene.render import LaneImages
 from desktop.state.config import Config
 from desktop.state.worker import TraceBuilder
+
+PAINT_DUE_MS = 100  # after_paint's wait for a paint that may not come (a hidden window)
 
 
 class AppState(QObject):
@@ -48,15 +53,42 @@ class AppState(QObject):
         # What of the shown trace is still computing (worker.PARTS, or the curves alone);
         # views mark it ("computing") instead of showing numbers of another configuration.
         self.pending_parts: frozenset[str] = frozenset()
+        self.part_at = 0.0  # perf_counter() when the last part began to be shown
+        # Callbacks for after the window's next paint (after_paint); a window that
+        # reports its paints (window_painted) sets paints_reported.
+        self._after_paint: list[Callable[[], None]] = []
+        self.paints_reported = False
+        self._paint_due = QTimer(self)
+        self._paint_due.setSingleShot(True)
+        self._paint_due.timeout.connect(self.window_painted)
         self.builder = TraceBuilder(
             self._built,
             self._failed,
             self._refused,
             on_first=lambda *result: self._built(*result[:3], pending=result[3]),
             on_part=self._part,
+            after_paint=self.after_paint,
         )
         self.builder.setParent(self)
         self.builder.sigBusy.connect(self.sigBusy)
+
+    # ---- paints ---------------------------------------------------------------------
+    def after_paint(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once the window has painted what is dirty now: a tier's next part is
+        made after its paint, not beside it. Qt paints a window on a timer of its own
+        (~5 ms after the first update), so a zero timer ran before the paint. Without a
+        window that reports its paints, at the next turn of the event loop; if no paint
+        comes (a hidden window), after PAINT_DUE_MS."""
+        self._after_paint.append(fn)
+        if not self._paint_due.isActive():
+            self._paint_due.start(PAINT_DUE_MS if self.paints_reported else 0)
+
+    def window_painted(self) -> None:
+        """The window has painted (MainWindow, after each of its update requests)."""
+        self._paint_due.stop()
+        due, self._after_paint = self._after_paint, []
+        for fn in due:
+            fn()
 
     # ---- configuration -------------------------------------------------------------
     def set_config(self, config: Config) -> None:
@@ -112,6 +144,7 @@ class AppState(QObject):
         heatmap and the all-rows numbers."""
         if trace is not self.trace:
             return  # (the builder delivers only the newest generation's parts)
+        self.part_at = time.perf_counter()  # (bench-gui: the tier before was painted by now)
         new_images = images is not self.images
         self.images, self.pending_parts = images, frozenset()
         self.sigPartsChanged.emit(self.pending_parts)

@@ -219,8 +219,12 @@ class TraceBuilder(QObject):
         on_refused: Callable[[str], None] | None = None,
         on_first: Callable[[Config, object, LaneImages], None] | None = None,
         on_part: Callable[[object, LaneImages], None] | None = None,
+        after_paint: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         super().__init__()
+        # Runs a callback once the window has painted (AppState.after_paint); without
+        # one, at the next turn of the event loop.
+        self._after_paint = after_paint or (lambda fn: QTimer.singleShot(0, fn))
         self._on_done, self._on_error = on_done, on_error
         # A streamed build: on_first(config, trace, first tier), then on_part(trace,
         # images); without them, on_done gets the complete result once the part is in.
@@ -286,7 +290,11 @@ class TraceBuilder(QObject):
                     generation, None, "This configuration needs more memory than is free."
                 )
             else:
-                self._deliver(generation, result, None)
+                if self.force_inline or self._on_first is None:
+                    self._deliver(generation, result, None)
+                else:  # as a threaded build: the row's curves after this paint
+                    self._on_first(*result, frozenset({"plots"}))
+                    self._after_paint(lambda: self._inline_curves(generation, result))
             return
         self._set_busy(True)
         # A running build cannot be interrupted: the newest request waits for it (and
@@ -295,6 +303,12 @@ class TraceBuilder(QObject):
         self._pending_config = config
         if not self._running:
             self._start_pending()
+
+    def _inline_curves(self, generation: int, result: tuple) -> None:
+        """An inline build's curves part, after the paint of its first delivery."""
+        if generation == self._generation:
+            _row_curves(result[1], self._pending_row)
+            self._part(generation, result[1], result[2])
 
     def _start_pending(self) -> None:
         config, self._pending_config = self._pending_config, None
@@ -305,8 +319,8 @@ class TraceBuilder(QObject):
             self._pool.start(job)
 
     def _first(self, generation: int, result: object, painted: threading.Event) -> None:
-        """A streamed job's first tier: shown at once (the veil lifts); parts follow
-        once the event loop has painted it (a zero timer runs after the posted paints)."""
+        """A job's first delivery: shown at once (the veil lifts); the rest follows
+        once the window has painted it (after_paint)."""
         if generation != self._generation:
             painted.set()
             return
@@ -314,7 +328,7 @@ class TraceBuilder(QObject):
         if self._on_first is not None:
             self._set_busy(False)
             self._on_first(*result)
-        QTimer.singleShot(0, painted.set)
+        self._after_paint(painted.set)
 
     def _part(self, generation: int, trace: object, images: object) -> None:
         if generation != self._generation:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QRect, QSettings, Qt
+from PySide6.QtCore import QEvent, QPoint, QRect, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QFont, QImage, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -116,6 +116,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.state = AppState(self)
         self.state.builder.force_inline = build_inline
+        self.state.paints_reported = True  # (event(): after each update request)
         self.playback = Playback(self.state, self)
         splitter = self._build_centre()
         self._build_docks()
@@ -136,6 +137,12 @@ class MainWindow(QMainWindow):
             self.state.adopt(adopt)  # a copy: shows what another window shows, no rebuild
         else:
             self._restore(config)
+
+    def event(self, event: QEvent) -> bool:  # noqa: N802 (Qt override)
+        handled = super().event(event)
+        if event.type() == QEvent.Type.UpdateRequest:  # the window's dirty widgets painted
+            self.state.window_painted()
+        return handled
 
     def _build_centre(self) -> QSplitter:
         """The two lanes (HBM above SRAM each); the legend and the playback bar below all."""

@@ -31,7 +31,7 @@ def test_backward_marker_counts_from_one_too(window, qtbot):
     st, backward = window.state, window.stats_panel.backward
     combo = window.findChild(QComboBox, "pass_combo")
     combo.setCurrentIndex(combo.findData("backward"))
-    qtbot.waitUntil(lambda: st.trace.pass_name == "backward", timeout=5000)
+    qtbot.waitUntil(lambda: st.trace.pass_name == "backward" and not st.pending_parts, timeout=5000)
     for step in (0, 11, st.n_steps - 1):
         st.set_step(step)
         assert backward._marker.value() == step + 1
@@ -76,6 +76,7 @@ def test_plots_zoom_to_the_rows_active_steps_with_a_whole_run_toggle(window, qtb
     st, panel = window.state, window.stats_panel
     with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
         st.set_config(Config(input="random", seed=1, n=64, d=4, dv=4, block_q=8, block_k=8))
+    qtbot.waitUntil(lambda: not st.pending_parts, timeout=10_000)  # the curves' part
     st.set_row(40)
     steps, _ = st.trace.row_updates(40)
     st.set_step(int(steps[0]))
@@ -115,6 +116,7 @@ def test_backward_plot_range_holds_every_curve_after_each_change(window, qtbot):
         if cfg != st.config:
             with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
                 st.set_config(cfg)
+            qtbot.waitUntil(lambda: not st.pending_parts, timeout=10_000)  # the curves' part
         st.set_row(row)
         assert st.row == row
         ys = [c.getData()[1] for c in backward._curves if c.getData()[1] is not None]

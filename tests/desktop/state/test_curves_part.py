@@ -53,3 +53,42 @@ def test_a_one_part_build_delivers_its_curves_after_the_first_paint(qtbot, monke
     if pass_name != "forward":
         assert backward._drawn == (state.trace, state.row)
     state.builder.shutdown()
+
+
+def test_a_part_waits_for_the_windows_paint_not_for_a_zero_timer(window, qtbot):
+    """Qt paints a window on a timer of its own (~5 ms after the first update), so a zero
+    timer could run before the paint and the next part joined it; after_paint waits for
+    the window's update request (MainWindow.event), with a fallback if none comes."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    from desktop.state.app_state import PAINT_DUE_MS
+
+    st, ran = window.state, []
+    assert st.paints_reported
+    st.after_paint(lambda: ran.append("after paint"))
+    QCoreApplication.sendEvent(window, QEvent(QEvent.Type.UpdateRequest))
+    assert ran == ["after paint"]
+    st.after_paint(lambda: ran.append("fallback"))
+    window.hide()  # no paint comes: the fallback runs it
+    qtbot.waitUntil(lambda: "fallback" in ran, timeout=4 * PAINT_DUE_MS)
+
+
+def test_after_paint_holds_its_callbacks_until_the_window_says_it_painted(qtbot):
+    from desktop.state.app_state import PAINT_DUE_MS
+
+    state, ran = AppState(), []
+    state.paints_reported = True  # as MainWindow sets it
+    state.after_paint(lambda: ran.append(1))
+    qtbot.wait(PAINT_DUE_MS // 4)
+    assert ran == []  # a zero timer would have run it by now
+    state.window_painted()
+    assert ran == [1]
+    state.window_painted()
+    assert ran == [1]  # once
+
+
+def test_without_a_window_the_curves_come_at_the_next_turn_of_the_event_loop(qtbot):
+    state = AppState()
+    state.set_config(Config(n=30, d=3, dv=2, block_q=4, block_k=5, input="random", seed=12))
+    assert state.pending_parts == frozenset({"plots"})
+    qtbot.waitUntil(lambda: not state.pending_parts, timeout=2_000)
