@@ -26,6 +26,7 @@ from .attention import (
     _safe_max,
     _tile_scores,
     _tile_update,
+    default_scale,
     round_to,
     stats_dtype,
     tiled_attention_history,
@@ -74,13 +75,17 @@ def block_history(
                 causal=s.mask, **kw,
             )  # fmt: skip
         seen = h.m.shape[1]  # 1 + the tiles this block loads
-        hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
-        hist.alpha[:, :seen] = h.alpha
-        hist.p_tilde[:, :n_keys] = h.p_tilde
-        # Tiles the block never loads leave its state as it was; α = 1 (nothing rescaled).
-        hist.m[:, seen:] = h.m[:, -1:]
-        hist.l[:, seen:] = h.l[:, -1:]
-        hist.a[:, seen:] = h.a[:, -1:]
+        if seen == s.t_c + 1 and n_keys == s.n_k and h.a.dtype == acc:
+            hist = h  # every tile and key: nothing to carry over (4 MB at 2×2, d_v 128)
+        else:
+            hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
+            hist.alpha[:, :seen] = h.alpha
+            hist.p_tilde[:, :n_keys] = h.p_tilde
+            # Tiles the block never loads leave its state as it was; α = 1 (nothing
+            # rescaled).
+            hist.m[:, seen:] = h.m[:, -1:]
+            hist.l[:, seen:] = h.l[:, -1:]
+            hist.a[:, seen:] = h.a[:, -1:]
     for x in (hist.m, hist.l, hist.a, hist.alpha, hist.p_tilde):
         x.setflags(write=False)
     return hist
@@ -99,12 +104,24 @@ def affine_scan(alpha: np.ndarray, add: np.ndarray) -> tuple[np.ndarray, np.ndar
     instead of a loop over j. Each α is at most 1 here, so the reordered products and
     sums round no worse than the loop."""
     alpha, add = alpha.copy(), add.copy()
-    shift = 1
-    while shift < len(alpha):
-        add[shift:] += alpha[shift:, :, None] * add[:-shift]
-        alpha[shift:] *= alpha[:-shift]
-        shift *= 2
+    _scan_in_place(np.moveaxis(alpha, 0, 1), np.moveaxis(add, 0, 1))
     return alpha, add
+
+
+def _scan_in_place(alpha: np.ndarray, add: np.ndarray) -> None:
+    """affine_scan along axis 1 (α: (rows, n), b: (rows, n, k)), overwriting both: each
+    element goes through the same products and sums whatever the layout, so the digits
+    are affine_scan's; one buffer for the products instead of one per pass (at 2×2
+    blocks, N = 4096, d_v = 128 each pass is 4 MB)."""
+    n = alpha.shape[1]
+    buf = np.empty_like(add)
+    shift = 1
+    while shift < n:
+        part = buf[:, : n - shift]
+        np.multiply(alpha[:, shift:, None], add[:, :-shift], out=part)
+        add[:, shift:] += part
+        alpha[:, shift:] *= alpha[:, :-shift]
+        shift *= 2
 
 
 def rows_history(
@@ -117,7 +134,7 @@ def rows_history(
     (ℓ = α ℓ + rowsum(P̃), a = α a + P̃ V_j; Algorithm 1's with its β) by affine_scan.
     The same formulas as `_tile_update`; the additions are ordered otherwise, so the
     digits agree with the tile loop up to the last places (tests hold both)."""
-    acc, qd, kd, vd, sc = _prepare(q, k, v, dtype, scale)
+    acc, qd, kd, vd, sc = _prepare_once(q, k, v, dtype, scale)
     n_rows, n_k, d_v = len(qd), len(kd), vd.shape[1]
     row0, n_all = rows_of if rows_of is not None else (0, n_rows)
     t_c = -(-n_k // block_k)
@@ -137,8 +154,11 @@ def rows_history(
         skipped = loads[g0:g1] == SKIPPED  # tiles the block never loads change nothing
         st = st.reshape(n_rows, g1 - g0, block_k)
         st[:, skipped] = -np.inf
-        vt = np.zeros((width, d_v), dtype=acc)
-        vt[: c1 - c0] = vd[c0:c1]
+        if width == c1 - c0 and vd.flags.c_contiguous:  # whole tiles: V's rows as they are
+            vt = vd[c0:c1]
+        else:
+            vt = np.zeros((width, d_v), dtype=acc)
+            vt[: c1 - c0] = vd[c0:c1]
         tile_max = st.max(axis=2)  # rowmax(S_ij), each tile's
         m_old = h.m[:, g0 : g1 + 1]  # column 0: the state before the group
         m_new = np.maximum.accumulate(np.concatenate([m_old[:, :1], tile_max], 1), 1)
@@ -159,16 +179,32 @@ def rows_history(
             sums, pv = sums * weight, pv * weight.T[:, :, None]
             p = p * weight[:, :, None]  # P̃ against the running max, as q-outer keeps it
         alpha[:, skipped] = 1  # (their state is carried: α = 1, nothing added)
-        # ℓ and a share α: one scan of (a, ℓ) side by side, from the group's first state
-        scan_a, scan = affine_scan(alpha.T, np.concatenate([pv, sums.T[:, :, None]], 2))
-        start = np.concatenate([h.a[:, g0], h.l[:, g0, None]], 1)
-        state = scan_a[:, :, None] * start[None] + scan  # (tiles, rows, d_v + 1)
+        # ℓ and a share α: each is scanned where it is kept (rows, tiles, ...), from the
+        # group's first state; the same products and sums per element as one scan of
+        # (a, ℓ) side by side in (tiles, rows, ...) would form.
+        a = h.a[:, g0 + 1 : g1 + 1]
+        a[...] = pv.transpose(1, 0, 2)
+        l_new = h.l[:, g0 + 1 : g1 + 1]  # noqa: E741
+        l_new[...] = sums
+        scan_a = alpha.copy()
+        _scan_in_place(scan_a, a)
+        _scan_in_place(alpha.copy(), l_new[:, :, None])
+        a += scan_a[:, :, None] * h.a[:, g0, None]
+        l_new += scan_a * h.l[:, g0, None]
         h.m[:, g0 + 1 : g1 + 1] = m_new[:, 1:]
-        h.l[:, g0 + 1 : g1 + 1] = state[:, :, -1].T
         h.alpha[:, g0 + 1 : g1 + 1] = alpha
-        h.a[:, g0 + 1 : g1 + 1] = state[:, :, :-1].transpose(1, 0, 2)
         h.p_tilde[:, c0:c1] = p.reshape(n_rows, width)[:, : c1 - c0]
     return h
+
+
+def _prepare_once(q, k, v, dtype: str, scale):
+    """attention._prepare without a second copy: inputs already in the accumulator
+    dtype (float64 ones, or what round_to returned) are used as they are."""
+    acc = stats_dtype(dtype)
+    qd, kd, vd = (
+        round_to(np.asarray(x, dtype=np.float64), dtype).astype(acc, copy=False) for x in (q, k, v)
+    )
+    return acc, qd, kd, vd, acc(default_scale(qd.shape[1]) if scale is None else float(scale))
 
 
 class TileCursor:

@@ -371,8 +371,8 @@ def _cache_lines(line: pg.PlotDataItem) -> None:
     """Keep a line's pixels between repaints: the step marker moves every playback frame,
     and redrawing the step curves under it (64 components bundled: ~260 k points at
     N = 4096 with 2×2 blocks) cost ~15 ms a frame. The cache is redrawn when the data, the
-    pen or the view range changes; zoom_window moves the range in quarter-span jumps, so
-    during playback that is every few frames at most."""
+    pen or the view range changes; zoom_window moves the range at most four times as
+    playback passes the row."""
     line.curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
