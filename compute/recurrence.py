@@ -98,30 +98,27 @@ SCAN_TILE_LIMIT = 16
 HISTORY_GROUP_ELEMENTS = 1 << 20
 
 
-def affine_scan(alpha: np.ndarray, add: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(A, B) with x_j = A_j x_(-1) + B_j for the recurrence x_j = α_j x_(j−1) + b_j
-    along axis 0 (α: (n, rows), b: (n, rows, k)): a log-depth scan (Hillis–Steele)
-    instead of a loop over j. Each α is at most 1 here, so the reordered products and
-    sums round no worse than the loop."""
-    alpha, add = alpha.copy(), add.copy()
-    _scan_in_place(np.moveaxis(alpha, 0, 1), np.moveaxis(add, 0, 1))
-    return alpha, add
+def _unit_runs(alpha: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) runs of axis 1 of α (rows, n), each starting at 0 or where some row's
+    α is not 1: inside a run every α is 1, so the recurrence is a running sum."""
+    cuts = np.flatnonzero((alpha != 1).any(axis=0)).tolist()
+    starts = [0, *(c for c in cuts if c > 0)]
+    return list(zip(starts, [*starts[1:], alpha.shape[1]], strict=True))
 
 
-def _scan_in_place(alpha: np.ndarray, add: np.ndarray) -> None:
-    """affine_scan along axis 1 (α: (rows, n), b: (rows, n, k)), overwriting both: each
-    element goes through the same products and sums whatever the layout, so the digits
-    are affine_scan's; one buffer for the products instead of one per pass (at 2×2
-    blocks, N = 4096, d_v = 128 each pass is 4 MB)."""
-    n = alpha.shape[1]
-    buf = np.empty_like(add)
-    shift = 1
-    while shift < n:
-        part = buf[:, : n - shift]
-        np.multiply(alpha[:, shift:, None], add[:, :-shift], out=part)
-        add[:, shift:] += part
-        alpha[:, shift:] *= alpha[:, :-shift]
-        shift *= 2
+def _linear_scan(alpha, add, start, runs) -> None:
+    """x_j = α_j x_(j−1) + b_j along axis 1 (α: (rows, n), b: (rows, n, k), overwritten
+    with x; x_(−1) = start (rows, k)), in j order with the tile loop's operations: each
+    run's first element by that formula, the rest (α = 1, and 1 · x = x exactly) by one
+    np.cumsum, which adds in order. While the running max settles, α ≠ 1 at a few tiles
+    a row (about ln T_c for random scores), so a block of 2 rows and 2,048 tiles takes a
+    few dozen calls rather than a loop over its tiles."""
+    prev = start
+    for lo, hi in runs:
+        add[:, lo] = alpha[:, lo, None] * prev + add[:, lo]
+        if hi - lo > 1:
+            np.cumsum(add[:, lo:hi], axis=1, out=add[:, lo:hi])
+        prev = add[:, hi - 1]
 
 
 def rows_history(
@@ -131,9 +128,10 @@ def rows_history(
     """tiled_attention_history for one query block (all of q's rows), without a loop
     over key tiles: a group of tiles at a time, their scores in one product, their
     maxima, P̃ and P̃ V_j at once, the running max by a cumulative maximum, and ℓ and a
-    (ℓ = α ℓ + rowsum(P̃), a = α a + P̃ V_j; Algorithm 1's with its β) by affine_scan.
-    The same formulas as `_tile_update`; the additions are ordered otherwise, so the
-    digits agree with the tile loop up to the last places (tests hold both)."""
+    (ℓ = α ℓ + rowsum(P̃), a = α a + P̃ V_j; Algorithm 1's with its β) by _linear_scan.
+    The same formulas as `_tile_update`, added in tile order; the products of a group
+    come from one matmul rather than one per tile (and Algorithm 1 keeps a, not O), so
+    the digits agree with the tile loop up to the last places (tests hold both)."""
     acc, qd, kd, vd, sc = _prepare_once(q, k, v, dtype, scale)
     n_rows, n_k, d_v = len(qd), len(kd), vd.shape[1]
     row0, n_all = rows_of if rows_of is not None else (0, n_rows)
@@ -170,27 +168,27 @@ def rows_history(
         else:  # Algorithm 1: P̃ against the tile's own max, then β = exp(m̃_ij − m_new)
             p = np.exp(st - _safe_max(tile_max)[:, :, None])
             weight = np.exp(tile_max - m_ref)
-        pv = np.matmul(  # P̃_ij V_j for every tile of the group, P̃ rounded to the dtype
+        # P̃_ij V_j for every tile of the group (P̃ rounded to the dtype), written where
+        # a is kept (rows, tiles, d_v): no second 4 MB array at 2×2 blocks, d_v = 128
+        a = h.a[:, g0 + 1 : g1 + 1]
+        np.matmul(
             round_to(p, dtype).astype(acc).transpose(1, 0, 2),
             vt.reshape(g1 - g0, block_k, d_v),
-        )  # (tiles, rows, d_v)
+            out=a.transpose(1, 0, 2),
+        )
         sums = p.sum(axis=2)  # rowsum(P̃_ij)
         if weight is not None:
-            sums, pv = sums * weight, pv * weight.T[:, :, None]
+            sums = sums * weight
+            a *= weight[:, :, None]
             p = p * weight[:, :, None]  # P̃ against the running max, as q-outer keeps it
         alpha[:, skipped] = 1  # (their state is carried: α = 1, nothing added)
-        # ℓ and a share α: each is scanned where it is kept (rows, tiles, ...), from the
-        # group's first state; the same products and sums per element as one scan of
-        # (a, ℓ) side by side in (tiles, rows, ...) would form.
-        a = h.a[:, g0 + 1 : g1 + 1]
-        a[...] = pv.transpose(1, 0, 2)
-        l_new = h.l[:, g0 + 1 : g1 + 1]  # noqa: E741
+        # ℓ and a share α: both run through the recurrence where they are kept, from the
+        # group's first state, in tile order
+        l_new = h.l[:, g0 + 1 : g1 + 1]
         l_new[...] = sums
-        scan_a = alpha.copy()
-        _scan_in_place(scan_a, a)
-        _scan_in_place(alpha.copy(), l_new[:, :, None])
-        a += scan_a[:, :, None] * h.a[:, g0, None]
-        l_new += scan_a * h.l[:, g0, None]
+        runs = _unit_runs(alpha)
+        _linear_scan(alpha, a, h.a[:, g0], runs)
+        _linear_scan(alpha, l_new[:, :, None], h.l[:, g0, None], runs)
         h.m[:, g0 + 1 : g1 + 1] = m_new[:, 1:]
         h.alpha[:, g0 + 1 : g1 + 1] = alpha
         h.p_tilde[:, c0:c1] = p.reshape(n_rows, width)[:, : c1 - c0]
