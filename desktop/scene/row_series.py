@@ -151,6 +151,11 @@ def zoom_window(active: tuple[int, int], step: int, n_steps: int) -> tuple[int, 
     first, last = active
     width = min(n_steps, max(last - first + 1, 8))
     lo = max(0, min(first, n_steps - width))
+    if lo <= width // 4:
+        # The row starts within a quarter span of the run's start (its block's loads
+        # come first): show the run from step 0, with no span before it to widen into,
+        # so playback from the start does not move the range onto the row's first step.
+        lo, width = 0, min(n_steps, max(width, last + 1))
     hi = lo + width - 1
     if lo - width <= step < lo:
         lo = max(0, lo - width)

@@ -67,6 +67,11 @@ def test_zoom_window_holds_the_active_steps_and_follows_the_step_near_them():
     assert zoom_window((300, 399), 250, 1000) == (200, 399)
     windows = {zoom_window((100, 199), step, 1000) for step in range(1000)}
     assert len(windows) == 3  # before, on the row's steps (also far away), after
+    # a row that starts near the run's start is shown from step 0 on: no range move
+    # between the first steps and the row's own
+    assert zoom_window((2, 4096), 0, 10**6) == zoom_window((2, 4096), 258, 10**6) == (0, 4096)
+    assert zoom_window((2, 6), 1, 100) == zoom_window((2, 6), 4, 100) == (0, 7)
+    assert zoom_window((2, 6), 9, 100) == (0, 15)
     assert zoom_window((900, 989), 999, 1000) == (900, 999)  # never past the run
     for step in range(0, 400):  # the window always holds a step within one span
         lo, hi = zoom_window((100, 199), step, 1000)
