@@ -92,7 +92,7 @@ def block_history(
 
 
 # Below this B_c, block_history forms a block's tiles at once (rows_history): at N = 4096
-# its loop over tiles costs more than the scan's passes over the whole history.
+# the loop over tiles costs more than one product for all of them and a scan by runs.
 SCAN_TILE_LIMIT = 16
 # Scores formed at once per group of key tiles: about this many entries (bounded memory).
 HISTORY_GROUP_ELEMENTS = 1 << 20
