@@ -26,6 +26,9 @@ from desktop.theme import qimage
 
 ARGB = QImage.Format.Format_ARGB32_Premultiplied
 _INDEX_BITS = 0xFFFFFF  # a probe pixel's index: its 24 colour bits (16 M rows or columns)
+# The probes are drawn on scratch images of the device's size: a lane is ~1366 × 400 px;
+# a 4K export's page draws its regions whole rather than take two 33 MB scratches.
+SCRATCH_PIXELS = 1 << 22
 
 
 class SampledPicks:
@@ -40,18 +43,20 @@ class SampledPicks:
     def get(self, painter: QPainter, rect: QRectF, shape: tuple[int, int]):
         """(rows, cols): the sorted source indices read, or None when the painter is not
         a plain raster one (a vector device, a clip, another composition mode, a
-        rotation: Qt takes other paths there; draw the whole)."""
+        rotation: Qt takes other paths there) or its device is too large for a scratch
+        copy: draw the whole."""
         t = painter.worldTransform()
         engine = painter.paintEngine()
+        device = painter.device()
         if (
             engine is None
             or engine.type() != QPaintEngine.Type.Raster
+            or device.width() * device.height() > SCRATCH_PIXELS
             or painter.hasClipping()
             or painter.compositionMode() != QPainter.CompositionMode.CompositionMode_SourceOver
             or t.type().value > QTransform.TransformationType.TxScale.value
         ):
             return None
-        device = painter.device()
         key = (
             shape, rect.getRect(), device.width(), device.height(), device.devicePixelRatio(),
             t.m11(), t.m22(), t.dx(), t.dy(),

@@ -81,6 +81,12 @@ def test_a_painter_that_needs_the_whole_region_is_told_so(qapp):
     p.setClipping(False)
     p.setWorldTransform(QTransform().rotate(30))
     assert not draw_sampled(p, QRectF(0, 0, 40, 40), region, ColorScale(1.0), SampledPicks())
+    p.resetTransform()
+    assert draw_sampled(p, QRectF(0, 0, 40, 40), region, ColorScale(1.0), SampledPicks())
+    p.end()
+    page = QImage(2100, 2100, QImage.Format.Format_ARGB32_Premultiplied)  # a 4K export's
+    p = QPainter(page)
+    assert not draw_sampled(p, QRectF(0, 0, 40, 40), region, ColorScale(1.0), SampledPicks())
     p.end()
 
 
