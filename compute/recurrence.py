@@ -26,6 +26,7 @@ from .attention import (
     _safe_max,
     _tile_scores,
     _tile_update,
+    default_scale,
     round_to,
     stats_dtype,
     tiled_attention_history,
@@ -74,37 +75,50 @@ def block_history(
                 causal=s.mask, **kw,
             )  # fmt: skip
         seen = h.m.shape[1]  # 1 + the tiles this block loads
-        hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
-        hist.alpha[:, :seen] = h.alpha
-        hist.p_tilde[:, :n_keys] = h.p_tilde
-        # Tiles the block never loads leave its state as it was; α = 1 (nothing rescaled).
-        hist.m[:, seen:] = h.m[:, -1:]
-        hist.l[:, seen:] = h.l[:, -1:]
-        hist.a[:, seen:] = h.a[:, -1:]
+        if seen == s.t_c + 1 and n_keys == s.n_k and h.a.dtype == acc:
+            hist = h  # every tile and key: nothing to carry over (4 MB at 2×2, d_v 128)
+        else:
+            hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
+            hist.alpha[:, :seen] = h.alpha
+            hist.p_tilde[:, :n_keys] = h.p_tilde
+            # Tiles the block never loads leave its state as it was; α = 1 (nothing
+            # rescaled).
+            hist.m[:, seen:] = h.m[:, -1:]
+            hist.l[:, seen:] = h.l[:, -1:]
+            hist.a[:, seen:] = h.a[:, -1:]
     for x in (hist.m, hist.l, hist.a, hist.alpha, hist.p_tilde):
         x.setflags(write=False)
     return hist
 
 
 # Below this B_c, block_history forms a block's tiles at once (rows_history): at N = 4096
-# its loop over tiles costs more than the scan's passes over the whole history.
+# the loop over tiles costs more than one product for all of them and a scan by runs.
 SCAN_TILE_LIMIT = 16
 # Scores formed at once per group of key tiles: about this many entries (bounded memory).
 HISTORY_GROUP_ELEMENTS = 1 << 20
 
 
-def affine_scan(alpha: np.ndarray, add: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(A, B) with x_j = A_j x_(-1) + B_j for the recurrence x_j = α_j x_(j−1) + b_j
-    along axis 0 (α: (n, rows), b: (n, rows, k)): a log-depth scan (Hillis–Steele)
-    instead of a loop over j. Each α is at most 1 here, so the reordered products and
-    sums round no worse than the loop."""
-    alpha, add = alpha.copy(), add.copy()
-    shift = 1
-    while shift < len(alpha):
-        add[shift:] += alpha[shift:, :, None] * add[:-shift]
-        alpha[shift:] *= alpha[:-shift]
-        shift *= 2
-    return alpha, add
+def _unit_runs(alpha: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) runs of axis 1 of α (rows, n), each starting at 0 or where some row's
+    α is not 1: inside a run every α is 1, so the recurrence is a running sum."""
+    cuts = np.flatnonzero((alpha != 1).any(axis=0)).tolist()
+    starts = [0, *(c for c in cuts if c > 0)]
+    return list(zip(starts, [*starts[1:], alpha.shape[1]], strict=True))
+
+
+def _linear_scan(alpha, add, start, runs) -> None:
+    """x_j = α_j x_(j−1) + b_j along axis 1 (α: (rows, n), b: (rows, n, k), overwritten
+    with x; x_(−1) = start (rows, k)), in j order with the tile loop's operations: each
+    run's first element by that formula, the rest (α = 1, and 1 · x = x exactly) by one
+    np.cumsum, which adds in order. While the running max settles, α ≠ 1 at a few tiles
+    a row (about ln T_c for random scores), so a block of 2 rows and 2,048 tiles takes a
+    few dozen calls rather than a loop over its tiles."""
+    prev = start
+    for lo, hi in runs:
+        add[:, lo] = alpha[:, lo, None] * prev + add[:, lo]
+        if hi - lo > 1:
+            np.cumsum(add[:, lo:hi], axis=1, out=add[:, lo:hi])
+        prev = add[:, hi - 1]
 
 
 def rows_history(
@@ -114,10 +128,11 @@ def rows_history(
     """tiled_attention_history for one query block (all of q's rows), without a loop
     over key tiles: a group of tiles at a time, their scores in one product, their
     maxima, P̃ and P̃ V_j at once, the running max by a cumulative maximum, and ℓ and a
-    (ℓ = α ℓ + rowsum(P̃), a = α a + P̃ V_j; Algorithm 1's with its β) by affine_scan.
-    The same formulas as `_tile_update`; the additions are ordered otherwise, so the
-    digits agree with the tile loop up to the last places (tests hold both)."""
-    acc, qd, kd, vd, sc = _prepare(q, k, v, dtype, scale)
+    (ℓ = α ℓ + rowsum(P̃), a = α a + P̃ V_j; Algorithm 1's with its β) by _linear_scan.
+    The same formulas as `_tile_update`, added in tile order; the products of a group
+    come from one matmul rather than one per tile (and Algorithm 1 keeps a, not O), so
+    the digits agree with the tile loop up to the last places (tests hold both)."""
+    acc, qd, kd, vd, sc = _prepare_once(q, k, v, dtype, scale)
     n_rows, n_k, d_v = len(qd), len(kd), vd.shape[1]
     row0, n_all = rows_of if rows_of is not None else (0, n_rows)
     t_c = -(-n_k // block_k)
@@ -137,8 +152,11 @@ def rows_history(
         skipped = loads[g0:g1] == SKIPPED  # tiles the block never loads change nothing
         st = st.reshape(n_rows, g1 - g0, block_k)
         st[:, skipped] = -np.inf
-        vt = np.zeros((width, d_v), dtype=acc)
-        vt[: c1 - c0] = vd[c0:c1]
+        if width == c1 - c0 and vd.flags.c_contiguous:  # whole tiles: V's rows as they are
+            vt = vd[c0:c1]
+        else:
+            vt = np.zeros((width, d_v), dtype=acc)
+            vt[: c1 - c0] = vd[c0:c1]
         tile_max = st.max(axis=2)  # rowmax(S_ij), each tile's
         m_old = h.m[:, g0 : g1 + 1]  # column 0: the state before the group
         m_new = np.maximum.accumulate(np.concatenate([m_old[:, :1], tile_max], 1), 1)
@@ -150,25 +168,41 @@ def rows_history(
         else:  # Algorithm 1: P̃ against the tile's own max, then β = exp(m̃_ij − m_new)
             p = np.exp(st - _safe_max(tile_max)[:, :, None])
             weight = np.exp(tile_max - m_ref)
-        pv = np.matmul(  # P̃_ij V_j for every tile of the group, P̃ rounded to the dtype
+        # P̃_ij V_j for every tile of the group (P̃ rounded to the dtype), written where
+        # a is kept (rows, tiles, d_v): no second 4 MB array at 2×2 blocks, d_v = 128
+        a = h.a[:, g0 + 1 : g1 + 1]
+        np.matmul(
             round_to(p, dtype).astype(acc).transpose(1, 0, 2),
             vt.reshape(g1 - g0, block_k, d_v),
-        )  # (tiles, rows, d_v)
+            out=a.transpose(1, 0, 2),
+        )
         sums = p.sum(axis=2)  # rowsum(P̃_ij)
         if weight is not None:
-            sums, pv = sums * weight, pv * weight.T[:, :, None]
+            sums = sums * weight
+            a *= weight[:, :, None]
             p = p * weight[:, :, None]  # P̃ against the running max, as q-outer keeps it
         alpha[:, skipped] = 1  # (their state is carried: α = 1, nothing added)
-        # ℓ and a share α: one scan of (a, ℓ) side by side, from the group's first state
-        scan_a, scan = affine_scan(alpha.T, np.concatenate([pv, sums.T[:, :, None]], 2))
-        start = np.concatenate([h.a[:, g0], h.l[:, g0, None]], 1)
-        state = scan_a[:, :, None] * start[None] + scan  # (tiles, rows, d_v + 1)
+        # ℓ and a share α: both run through the recurrence where they are kept, from the
+        # group's first state, in tile order
+        l_new = h.l[:, g0 + 1 : g1 + 1]
+        l_new[...] = sums
+        runs = _unit_runs(alpha)
+        _linear_scan(alpha, a, h.a[:, g0], runs)
+        _linear_scan(alpha, l_new[:, :, None], h.l[:, g0, None], runs)
         h.m[:, g0 + 1 : g1 + 1] = m_new[:, 1:]
-        h.l[:, g0 + 1 : g1 + 1] = state[:, :, -1].T
         h.alpha[:, g0 + 1 : g1 + 1] = alpha
-        h.a[:, g0 + 1 : g1 + 1] = state[:, :, :-1].transpose(1, 0, 2)
         h.p_tilde[:, c0:c1] = p.reshape(n_rows, width)[:, : c1 - c0]
     return h
+
+
+def _prepare_once(q, k, v, dtype: str, scale):
+    """attention._prepare without a second copy: inputs already in the accumulator
+    dtype (float64 ones, or what round_to returned) are used as they are."""
+    acc = stats_dtype(dtype)
+    qd, kd, vd = (
+        round_to(np.asarray(x, dtype=np.float64), dtype).astype(acc, copy=False) for x in (q, k, v)
+    )
+    return acc, qd, kd, vd, acc(default_scale(qd.shape[1]) if scale is None else float(scale))
 
 
 class TileCursor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen
 
@@ -22,9 +23,11 @@ from desktop.lanes.painting import (
     paint_ready,
     transfer_path,
 )
+from desktop.lanes.sampling import SampledPicks, draw_sampled
 from desktop.scene import geometry as geo
 from desktop.scene.equations import step_equation
 from desktop.scene.render import P_TILDE
+from desktop.scene.sampled_region import SampledRegion
 from desktop.theme import READ, WRITE, accent, qimage
 
 CAPTION_H = 30.0  # two lines of the step's recurrence at the wrapped size, under the tiles
@@ -43,6 +46,7 @@ class TileImages:
 
     def __init__(self) -> None:
         self._cache: OrderedDict[tuple, tuple[object, QImage]] = OrderedDict()
+        self.picks = SampledPicks()  # the cells raster paints read of sampled regions
 
     def get(self, values, scale) -> QImage:
         key = (values.__array_interface__["data"][0], values.shape, values.strides, scale.vmax)
@@ -84,13 +88,18 @@ def paint_sram(
                 p.drawText(rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note)
             continue
         scale = tile_scale(images, tile)
+        values = tile.values
+        if isinstance(values, SampledRegion):  # too many cells to make them all
+            if draw_sampled(p, rect, values, scale, tiles_cache.picks):
+                continue  # (no numbers: draw_numbers writes none in so many cells)
+            values = np.asarray(values)
         draw_matrix(
             p,
             rect,
-            tile.values,
+            values,
             scale,
             ctx.font,
-            image=tiles_cache.get(tile.values, scale) if tile.cached else None,
+            image=tiles_cache.get(values, scale) if tile.cached else None,
             neutral=tile.tensor == "l",
             least=ctx.number_min_px,
         )

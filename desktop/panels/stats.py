@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
+from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsItem,
@@ -298,6 +299,22 @@ class StatsPanel(FollowsPalette, QWidget):
         self._active = c.active
         self._x_window = None
         self._on_step(self.state.step)
+        self._size_value_axes()
+
+    def _size_value_axes(self) -> None:
+        """Give each value axis the width of its tick labels now. pyqtgraph widens an axis
+        when it first paints labels that do not fit: the change's paint showed narrow
+        axes, the next frame every plot narrower, its curves redrawn (10-25 ms, bench-gui's
+        first frame of a configuration). The labels stay while the row does (fixed y
+        ranges), so the width found here is the one playback keeps."""
+        settle_plot(self.plots)  # the new ranges reach the axes
+        scratch = QImage(1, 1, QImage.Format.Format_ARGB32_Premultiplied)
+        p = QPainter(scratch)
+        try:
+            for item in self._items.values():
+                item.getAxis("left").generateDrawSpecs(p)  # measures the labels, sizes the axis
+        finally:
+            p.end()
 
     def _on_parts(self, pending: frozenset) -> None:
         """The second tier arrived: the row's curves and the all-rows error."""
@@ -371,8 +388,8 @@ def _cache_lines(line: pg.PlotDataItem) -> None:
     """Keep a line's pixels between repaints: the step marker moves every playback frame,
     and redrawing the step curves under it (64 components bundled: ~260 k points at
     N = 4096 with 2×2 blocks) cost ~15 ms a frame. The cache is redrawn when the data, the
-    pen or the view range changes; zoom_window moves the range in quarter-span jumps, so
-    during playback that is every few frames at most."""
+    pen or the view range changes; zoom_window moves the range at most four times as
+    playback passes the row."""
     line.curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 

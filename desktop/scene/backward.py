@@ -15,6 +15,7 @@ from compute import Trace
 from compute.forward_numbers import DISPLAY_CELLS
 from compute.timeline import BACKWARD_PHASES
 
+from .sampled_region import SAMPLED_ABOVE, dense_region
 from .tiles import QUERY_TENSORS, SramTile
 
 # HBM slots the backward adds (after the forward's), with their shapes.
@@ -110,6 +111,8 @@ def dense_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
             continue
         if r.tensor in results:
             values = results[r.tensor][r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
+        elif r.tensor in ("P", "dP", "dS") and _cells(r) > SAMPLED_ABOVE:
+            values = dense_region(trace, r.tensor, r.rows, r.cols)  # made where drawn
         else:
             values = _operand(trace, r.tensor, r.rows, r.cols)
         first = r.rows[0] if r.tensor in QUERY_TENSORS else None
@@ -117,6 +120,10 @@ def dense_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
             SramTile(r.tensor, _label(r, trace), values, first, probabilities=r.tensor == "P")
         )
     return tiles
+
+
+def _cells(r) -> int:
+    return (r.rows[1] - r.rows[0]) * (r.cols[1] - r.cols[0])
 
 
 def _label(r, trace: Trace) -> str:

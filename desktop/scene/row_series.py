@@ -141,20 +141,26 @@ def active_steps(trace: Trace, row: int) -> tuple[int, int]:
 
 
 def zoom_window(active: tuple[int, int], step: int, n_steps: int) -> tuple[int, int]:
-    """The 0-based steps the plots show: the row's active steps (at least 8), widened to
-    hold `step` when it is near them (within one span), so playback into and out of the
-    row's tiles keeps the marker in view; far away, the row's steps stay on show. The
-    widening goes in quarters of the span: during playback the window then moves every few
-    frames, not every frame, and the plots keep their cached lines in between."""
+    """The 0-based steps the plots show: the row's active steps (at least 8), widened by
+    one whole span on the side of `step` when it is near them (within that span), so
+    playback into and out of the row's tiles keeps the marker in view; far away, the
+    row's steps stay on show. The range moves at most four times as playback passes a
+    row (into the span before, onto its steps, into the span after, away): each move
+    redraws every curve (15-30 ms at N = 4096), the frames in between keep the cached
+    lines and only the marker moves."""
     first, last = active
     width = min(n_steps, max(last - first + 1, 8))
     lo = max(0, min(first, n_steps - width))
+    if lo <= width // 4:
+        # The row starts within a quarter span of the run's start (its block's loads
+        # come first): show the run from step 0, with no span before it to widen into,
+        # so playback from the start does not move the range onto the row's first step.
+        lo, width = 0, min(n_steps, max(width, last + 1))
     hi = lo + width - 1
-    quarter = max(1, width // 4)
     if lo - width <= step < lo:
-        lo = max(0, lo - -(-(lo - step) // quarter) * quarter)
+        lo = max(0, lo - width)
     elif hi < step <= hi + width:
-        hi = min(n_steps - 1, hi + -(-(step - hi) // quarter) * quarter)
+        hi = min(n_steps - 1, hi + width)
     return lo, hi
 
 

@@ -56,12 +56,22 @@ def test_dense_output_in_dtype_and_float64_reference_are_separate_lines(window, 
 
 def test_zoom_window_holds_the_active_steps_and_follows_the_step_near_them():
     assert zoom_window((100, 199), 150, 1000) == (100, 199)
-    # just past or before: widened to hold it, in quarters of the span (25 steps here)
-    assert zoom_window((100, 199), 250, 1000) == (100, 274)
-    assert zoom_window((100, 199), 200, 1000) == (100, 224)
-    assert zoom_window((100, 199), 224, 1000) == zoom_window((100, 199), 210, 1000)
+    # just past or before: widened by the whole span on that side, at once, so playback
+    # past the row moves the range at most four times
+    assert zoom_window((100, 199), 250, 1000) == (100, 299)
+    assert zoom_window((100, 199), 200, 1000) == (100, 299)
+    assert zoom_window((100, 199), 299, 1000) == (100, 299)
+    assert zoom_window((100, 199), 300, 1000) == (100, 199)
     assert zoom_window((100, 199), 20, 1000) == (0, 199)
-    assert zoom_window((100, 199), 90, 1000) == (75, 199)
+    assert zoom_window((100, 199), 90, 1000) == (0, 199)
+    assert zoom_window((300, 399), 250, 1000) == (200, 399)
+    windows = {zoom_window((100, 199), step, 1000) for step in range(1000)}
+    assert len(windows) == 3  # before, on the row's steps (also far away), after
+    # a row that starts near the run's start is shown from step 0 on: no range move
+    # between the first steps and the row's own
+    assert zoom_window((2, 4096), 0, 10**6) == zoom_window((2, 4096), 258, 10**6) == (0, 4096)
+    assert zoom_window((2, 6), 1, 100) == zoom_window((2, 6), 4, 100) == (0, 7)
+    assert zoom_window((2, 6), 9, 100) == (0, 15)
     assert zoom_window((900, 989), 999, 1000) == (900, 999)  # never past the run
     for step in range(0, 400):  # the window always holds a step within one span
         lo, hi = zoom_window((100, 199), step, 1000)

@@ -1,64 +1,11 @@
-"""Playback frames as bench-gui times them, with the GUI thread's CPU time beside the wall.
+"""Round 39's playback-frame harness, now frames40/frames_cpu.py (the same SPECs, and
+kv-outer, causal and dtype words besides): run that one, with the same arguments."""
 
-Usage: JSON=OUT.json python assets/benchmarks/interactive/frames39/frames_cpu.py SPEC...
-SPEC is `ref` or PASS:N:D:BLOCK (d_v = d, square blocks, random inputs). Per SPEC, after
-the change has settled: F (default 120) frames of bench-gui's steps (advance one frame's
-steps, progress 0.5, process events), each timed by the wall clock and by
-time.thread_time. On a machine others load, the CPU time moves less than the wall.
-"""
-
-from __future__ import annotations
-
-import json
-import os
+import runpy
 import sys
-import time
-
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-
-def main(specs: list[str]) -> None:
-    import numpy as np
-
-    from desktop.cli.bench_gui import _settle, bench_window
-    from desktop.scene.grouping import grouping_for
-    from desktop.state.config import Config
-
-    app, window = bench_window()
-    frames = int(os.environ.get("F", "120"))
-    out = {}
-    for spec in specs:
-        if spec == "ref":
-            cfg = Config()
-        else:
-            p, n, d, b = spec.split(":")
-            n, d, b = int(n), int(d), int(b)
-            cfg = Config(n=n, d=d, dv=d, block_q=b, block_k=b, input="random", pass_name=p)
-        state = window.state
-        state.set_config(cfg)
-        _settle(app, state)
-        trace = state.trace
-        stride = grouping_for(trace).stride
-        state.set_step(0)
-        app.processEvents()
-        wall, cpu = [], []
-        for k in range(1, frames + 1):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            state.set_step((k * stride) % trace.n_steps)
-            state.set_progress(0.5)
-            app.processEvents()
-            cpu.append((time.thread_time() - c0) * 1e3)
-            wall.append((time.perf_counter() - t0) * 1e3)
-        out[spec] = {"wall_ms": wall, "cpu_ms": cpu}
-        print(
-            f"{spec:24s} wall p50 {np.percentile(wall, 50):6.1f} p90 {np.percentile(wall, 90):6.1f}"
-            f" | cpu p50 {np.percentile(cpu, 50):6.1f} p90 {np.percentile(cpu, 90):6.1f}",
-            flush=True,
-        )
-    if os.environ.get("JSON"):
-        with open(os.environ["JSON"], "w") as f:
-            json.dump(out, f)
-
+from pathlib import Path
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    here = Path(__file__).resolve().parent
+    sys.argv[0] = str(here.parent / "frames40" / "frames_cpu.py")
+    runpy.run_path(sys.argv[0], run_name="__main__")
