@@ -317,7 +317,6 @@ def prepare_first(trace: Trace) -> LaneImages:
     images.score_scale = ColorScale(_shared_vmax(trace, [s_sample]))
     images.qk_scale = ColorScale(_shared_vmax(trace, [trace.q, trace.k]))
     means = trace.forward.score_means(DISPLAY_CAP)
-    cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}
         for name, shape in lane_shapes(trace, lane).items():
@@ -333,9 +332,7 @@ def prepare_first(trace: Trace) -> LaneImages:
                 keep = trace.scores if max(shape) <= NUMBERS_CAP else None
             else:
                 values = {"Q": trace.q, "K": trace.k, "V": trace.v}[name]
-                if id(values) not in cache:  # Q, K, V are shared by both lanes
-                    cache[id(values)] = _downsampled(values)
-                small, fr, fc = cache[id(values)]
+                small, fr, fc = _downsampled(values)  # (Q, K, V: once for both lanes)
                 keep = values if max(shape) <= NUMBERS_CAP else None
             img = TensorImage(name, shape, _rgba(images.scale_for(name), small), (fr, fc), keep)
             if name in _written(trace, lane) and name not in live_tensors(trace, lane):
@@ -383,7 +380,6 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
         bwd = trace.backward.backward_summary(DISPLAY_CAP, check)
         grads = [trace.do, *trace.gradients("dense"), bwd.sample]
         images.grad_scale = ColorScale(_shared_vmax(trace, grads))
-    cache: dict[int, tuple[np.ndarray, int, int]] = {}
     for lane in ("dense", "tiled"):
         images.lanes[lane] = {}
         written = _written(trace, lane)
@@ -392,17 +388,15 @@ def complete_images(trace: Trace, first: LaneImages, check=None) -> LaneImages:
             if done is not None and not done.pending:
                 images.lanes[lane][name] = done
                 continue
-            key = id(values)
             if isinstance(values, RegionSource):  # block means from a chunked pass
                 if name in ("dP", "dS"):
                     bwd = trace.backward_summary(DISPLAY_CAP)
                     means = bwd.dp_small if name == "dP" else bwd.ds_small
                 else:
                     means = summary.scores_small if name == "S" else summary.probs_small
-                cache[key] = (means.values, *means.factor)
-            elif key not in cache:
-                cache[key] = _downsampled(values)
-            small, fr, fc = cache[key]
+                small, (fr, fc) = means.values, means.factor
+            else:
+                small, fr, fc = _downsampled(values)  # (shared sources: once, scene.array_memo)
             if name in ("l", "L"):
                 rgba = _placeholder((*small.shape, 4), (225, 225, 215, 255))
             else:

@@ -45,6 +45,7 @@ from desktop.state.config import BudgetError, Config, build
 # ~100 k vertices to pyqtgraph and painting them was a third of a first paint's GUI time
 # at N = 1024, so every threaded build delivers them after its first paint.
 PARTS = frozenset({"heatmaps", "errors", "plots"})
+CURVES_PART = frozenset({"plots"})  # what a one-part build leaves to follow
 
 
 class _Relay(QObject):
@@ -74,23 +75,25 @@ class _BuildJob(QRunnable):
             raise Cancelled
 
     def run(self) -> None:
+        streamed = False
+
         def first(*result: object, pending: frozenset = PARTS) -> None:
+            nonlocal streamed
+            streamed = True
             self.relay.sigFirst.emit(self.generation, (*result, pending), self.painted)
             self.painted.wait(PAINT_WAIT_S)
 
-        streamed: list[bool] = []
         try:
             result = build_all(
                 self.config,
-                on_first=lambda *r: (streamed.append(True), first(*r)),
+                on_first=first,
                 check=self.check,
                 row=self.row,
                 key=self.key,
                 curves=False,
             )
             if not streamed:  # one part: shown now, the row's curves follow
-                self.painted = threading.Event()
-                first(*result, pending=frozenset({"plots"}))
+                first(*result, pending=CURVES_PART)
             self.check()
             # The statistics panel's curves come last: handing them to pyqtgraph and
             # painting them is a third of a first paint's GUI time at N = 1024.
@@ -293,7 +296,7 @@ class TraceBuilder(QObject):
                 if self.force_inline or self._on_first is None:
                     self._deliver(generation, result, None)
                 else:  # as a threaded build: the row's curves after this paint
-                    self._on_first(*result, frozenset({"plots"}))
+                    self._on_first(*result, CURVES_PART)
                     self._after_paint(lambda: self._inline_curves(generation, result))
             return
         self._set_busy(True)
