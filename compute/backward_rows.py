@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -29,9 +29,14 @@ from .schedule import Schedule
 DO_SEED = 20240  # the seed of the displayed dO when no file gives one (standard normal)
 
 
+@lru_cache(maxsize=2)
 def default_do(n_q: int, d_v: int) -> np.ndarray:
-    """dO for the display when none is given: standard normal, seeded with DO_SEED."""
-    return np.random.default_rng(DO_SEED).standard_normal((n_q, d_v))
+    """dO for the display when none is given: standard normal, seeded with DO_SEED,
+    read-only and kept for the last two shapes (a new input keeps its shape, and its
+    normals cost as much as one of Q, K, V)."""
+    do = np.random.default_rng(DO_SEED).standard_normal((n_q, d_v))
+    do.setflags(write=False)
+    return do
 
 
 @dataclass(frozen=True)

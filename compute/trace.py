@@ -271,10 +271,15 @@ def build_trace(
         save_lse = True
         if do is None:
             do_key = DEFAULT_DO_KEY
-        do = default_do(n_q, d_v) if do is None else np.asarray(do, dtype=np.float64)
-        if do.shape != (n_q, d_v):
-            raise ValueError(f"dO has shape {do.shape} but the output O has shape {(n_q, d_v)}.")
-        do = _readonly(do.copy())
+        if do is None:
+            do = default_do(n_q, d_v)  # read-only already: no copy
+        else:
+            do = np.asarray(do, dtype=np.float64)
+            if do.shape != (n_q, d_v):
+                raise ValueError(
+                    f"dO has shape {do.shape} but the output O has shape {(n_q, d_v)}."
+                )
+            do = _readonly(do.copy())
     else:
         do = None
     schedule = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)

@@ -195,36 +195,46 @@ class VeilCache:
     def __init__(self) -> None:
         self._bounds: dict[str, tuple[int, int]] = {}
         self._untouched: dict[tuple, VeilLayer] = {}
-        self._events: dict[str, np.ndarray] = {}
 
-    def state(self, images: dict, step: int) -> tuple:
-        """What every tensor's veils at `step` depend on: per tensor, how many of its
-        cells' first and last write steps are done. Two steps of equal state have the
-        same masks, so the same veils (the frame's veil layer is kept by it)."""
-        out = []
-        for name, img in images.items():
-            if img.first_write is None:
-                continue
-            events = self._events.get(name)
-            if events is None:
-                events = self._events[name] = np.unique(
-                    np.concatenate([img.first_write.ravel(), img.last_write.ravel()])
-                )
-            out.append((name, int(np.searchsorted(events, step, side="right"))))
-        return tuple(out)
-
-    def layer(self, img, step: int, colors: tuple[QColor, QColor]) -> VeilLayer | None:
-        if img.first_write is None:
-            return None
+    def _bounds_of(self, img) -> tuple[int, int]:
+        """(first write, last final write) of any cell of `img`."""
         bounds = self._bounds.get(img.name)
         if bounds is None:
             bounds = self._bounds[img.name] = (
                 int(img.first_write.min()),
                 int(img.last_write.max()),
             )
-        if step >= bounds[1]:
+        return bounds
+
+    def state(self, images: dict, step: int) -> tuple:
+        """What every tensor's veils at `step` depend on: per tensor, how many of its
+        cells' first and last writes are done (the cells written by a step only grow
+        with it, so equal counts are equal masks); a tensor outside its writes, which
+        side. Two steps of equal state have the same veils (the frame's veil layer is
+        kept by it). Counting only the tensors being written keeps a change's first
+        paint from sorting every tensor's write steps (a distinct-steps index did)."""
+        out = []
+        for name, img in images.items():
+            if img.first_write is None:
+                continue
+            lo, hi = self._bounds_of(img)
+            if step < lo:
+                out.append((name, -1))
+            elif step >= hi:
+                out.append((name, -2))
+            else:
+                done = np.count_nonzero(img.first_write <= step)
+                final = np.count_nonzero(img.last_write <= step)
+                out.append((name, done, final))
+        return tuple(out)
+
+    def layer(self, img, step: int, colors: tuple[QColor, QColor]) -> VeilLayer | None:
+        if img.first_write is None:
+            return None
+        lo, hi = self._bounds_of(img)
+        if step >= hi:
             return VeilLayer(None, None)  # every cell written and final
-        if step < bounds[0]:
+        if step < lo:
             key = (img.name, *(c.rgba() for c in colors))
             if key not in self._untouched:
                 self._untouched[key] = veil_layer(img, step, colors)
