@@ -33,6 +33,7 @@ from .attention import (
 )
 from .full_pass import tiled_state_after
 from .mask import SKIPPED, Mask
+from .running_sums import ordered_cumsum
 from .schedule import Schedule
 
 
@@ -110,14 +111,14 @@ def _linear_scan(alpha, add, start, runs) -> None:
     """x_j = α_j x_(j−1) + b_j along axis 1 (α: (rows, n), b: (rows, n, k), overwritten
     with x; x_(−1) = start (rows, k)), in j order with the tile loop's operations: each
     run's first element by that formula, the rest (α = 1, and 1 · x = x exactly) by one
-    np.cumsum, which adds in order. While the running max settles, α ≠ 1 at a few tiles
+    np.cumsum's digits (ordered_cumsum), which adds in order. While the running max settles, α ≠ 1 at a few tiles
     a row (about ln T_c for random scores), so a block of 2 rows and 2,048 tiles takes a
     few dozen calls rather than a loop over its tiles."""
     prev = start
     for lo, hi in runs:
         add[:, lo] = alpha[:, lo, None] * prev + add[:, lo]
         if hi - lo > 1:
-            np.cumsum(add[:, lo:hi], axis=1, out=add[:, lo:hi])
+            ordered_cumsum(add[:, lo:hi], axis=1, out=add[:, lo:hi])
         prev = add[:, hi - 1]
 
 

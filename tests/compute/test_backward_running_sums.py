@@ -65,3 +65,42 @@ def test_an_entry_past_the_end_is_an_index_error():
     with pytest.raises(IndexError):
         sums[-5]
     assert sums[-4].tobytes() == np.zeros((2, 4)).tobytes()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.integers(0, 40),
+    rows=st.integers(1, 9),
+    width=st.sampled_from([1, 3, 64, 130, 300]),
+    axis=st.integers(0, 2),
+    in_place=st.booleans(),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    seed=st.integers(0, 2**16),
+)
+def test_ordered_cumsum_has_cumsums_digits(steps, rows, width, axis, in_place, dtype, seed):
+    """Wide or narrow steps, any axis, in place or not: the bits of np.cumsum (which
+    adds in order), never a reassociated sum."""
+    shape = [rows, width]
+    shape.insert(axis, steps)
+    # values of mixed magnitude, so that any other order of additions shows in the bits
+    x = np.random.default_rng(seed).standard_normal(shape) * 10.0 ** np.random.default_rng(
+        seed + 1
+    ).integers(-8, 8, size=shape)
+    x = x.astype(dtype)
+    want = np.cumsum(x, axis=axis)
+    got = rs.ordered_cumsum(x, axis=axis, out=x if in_place else None)
+    assert got.dtype == want.dtype
+    assert np.array_equal(got, want)
+    if in_place:
+        assert got is x
+
+
+def test_ordered_cumsum_adds_wide_steps_by_step(monkeypatch):
+    """The loop is taken where steps are wide (the point of it), and gives cumsum's bits."""
+    calls = []
+    real = np.cumsum
+    monkeypatch.setattr(rs.np, "cumsum", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = np.random.default_rng(3).standard_normal((50, 2, rs.WIDE_STEP))
+    got = rs.ordered_cumsum(x)
+    assert not calls
+    assert np.array_equal(got, real(x, axis=0))
