@@ -201,6 +201,11 @@ def measure(window, app, cfg, repeats: int, frames: int) -> dict:
     every = {"first_ms": [], "complete_ms": [], "floor_ms": []}
     result["changes"] = {}
     for kind, (targets, dense) in kinds.items():
+        # Each kind starts from the shown configuration: after the inputs changes the
+        # window holds other inputs, and a first blocks change from there would change
+        # the inputs too.
+        state.set_config(shown)
+        _settle(app, state, shown)
         samples = {"first_ms": [], "complete_ms": [], "floor_ms": []}
         for target in targets:
             for name, value in zip(samples, _time_change(window, app, target, dense), strict=True):

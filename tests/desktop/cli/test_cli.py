@@ -174,6 +174,31 @@ def test_bench_gui_writes_its_json(tmp_path, capsys):
     assert "at least 1" in capsys.readouterr().err
 
 
+def test_bench_gui_blocks_changes_keep_the_inputs(qapp, monkeypatch):
+    """A blocks change is timed from the shown inputs: after the inputs changes the
+    window is put back first, so each blocks change changes the blocks alone."""
+    from desktop.cli import bench_gui
+    from desktop.state.config import Config
+
+    seen = []
+    real = bench_gui._time_change
+
+    def spy(window, app, target, dense):
+        seen.append((window.state.config, target))
+        return real(window, app, target, dense)
+
+    monkeypatch.setattr(bench_gui, "_time_change", spy)
+    app, window = bench_gui.bench_window()
+    cfg = Config(n=12, d=2, dv=2, block_q=3, block_k=3, input="random", seed=5)
+    bench_gui.measure(window, app, cfg, repeats=1, frames=1)
+    window.close()
+    blocks = [(before, target) for before, target in seen if target.seed == cfg.seed]
+    assert len(blocks) == 2
+    for before, target in blocks:
+        assert before.seed == target.seed
+        assert (before.block_q, target.block_q) in ((3, 6), (6, 3))
+
+
 def test_version_and_the_gui_by_its_name(capsys):
     from desktop import version
 
