@@ -26,6 +26,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 
 from compute import InputError
+from compute.chunk_pool import ordered_map
 from compute.numbers import Cancelled
 from desktop.scene.render import (
     DISPLAY_CAP,
@@ -177,12 +178,21 @@ def _selected_rows(trace, row: int, curves: bool = True) -> None:
     s = trace.schedule
     row = min(row, s.n_q - 1)
     r0, r1 = s.rows(row // s.block_q)  # its block's chunks (they hold the row)
-    trace.forward.dense_rows(r0, r1)
-    trace.forward.tiled_output_rows(r0, r1)
-    if trace.pass_name != "backward":  # the read-outs' m, ℓ, α, a (the block's history)
-        trace.forward.row_history(row)
-    if trace.backward is not None:
-        trace.backward.backward_block(row // s.block_q).make_all()
+
+    def rows() -> None:
+        trace.forward.dense_rows(r0, r1)
+        trace.forward.tiled_output_rows(r0, r1)
+        if trace.backward is not None:  # its L and D are the tiled rows'
+            trace.backward.backward_block(row // s.block_q).make_all()
+
+    def history() -> None:  # the read-outs' m, ℓ, α, a: from Q, K, V alone
+        if trace.pass_name != "backward":  # (a backward alone shows no forward state)
+            trace.forward.row_history(row)
+
+    # Both on the two cores: the chunk's products and the block's history share no
+    # number, and each caches under its own name.
+    for _ in ordered_map(lambda job: job(), (rows, history)):
+        pass
     if curves:
         _row_curves(trace, row)
 
