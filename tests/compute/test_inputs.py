@@ -21,6 +21,25 @@ def test_random_inputs_are_seeded_and_scaled():
     np.testing.assert_allclose(big.q, a.q * 100)
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 300])
+def test_random_inputs_depend_on_the_seed_alone(monkeypatch, n):
+    """Drawn on one core or two, the same seed gives the same bits; the halves of an
+    array come from separate streams (no repeated normals), and other seeds differ."""
+    import compute.inputs as ci
+
+    monkeypatch.setattr(ci, "PARALLEL_DRAW", 0)  # both cores, even for small arrays
+    two = random_inputs(n, 64, 32, n_k=n + 3, seed=11)
+    monkeypatch.setattr(ci, "CHUNK_THREADS", 1)
+    one = random_inputs(n, 64, 32, n_k=n + 3, seed=11)
+    for a, b in zip((two.q, two.k, two.v), (one.q, one.k, one.v), strict=True):
+        np.testing.assert_array_equal(a, b)
+    values = np.concatenate([two.q.ravel(), two.k.ravel(), two.v.ravel()])
+    assert len(np.unique(values)) == values.size
+    assert not np.array_equal(random_inputs(n, 64, 32, n_k=n + 3, seed=12).q, two.q)
+    if n == 300:  # standard normal
+        assert abs(values.mean()) < 0.02 and abs(values.std() - 1) < 0.02
+
+
 @pytest.mark.parametrize(
     ("q", "k", "v", "message"),
     [
