@@ -10,44 +10,51 @@ is. Rows that see no key at all (output 0, L = −∞) get a mark at the tensor'
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen, QPolygonF
 
-from compute.mask import MASKED, SKIPPED
 from compute.schedule import Schedule
 
 MIN_TILE_PX = 3.0  # tiles narrower than this are drawn as runs, never as single lines
 EMPTY_ROW_RGB = (192, 57, 43)  # rows that see no key: the red the ledger's dense curve uses
 
 
-def _runs(s: Schedule, cls: int) -> list[tuple[int, int, int]]:
-    """(block i, first tile, end tile) runs of class `cls`, from the schedule's spans (O(T_r),
-    no T_r × T_c matrix): a block sees tiles [lo, hi), of which [f_lo, f_hi) are full."""
+def _masked_runs(s: Schedule) -> list[tuple[int, int, int]]:
+    """(block i, first tile, end tile) runs of masked tiles, from the schedule's spans
+    (O(T_r), no T_r × T_c matrix): a block loads tiles [lo, hi), [f_lo, f_hi) of them full."""
     (lo, hi), (f_lo, f_hi) = s.row_span, s.full_span
     out = []
     for i in range(s.t_r):
         a, b = int(lo[i]), int(hi[i])
         fa, fb = (int(f_lo[i]), int(f_hi[i])) if f_hi[i] > f_lo[i] else (b, b)
-        if cls == SKIPPED:
-            runs = ((0, a), (b, s.t_c)) if b > a else ((0, s.t_c),)
-        elif cls == MASKED:
-            runs = ((a, fa), (fb, b))
-        else:
-            runs = ((fa, fb),)
-        out += [(i, j0, j1) for j0, j1 in runs if j1 > j0]
+        out += [(i, j0, j1) for j0, j1 in ((a, fa), (fb, b)) if j1 > j0]
     return out
 
 
-def tile_rects(s: Schedule, rect: QRectF, cls: int) -> list[QRectF]:
-    """Rectangles of `rect` (an N_q × N_k tensor) covering the tiles of class `cls`,
-    one per run along a block row, so a large T_c draws few rectangles."""
+def skipped_polygons(s: Schedule, rect: QRectF) -> list[QPolygonF]:
+    """The skipped tiles of `rect` (an N_q × N_k tensor) as at most two staircases: left of
+    each block's first loaded tile and right of its last (a block loads one run of tiles,
+    compute.mask), a vertex pair per change of edge. One fill each, however many blocks:
+    at 2×2 blocks and N = 1024 a rectangle per block and run was 1,024 sub-pixel fills."""
+    lo, hi = (np.asarray(x, dtype=np.int64) for x in s.row_span)
+    none = hi <= lo  # a block that loads nothing is skipped across
+    left_end = np.where(none, s.t_c, lo)  # tiles [0, left_end) and [right_start, T_c)
+    right_start = np.where(none, s.t_c, hi)
     ch, cw = rect.height() / s.n_q, rect.width() / s.n_k
+    row_y = rect.top() + np.minimum(np.arange(s.t_r + 1) * s.block_q, s.n_q) * ch
     out = []
-    for i, j0, j1 in _runs(s, cls):
-        (r0, r1), c0, c1 = s.rows(i), s.cols(j0)[0], s.cols(j1 - 1)[1]
-        out.append(
-            QRectF(rect.left() + c0 * cw, rect.top() + r0 * ch, (c1 - c0) * cw, (r1 - r0) * ch)
-        )
+    for tiles, side in ((left_end, rect.left()), (right_start, rect.right())):
+        edge = rect.left() + np.minimum(tiles * s.block_k, s.n_k) * cw
+        if np.all(edge == side):  # nothing skipped on this side
+            continue
+        starts = np.flatnonzero(np.r_[True, edge[1:] != edge[:-1]])  # rows where it moves
+        ends = np.r_[starts[1:], s.t_r]
+        points = [QPointF(side, row_y[0])]
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            x = float(edge[a])
+            points += [QPointF(x, row_y[a]), QPointF(x, row_y[b])]
+        points.append(QPointF(side, row_y[-1]))
+        out.append(QPolygonF(points))
     return out
 
 
@@ -60,14 +67,14 @@ def paint_mask(p: QPainter, palette: QPalette, s: Schedule, rect: QRectF) -> Non
     p.save()
     p.setPen(Qt.PenStyle.NoPen)
     p.setBrush(QBrush(mid, Qt.BrushStyle.BDiagPattern))
-    for r in tile_rects(s, rect, SKIPPED):
-        p.drawRect(r)
+    for polygon in skipped_polygons(s, rect):
+        p.drawPolygon(polygon)
     if min(rect.width() / s.t_c, rect.height() / s.t_r) >= MIN_TILE_PX:
         edge = QColor(palette.color(QPalette.ColorRole.Highlight))
         p.setPen(QPen(edge, 1.2, Qt.PenStyle.DashLine))
         p.setBrush(Qt.BrushStyle.NoBrush)
         ch, cw = rect.height() / s.n_q, rect.width() / s.n_k
-        for i, j0, j1 in _runs(s, MASKED):
+        for i, j0, j1 in _masked_runs(s):
             r0, r1 = s.rows(i)
             for j in range(j0, j1):
                 c0, c1 = s.cols(j)

@@ -4,11 +4,8 @@ panel says why a row is zero."""
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QRectF
 
-from compute.mask import FULL, MASKED, SKIPPED, Mask
-from compute.schedule import Schedule
-from desktop.lanes.masks import tile_rects
+from compute.mask import Mask
 
 
 def test_the_mask_control_sets_the_trace_mask(window):
@@ -49,21 +46,6 @@ def test_the_stats_panel_says_why_a_row_is_zero(window):
     assert not note.isHidden() and "Row 1 sees no key" in note.text()
     st.set_row(7)
     assert note.isHidden()
-
-
-def test_tile_rects_cover_exactly_the_tiles_of_a_class():
-    s = Schedule(11, 9, 2, 2, 3, 2, mask=Mask(2, 1, False, ()))
-    assert {SKIPPED, MASKED, FULL} <= set(s.tile_class.ravel().tolist())
-    rect = QRectF(0, 0, s.n_k * 10, s.n_q * 10)  # 10 px a cell
-    for cls in (SKIPPED, MASKED, FULL):
-        covered = np.zeros((s.n_q, s.n_k), dtype=bool)
-        for r in tile_rects(s, rect, cls):
-            covered[round(r.top() / 10) : round(r.bottom() / 10), round(r.left() / 10) : round(r.right() / 10)] = True  # fmt: skip
-        want = np.zeros_like(covered)
-        for i, j in zip(*np.nonzero(s.tile_class == cls), strict=True):
-            (r0, r1), (c0, c1) = s.rows(int(i)), s.cols(int(j))
-            want[r0:r1, c0:c1] = True
-        np.testing.assert_array_equal(covered, want)
 
 
 def test_the_ledger_sweeps_the_window_size_for_a_window():
