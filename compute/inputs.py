@@ -197,6 +197,14 @@ def seed_example() -> Inputs:
     return Inputs(q, k, v, "seed example")
 
 
+PARALLEL_DRAW = 1 << 16  # fewer normals than this are drawn on one core (no pool to start)
+
+
+def _halves(n: int) -> tuple[slice, slice]:
+    """The two fixed halves of n rows (each drawn from its own stream)."""
+    return slice(0, (n + 1) // 2), slice((n + 1) // 2, n)
+
+
 def random_inputs(
     n_q: int, d: int, d_v: int, *, n_k: int | None = None, seed: int = 0, scale: float = 1.0
 ) -> Inputs:
@@ -209,9 +217,9 @@ def random_inputs(
         raise InputError(f"The input scale must be a positive number, not {scale}.")
     check_memory_budget(n_q, n_k, d, d_v)  # the inputs; desktop checks the trace's arrays
     q, k, v = np.empty((n_q, d)), np.empty((n_k, d)), np.empty((n_k, d_v))
-    # Each half of each array from its own stream of the seed, drawn on both cores: the
-    # normals of N = 4096, d = 128 took 15 ms on one. The halves are fixed, so the values
-    # depend on the seed alone, never on how many cores drew them.
+    # Each half of each array from its own stream of the seed, drawn on both cores (the
+    # normals come before anything else of a new input). The halves are fixed, so the
+    # values depend on the seed alone, never on how many cores drew them.
     parts = [x[half] for x in (q, k, v) for half in _halves(len(x))]
     streams = np.random.SeedSequence(seed).spawn(len(parts))
     threads = CHUNK_THREADS if q.size + k.size + v.size >= PARALLEL_DRAW else 1
@@ -226,13 +234,6 @@ def random_inputs(
         q *= scale
         k *= scale
     return Inputs(q, k, v, f"random (seed {seed}, scale {scale:g})")
-
-
-PARALLEL_DRAW = 1 << 16  # fewer normals than this are drawn on one core (no pool to start)
-
-
-def _halves(n: int) -> tuple[slice, slice]:
-    return slice(0, (n + 1) // 2), slice((n + 1) // 2, n)
 
 
 def _check_header(name: str, where: str, shape: tuple, dtype: np.dtype) -> None:

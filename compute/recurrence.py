@@ -111,9 +111,9 @@ def _linear_scan(alpha, add, start, runs) -> None:
     """x_j = α_j x_(j−1) + b_j along axis 1 (α: (rows, n), b: (rows, n, k), overwritten
     with x; x_(−1) = start (rows, k)), in j order with the tile loop's operations: each
     run's first element by that formula, the rest (α = 1, and 1 · x = x exactly) by one
-    np.cumsum's digits (ordered_cumsum), which adds in order. While the running max settles, α ≠ 1 at a few tiles
-    a row (about ln T_c for random scores), so a block of 2 rows and 2,048 tiles takes a
-    few dozen calls rather than a loop over its tiles."""
+    running sum in order (ordered_cumsum: np.cumsum's digits). While the running max
+    settles, α ≠ 1 at a few tiles a row (about ln T_c for random scores), so a block of
+    2 rows and 2,048 tiles takes a few dozen calls rather than a loop over its tiles."""
     prev = start
     for lo, hi in runs:
         add[:, lo] = alpha[:, lo, None] * prev + add[:, lo]

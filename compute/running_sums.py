@@ -8,8 +8,8 @@ frame. RunningSums makes the entry asked for from the nearest checkpoint before 
 copy of the running sum kept every `chunk` blocks), and the whole history only when
 something indexes more than one entry (the selected row's plot).
 
-The digits are np.cumsum's along the block axis (ordered_cumsum), whichever way an entry is reached:
-entry 1 is the first product, then one addition per block, in block order.
+The digits are np.cumsum's along the block axis (ordered_cumsum), whichever way an
+entry is reached: entry 1 is the first product, then one addition per block, in order.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 
 CHUNK_ELEMENTS = 1 << 15  # products formed at once: a chunk stays in cache while summed
 # From this many elements a step, ordered_cumsum adds whole steps in a loop: np.cumsum
-# walks the summed axis innermost, a strided pass per element of a step (about 10 ns an
-# element on wide steps: a (33, 128, 128) history took 6 ms against 0.2 by steps).
+# walks the summed axis innermost, a strided pass per element of a step, which on wide
+# steps costs many times the loop's one call per step (assets/benchmarks/interactive).
 WIDE_STEP = 128
 
 

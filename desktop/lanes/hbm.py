@@ -211,8 +211,8 @@ class VeilCache:
         cells' first and last writes are done (the cells written by a step only grow
         with it, so equal counts are equal masks); a tensor outside its writes, which
         side. Two steps of equal state have the same veils (the frame's veil layer is
-        kept by it). Counting only the tensors being written keeps a change's first
-        paint from sorting every tensor's write steps (a distinct-steps index did)."""
+        kept by it). Only the tensors being written are counted: a change's first
+        paint never sorts every tensor's write steps."""
         out = []
         for name, img in images.items():
             if img.first_write is None:

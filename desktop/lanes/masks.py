@@ -34,8 +34,8 @@ def _masked_runs(s: Schedule) -> list[tuple[int, int, int]]:
 def skipped_polygons(s: Schedule, rect: QRectF) -> list[QPolygonF]:
     """The skipped tiles of `rect` (an N_q × N_k tensor) as at most two staircases: left of
     each block's first loaded tile and right of its last (a block loads one run of tiles,
-    compute.mask), a vertex pair per change of edge. One fill each, however many blocks:
-    at 2×2 blocks and N = 1024 a rectangle per block and run was 1,024 sub-pixel fills."""
+    compute.mask), a vertex pair per change of edge: one fill each, however many blocks
+    (a rectangle per block would be a sub-pixel fill each at small blocks)."""
     lo, hi = (np.asarray(x, dtype=np.int64) for x in s.row_span)
     none = hi <= lo  # a block that loads nothing is skipped across
     left_end = np.where(none, s.t_c, lo)  # tiles [0, left_end) and [right_start, T_c)
