@@ -680,3 +680,23 @@ def test_window_gradients_match_float64_where_the_backward_takes_a_band(
     for name, got, want in zip(("dQ", "dK", "dV"), grads, wants, strict=True):
         err = _rel(got, want)
         assert err < ERR["bfloat16"], f"{name}: {err:.2e} against float64"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(("h", "hk", "n", "d"), [(16, 4, 1000, 128), (8, 8, 300, 64)])
+def test_the_kept_forward_plan_is_torch_launchs(h, hk, n, d):
+    """The eager Function's forward launches the plan its signature keeps (_Call.plan),
+    which must be torch_launch's cached plan of those tensors and give the bits of
+    torch_launch.forward, on the call that looks it up and on a later one."""
+    from compute.gpu import torch_attention, torch_launch, torch_op
+
+    q, k, v, _ = _inputs(1, h, n, n, d, "bfloat16", seed=n + d)
+    k, v = k[:, :hk].contiguous(), v[:, :hk].contiguous()
+    want, _lse = torch_launch.forward(q, k, v, True, d**-0.5)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    for _ in range(2):
+        out = torch_attention(*leaves, is_causal=True, enable_gqa=hk != h)
+        assert torch.equal(out, want)
+    plan = torch_launch.forward_plan(q, k, v, torch.empty_like(q), True, d**-0.5)
+    assert any(c.plan is plan for c in torch_op._CALLS.values()), "another plan launched"
