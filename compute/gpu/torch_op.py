@@ -206,7 +206,6 @@ def _forward(
     """(O, LSE) on prepared tensors, K/V heads dividing q's (the kernels take the group), O
     shaped after `like` (the caller's q); `split` rows (_split) run causal, the rest full;
     `band` (_mask) runs the ws kernel's band variant."""
-
     torch = _torch()
     b, h, n_q, _ = q.shape
     o = _empty_out(torch, like)
@@ -251,7 +250,6 @@ def _backward(
     group: `gqa` None chooses (_spread_group), "kernel" or "spread" forces one (benchmarks).
     `band`: the forward's sliding window (_mask; causal then False), for a backward that
     takes one (torch_launch.backward_takes_band)."""
-
     torch = _torch()
     dq = _empty_out(torch, q)
     if split:
@@ -288,7 +286,6 @@ def _spread_backward(
     read by the copy engine, so nothing is repeated in memory where the driver takes such a
     map: torch_launch.heads_broadcast_ok), and writes per-query-head dK, dV into one buffer,
     summed over the group by one reduction into dK and dV, two views of one allocation."""
-
     b, h, n_q, d = q.shape
     hk, seen = k.shape[1], k.shape[2]
     group = h // hk
@@ -445,7 +442,6 @@ def _backward_call(
 def _launch_forward(torch: Any, q: Any, k: Any, v: Any, call: _Call) -> tuple[Any, Any]:
     """(O, LSE) of one launch on tensors the kernels read in place (call.in_place, every key
     seen, no split): the outputs allocated as the call says, nothing else done."""
-
     o = torch.empty_strided(call.o_shape, call.o_stride, dtype=call.dtype, device=call.device)
     lse = torch.empty(call.lse_shape, dtype=torch.float32, device=call.device)
     plan = call.plan
