@@ -35,7 +35,7 @@ class BackwardCall:
         """The call for tensors as the forward's fast path saved them (every key seen, no
         split, every tensor read in place), or None where the general path must run."""
         from . import torch_launch
-        from .torch_op import _like_strides, _spread_group
+        from .torch_op import _group_outer, _like_strides, _spread_group
 
         b, h, n_q, d = q.shape
         hk, n_k = k.shape[1], k.shape[2]
@@ -56,11 +56,7 @@ class BackwardCall:
             return call if call.plan is not None else None
         group, size = h // hk, k.numel()
         call.grads = ((2, *k.shape), (size, *sk))
-        # The per-query-head gradients: memory (2, batch, N_k, kv heads, group, d), seen as
-        # (2, batch, kv heads, group, N_k, d), so each batch's half is the kernel's output.
-        s_row = h * d
-        s_b = n_k * s_row
-        call.per = ((2, b, hk, group, n_k, d), (b * s_b, s_b, group * d, d, s_row, 1))
+        call.per = _group_outer(torch, k, group)
         per = torch.empty_strided(*call.per, dtype=q.dtype, device=q.device)
         fold = [t[0].view(hk, group, *t.shape[2:]) for t in (q, o, do, dq)]
         kv = [t[0][:, None].expand(hk, group, n_k, d) for t in (k, v)]
@@ -73,10 +69,10 @@ class BackwardCall:
             return None
         es = q.element_size()
         steps = [t.stride(0) * es for t in (q, k, v, o, do)] + [h * n_q * 4, dq.stride(0) * es]
-        steps += [s_b * es, s_b * es]  # dK's and dV's halves of the per-head gradients
+        steps += [per.stride(1) * es] * 2  # dK's and dV's halves of the per-head gradients
         call.offsets = [[i * s for s in steps] for i in range(b)]
         for offs in call.offsets:
-            offs[8] += b * s_b * es  # dV's half starts after dK's
+            offs[8] += per.stride(0) * es  # dV's half starts after dK's
         return call
 
     def run(self, torch: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any) -> tuple:

@@ -69,23 +69,40 @@ def forward(
     if lse is None:
         b, h, n_q, _ = q.shape
         lse = torch.empty((b, h, n_q), dtype=torch.float32, device=q.device)
-    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), q.dtype, device,
-           causal, scale, config, band)  # fmt: skip
-    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    plan = forward_plan(q, k, v, o, causal, scale, config, band)
+    if plan is not None:  # None: nothing to compute (no head or no query row)
+        run_forward(torch, plan, device, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                          o.data_ptr(), lse.data_ptr()))  # fmt: skip
+    return o, lse
+
+
+def forward_plan(
+    q: Any, k: Any, v: Any, o: Any, causal: bool, scale: float, config: Any = None,
+    band: tuple[int, int] | None = None,
+) -> Any:  # fmt: skip
+    """The cached ``flash_launch.Launch`` of ``forward``'s arguments' signature (built on
+    first use), or None where it launches nothing; for a caller that keeps it per signature
+    of its own (torch_op's eager calls) and launches it with ``run_forward``."""
+    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), q.dtype,
+           q.get_device(), causal, scale, config, band)  # fmt: skip
     plan = _PLANS.get(key, False)
     if plan is False:
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr())
         plan = _make_plan(q, k, v, o, ptrs, causal, scale, config, band)
         with _PLANS_LOCK:
             _PLANS[key] = plan
-    if plan is None:  # nothing to compute (no head or no query row)
-        return o, lse
+    return plan
+
+
+def run_forward(torch: Any, plan: Any, device: int, ptrs: tuple) -> None:
+    """One launch of `plan` (forward_plan's) on Q, K, V, O, LSE at these addresses, on
+    torch's current stream of `device`, with a ticket counter where the variant wants one."""
     stream = torch._C._cuda_getCurrentRawStream(device)
     if plan.needs_tickets:
         tickets, _held = _ticket(torch, device, stream)  # held until the launch is queued
-        plan.run((*ptrs, o.data_ptr(), lse.data_ptr()), tickets, stream)
+        plan.run(ptrs, tickets, stream)
     else:
-        plan.run((*ptrs, o.data_ptr(), lse.data_ptr()), 0, stream)
-    return o, lse
+        plan.run(ptrs, 0, stream)
 
 
 def _ticket(torch: Any, device: int, stream: int) -> tuple[int, Any]:

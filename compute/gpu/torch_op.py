@@ -68,6 +68,7 @@ import math
 from typing import Any
 
 from ..mask import Mask
+from . import torch_launch
 from .flash import SUPPORTED_HEAD_DIMS
 from .flash_launch import BAND_OPEN, readable
 
@@ -205,8 +206,6 @@ def _forward(
     """(O, LSE) on prepared tensors, K/V heads dividing q's (the kernels take the group), O
     shaped after `like` (the caller's q); `split` rows (_split) run causal, the rest full;
     `band` (_mask) runs the ws kernel's band variant."""
-    from . import torch_launch
-
     torch = _torch()
     b, h, n_q, _ = q.shape
     o = _empty_out(torch, like)
@@ -251,8 +250,6 @@ def _backward(
     group: `gqa` None chooses (_spread_group), "kernel" or "spread" forces one (benchmarks).
     `band`: the forward's sliding window (_mask; causal then False), for a backward that
     takes one (torch_launch.backward_takes_band)."""
-    from . import torch_launch
-
     torch = _torch()
     dq = _empty_out(torch, q)
     if split:
@@ -289,20 +286,17 @@ def _spread_backward(
     read by the copy engine, so nothing is repeated in memory where the driver takes such a
     map: torch_launch.heads_broadcast_ok), and writes per-query-head dK, dV into one buffer,
     summed over the group by one reduction into dK and dV, two views of one allocation."""
-    from . import torch_launch
-
     b, h, n_q, d = q.shape
     hk, seen = k.shape[1], k.shape[2]
     group = h // hk
+    per = torch.empty_strided(*_group_outer(torch, k, group), dtype=k.dtype, device=k.device)
     if _like_strides(torch, k.shape, k.stride()) == _like_strides(torch, v.shape, v.stride()):
         pair, pair_seen = _grad_pair(torch, k, n_k)
-        sums = [(pair_seen, 0)]
+        sums = [(per, pair_seen)]
         dk, dv = pair[0], pair[1]
     else:  # dK and dV of different strides: two tensors, two sums
         (dk, dk_seen), (dv, dv_seen) = _key_grad(torch, k, n_k), _key_grad(torch, v, n_k)
-        sums = [(dk_seen, None), (dv_seen, None)]
-    per = torch.empty((2, seen, hk, group, d), dtype=k.dtype, device=k.device)
-    per = per.permute(0, 2, 3, 1, 4)  # (2, hk, group, seen, d), rows of (kv head, group) heads
+        sums = [(per[0], dk_seen), (per[1], dv_seen)]
     broadcast = torch_launch.heads_broadcast_ok()
     for i in range(b):
         kv = [t[i][:, None].expand(hk, group, seen, d) for t in (k, v)]
@@ -311,14 +305,21 @@ def _spread_backward(
         fold = [t[i].view(hk, group, *t.shape[2:]) for t in (q, o, do, dq)]
         qi, oi, doi, dqi = fold
         torch_launch.backward(qi, *kv, oi, doi, lse[i].view(hk, group, n_q), causal, scale,
-                              out=(dqi, per[0], per[1]), deterministic=deterministic,
+                              out=(dqi, per[0, i], per[1, i]), deterministic=deterministic,
                               **_band_kw(band))  # fmt: skip
-        for j, (out, half) in enumerate(sums):
-            if half is None:  # dK, then dV
-                torch.sum(per[j], 1, out=out[i])
-            else:
-                torch.sum(per, 2, out=out[:, i])
+    for part, out in sums:
+        torch.sum(part, part.dim() - 3, out=out)  # over the group
     return dq, dk, dv
+
+
+def _group_outer(torch: Any, k: Any, group: int) -> tuple[tuple, tuple]:
+    """(shape, strides) of the spread's per-query-head dK and dV, (2, batch, kv heads,
+    group, N_k, d): in memory `group` slabs one after another, each laid out as the (dK,
+    dV) pair of _grad_pair, so the sum over the group reads whole slabs in the layout it
+    writes (a reduction over the outermost dimension, with wide loads along the rest)."""
+    sk = _like_strides(torch, k.shape, k.stride())
+    size = k.numel()
+    return (2, *k.shape[:2], group, *k.shape[2:]), (size, sk[0], sk[1], 2 * size, *sk[2:])
 
 
 def _grad_pair(torch: Any, k: Any, n_k: int) -> tuple[Any, Any]:
@@ -409,7 +410,7 @@ def _function() -> Any:
         def backward(ctx, do):
             q, k, v, o, lse = ctx.saved_tensors
             call = ctx.call
-            if call.fast and q.is_cuda and not do.data_ptr() % 16:
+            if call.fast and not do.data_ptr() % 16:
                 fast = _backward_call(torch, call, ctx.det, q, k, v, o, lse, do)
                 if fast is not None:
                     return (*fast.run(torch, q, k, v, o, lse, do), None, None)
@@ -431,7 +432,7 @@ def _backward_call(
         from .torch_backward import BackwardCall
 
         fast = None
-        if do.stride(3) == 1 and readable(do.shape, do.stride(), do.data_ptr()):
+        if q.is_cuda and do.stride(3) == 1 and readable(do.shape, do.stride(), do.data_ptr()):
             fast = BackwardCall.build(torch, q, k, v, o, lse, do, call.causal, call.scale, det,
                                       call.band)  # fmt: skip
         call.bwd[key] = fast
@@ -441,14 +442,19 @@ def _backward_call(
 def _launch_forward(torch: Any, q: Any, k: Any, v: Any, call: _Call) -> tuple[Any, Any]:
     """(O, LSE) of one launch on tensors the kernels read in place (call.in_place, every key
     seen, no split): the outputs allocated as the call says, nothing else done."""
-    from . import torch_launch
-
     o = torch.empty_strided(call.o_shape, call.o_stride, dtype=call.dtype, device=call.device)
     lse = torch.empty(call.lse_shape, dtype=torch.float32, device=call.device)
-    if call.band is None:
-        torch_launch.forward(q, k, v, call.causal, call.scale, o, lse)
-    else:
-        torch_launch.forward(q, k, v, False, call.scale, o, lse, band=call.band)
+    plan = call.plan
+    if plan is False:  # not looked up yet, or tensors off the GPU (the CPU tests' stand-ins)
+        causal = call.causal and call.band is None
+        if not q.is_cuda:
+            torch_launch.forward(q, k, v, causal, call.scale, o, lse, **_band_kw(call.band))
+            return o, lse
+        plan = call.plan = torch_launch.forward_plan(q, k, v, o, causal, call.scale,
+                                                     band=call.band)  # fmt: skip
+    if plan is not None:  # None: nothing to compute
+        torch_launch.run_forward(torch, plan, call.device_index, (q.data_ptr(), k.data_ptr(),
+                                 v.data_ptr(), o.data_ptr(), lse.data_ptr()))  # fmt: skip
     return o, lse
 
 
@@ -625,8 +631,9 @@ class _Call:
     and LSE's allocation, and whether every tensor's strides are read in place (then only
     the base addresses are checked per call)."""
 
-    __slots__ = ("align", "band", "bwd", "causal", "device", "dtype", "fast", "in_place", "keys",
-                 "lse_shape", "o_shape", "o_stride", "scale", "split")  # fmt: skip
+    __slots__ = ("align", "band", "bwd", "causal", "device", "device_index", "dtype", "fast",
+                 "in_place", "keys", "lse_shape", "o_shape", "o_stride", "plan", "scale",
+                 "split")  # fmt: skip
 
     @classmethod
     def of(
@@ -643,7 +650,8 @@ class _Call:
         )
         o = _empty_out(torch, q)
         call.o_shape, call.o_stride = tuple(o.shape), o.stride()
-        call.dtype, call.device = q.dtype, q.device
+        call.dtype, call.device, call.device_index = q.dtype, q.device, q.get_device()
+        call.plan = False  # the forward's torch_launch plan, looked up on first launch
         call.lse_shape = tuple(q.shape[:3])
         call.align = align
         # One launch on the caller's tensors (the autograd Function's fast path) and, for

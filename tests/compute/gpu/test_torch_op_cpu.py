@@ -701,7 +701,9 @@ def test_fast_backward_launches_on_the_general_paths_addresses(monkeypatch, spre
         assert launched == [[t.data_ptr() for t in (q, k, v, o, do, lse, *made)]]
         return
     g = h // hk
-    dq_t, _pair, per = made
+    dq_t, pair, per = made
+    # the group outermost: `g` slabs, each laid out as the pair the sum writes
+    assert per.stride(3) == pair.numel() and per[:, :, :, 0].stride() == pair.stride()
     assert len(launched) == b
     for i, ptrs in enumerate(launched):
         views = [q[i].view(hk, g, n, d), k[i], v[i], o[i].view(hk, g, n, d),
