@@ -547,6 +547,7 @@ def test_transformers_mistral_sliding_window_forward_matches_sdpa(
     is built, the op gets the window (7, 0) bottom-right from the sliding_window keyword, the
     logits equal SDPA's (which gets transformers' explicit sliding mask), and training with
     the window is refused in one sentence; with padding the mask is SDPA's and refused."""
+    pytest.importorskip("transformers")  # the backend imports it
     from compute.gpu.transformers_backend import register
 
     monkeypatch.setattr(torch_launch, "backward_takes_band", lambda: False)  # the refusal
@@ -571,6 +572,7 @@ def test_transformers_mistral_sliding_window_forward_matches_sdpa(
 def test_transformers_window_wider_than_the_keys_is_plain_causal(stand_in, float64_ok):
     """sliding_window >= N_k hides nothing: the op runs plain causal (no band), and the model
     trains through it (the backward needs no window)."""
+    pytest.importorskip("transformers")  # the backend imports it
     from compute.gpu.transformers_backend import register
 
     _train_both_alike(*_mistral(register(), 64), seed=3)
@@ -645,6 +647,7 @@ def test_transformers_mistral_sliding_window_trains_where_the_backward_takes_a_b
 ):
     """With a backward that takes a band, the windowed Mistral trains through the backend
     with SDPA's loss and gradients (SDPA given transformers' explicit sliding mask)."""
+    pytest.importorskip("transformers")  # the backend imports it
     from compute.gpu.transformers_backend import register
 
     monkeypatch.setattr(torch_launch, "backward_takes_band", lambda: True)
