@@ -37,6 +37,9 @@
 // order is fixed (GQA costs nothing in the deterministic mode). What it gives up: a grid of
 // b * kv_heads rows, group times fewer CTAs than a per-query-head grid with an fp32
 // reduction of dK, dV afterwards.
+// Causal CTAs are unequal (key block kb streams (N_q - 128 kb) / 64 query blocks): the
+// non-deterministic kernel launches them longest first within chunks of grid rows
+// (fbw_longest_first), so the last wave holds short CTAs.
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
