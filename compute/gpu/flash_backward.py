@@ -63,14 +63,14 @@ THREADS = 256  # two warpgroups
 # order, so bitwise mode 9's results; measured 1.45-1.74x mode 9 (BACKWARD_NOTES.md), hence
 # the deterministic default (its GPU tests, mode 9's bits included, passed on the merged tree).
 # DEFAULT_MODE = None means "the default for q's d".
-MODES = (0, 4, 5, 7, 9, 13, 16)
-WS_MODES = {7: False, 9: True, 13: False, 16: True}
+MODES = (0, 4, 5, 7, 9, 16)
+WS_MODES = {7: False, 9: True, 16: True}
 DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5, 7, 9, 13, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+FRAG_MODES = (4, 5, 7, 9, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -94,8 +94,6 @@ def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     if mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
         drain = ",true" if mode in DRAIN_MODES else ""
-        if mode == 13:  # temporary: mode 7 in the previous launch order (PREV)
-            drain = ",false,true"
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"

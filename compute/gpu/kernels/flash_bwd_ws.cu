@@ -97,7 +97,7 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
     row = c0 + r - kb * rows;
 }
 
-template <int DT, int D, bool DET, bool DRAIN = false, bool PREV = false>
+template <int DT, int D, bool DET, bool DRAIN = false>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -237,24 +237,16 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const u32 lda = sLD + s * 512 + 8 * t;  // this thread's first L2 pair; D 256 bytes on
 
         float sv[NS], dp[NS];
-        float2 l2v[NS / 4], ddv[NS / 4];
         fa_mbar_wait(fullQ + 8 * s, par);
         fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
-        if (!PREV) fbw_row_pairs<NS>(l2v, lda);  // under Sᵀ's GEMM
         fa_mbar_wait(fulldO + 8 * s, par);
         fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
-        if (!PREV) fbw_row_pairs<NS>(ddv, lda + 256);
         // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
         // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
-        const bool masked = (kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo);
-        if (!PREV && masked)
-            fbw_probs_r<NS, true>(sv, l2v, scale_log2, row_k, q0, t, Nk, lo, hi);
-        else if (!PREV)
-            fbw_probs_r<NS, false>(sv, l2v, scale_log2, row_k, q0, t, Nk, lo, hi);
-        else if (masked)
+        if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
             fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
         else
             fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
@@ -268,10 +260,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
-        if (!PREV)
-            fbw_dsoft_r<NS>(dp, sv, ddv);
-        else
-            fbw_dsoft<NS>(dp, sv, lda + 256);
+        fbw_dsoft<NS>(dp, sv, lda + 256);
         fa_to_a<DT, NS>(dp, ads);
         // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
         // finished before block it - 1's barrier.
@@ -325,7 +314,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
 #define FBW_MAIN(DT, D, DET, DRAIN)                                                           \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, false>(                          \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN>(                                 \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \

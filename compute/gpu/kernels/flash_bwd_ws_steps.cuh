@@ -85,53 +85,6 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
     }
 }
 
-// A block's NS / 4 L2 (or D) pairs of this thread (fbw_row_pair's j = 0 .. NS / 4 - 1), read
-// as soon as their stage's mbarrier completes, so their latency passes under a GEMM instead
-// of stalling the first exponential (or product) that needs them.
-template <int NS>
-__device__ __forceinline__ void fbw_row_pairs(float2* v, u32 a) {
-#pragma unroll
-    for (int j = 0; j < NS / 4; ++j) v[j] = fbw_row_pair(a, j);
-}
-
-// fbw_probs with the L2 pairs already in registers (fbw_row_pairs).
-template <int NS, bool MASK>
-__device__ __forceinline__ void fbw_probs_r(float* s, const float2* l2v, float scale_log2,
-                                            int row_k, int q0, int t, int Nk, int lo, int hi) {
-#pragma unroll
-    for (int j = 0; j < NS / 4; ++j) {
-        const float2 l2 = l2v[j];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int e = 4 * j + 2 * h;
-            float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-            float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
-            if constexpr (MASK) {
-                const int row = row_k + 8 * h;
-                const int r = q0 + 8 * j + 2 * t;
-                if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
-                if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
-            }
-            s[e] = p0;
-            s[e + 1] = p1;
-        }
-    }
-}
-
-// fbw_dsoft with the D pairs already in registers.
-template <int NS>
-__device__ __forceinline__ void fbw_dsoft_r(float* dp, const float* p, const float2* dv) {
-#pragma unroll
-    for (int j = 0; j < NS / 4; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int e = 4 * j + 2 * h;
-            dp[e] = p[e] * (dp[e] - dv[j].x);
-            dp[e + 1] = p[e + 1] * (dp[e + 1] - dv[j].y);
-        }
-    }
-}
-
 // Pᵀ = exp2(Sᵀ scale log2 e - L2) in place (fb_probs' layout); l2a = the shared address of
 // this thread's first L2 pair (the block's L2 row + 8 t bytes). MASK: zero where key row
 // row >= Nk or outside query r's band, row < r + lo or row > r + hi.

@@ -37,7 +37,6 @@ MODE_NAMES = {
     5: "ours-det",
     7: "ws-bulk",
     9: "ws-det",
-    13: "ws-prev",
     16: "ws-drain-det",
 }
 
