@@ -37,6 +37,9 @@
 // order is fixed (GQA costs nothing in the deterministic mode). What it gives up: a grid of
 // b * kv_heads rows, group times fewer CTAs than a per-query-head grid with an fp32
 // reduction of dK, dV afterwards.
+// Causal CTAs are unequal (key block kb streams (N_q - 128 kb) / 64 query blocks): the
+// non-deterministic kernel launches them longest first within chunks of grid rows
+// (fbw_longest_first), so the last wave holds short CTAs.
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
@@ -76,6 +79,24 @@ __device__ __forceinline__ void fbw_bulk_load(u32 dst, const void* src, u32 byte
 }
 #endif
 
+// Causal key block kb streams (N_q - 128 kb) / 64 query blocks: the first is the longest. In
+// launch order (blockIdx.x fastest) a grid row's CTAs run from its longest to its shortest,
+// so the last row's longest CTA starts in the last wave and runs on while the other SMs go
+// idle. This maps the launch index to (kb, row) key block-major within chunks of
+// FBW_ROW_CHUNK grid rows: every chunk, the last included, starts with its longest CTAs and
+// ends with its shortest. A chunk, not the whole grid, so the CTAs that run at one time
+// stream the query blocks of a few heads, which stay in L2.
+#define FBW_ROW_CHUNK 8
+__device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
+    const int nx = static_cast<int>(gridDim.x);
+    const int lin = static_cast<int>(blockIdx.y) * nx + static_cast<int>(blockIdx.x);
+    const int c0 = lin / (FBW_ROW_CHUNK * nx) * FBW_ROW_CHUNK;  // the chunk's first row
+    const int rows = min(FBW_ROW_CHUNK, static_cast<int>(gridDim.y) - c0);
+    const int r = lin - c0 * nx;
+    kb = r / rows;
+    row = c0 + r - kb * rows;
+}
+
 template <int DT, int D, bool DET, bool DRAIN = false>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
@@ -100,13 +121,20 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;  // 0: producer, 1, 2: consumers
-    // Deterministic causal: the shortest key block (the last) adds first, so it is launched first.
-    const int kb = (DET && causal) ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
-                                   : static_cast<int>(blockIdx.x);
+    int kb, row;
+    if (!DET && causal) {
+        fbw_longest_first(kb, row);
+    } else {
+        // Deterministic causal: the shortest key block (the last) adds first, so it is
+        // launched first.
+        kb = DET && causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                           : static_cast<int>(blockIdx.x);
+        row = static_cast<int>(blockIdx.y);
+    }
     const int k0 = kb * FB_BN;
     const int kv_heads = lay.heads / lay.group;
-    const int bat = static_cast<int>(blockIdx.y) / kv_heads;
-    const int hk = static_cast<int>(blockIdx.y) - bat * kv_heads;
+    const int bat = row / kv_heads;
+    const int hk = row - bat * kv_heads;
     const int bh0 = bat * lay.heads + hk * lay.group;  // the group's first flat query head
     const int offset = Nk - Nq;
     // Query rows r see keys r + lo <= c <= r + hi (lay.lo, lay.hi: a band; causal is hi =
