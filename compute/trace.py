@@ -271,7 +271,6 @@ def build_trace(
         save_lse = True
         if do is None:
             do_key = DEFAULT_DO_KEY
-        if do is None:
             do = default_do(n_q, d_v)  # read-only already: no copy
         else:
             do = np.asarray(do, dtype=np.float64)

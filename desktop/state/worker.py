@@ -186,12 +186,13 @@ def _selected_rows(trace, row: int, curves: bool = True) -> None:
             trace.backward.backward_block(row // s.block_q).make_all()
 
     def history() -> None:  # the read-outs' m, ℓ, α, a: from Q, K, V alone
-        if trace.pass_name != "backward":  # (a backward alone shows no forward state)
-            trace.forward.row_history(row)
+        trace.forward.row_history(row)
 
     # Both on the two cores: the chunk's products and the block's history share no
-    # number, and each caches under its own name.
-    for _ in ordered_map(lambda job: job(), (rows, history)):
+    # number, and each caches under its own name. A backward alone shows no forward
+    # state: its rows alone, on this thread.
+    jobs = (rows, history) if trace.pass_name != "backward" else (rows,)
+    for _ in ordered_map(lambda job: job(), jobs):
         pass
     if curves:
         _row_curves(trace, row)
