@@ -10,7 +10,8 @@ is. Rows that see no key at all (output 0, L = −∞) get a mark at the tensor'
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, Qt
+from pyqtgraph.functions import create_qpolygonf, ndarray_from_qpolygonf
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPalette, QPen, QPolygonF
 
 from compute.schedule import Schedule
@@ -49,12 +50,14 @@ def skipped_polygons(s: Schedule, rect: QRectF) -> list[QPolygonF]:
             continue
         starts = np.flatnonzero(np.r_[True, edge[1:] != edge[:-1]])  # rows where it moves
         ends = np.r_[starts[1:], s.t_r]
-        points = [QPointF(side, row_y[0])]
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            x = float(edge[a])
-            points += [QPointF(x, row_y[a]), QPointF(x, row_y[b])]
-        points.append(QPointF(side, row_y[-1]))
-        out.append(QPolygonF(points))
+        # side, then (x, top) and (x, bottom) of each run, then side: filled through a numpy
+        # view of the polygon, not a Python QPointF per vertex (a vertex pair per block).
+        polygon = create_qpolygonf(2 * starts.size + 2)
+        xy = ndarray_from_qpolygonf(polygon)
+        xy[0], xy[-1] = (side, row_y[0]), (side, row_y[-1])
+        xy[1:-1, 0] = np.repeat(edge[starts], 2)
+        xy[1:-1, 1] = np.column_stack((row_y[starts], row_y[ends])).ravel()
+        out.append(polygon)
     return out
 
 
