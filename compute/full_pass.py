@@ -41,6 +41,10 @@ from .schedule import Schedule
 
 CHUNK_ELEMENTS = 1 << 19  # scores per chunk (4 MB in float64; two run at once): rows = this / N_k
 DISPLAY_CELLS = 256  # S, P, dP and dS are summarised at this many cells a side unless asked
+# At most this many rows per chunk of a pass of several: the first tier forms the selected
+# block's chunk, so a chunk's rows are that tier's cost. A pass of one chunk stays one (its
+# chunk is the whole pass; split, it pays a thread pool and per-chunk sums for nothing).
+MAX_CHUNK_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -238,13 +242,16 @@ def softmax_rows(
 
 
 def chunk_rows(n_q: int, n_k: int) -> int:
-    """Query rows per chunk of every pass over S: about CHUNK_ELEMENTS scores, a whole
-    number of display cells. A row's float64 numbers (S, its statistics, P, O) are the
-    products of its chunk wherever they are formed (the pass, or a few rows for the first
-    tier): a product's last digit depends on how many rows it is formed for, so one
-    partition makes every path give the same digits."""
+    """Query rows per chunk of every pass over S: about CHUNK_ELEMENTS scores, at most
+    MAX_CHUNK_ROWS rows unless one chunk holds every row, a whole number of display
+    cells. A row's float64 numbers (S, its statistics, P, O) are the products of its
+    chunk wherever they are formed (the pass, or a few rows for the first tier): a
+    product's last digit depends on how many rows it is formed for, so one partition
+    makes every path give the same digits."""
     fr = math.ceil(n_q / DISPLAY_CELLS)
     chunk = max(1, CHUNK_ELEMENTS // max(1, n_k))
+    if chunk < n_q:
+        chunk = min(chunk, MAX_CHUNK_ROWS)
     return min(max(1, n_q), max(fr, chunk - chunk % fr))
 
 

@@ -19,7 +19,7 @@ from compute import numbers as numbers_cache
 from compute.chunk_pool import CHUNK_THREADS
 from compute.cli_fields import mask_of
 from compute.forward_numbers import DISPLAY_CELLS
-from compute.full_pass import CHUNK_ELEMENTS
+from compute.full_pass import chunk_rows
 from compute.inputs import CHUNK_BYTES, DEFAULT_MEMORY_BUDGET_BYTES, LOWER_ADVICE, memory_terms
 from compute.mask import Mask
 from compute.numbers import NumberCache
@@ -355,10 +355,9 @@ def _cache_entry_bytes(config: Config) -> int:
 
 
 def _chunk_elements(config: Config) -> int:
-    """Scores in the chunks of compute.full_pass's rows held at once (each aligned up to
-    a display cell; compute.chunk_pool runs CHUNK_THREADS of them together)."""
-    rows = max(1, CHUNK_ELEMENTS // config.n_k) + math.ceil(config.n / DISPLAY_CELLS)
-    return min(config.n, CHUNK_THREADS * rows) * config.n_k
+    """Scores in the chunks of compute.full_pass's rows held at once (compute.chunk_pool
+    runs CHUNK_THREADS of them together)."""
+    return min(config.n, CHUNK_THREADS * chunk_rows(config.n, config.n_k)) * config.n_k
 
 
 def _cached_bytes(config: Config) -> int:
