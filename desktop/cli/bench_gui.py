@@ -14,7 +14,9 @@ configuration's first tier (its timeline, ledger and the numbers shown at once);
 complete_ms, until the last panel is filled (AppState.pending_parts is empty); floor_ms,
 the unavoidable exact work of that change (compute.floor), timed in the same process
 right after it, so complete_ms / floor_ms is honest on a noisy machine. Then frame_ms:
-one playback frame (advance one frame's steps, set the transfer progress, paint).
+one playback frame (advance one frame's steps, set the transfer progress, paint). The
+JSON's "machine" holds the machine's speed before and after (machine_speed): figures
+from two sittings compare only where those agree.
 
 Never opens a modal dialog: a configuration the app refuses is recorded with its
 sentence under "refused". Prints one line per configuration and, with --json FILE,
@@ -269,6 +271,23 @@ def _line(r: dict) -> str:
     return f"{head} {kinds}  frame {pq('frame_ms', r)} ms"
 
 
+SPEED_SIZE = 1024  # the calibration product: a SPEED_SIZE² float64 matmul
+
+
+def machine_speed() -> dict[str, float]:
+    """How fast this machine is right now: the median of five SPEED_SIZE² float64
+    matmuls (NumPy's BLAS, as the app runs it) and the load average. Sittings differ by
+    up to 2× on shared machines; figures from two sittings compare only beside these."""
+    a = np.random.default_rng(0).standard_normal((SPEED_SIZE, SPEED_SIZE))
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ a  # noqa: B018 (timed)
+        times.append(time.perf_counter() - t0)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {"matmul_ms": round(float(np.median(times)) * 1e3, 2), "load_1min": round(load[0], 2)}
+
+
 def main(argv: Sequence[str]) -> int:
     parser = OneLineParser(
         prog="flash-explorer bench-gui",
@@ -298,6 +317,7 @@ def main(argv: Sequence[str]) -> int:
     except (InputError, ValueError) as exc:
         return fail(str(exc), parser.prog)
     app, window = bench_window()
+    before = machine_speed()
     results = []
     configs = list(grid_configs(cfg)) if args.grid else [cfg]
     if args.grid_max_n:
@@ -314,6 +334,8 @@ def main(argv: Sequence[str]) -> int:
             "cpus": os.cpu_count(),
             "platform": os.environ.get("QT_QPA_PLATFORM"),
             "window": list(SCREEN_SIZE),
+            "speed_before": before,
+            "speed_after": machine_speed(),
         }
         payload = results[0] if not args.grid else {"results": results}
         payload = {

@@ -170,6 +170,8 @@ def test_bench_gui_writes_its_json(tmp_path, capsys):
         assert set(data[name]) == {"p50", "p90"}
         assert data[name]["p90"] >= data[name]["p50"] > 0
     assert set(data["changes"]) == {"inputs", "blocks"}
+    for when in ("speed_before", "speed_after"):
+        assert data["machine"][when]["matmul_ms"] > 0
     assert main(["bench-gui", "--repeats", "0"]) == 1
     assert "at least 1" in capsys.readouterr().err
 
