@@ -309,7 +309,13 @@ class _BackwardPlan:
 
     def __init__(self, q, k, v, o, do, out, causal, scale, deterministic, band=None) -> None:
         from . import flash_backward as fb
-        from .flash_launch import LOG2E, _launch_fn, normal_strides
+        from .flash_launch import (
+            _INVALID_CONTEXT,
+            LOG2E,
+            _launch_fn,
+            _replace_address_fn,
+            normal_strides,
+        )
         from .tma import _encode, _TensorMap, tensor_map
 
         b, h, n_q, d = q.shape
@@ -363,6 +369,8 @@ class _BackwardPlan:
                      i32(n_pad), f32(scale), f32(scale * LOG2E), i32(int(causal)), layout)  # fmt: skip
         post_args = (s[11], s[6], i32(n_q), i32(nblk), f32(scale), layout)
         launch = _launch_fn()
+        # Looked up here, not per call: an import statement in run() costs about a us.
+        self.replace, self.invalid_context = _replace_address_fn(), _INVALID_CONTEXT
         self.launches = []
         for fn, grid, block, smem, args in (
             (pre, (rows // fb.BLOCK_QUERIES, 1, 1), 256, 0, pre_args),
@@ -379,11 +387,9 @@ class _BackwardPlan:
         """The three launches on tensors at these addresses (Q K V O dO LSE dQ dK dV) on
         torch's current stream, with the stream's workspace (_workspace): the dQ accumulator
         and tickets, then L2 and D (all written whole by the preprocess)."""
-        from .flash_launch import _INVALID_CONTEXT, _replace_address_fn
-
         device = self.device
         stream = torch._C._cuda_getCurrentRawStream(device)
-        replace = _replace_address_fn()
+        replace = self.replace
         with _WORK_LOCK:  # one stream's workspace: its launches queued together
             work = _workspace(torch, device, stream, self.work_floats)
             base = work.data_ptr()
@@ -396,7 +402,7 @@ class _BackwardPlan:
                 slot.value = p
             for call, params, _args in self.launches:
                 rc = call(stream, params, None)
-                if rc == _INVALID_CONTEXT:  # a thread that never made the device current
+                if rc == self.invalid_context:  # a thread that never made the device current
                     import cupy
 
                     cupy.cuda.runtime.setDevice(device)

@@ -421,6 +421,27 @@ def _function() -> Any:
     return FlashAttention
 
 
+@functools.cache
+def _apply() -> Any:
+    """The eager Function's apply without ``autograd.Function.apply``'s Python layer: that
+    classmethod binds default arguments (there are none), checks for functorch transforms
+    and unwraps dead functorch wrappers through a generator before it calls the C++ apply;
+    here the transforms' check and the three unwraps are direct calls, so the C++ apply
+    (``_C._FunctionBase.apply`` bound to the Function) sees the arguments it would have."""
+    torch = _torch()
+    fn = _function()
+    c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, fn)
+    active = torch._C._are_functorch_transforms_active
+    unwrap = torch._C._functorch.unwrap_if_dead
+
+    def apply(q: Any, k: Any, v: Any, call: _Call, det: bool) -> Any:
+        if active():  # vmap, grad, ...: the Function's own path (custom_function_call)
+            return fn.apply(q, k, v, call, det)
+        return c_apply(unwrap(q), unwrap(k), unwrap(v), call, det)
+
+    return apply
+
+
 def _backward_call(
     torch: Any, call: _Call, det: bool, q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any
 ) -> Any:  # fmt: skip
@@ -591,7 +612,7 @@ def torch_attention(
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         if call.band is not None and not _grad_windows():
             raise ValueError(_NO_WINDOW_GRAD)
-        return _function().apply(q, k, v, call, bool(deterministic))
+        return _apply()(q, k, v, call, bool(deterministic))
     if (
         call.split or not call.in_place
         or q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16

@@ -716,3 +716,22 @@ def test_fast_backward_launches_on_the_general_paths_addresses(monkeypatch, spre
     assert bq.stride() == q[0].view(hk, g, n, d).stride()
     assert bk.stride() == (k.stride(1), 0, k.stride(2), 1)
     assert bdk.shape == (hk, g, n, d) and bdk.stride() == per[0, 1].stride()
+
+
+def test_functorch_transforms_still_reach_the_functions_apply(stand_in, float64_ok):
+    """The eager apply skips autograd.Function.apply's Python layer only where no functorch
+    transform is active: under torch.func the call goes through Function.apply, which says
+    (as it always did) that the Function needs a setup_context for transforms; outside them
+    the C++ apply gives the gradients autograd.Function.apply gives."""
+    q, k, v, do = _inputs(1, 4, 2, 24, 24, 64, seed=9)
+    kw = dict(is_causal=True, enable_gqa=True)
+    torch_op._CALLS.clear()  # so the one signature below is this test's
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.vjp(lambda *t: torch_op.torch_attention(*t, **kw), q, k, v)
+    got = _run(q, k, v, do, **kw)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    (call,) = (c for c in torch_op._CALLS.values() if c.o_shape == tuple(q.shape))
+    out = torch_op._function().apply(*leaves, call, False)
+    out.backward(do)
+    for g, w in zip(got, [out.detach(), *(t.grad for t in leaves)], strict=True):
+        assert torch.equal(g, w)
