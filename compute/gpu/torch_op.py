@@ -597,9 +597,7 @@ def torch_attention(
     # Eager: the checks' verdict is cached per signature (shapes, strides, dtypes, devices,
     # arguments), so a repeated call costs a dictionary look-up, not the checks (_Call).
     try:
-        sig = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype,
-               k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(), is_causal,
-               scale, enable_gqa, causal_align, window)  # fmt: skip
+        sig = _signature(q, k, v, is_causal, scale, enable_gqa, causal_align, window)
         call = _CALLS.get(sig)
     except (AttributeError, TypeError):  # not tensors, or an argument that is not hashable
         sig, call = None, None
@@ -624,6 +622,15 @@ def torch_attention(
     if call.keys < k.shape[2]:
         k, v = k[:, :, : call.keys], v[:, :, : call.keys]
     return _launch_forward(torch, q, k, v, call)[0]
+
+
+def _signature(
+    q: Any, k: Any, v: Any, is_causal: Any, scale: Any, gqa: Any, align: Any, window: Any
+) -> tuple:  # fmt: skip
+    """The key of an eager call's _Call in _CALLS: what the checks' verdict depends on."""
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype,
+            v.dtype, q.get_device(), k.get_device(), v.get_device(), is_causal, scale, gqa,
+            align, window)  # fmt: skip
 
 
 _NO_WINDOW_GRAD = (

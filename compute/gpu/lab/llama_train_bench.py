@@ -16,6 +16,18 @@ order; after two untimed steps each, `rounds` rounds alternate `steps` timed ste
 (synchronised wall clock per block), in one process. Prints tokens/s per block and the
 loss of every step (the curves must agree within bf16 noise); writes JSON.
 
+The ceiling: a fourth model ("zero_attention", ``_register_zero``) has an attention of no
+cost: its forward returns zeros of the output's shape (one fill) and its backward preallocated
+zero gradients of Q's, K's and V's shapes and strides (no kernel), so everything else of
+the step (projections, RoPE, MLP, loss, AdamW, and their host work) runs as in the others.
+Its tokens/s over SDPA's are the most any attention could give this model: if that is
+under 1.05x, the issue's bar cannot be met by the attention. Each model is timed two ways,
+interleaved: "sync" reads each step's loss back before the next step starts (the earlier
+rounds' loop: the host queues a step only after the GPU finished the last) and "async"
+reads the block's losses after it (a training loop that logs every few steps: the host
+runs ahead). Per step it records GPU-event time (CUDA events between the steps) beside the
+block's wall-clock tokens/s.
+
 ``--profile STEPS`` then runs STEPS more steps of each model under torch.profiler
 (``step_profile``: GPU time per kernel family, GPU idle time and the gaps before each
 family's kernels, the attention's host time, and every GPU item of each attention call:
@@ -40,6 +52,8 @@ VOCAB = 32000
 
 
 CUDNN = "sdpa_cudnn"
+ZERO = "zero_attention"  # the ceiling: an attention that costs nothing (_register_zero)
+MODES = ("sync", "async")  # the loss read back every step, or after the block
 # Our backend with an earlier choice of the op put back while its model trains: the
 # backward's GQA by the kernel's group loop always ("kernel_gqa"), and the spread GQA
 # backward with K and V repeated in memory instead of broadcast by the tensor maps
@@ -107,6 +121,43 @@ def _register_cudnn(torch, transformers) -> str | None:
     return form
 
 
+def _register_zero(torch, transformers) -> None:
+    """Register ZERO: an attention whose forward returns zeros shaped as transformers wants
+    the output, (batch, N, heads, d), and whose backward returns zero tensors of Q's, K's and
+    V's shapes and strides made once per signature (so the projections' and RoPE's backward
+    get gradients laid out as a real attention's and run as they would); the mask builder
+    is the fa_explorer backend's (no mask for causal: nothing built)."""
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from compute.gpu.transformers_backend import build_mask
+
+    zeros: dict[tuple, object] = {}
+
+    def zero_like(t):
+        key = (t.shape, t.stride(), t.dtype, t.device)
+        z = zeros.get(key)
+        if z is None:
+            z = zeros[key] = torch.zeros_like(t)  # keeps a dense view's strides
+        return z
+
+    class Zero(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.grads = (zero_like(q), zero_like(k), zero_like(v))
+            b, h, n, d = q.shape
+            return q.new_zeros((b, n, h, d))
+
+        @staticmethod
+        def backward(ctx, _do):
+            return ctx.grads
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        return Zero.apply(query, key, value), None
+
+    transformers.AttentionInterface.register(ZERO, attention)
+    AttentionMaskInterface.register(ZERO, build_mask)
+
+
 def _models(torch, transformers, head_dim: int, impls: tuple[str, ...]) -> dict:
     cfg = transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
@@ -133,41 +184,71 @@ def _compare(
     impls = (CUDNN, register()) if cudnn else (register(),)
     if variants:
         impls += tuple(register(name) for name in VARIANTS)
+    impls += (ZERO,)
     models = _models(torch, transformers, head_dim, impls)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
     gen = torch.Generator(device="cuda").manual_seed(1)
     data = [torch.randint(0, VOCAB, (1, SEQ), device="cuda", generator=gen) for _ in range(8)]
-    losses = {name: [] for name in models}
-    tokens_s = {name: [] for name in models}
+    losses = {mode: {name: [] for name in models} for mode in MODES}
+    tokens_s = {mode: {name: [] for name in models} for mode in MODES}
+    step_ms = {mode: {name: [] for name in models} for mode in MODES}
 
-    def one_step(name: str, ids) -> float:
+    def one_step(name: str, ids, sync: bool = True):
         model, opt = models[name], opts[name]
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        return float(loss.detach())
+        return float(loss.detach()) if sync else loss.detach()
 
-    def train(name: str, n: int, first: int) -> float:
+    def train(name: str, n: int, first: int, mode: str = "sync") -> float:
+        sync = mode == "sync"
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
         with _variant(name):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            got = []
             for i in range(n):
-                losses[name].append(one_step(name, data[(first + i) % len(data)]))
+                events[i].record()
+                got.append(one_step(name, data[(first + i) % len(data)], sync))
+            events[n].record()
             torch.cuda.synchronize()
-            return time.perf_counter() - t0
+            wall = time.perf_counter() - t0
+        losses[mode][name].extend(float(x) for x in got)
+        step_ms[mode][name].extend(
+            a.elapsed_time(b) for a, b in zip(events[:-1], events[1:], strict=True)
+        )
+        return wall
 
     for name in models:  # untimed: kernels compiled, plans built, allocator warm
-        train(name, 2, 0)
-        losses[name].clear()
+        for mode in MODES:
+            train(name, 2, 0, mode)
+    for per_mode in (losses, step_ms):
+        for per_name in per_mode.values():
+            for got in per_name.values():
+                got.clear()
     for r in range(rounds):
-        for name in models:
-            tokens_s[name].append(steps * SEQ / train(name, steps, steps * r))
-    ref = losses["sdpa"]
-    gaps = {
-        name: max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True))
-        for name, got in losses.items()
-        if name != "sdpa"
+        for mode in MODES:
+            for name in models:
+                tokens_s[mode][name].append(steps * SEQ / train(name, steps, steps * r, mode))
+    gaps = {  # the zero attention trains another model: no curve to compare
+        mode: {
+            name: max(abs(a - b) / abs(b) for a, b in zip(got, got_mode["sdpa"], strict=True))
+            for name, got in got_mode.items()
+            if name not in ("sdpa", ZERO)
+        }
+        for mode, got_mode in losses.items()
+    }
+    med = {mode: {k: statistics.median(v) for k, v in t.items()} for mode, t in tokens_s.items()}
+    ours = next(k for k in models if k not in ("sdpa", CUDNN, ZERO, *VARIANTS))
+    ratios = {
+        mode: {
+            f"{name}_over_{base}": m[name] / m[base]
+            for name in (ours, ZERO)
+            for base in ("sdpa", CUDNN)
+            if base in m
+        }
+        for mode, m in med.items()
     }
     profiles = {}
     if profile:
@@ -182,7 +263,12 @@ def _compare(
         "head_dim": head_dim,
         "profile": profiles,
         "tokens_per_s": tokens_s,
-        "median_tokens_per_s": {k: statistics.median(v) for k, v in tokens_s.items()},
+        "median_tokens_per_s": med,
+        "median_ratios": ratios,
+        "gpu_event_ms_per_step": step_ms,
+        "median_gpu_event_ms_per_step": {
+            mode: {k: statistics.median(v) for k, v in t.items()} for mode, t in step_ms.items()
+        },
         "losses": losses,
         "largest_relative_loss_gap_vs_sdpa": gaps,
     }
@@ -202,28 +288,31 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch, transformers = mods
     form = _register_cudnn(torch, transformers)
+    _register_zero(torch, transformers)
     rows = []
     for head_dim in args.head_dims:
         row = _compare(torch, transformers, head_dim, args.steps, args.rounds, form is not None,
                        args.profile, args.variants)  # fmt: skip
         rows.append(row)
-        med = row["median_tokens_per_s"]
-        ours = next(k for k in med if k not in ("sdpa", CUDNN, *VARIANTS))
-        gaps = row["largest_relative_loss_gap_vs_sdpa"]
-        vs_cudnn = f", {med[ours] / med[CUDNN]:.3f}x cudnn" if CUDNN in med else ""
-        print(
-            f"d={head_dim}: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items())
-            + f" tokens/s ({med[ours] / med['sdpa']:.3f}x sdpa{vs_cudnn}); largest loss gap "
-            "vs sdpa: " + ", ".join(f"{k} {v:.1e}" for k, v in gaps.items())
-        )  # fmt: skip
+        for mode in MODES:
+            med, gpu = row["median_tokens_per_s"][mode], row["median_gpu_event_ms_per_step"][mode]
+            gaps = row["largest_relative_loss_gap_vs_sdpa"][mode]
+            print(
+                f"d={head_dim} {mode}: " + ", ".join(
+                    f"{k} {v:.0f} tok/s {gpu[k]:.2f} ms" for k, v in med.items())
+                + "; " + ", ".join(f"{k} {v:.3f}" for k, v in row["median_ratios"][mode].items())
+                + "; largest loss gap vs sdpa: " + ", ".join(f"{k} {v:.1e}" for k, v in gaps.items())
+            )  # fmt: skip
         if row["profile"]:
             from .step_profile import table
 
             print(table(row["profile"]), flush=True)
         torch.cuda.empty_cache()
     record = {
-        "what": "transformers Llama training tokens/s: sdpa (default backend), sdpa pinned to "
-        "cuDNN and the fa_explorer backend (compute/gpu/lab/llama_train_bench.py)",
+        "what": "transformers Llama training tokens/s and GPU-event ms per step: sdpa (default "
+        "backend), sdpa pinned to cuDNN, the fa_explorer backend and a zero-cost attention "
+        "(the ceiling), each with the loss read back per step (sync) and per block (async) "
+        "(compute/gpu/lab/llama_train_bench.py)",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cudnn_gqa_form": form,

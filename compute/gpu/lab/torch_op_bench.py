@@ -21,7 +21,10 @@ back-to-back calls, divided by reps (so host cost shows wherever it exceeds the 
 the paths run interleaved, one block of reps each per round, and the median over rounds is
 reported, with the host time per call of the same blocks (perf_counter around the issue
 loop, before the end event). Forward + backward per call (autograd, upstream gradient
-contiguous) for SDPA and ours on strided inputs, MHA and GQA 4:1, comes last. Every path's output is checked
+contiguous) for SDPA and ours on strided inputs, MHA and GQA 4:1, comes last, beside the
+same forward and backward of ours with no autograd around them ("kernels_alone": the
+signature's kept forward plan and backward call, allocations included), so the difference
+is the autograd Function's own host cost. Every path's output is checked
 against SDPA's first (relative error under 1e-2). Prints a table; writes JSON.
 """
 
@@ -157,12 +160,42 @@ def _training_paths(torch, F, strided):
 
         return run
 
-    return {
+    paths = {
         "sdpa_strided_fwd_bwd": step(F.scaled_dot_product_attention, leaves),
         "ours_strided_fwd_bwd": step(torch_attention, leaves),
         "sdpa_gqa_strided_fwd_bwd": step(F.scaled_dot_product_attention, gqa, enable_gqa=True),
         "ours_gqa_strided_fwd_bwd": step(torch_attention, gqa, enable_gqa=True),
     }
+    for name, inputs in (("strided", leaves), ("gqa_strided", gqa)):
+        alone = _kernels_alone(torch, inputs, do)
+        if alone is not None:
+            paths[f"kernels_alone_{name}_fwd_bwd"] = alone
+    return paths
+
+
+def _kernels_alone(torch, inputs, do):
+    """The op's forward and backward with no autograd around them: the signature's kept
+    forward plan (O and LSE allocated, one launch) and its torch_backward.BackwardCall
+    (gradients allocated, the plan's launches, the group sum), as the eager Function runs
+    them; None where the op's backward takes the general path here. The op's fwd + bwd
+    minus this is what autograd and the Python Function add."""
+    from compute.gpu import torch_attention, torch_op
+
+    gqa = inputs[1].shape[1] != inputs[0].shape[1]
+    torch_attention(*inputs, is_causal=True, enable_gqa=gqa).backward(do)  # builds both
+    for t in inputs:
+        t.grad = None
+    call = torch_op._CALLS[torch_op._signature(*inputs, True, None, gqa, "top-left", None)]
+    fast = call.bwd.get((do.stride(), False))
+    if not call.fast or fast is None:
+        return None
+    q, k, v = (t.detach() for t in inputs)
+
+    def run():
+        o, lse = torch_op._launch_forward(torch, q, k, v, call)
+        fast.run(torch, q, k, v, o, lse, do)
+
+    return run
 
 
 def import_for_gpu(tool: str, *names: str) -> tuple | None:
@@ -239,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         # the window's share of causal's time (its tiles: about (256 + block) / (N / 2) of them)
         bar["window_over_causal"] = ms["ours_window_strided"] / ms["ours_strided"]
+        for kind in ("strided", "gqa_strided"):  # fwd + bwd: what autograd's layer adds
+            alone = ms.get(f"kernels_alone_{kind}_fwd_bwd")
+            if alone is not None:
+                bar[f"{kind}_fwd_bwd_op_minus_kernels_us"] = 1e3 * (
+                    ms[f"ours_{kind}_fwd_bwd"] - alone
+                )
         rows.append({"batch": b, "heads": h, "n": n, "d": d, "bar": bar, "paths": timed})
     what = "GPU-event time per call, bf16 causal (compute/gpu/lab/torch_op_bench.py)"
     write_json(args.json, timing_record(what, torch, args, rows))
