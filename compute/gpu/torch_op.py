@@ -430,9 +430,12 @@ def _apply() -> Any:
     (``_C._FunctionBase.apply`` bound to the Function) sees the arguments it would have."""
     torch = _torch()
     fn = _function()
-    c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, fn)
-    active = torch._C._are_functorch_transforms_active
-    unwrap = torch._C._functorch.unwrap_if_dead
+    try:
+        c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, fn)
+        active = torch._C._are_functorch_transforms_active
+        unwrap = torch._C._functorch.unwrap_if_dead
+    except (AttributeError, KeyError):  # a torch without these internals: the public path
+        return fn.apply
 
     def apply(q: Any, k: Any, v: Any, call: _Call, det: bool) -> Any:
         if active():  # vmap, grad, ...: the Function's own path (custom_function_call)

@@ -735,3 +735,13 @@ def test_functorch_transforms_still_reach_the_functions_apply(stand_in, float64_
     out.backward(do)
     for g, w in zip(got, [out.detach(), *(t.grad for t in leaves)], strict=True):
         assert torch.equal(g, w)
+
+
+def test_a_torch_without_the_c_apply_internals_takes_functions_apply(monkeypatch):
+    """Where torch lacks the internals the eager apply reaches for, it is Function.apply."""
+    monkeypatch.delattr(torch._C._functorch, "unwrap_if_dead")
+    torch_op._apply.cache_clear()
+    try:
+        assert torch_op._apply() == torch_op._function().apply
+    finally:
+        torch_op._apply.cache_clear()
