@@ -274,7 +274,7 @@ def _line(r: dict) -> str:
 SPEED_SIZE = 1024  # the calibration product: a SPEED_SIZE² float64 matmul
 
 
-def machine_speed() -> dict[str, float]:
+def machine_speed() -> dict[str, float | None]:
     """How fast this machine is right now: the median of five SPEED_SIZE² float64
     matmuls (NumPy's BLAS, as the app runs it) and the load average. Sittings differ by
     up to 2× on shared machines; figures from two sittings compare only beside these."""
@@ -284,8 +284,8 @@ def machine_speed() -> dict[str, float]:
         t0 = time.perf_counter()
         a @ a  # noqa: B018 (timed)
         times.append(time.perf_counter() - t0)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return {"matmul_ms": round(float(np.median(times)) * 1e3, 2), "load_1min": round(load[0], 2)}
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None  # not on Windows
+    return {"matmul_ms": round(float(np.median(times)) * 1e3, 2), "load_1min": load}
 
 
 def main(argv: Sequence[str]) -> int:
