@@ -158,6 +158,11 @@ def _register_zero(torch, transformers) -> None:
     AttentionMaskInterface.register(ZERO, build_mask)
 
 
+def _medians(per_mode: dict) -> dict:
+    """{mode: {model: median of its samples}}."""
+    return {mode: {k: statistics.median(v) for k, v in t.items()} for mode, t in per_mode.items()}
+
+
 def _models(torch, transformers, head_dim: int, impls: tuple[str, ...]) -> dict:
     cfg = transformers.LlamaConfig(
         vocab_size=VOCAB, hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
@@ -239,7 +244,7 @@ def _compare(
         }
         for mode, got_mode in losses.items()
     }
-    med = {mode: {k: statistics.median(v) for k, v in t.items()} for mode, t in tokens_s.items()}
+    med = _medians(tokens_s)
     ours = next(k for k in models if k not in ("sdpa", CUDNN, ZERO, *VARIANTS))
     ratios = {
         mode: {
@@ -266,9 +271,7 @@ def _compare(
         "median_tokens_per_s": med,
         "median_ratios": ratios,
         "gpu_event_ms_per_step": step_ms,
-        "median_gpu_event_ms_per_step": {
-            mode: {k: statistics.median(v) for k, v in t.items()} for mode, t in step_ms.items()
-        },
+        "median_gpu_event_ms_per_step": _medians(step_ms),
         "losses": losses,
         "largest_relative_loss_gap_vs_sdpa": gaps,
     }
