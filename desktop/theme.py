@@ -80,8 +80,14 @@ def settle_plot(view) -> None:
     """Run a pyqtgraph view's deferred range and axis updates now, before its paint: run
     in the paint, they dirtied the plots again and every change was painted twice (~8 ms
     each). Nothing for a view out of sight (a plot scrolled away is not painted)."""
-    if not view.visibleRegion().isEmpty():
+    if in_sight(view):
         view.scene().prepareForPaint()
+
+
+def in_sight(view) -> bool:
+    """Whether any of a pyqtgraph view is on screen. Its viewport paints, and covers the
+    view whole: the view's own visible region is always empty."""
+    return not view.viewport().visibleRegion().isEmpty()
 
 
 class FollowsPalette:
