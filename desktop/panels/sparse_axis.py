@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 
-import pyqtgraph as pg
 from PySide6.QtGui import QFontMetricsF
+
+from desktop.panels.lean_axis import LeanAxis
 
 LABEL_PITCH = 1.15  # a label needs this many text heights of axis
 
 
-class SparseAxis(pg.AxisItem):
+class SparseAxis(LeanAxis):
     def tickSpacing(self, minVal: float, maxVal: float, size: float):  # noqa: N802, N803
         levels = super().tickSpacing(minVal, maxVal, size)
         span = abs(maxVal - minVal)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsItem,
@@ -27,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from desktop.panels.backward_stats import BackwardStats
 from desktop.panels.fit_label import FitLabel
+from desktop.panels.lean_axis import LeanAxis, prepare_axes
 from desktop.panels.pending_cover import PendingCover
 from desktop.panels.sparse_axis import SparseAxis
 from desktop.scene.row_series import (
@@ -191,7 +191,9 @@ class StatsPanel(FollowsPalette, QWidget):
         self._curves: dict[str, list[pg.PlotDataItem]] = {k: [] for k, _ in PLOTS}
         self._refs: list[pg.PlotDataItem] = []
         for k, (key, title) in enumerate(PLOTS):
-            item = self.plots.addPlot(row=k, col=0, axisItems={"left": SparseAxis("left")})
+            item = self.plots.addPlot(
+                row=k, col=0, axisItems={"left": SparseAxis("left"), "bottom": LeanAxis("bottom")}
+            )
             item.setTitle(title, size="9pt")
             # No grid: pyqtgraph's grid lines cost ~10 ms a plot per repaint, too much
             # for 60 fps playback (measured offscreen, desktop.cli.bench_gui).
@@ -302,19 +304,12 @@ class StatsPanel(FollowsPalette, QWidget):
         self._size_value_axes()
 
     def _size_value_axes(self) -> None:
-        """Give each value axis the width of its tick labels now. pyqtgraph widens an axis
-        when it first paints labels that do not fit: the change's paint showed narrow
-        axes, the next frame every plot narrower, its curves redrawn (10-25 ms, bench-gui's
-        first frame of a configuration). The labels stay while the row does (fixed y
-        ranges), so the width found here is the one playback keeps."""
-        settle_plot(self.plots)  # the new ranges reach the axes
-        scratch = QImage(1, 1, QImage.Format.Format_ARGB32_Premultiplied)
-        p = QPainter(scratch)
-        try:
-            for item in self._items.values():
-                item.getAxis("left").generateDrawSpecs(p)  # measures the labels, sizes the axis
-        finally:
-            p.end()
+        """Give each axis the width of its tick labels now. pyqtgraph widens an axis when
+        it first paints labels that do not fit: the change's paint showed narrow axes, the
+        next frame every plot narrower, its curves redrawn (10-25 ms, bench-gui's first
+        frame of a configuration). The labels stay while the row does (fixed y ranges), so
+        the width found here is the one playback keeps (and an export's render shows)."""
+        prepare_axes(self.plots, self._items.values(), unseen=True)
 
     def _on_parts(self, pending: frozenset) -> None:
         """The second tier arrived: the row's curves and the all-rows error."""
