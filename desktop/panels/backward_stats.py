@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop.panels.fit_label import FitLabel
+from desktop.panels.lean_axis import LeanAxis, prepare_axes
 from desktop.panels.pending_cover import PendingCover
 from desktop.scene.row_series import MAX_COLOURED, STEP_X, fmt, fmt_vec
 from desktop.state.app_state import AppState
@@ -75,7 +76,9 @@ class BackwardStats(FollowsPalette, QGroupBox):
         grid.addWidget(self.key_spin, 5, 1)
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
-        self.plot = pg.PlotWidget()
+        self.plot = pg.PlotWidget(
+            axisItems={"left": LeanAxis("left"), "bottom": LeanAxis("bottom")}
+        )
         self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
         item.setTitle("dQ_row → dense dQ (dashed), tile by tile", size="9pt")
@@ -177,6 +180,7 @@ class BackwardStats(FollowsPalette, QGroupBox):
         item.disableAutoRange()
         item.setXRange(*span)
         item.setYRange(lo, hi)
+        prepare_axes(self.plot, [item])
 
     def _on_key(self, key: int) -> None:
         # Only the dK / dV read-outs follow the key row; the dQ curves are the row's.

@@ -33,6 +33,7 @@ import compute
 from compute import Trace, element_bytes
 from compute.mask import Mask
 from desktop.panels.backward_memory import BackwardMemory
+from desktop.panels.lean_axis import LeanAxis, prepare_axes
 from desktop.panels.ledger_measured import LedgerMeasured
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
@@ -260,7 +261,9 @@ class LedgerPanel(FollowsPalette, QWidget):
 
     def _build_plot(self) -> pg.PlotWidget:
         """Total transfers against N, log-log, with the legend below, off the curves."""
-        self.plot = pg.PlotWidget()
+        self.plot = pg.PlotWidget(
+            axisItems={"left": LeanAxis("left"), "bottom": LeanAxis("bottom")}
+        )
         self._plotted: tuple = ()  # (sweep, pens, marks) the plot shows
         self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
@@ -348,6 +351,7 @@ class LedgerPanel(FollowsPalette, QWidget):
                 line.setVisible(key in pens)
             self._marks.setData([marks[0]] * 2, list(marks[1:]))
             self.plot.getPlotItem().setLabel("bottom", data["axis"])
+            prepare_axes(self.plot, [self.plot.getPlotItem()])
         self.legend_label.setText(legend_html(pens))
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(
