@@ -21,7 +21,15 @@ cost: its forward returns zeros of the output's shape (one fill) and its backwar
 zero gradients of Q's, K's and V's shapes and strides (no kernel), so everything else of
 the step (projections, RoPE, MLP, loss, AdamW, and their host work) runs as in the others.
 Its tokens/s over SDPA's are the most any attention could give this model: if that is
-under 1.05x, the issue's bar cannot be met by the attention. Each model is timed two ways,
+under 1.05x, the issue's bar cannot be met by the attention.
+
+The best peer: where ``flash_attn.cute`` (FlashAttention-4, flash-attn-4's CuTe DSL kernels;
+its sm90 path runs on the H200) imports, a fifth model ("fa4", ``_register_fa4``) runs its
+attention through FA4's ``flash_attn_func`` (GQA by fewer K/V heads, no repeat), trained in
+the same rounds. Before the models are built, FA4 runs once forward and backward on the
+model's own shapes at each head size against SDPA ("probe" in the JSON); a head size where
+it raises or disagrees trains no FA4 model. Its ratio to SDPA's default answers whether the
+fastest attention there is reaches the bar. Each model is timed two ways,
 interleaved: "sync" reads each step's loss back before the next step starts (the earlier
 rounds' loop: the host queues a step only after the GPU finished the last) and "async"
 reads the block's losses after it (a training loop that logs every few steps: the host
@@ -53,6 +61,10 @@ VOCAB = 32000
 
 CUDNN = "sdpa_cudnn"
 ZERO = "zero_attention"  # the ceiling: an attention that costs nothing (_register_zero)
+# FlashAttention-4 (_register_fa4). Not "flash...": transformers takes names containing
+# "flash" for its own FlashAttention integrations and checks for the flash_attn package.
+FA4 = "fa4"
+FA4_TOLERANCE = 5e-2  # relative error against SDPA in bf16 is ~5e-3; a wrong kernel's is ~1
 MODES = ("sync", "async")  # the loss read back every step, or after the block
 # Our backend with an earlier choice of the op put back while its model trains: the
 # backward's GQA by the kernel's group loop always ("kernel_gqa"), and the spread GQA
@@ -158,6 +170,120 @@ def _register_zero(torch, transformers) -> None:
     AttentionMaskInterface.register(ZERO, build_mask)
 
 
+def fa4_attention(flash_attn_func):
+    """A transformers attention over FA4's `flash_attn_func`: transformers passes Q, K, V as
+    (batch, heads, N, d); FA4 takes (batch, N, heads, d) contiguous (for Q and K usually
+    no copy: their memory already is) and returns O in that layout, which transformers
+    wants back. Causal, unpadded and dropout-free only: that is the bench's model."""
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        if attention_mask is not None or dropout:
+            raise ValueError(f"{FA4}: causal attention without a mask or dropout only")
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (query, key, value))
+        out, _lse = flash_attn_func(q, k, v, softmax_scale=scaling, causal=module.is_causal)
+        return out, None
+
+    return attention
+
+
+def _rel_err(got, want) -> float:
+    """||got - want|| / ||want|| in float32 (inf where got is not finite)."""
+    got, want = got.detach().float(), want.detach().float()
+    if not bool(got.isfinite().all()):
+        return float("inf")
+    return float((got - want).norm() / want.norm())
+
+
+def _probe_fa4(torch, flash_attn_func, head_dim: int, seq: int, device: str) -> dict:
+    """FA4 forward and backward once on the model's attention shapes (batch 1, `seq`, 2048 /
+    head_dim heads, GQA 4:1, bf16, causal) against SDPA's: {"rel_err_vs_sdpa": {o, dq, dk,
+    dv}} or {"skipped": why}. Also compiles FA4's kernels before the timed steps."""
+    heads = 2048 // head_dim
+    gen = torch.Generator(device=device).manual_seed(2)
+
+    def rand(h):
+        return torch.randn(1, seq, h, head_dim, device=device, dtype=torch.bfloat16,
+                           generator=gen).requires_grad_()  # fmt: skip
+
+    q, k, v = rand(heads), rand(heads // 4), rand(heads // 4)
+    do = torch.randn(q.shape, device=device, dtype=torch.bfloat16, generator=gen)
+    try:
+        out, _lse = flash_attn_func(q, k, v, causal=True)
+        got = (out, *torch.autograd.grad(out, (q, k, v), do))
+    except Exception as exc:  # FA4's DSL raises its own types; any means no FA4 model here
+        first = str(exc).splitlines()[:1]
+        return {"skipped": ": ".join([type(exc).__name__, *first])}
+    t = [x.transpose(1, 2) for x in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True)
+    want = (ref, *torch.autograd.grad(ref, t, do.transpose(1, 2)))
+    errs = {  # SDPA's are (batch, heads, N, d): back to FA4's layout
+        name: _rel_err(g, w.transpose(1, 2))
+        for name, g, w in zip(("o", "dq", "dk", "dv"), got, want, strict=True)
+    }
+    if not all(e <= FA4_TOLERANCE for e in errs.values()):
+        return {"skipped": f"disagrees with SDPA (relative errors {errs})", "rel_err_vs_sdpa": errs}
+    return {"rel_err_vs_sdpa": errs}
+
+
+def _register_fa4(
+    torch, transformers, head_dims: list[int], seq: int = SEQ, device: str = "cuda"
+) -> dict:  # fmt: skip
+    """Register FA4 (fa4_attention; the fa_explorer backend's mask builder: no mask for
+    causal) where flash_attn.cute imports, and probe it at each head size (_probe_fa4).
+    Returns {"version", "head_dims": {d: probe}} or {"skipped": why} (then not registered)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError as exc:
+        return {"skipped": f"flash_attn.cute does not import ({exc})"}
+    from importlib.metadata import PackageNotFoundError, version
+
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from compute.gpu.transformers_backend import build_mask
+
+    try:
+        got = version("flash-attn-4")
+    except PackageNotFoundError:
+        got = "unknown"
+    transformers.AttentionInterface.register(FA4, fa4_attention(flash_attn_func))
+    AttentionMaskInterface.register(FA4, build_mask)
+    probes = {d: _probe_fa4(torch, flash_attn_func, d, seq, device) for d in head_dims}
+    return {"version": got, "head_dims": probes}
+
+
+def fa4_runs(fa4: dict, head_dim: int) -> bool:
+    """Whether _register_fa4's record lets an FA4 model train at head_dim."""
+    probe = fa4.get("head_dims", {}).get(head_dim)
+    return probe is not None and "skipped" not in probe
+
+
+def ratios(med: dict, names: tuple[str, ...], bases: tuple[str, ...]) -> dict:
+    """{mode: {"<name>_over_<base>": tokens/s ratio}} of the medians `med` ({mode: {model:
+    median}}), for each name and base that mode has."""
+    return {
+        mode: {
+            f"{name}_over_{base}": m[name] / m[base]
+            for name in names
+            for base in bases
+            if name in m and base in m
+        }
+        for mode, m in med.items()
+    }
+
+
+def loss_gaps(losses: dict, base: str = "sdpa") -> dict:
+    """{mode: {model: largest |loss - base's| / |base's| over the steps}} for every model but
+    the base and the zero attention (which trains another model: no curve to compare)."""
+    return {
+        mode: {
+            name: max(abs(a - b) / abs(b) for a, b in zip(got, by_name[base], strict=True))
+            for name, got in by_name.items()
+            if name not in (base, ZERO)
+        }
+        for mode, by_name in losses.items()
+    }
+
+
 def _medians(per_mode: dict) -> dict:
     """{mode: {model: median of its samples}}."""
     return {mode: {k: statistics.median(v) for k, v in t.items()} for mode, t in per_mode.items()}
@@ -182,14 +308,15 @@ def _models(torch, transformers, head_dim: int, impls: tuple[str, ...]) -> dict:
 
 def _compare(
     torch, transformers, head_dim: int, steps: int, rounds: int, cudnn: bool,
-    profile: int = 0, variants: bool = False,
+    profile: int = 0, variants: bool = False, fa4: bool = False,
 ) -> dict:  # fmt: skip
     from compute.gpu.transformers_backend import register
 
-    impls = (CUDNN, register()) if cudnn else (register(),)
+    ours = register()
+    impls = (CUDNN, ours) if cudnn else (ours,)
     if variants:
         impls += tuple(register(name) for name in VARIANTS)
-    impls += (ZERO,)
+    impls += (FA4, ZERO) if fa4 else (ZERO,)
     models = _models(torch, transformers, head_dim, impls)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -236,25 +363,7 @@ def _compare(
         for mode in MODES:
             for name in models:
                 tokens_s[mode][name].append(steps * SEQ / train(name, steps, steps * r, mode))
-    gaps = {  # the zero attention trains another model: no curve to compare
-        mode: {
-            name: max(abs(a - b) / abs(b) for a, b in zip(got, got_mode["sdpa"], strict=True))
-            for name, got in got_mode.items()
-            if name not in ("sdpa", ZERO)
-        }
-        for mode, got_mode in losses.items()
-    }
     med = _medians(tokens_s)
-    ours = next(k for k in models if k not in ("sdpa", CUDNN, ZERO, *VARIANTS))
-    ratios = {
-        mode: {
-            f"{name}_over_{base}": m[name] / m[base]
-            for name in (ours, ZERO)
-            for base in ("sdpa", CUDNN)
-            if base in m
-        }
-        for mode, m in med.items()
-    }
     profiles = {}
     if profile:
         from .step_profile import profile_steps
@@ -269,11 +378,11 @@ def _compare(
         "profile": profiles,
         "tokens_per_s": tokens_s,
         "median_tokens_per_s": med,
-        "median_ratios": ratios,
+        "median_ratios": ratios(med, (ours, FA4, ZERO), ("sdpa", CUDNN)),
         "gpu_event_ms_per_step": step_ms,
         "median_gpu_event_ms_per_step": _medians(step_ms),
         "losses": losses,
-        "largest_relative_loss_gap_vs_sdpa": gaps,
+        "largest_relative_loss_gap_vs_sdpa": loss_gaps(losses),
     }
 
 
@@ -292,10 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     torch, transformers = mods
     form = _register_cudnn(torch, transformers)
     _register_zero(torch, transformers)
+    fa4 = _register_fa4(torch, transformers, args.head_dims)
+    print(f"{FA4}: {fa4}", flush=True)
     rows = []
     for head_dim in args.head_dims:
         row = _compare(torch, transformers, head_dim, args.steps, args.rounds, form is not None,
-                       args.profile, args.variants)  # fmt: skip
+                       args.profile, args.variants, fa4_runs(fa4, head_dim))  # fmt: skip
         rows.append(row)
         for mode in MODES:
             med, gpu = row["median_tokens_per_s"][mode], row["median_gpu_event_ms_per_step"][mode]
@@ -313,12 +424,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     record = {
         "what": "transformers Llama training tokens/s and GPU-event ms per step: sdpa (default "
-        "backend), sdpa pinned to cuDNN, the fa_explorer backend and a zero-cost attention "
-        "(the ceiling), each with the loss read back per step (sync) and per block (async) "
+        "backend), sdpa pinned to cuDNN, the fa_explorer backend, FlashAttention-4 (fa4, where "
+        "it imports) and a zero-cost attention (the ceiling), each with the loss read back per step (sync) and per block (async) "
         "(compute/gpu/lab/llama_train_bench.py)",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cudnn_gqa_form": form,
+        "fa4": fa4,
         "rows": rows,
     }
     write_json(args.json, record)
