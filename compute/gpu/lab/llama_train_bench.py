@@ -233,8 +233,8 @@ def _register_fa4(
     Returns {"version", "head_dims": {d: probe}} or {"skipped": why} (then not registered)."""
     try:
         from flash_attn.cute import flash_attn_func
-    except ImportError as exc:
-        return {"skipped": f"flash_attn.cute does not import ({exc})"}
+    except Exception as exc:  # ImportError, or the CuTe DSL failing to load its libraries
+        return {"skipped": f"flash_attn.cute does not import ({type(exc).__name__}: {exc})"}
     from importlib.metadata import PackageNotFoundError, version
 
     from transformers.masking_utils import AttentionMaskInterface
