@@ -37,9 +37,8 @@ class LeanAxis(pg.AxisItem):
 
     def tickValues(self, minVal: float, maxVal: float, size: float):  # noqa: N802, N803
         """pyqtgraph's tick values in plain floats (its numpy isclose of each level against
-        the ones above cost more than the rest of the layout)."""
-        if self.logMode:
-            return super().tickValues(minVal, maxVal, size)
+        the ones above cost more than the rest of the layout); in log mode, pyqtgraph's
+        log ticks made from them."""
         lo, hi = sorted((minVal, maxVal))
         lo, hi = lo * self.scale, hi * self.scale
         ticks, seen = [], []
@@ -54,6 +53,8 @@ class LeanAxis(pg.AxisItem):
             ]
             seen.extend(values)
             ticks.append((spacing / self.scale, values))
+        if self.logMode:
+            return self.logTickValues(lo, hi, size, ticks)
         return ticks
 
     def generateDrawSpecs(self, p: QPainter):  # noqa: N802

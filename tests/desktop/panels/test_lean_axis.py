@@ -80,13 +80,22 @@ def test_the_same_lines_and_labels_as_pyqtgraph(qapp, plots):
     assert compared > 300  # most layouts had labels to compare
 
 
-@pytest.mark.parametrize(("lo", "hi", "size"), [(0.0, 2.0, 400), (-1.3, 2.7, 80), (1e-7, 3e-7, 30)])
-def test_the_same_tick_values_as_pyqtgraph(qapp, lo, hi, size):
+@pytest.mark.parametrize("log", [False, True])
+def test_the_same_tick_values_as_pyqtgraph(qapp, log):
     import pyqtgraph as pg
 
     from desktop.panels.lean_axis import LeanAxis
 
-    assert LeanAxis("left").tickValues(lo, hi, size) == pg.AxisItem("left").tickValues(lo, hi, size)
+    rng = random.Random(46)
+    cases = [(0.0, 2.0, 400), (-1.3, 2.7, 80), (1e-7, 3e-7, 30), (2.0, 12.0, 300)]
+    for _ in range(200):  # (in log mode the range is in decades, as the ledger's sweep)
+        lo = rng.uniform(-8, 8) if log else rng.uniform(-1e3, 1e3) * 10 ** rng.randint(-6, 3)
+        cases.append((lo, lo + rng.uniform(1e-3, 12), rng.randint(20, 1200)))
+    ours, theirs = LeanAxis("left"), pg.AxisItem("left")
+    ours.setLogMode(log)
+    theirs.setLogMode(log)
+    for lo, hi, size in cases:
+        assert ours.tickValues(lo, hi, size) == theirs.tickValues(lo, hi, size), (lo, hi, size)
 
 
 def test_axes_are_laid_out_before_the_paint(qapp, plots):
