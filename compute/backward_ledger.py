@@ -58,7 +58,14 @@ def count_steps(steps: Iterable[BackwardStep]) -> Counts:
 
 
 def _add(a: Counts, b: Counts) -> Counts:
-    return _freeze({t: {d: a[t][d] + b[t][d] for d in DIRECTIONS} for t in PASS_TENSORS})
+    """a + b per tensor and direction (a tensor either lacks counts 0 there)."""
+    none: Mapping[str, int] = {}
+    return _freeze(
+        {
+            t: {d: a.get(t, none).get(d, 0) + b.get(t, none).get(d, 0) for d in DIRECTIONS}
+            for t in PASS_TENSORS
+        }
+    )
 
 
 def closed_form_backward_counts(s: Schedule) -> dict[str, Counts]:
@@ -106,7 +113,7 @@ def _counted_or_closed(s: Schedule, pass_name: str, counted: bool, dtype: str) -
         forward = (ledger if counted else closed_form_ledger)(
             *shape, **kw, save_lse=True, dtype=dtype
         )
-        counts = {lane: _add(_freeze(forward.lanes[lane].counts), counts[lane]) for lane in LANES}
+        counts = {lane: _add(forward.lanes[lane].counts, counts[lane]) for lane in LANES}
         sram = {lane: max(sram[lane], forward.lanes[lane].sram_elements) for lane in LANES}
     return counts, sram
 

@@ -123,12 +123,15 @@ def freeze_counts(
     counts: Mapping[str, Mapping[str, int]], tensors: Iterable[str] = TENSORS
 ) -> Counts:
     """Read-only per-tensor, per-direction counts over `tensors` (absent ones are 0)."""
-    return MappingProxyType(
-        {
-            t: MappingProxyType({d: int(counts.get(t, {}).get(d, 0)) for d in DIRECTIONS})
-            for t in tensors
-        }
-    )
+    out = {}
+    for t in tensors:
+        c = counts.get(t)
+        # Absent tensors share one read-only zero row: a sweep freezes a few thousand.
+        out[t] = MappingProxyType({d: int(c.get(d, 0)) for d in DIRECTIONS}) if c else _NONE
+    return MappingProxyType(out)
+
+
+_NONE: Counts = MappingProxyType(dict.fromkeys(DIRECTIONS, 0))
 
 
 def _empty() -> dict[str, dict[str, int]]:

@@ -69,25 +69,29 @@ def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     left side, not packed), against the window's left size at the config's N instead."""
     m = config.mask
     if m.left >= 0 and not m.lengths:
-        return _window_sweep(config, m, sram)
+        shape = (config.n, config.n_k, config.d, config.dv, config.block_q, config.block_k)
+        return _window_sweep(*shape, m, config.save_lse, sram, config.pass_name)
     key = (config.n_k / config.n, config.d, config.dv, config.block_q, config.block_k)
     mask = dataclasses.replace(m, lengths=())  # packed lengths sum to one N: kept out
     return _sweep(*key, mask, config.save_lse, sram, config.pass_name)  # (cached: one object)
 
 
-def _window_sweep(config: Config, mask: Mask, sram: int) -> dict:
-    sizes = np.unique(np.geomspace(1, max(2, config.n_k), 24).astype(int))
+@functools.lru_cache(maxsize=64)  # (new inputs of the same sizes: the same object)
+def _window_sweep(
+    n: int, n_k: int, d: int, dv: int, block_q: int, block_k: int, mask: Mask, lse: bool,
+    sram: int, pass_name: str,
+) -> dict:  # fmt: skip
+    sizes = np.unique(np.geomspace(1, max(2, n_k), 24).astype(int))
     sizes = np.unique(np.append(sizes, max(1, mask.left)))  # log axis: sizes from 1
     out = {"n": sizes, "dense": [], "q-outer": [], "kv-outer": [], "bound": []}
-    shape = (config.n, config.n_k, config.d, config.dv)
-    kw = dict(block_q=config.block_q, block_k=config.block_k, save_lse=config.save_lse)
+    kw = dict(block_q=block_q, block_k=block_k, save_lse=lse)
     for left in sizes.tolist():
         window = dataclasses.replace(mask, left=left)
         for order in ("q-outer", "kv-outer"):
-            led = compute.pass_ledger(config.pass_name, *shape, order=order, causal=window, **kw)
+            led = compute.pass_ledger(pass_name, n, n_k, d, dv, order=order, causal=window, **kw)
             out[order].append(led.lanes["tiled"].total_elements)
         out["dense"].append(led.lanes["dense"].total_elements)
-        out["bound"].append(compute.theorem2_bound(config.n, config.d, sram))
+        out["bound"].append(compute.theorem2_bound(n, d, sram))
     return {**{k: np.asarray(v, dtype=float) for k, v in out.items()}, "axis": WINDOW_AXIS}
 
 

@@ -61,6 +61,10 @@ def test_the_ledger_sweeps_the_window_size_for_a_window():
     assert data["q-outer"][at] == led.lanes["tiled"].total_elements
     assert np.all(np.diff(data["q-outer"]) >= 0)  # a wider window never loads less
     assert sweep(config.replace(window=""), 1000)["axis"] == N_AXIS
+    # Cached by what it depends on: new inputs find the same sweep, a new window its own.
+    assert sweep(config.replace(seed=5), 1000) is data
+    wider = sweep(config.replace(window="24,0"), 1000)
+    assert wider is not data and 24 in wider["n"].tolist()
 
 
 def test_compare_shows_both_alignments_in_one_click(window):
