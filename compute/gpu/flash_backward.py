@@ -63,8 +63,13 @@ THREADS = 256  # two warpgroups
 # order, so bitwise mode 9's results; measured 1.45-1.74x mode 9 (BACKWARD_NOTES.md), hence
 # the deterministic default (its GPU tests, mode 9's bits included, passed on the merged tree).
 # DEFAULT_MODE = None means "the default for q's d".
-MODES = (0, 4, 5, 7, 9, 16)
-WS_MODES = {7: False, 9: True, 16: True}
+# Mode 13 (temporary, BACKWARD_NOTES.md round 46): mode 7 at d = 128 with 80-row query blocks
+# (kernels/flash_bwd_ws80.cuh, FlashAttention-4's non-causal d = 128 tile); no mask or band.
+MODES = (0, 4, 5, 7, 9, 13, 16)
+WS_MODES = {7: False, 9: True, 13: False, 16: True}
+Q80_MODES = (13,)
+Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
+Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks) and 80
 DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
@@ -81,6 +86,9 @@ def smem_bytes(d: int, mode: int = 0) -> int:
     (+ the four fp32 dQ buffers in MODES 4, 5), plus 1 KB for the 1024-byte alignment."""
     tiles = (2 * BLOCK_KEYS * d + 4 * BLOCK_QUERIES * d + BLOCK_KEYS * BLOCK_QUERIES) * 2
     dq_tile = DQ_BUFFERS_BYTES if mode in FRAG_MODES else 0
+    if mode in Q80_MODES:  # flash_bwd_ws80.cuh's Fbw80Smem (d = 128)
+        tiles = (2 * BLOCK_KEYS + 4 * Q80_ROWS) * d * 2 + 2 * Q80_ROWS * BLOCK_KEYS * 2
+        return tiles + 2 * Q80_ROWS * 64 * 4 + 2 * 2 * Q80_ROWS * 4 + 8 * 7 + 1024
     if mode in WS_MODES:  # flash_bwd_ws.cu's FbwSmem: two dS^T tiles, L2 / D, mbarriers
         tiles = (2 * BLOCK_KEYS * d + 2 * WS_STAGES * BLOCK_QUERIES * d) * 2
         tiles += 2 * BLOCK_KEYS * BLOCK_QUERIES * 2
@@ -91,7 +99,11 @@ def smem_bytes(d: int, mode: int = 0) -> int:
 @functools.cache
 def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
     cp = _cupy()
-    if mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
+    if mode in Q80_MODES:
+        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws80<{dt}>",
+                 f"flash_bwd_post_t80_s<{dt}>"]  # fmt: skip
+        source = "ws"
+    elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
         drain = ",true" if mode in DRAIN_MODES else ""
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
@@ -199,6 +211,8 @@ def backward_mode(
         _check_out(out, q, k)
     if band is not None:
         band = _check_band(band, causal, mode)
+    if mode in Q80_MODES and (d != 128 or causal or band is not None):
+        raise ValueError(f"backward mode {mode} is for d = 128 without a causal mask or band")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:
@@ -330,7 +344,9 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
         dv.fill(0)
         return dq, dk, dv
     pre, main, post = _functions(_dtype_code(q), d, mode)
-    n_pad = -(-n_q // BLOCK_QUERIES) * BLOCK_QUERIES
+    q80 = mode in Q80_MODES
+    pad = Q80_PAD if q80 else BLOCK_QUERIES
+    n_pad = -(-n_q // pad) * pad
     nblk = n_pad // BLOCK_QUERIES
     bh = b * h
     layout = _Layout()
@@ -349,9 +365,10 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
     pre((bh * nblk,), (256,),
         (o, do, lse, l2, dsum, dq_acc, zero_tickets, cp.int32(n_q), cp.int32(n_pad), lay))  # fmt: skip
     if n_k:
+        rows = Q80_ROWS if q80 else BLOCK_QUERIES
         maps = [
             tma.tensor_map(x.data.ptr, x.shape, _strides(x), r)
-            for x, r in ((q, BLOCK_QUERIES), (k, BLOCK_KEYS), (v, BLOCK_KEYS), (do, BLOCK_QUERIES))
+            for x, r in ((q, rows), (k, BLOCK_KEYS), (v, BLOCK_KEYS), (do, rows))
         ]
         args = (
             *(tma.kernel_arg(m) for m in maps), l2, dsum, dq_acc, dk, dv, tickets,
@@ -361,6 +378,10 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
         grid = (-(-n_k // BLOCK_KEYS), b * hk, 1)
         main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))
     # (No key: every row sees nothing, and dQ is the postprocess of the zeroed accumulator.)
+    if q80:  # one block per 64-column x 80-query chunk the rows reach
+        args = (dq_acc, dq, cp.int32(n_q), cp.int32(n_pad // Q80_ROWS), cp.float32(scale), lay)
+        post((bh * -(-n_q // Q80_ROWS) * 2,), (256,), args)
+        return dq, dk, dv
     args = (dq_acc, dq, cp.int32(n_q), cp.int32(nblk), cp.float32(scale), lay)
     post((bh * nblk * (d // 64),), (256,), args)  # one block per 64 x 64 accumulator chunk
     return dq, dk, dv

@@ -311,6 +311,10 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #endif
 }
 
+// Temporary mode 13 (BACKWARD_NOTES.md, round 46): the 80-row query blocks at d = 128. After
+// fbw_bulk_load, which it uses.
+#include "flash_bwd_ws80.cuh"
+
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
 #define FBW_MAIN(DT, D, DET, DRAIN)                                                           \
@@ -330,4 +334,14 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
+#define FBW80_INST(DT)                                                                        \
+    template __global__ void flash_bwd_ws80<DT>(                                              \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
+        const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
+        const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
+        const FbwLayout);                                                                     \
+    template __global__ void flash_bwd_post_t80_s<DT>(const float*, u16*, int, int, float,    \
+                                                      const FbwLayout);
+FBW80_INST(0)
+FBW80_INST(1)
 #endif

@@ -71,7 +71,8 @@ __device__ __forceinline__ float2 fbw_lds2(u32 a) {
 
 // The pair of a block's L2 (or D) values at query columns 8 j + 2 t, 8 j + 2 t + 1, from
 // a = this thread's first pair; j is a constant once the callers' loops unroll, so the
-// switch leaves one load at an immediate offset.
+// switch leaves one load at an immediate offset (j < 8 for 64-row blocks, < 10 for
+// flash_bwd_ws80.cuh's 80 rows).
 __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
     switch (j) {
         case 0: return fbw_lds2<0>(a);
@@ -81,7 +82,9 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
         case 4: return fbw_lds2<128>(a);
         case 5: return fbw_lds2<160>(a);
         case 6: return fbw_lds2<192>(a);
-        default: return fbw_lds2<224>(a);
+        case 7: return fbw_lds2<224>(a);
+        case 8: return fbw_lds2<256>(a);
+        default: return fbw_lds2<288>(a);
     }
 }
 

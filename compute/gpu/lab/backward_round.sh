@@ -7,7 +7,8 @@
 # TEST_LIMIT / TIME_BUDGET bound the steps; SKIP_TESTS=1 goes straight to the timing;
 # XDIST=N runs the tests on N pytest-xdist workers; SKIP_BAND_SAN=1 leaves out the band's
 # sanitizer runs;
-# BAND_TIMING="ARGS" adds lab/backward_band.py ARGS (the band against causal) at the end.
+# BAND_TIMING="ARGS" adds lab/backward_band.py ARGS (the band against causal) at the end;
+# SAN_KW=", dims=(128,), masks=(False,)" narrows the sanitizer cases (mode 13 takes no mask).
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -21,11 +22,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
         step "racecheck_m$m" "${SAN_LIMIT:-120}" compute-sanitizer --tool racecheck --kernel-name kns=flash_bwd_ws \
             --error-exitcode 1 python3 -c "import numpy as np; from compute.gpu.lab.sanitize_cases \
 import backward_cases as b; b(np.random.default_rng(7), cases=[(1, 77, 300)], \
-dtypes=('float16',), mode=$m)"
+dtypes=('float16',), mode=$m${SAN_KW:-})"
         grep -E "RACECHECK SUMMARY" "$OUT/racecheck_m$m.log"
         step "memcheck_m$m" "${SAN_LIMIT:-120}" compute-sanitizer --tool memcheck --kernel-name kns=flash_bwd \
             --error-exitcode 1 python3 -c "import numpy as np; from compute.gpu.lab.sanitize_cases \
-import backward_cases as b, CASES; b(np.random.default_rng(9), cases=CASES[:3], mode=$m)"
+import backward_cases as b, CASES; b(np.random.default_rng(9), cases=CASES[:3], mode=$m${SAN_KW:-})"
         grep -E "ERROR SUMMARY" "$OUT/memcheck_m$m.log"
     done
     if [ -z "${SKIP_BAND_SAN:-}" ]; then

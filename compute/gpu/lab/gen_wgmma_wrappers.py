@@ -15,10 +15,11 @@ from pathlib import Path
 
 HEADER = Path(__file__).parents[1] / "kernels" / "wgmma_wrappers.cuh"
 # N of m64nNk16: BN for S = Q Kᵀ (176, 192: flash_fwd_ws), D for O += P V
-SHAPES = (64, 128, 176, 192)
+SHAPES = (64, 80, 128, 176, 192)  # 80: the d = 128 backward's 80-query blocks (Sᵀ, dPᵀ)
 # N of S = Q Kᵀ with Q from registers (flash_fwd_ws's ':qreg', FLASH_NOTES v9)
 RK_SHAPES = (128, 176, 192)
 TT_SHAPES = (64,)  # N of the both-transposed form (flash_bwd_wgmma.cu's dQ: 64 columns of d)
+TS_SHAPES = (80,)  # N of A MN-major, B K-major (flash_bwd_ws80.cuh's dQᵀ = Kᵀ dSᵀ, 80 queries)
 DTYPES = (("f16", 0), ("bf16", 1))  # PTX type name, the kernels' DT template code
 
 
@@ -88,6 +89,16 @@ def _tt(n: int, ty: str) -> str:
     )
 
 
+def _ts(n: int, ty: str) -> str:
+    """A MN-major, B K-major (transpose bits 1, 0): the 80-row backward's dQᵀ = Kᵀ dSᵀ, with
+    K stored as its (key, d) rows and dS as (query, key) rows."""
+    return (
+        _ss(n, ty)
+        .replace(f"_ss_m64n{n}k16_", f"_ts_m64n{n}k16_")
+        .replace("p, 1, 1, 0, 0;", "p, 1, 1, 1, 0;")
+    )
+
+
 def _dispatch(kind: str, params: str, args: str, shapes: tuple[int, ...] = SHAPES) -> str:
     lines = [
         "template <int DT, int N>",
@@ -108,7 +119,8 @@ def generate() -> str:
         "// wgmma wrappers (m64nNk16, f32 accumulate; ss = A and B in shared memory,\n"
         "// rs = A in registers, B in shared memory and MN-major; rk = A in registers,\n"
         "// B in shared memory and K-major; tt = A and B in\n"
-        "// shared memory, both MN-major). Included by common.cuh inside its\n"
+        "// shared memory, both MN-major; ts = A MN-major, B K-major, both in shared\n"
+        "// memory). Included by common.cuh inside its\n"
         "// FA_HAVE_WGMMA section (sm_90a only), for flash_fwd_wgmma.cu,\n"
         "// flash_fwd_ws.cu and flash_bwd_wgmma.cu.\n"
         "#pragma once\n"
@@ -118,6 +130,7 @@ def generate() -> str:
             parts += [_ss(n, ty), _rs(n, ty)]
         parts += [_rk(n, ty) for n in RK_SHAPES]
         parts += [_tt(n, ty) for n in TT_SHAPES]
+        parts += [_ts(n, ty) for n in TS_SHAPES]
     parts.append(_dispatch("ss", "float* d, u64 da, u64 db, int scale_d", "d, da, db, scale_d"))
     parts.append(_dispatch("rs", "float* d, const u32* a, u64 db", "d, a, db"))
     parts.append(
@@ -127,6 +140,9 @@ def generate() -> str:
     )
     parts.append(
         _dispatch("tt", "float* d, u64 da, u64 db, int scale_d", "d, da, db, scale_d", TT_SHAPES)
+    )
+    parts.append(
+        _dispatch("ts", "float* d, u64 da, u64 db, int scale_d", "d, da, db, scale_d", TS_SHAPES)
     )
     return "\n".join(parts)
 

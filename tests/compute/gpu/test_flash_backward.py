@@ -141,6 +141,27 @@ def test_other_dq_modes_match_float64(dtype, mode, d):
     _run(1, 2, 1, 513, d, dtype, False, seed=[65, CODE[dtype], mode], mode=mode)  # one row
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_80_row_mode_matches_float64(dtype):
+    # Temporary mode 13 (80-row query blocks, d = 128, no mask): tails in N_q not a multiple
+    # of 80 nor 64, key tails, N_q < 80, a single row, GQA-free heads and batches.
+    for i, (b, h, n_q, n_k) in enumerate(
+        [(2, 3, 77, 300), (2, 3, 1000, 900), (1, 2, 1500, 1700), (1, 2, 1, 513), (1, 3, 240, 128),
+         (2, 2, 81, 1)]
+    ):  # fmt: skip
+        _run(b, h, n_q, n_k, 128, dtype, False, seed=[66, CODE[dtype], i], mode=13)
+
+
+def test_80_row_mode_refuses_what_it_does_not_serve():
+    from compute.gpu.flash_backward import backward_mode
+
+    for d, causal, band in ((64, False, None), (128, True, None), (128, False, (-4, 0))):
+        (q, k, v, do), _ = _inputs(1, 1, 16, 16, d, "float16", [67, d])
+        lse = cp.zeros((1, 1, 16), dtype=cp.float32)
+        with pytest.raises(ValueError, match="^backward mode 13 is for d = 128 without"):
+            backward_mode(q, k, v, q, do, lse, causal=causal, band=band, mode=13)
+
+
 @pytest.mark.parametrize("mode", [5, 9, 16])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize(
@@ -199,7 +220,7 @@ def _rounding(ref, dtype) -> float:
 @pytest.mark.parametrize(
     "n_q,n_k", [(113, 203), (128, 217), (108, 256), (1023, 1024), (2048, 2048)]
 )
-@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5])
+@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 13])
 def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     # FlashAttention's tests' bar: max |dX - ref| <= 2 max |dX_pt - ref| + rounding, ref float64,
     # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs; for
@@ -208,7 +229,9 @@ def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
-    d = 128 if n_q < 1000 else 64
+    d = 128 if n_q < 1000 or variant == 13 else 64
+    if variant == 13 and causal:
+        pytest.skip("mode 13 (80-row query blocks) takes no mask")
     (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [81, CODE[dtype], n_q, n_k])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     if isinstance(variant, int):
@@ -308,7 +331,7 @@ def _gqa_inputs(b, h, hk, n_q, n_k, d, dtype, seed):
     return dev, host
 
 
-@pytest.mark.parametrize("mode", [7, 9, 16])
+@pytest.mark.parametrize("mode", [7, 9, 13, 16])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (300, 77)])
@@ -320,6 +343,8 @@ def test_strided_inputs_and_outputs_bit_for_bit(mode, d, causal, n_q, n_k):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode
 
+    if mode == 13 and (d != 128 or causal):
+        pytest.skip("mode 13 (80-row query blocks) is d = 128 without a mask")
     (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [91, d, n_q, n_k, int(causal)])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     want = backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
