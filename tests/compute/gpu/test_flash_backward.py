@@ -400,22 +400,29 @@ def _gqa_reference(host, group, causal):
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (203, 113)])
-def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k):
+@pytest.mark.parametrize("mode", [None, 13])
+def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     # GQA at group sizes 1, 4, 8 on SDPA-shaped views (dK, dV summed over the group inside
     # the kernel): FlashAttention's tests' bar against float64 with K/V repeated, pt being
     # PyTorch's low-dtype attention on the repeated K/V with its dK, dV summed over the group;
-    # the deterministic mode (on bfloat16): a second run gives the same bits.
+    # the deterministic mode (on bfloat16): a second run gives the same bits. Mode 13 (80-row
+    # query blocks, d = 128 without a mask) on the same views.
     torch = pytest.importorskip("torch")
-    from compute.gpu.flash_backward import flash_attention_backward
+    from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
     d = 128 if n_q < 1000 else 64
+    if mode == 13 and (causal or d != 128):
+        pytest.skip("mode 13 (80-row query blocks) is d = 128 without a mask")
     hk = 2 if group < 8 else 1  # at most 8 query heads for the float64 reference on the host
-    deterministic = dtype == "bfloat16"  # both modes, each on one dtype
+    deterministic = dtype == "bfloat16" and mode is None  # both modes, each on one dtype
     seed = [93, CODE[dtype], group, int(causal), n_q, n_k]
     (q, k, v, do), host = _gqa_inputs(1, hk * group, hk, n_q, n_k, d, dtype, seed)
     o, lse = _forward_gqa(q, k, v, causal)
     views = [_sdpa_view(x) for x in (q, k, v, o, do)]
-    ours = flash_attention_backward(*views, lse, causal=causal, deterministic=deterministic)
+    if mode is None:
+        ours = flash_attention_backward(*views, lse, causal=causal, deterministic=deterministic)
+    else:
+        ours = backward_mode(*views, lse, causal=causal, mode=mode)
     if deterministic:
         again = flash_attention_backward(*views, lse, causal=causal, deterministic=True)
         for name, a, b in zip(("dq", "dk", "dv"), ours, again, strict=True):
