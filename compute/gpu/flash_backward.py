@@ -75,10 +75,33 @@ WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
+Q80_DEFAULT = False  # round 46: mode 13 the default for d = 128 without a mask (if it wins)
 FRAG_MODES = (4, 5, 7, 9, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
+
+
+def default_mode(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
+    """The mode a call that names none gets: DEFAULT_MODES' for d, or (Q80_DEFAULT) mode 13
+    for d = 128 without a causal mask or band."""
+    if Q80_DEFAULT and d == 128 and not causal and band is None:
+        return Q80_MODES[0]
+    return DEFAULT_MODES[d]
+
+
+def ws_rows(mode: int, n_q: int) -> tuple[int, int]:
+    """(padded query rows, rows per streamed query block) of a ws mode's launch."""
+    pad, rows = (Q80_PAD, Q80_ROWS) if mode in Q80_MODES else (BLOCK_QUERIES, BLOCK_QUERIES)
+    return -(-n_q // pad) * pad, rows
+
+
+def post_launch(mode: int, bh: int, n_q: int, n_pad: int, d: int) -> tuple[int, int]:
+    """(blocks, the accumulator's query blocks per head) of a ws mode's dQ postprocess: one
+    block per 64 x 64 chunk, or per 64-column x 80-query chunk the rows reach (Q80_MODES)."""
+    if mode in Q80_MODES:
+        return bh * -(-n_q // Q80_ROWS) * 2, n_pad // Q80_ROWS
+    return bh * (n_pad // BLOCK_QUERIES) * (d // 64), n_pad // BLOCK_QUERIES
 
 
 def smem_bytes(d: int, mode: int = 0) -> int:
@@ -197,7 +220,7 @@ def backward_mode(
     cp = _cupy()
     _check_backward(q, k, v, o, do, lse)
     if mode is None:
-        mode = DEFAULT_MODES[q.shape[3]]
+        mode = default_mode(q.shape[3], causal, band)
     dt = _dtype_code(q)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -344,9 +367,7 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
         dv.fill(0)
         return dq, dk, dv
     pre, main, post = _functions(_dtype_code(q), d, mode)
-    q80 = mode in Q80_MODES
-    pad = Q80_PAD if q80 else BLOCK_QUERIES
-    n_pad = -(-n_q // pad) * pad
+    n_pad, rows = ws_rows(mode, n_q)
     nblk = n_pad // BLOCK_QUERIES
     bh = b * h
     layout = _Layout()
@@ -365,7 +386,6 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
     pre((bh * nblk,), (256,),
         (o, do, lse, l2, dsum, dq_acc, zero_tickets, cp.int32(n_q), cp.int32(n_pad), lay))  # fmt: skip
     if n_k:
-        rows = Q80_ROWS if q80 else BLOCK_QUERIES
         maps = [
             tma.tensor_map(x.data.ptr, x.shape, _strides(x), r)
             for x, r in ((q, rows), (k, BLOCK_KEYS), (v, BLOCK_KEYS), (do, rows))
@@ -378,10 +398,7 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
         grid = (-(-n_k // BLOCK_KEYS), b * hk, 1)
         main(grid, (WS_THREADS, 1, 1), args, shared_mem=smem_bytes(d, mode))
     # (No key: every row sees nothing, and dQ is the postprocess of the zeroed accumulator.)
-    if q80:  # one block per 64-column x 80-query chunk the rows reach
-        args = (dq_acc, dq, cp.int32(n_q), cp.int32(n_pad // Q80_ROWS), cp.float32(scale), lay)
-        post((bh * -(-n_q // Q80_ROWS) * 2,), (256,), args)
-        return dq, dk, dv
-    args = (dq_acc, dq, cp.int32(n_q), cp.int32(nblk), cp.float32(scale), lay)
-    post((bh * nblk * (d // 64),), (256,), args)  # one block per 64 x 64 accumulator chunk
+    blocks, post_nblk = post_launch(mode, bh, n_q, n_pad, d)
+    post((blocks,), (256,), (dq_acc, dq, cp.int32(n_q), cp.int32(post_nblk), cp.float32(scale),
+                             lay))  # fmt: skip
     return dq, dk, dv

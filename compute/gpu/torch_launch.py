@@ -248,7 +248,11 @@ def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic
     from . import flash_backward as fb
     from .flash_launch import is_hopper, readable
 
-    mode = fb.DETERMINISTIC_MODE if deterministic else fb.DEFAULT_MODES.get(q.shape[3])
+    d = q.shape[3]
+    if deterministic:
+        mode = fb.DETERMINISTIC_MODE
+    else:
+        mode = fb.default_mode(d, causal, band) if d in fb.DEFAULT_MODES else None
     if fb.DEFAULT_MODE is not None or mode not in fb.WS_MODES:  # a mode chosen by hand
         return None
     if band is not None and (causal or not hasattr(fb._Layout, "lo")):
@@ -320,9 +324,11 @@ class _BackwardPlan:
 
         b, h, n_q, d = q.shape
         hk, n_k = k.shape[1], k.shape[2]
-        mode = fb.DETERMINISTIC_MODE if deterministic else fb.DEFAULT_MODES[d]  # ws modes
+        mode = fb.DETERMINISTIC_MODE if deterministic else fb.default_mode(d, causal, band)
+        self.mode = mode  # a ws mode
         pre, main, post = fb._functions(_DTYPE_CODES[str(q.dtype)], d, mode)
-        self.n_pad = n_pad = -(-n_q // fb.BLOCK_QUERIES) * fb.BLOCK_QUERIES
+        n_pad, q_rows = fb.ws_rows(mode, n_q)
+        self.n_pad = n_pad
         nblk = n_pad // fb.BLOCK_QUERIES
         tickets = b * h * nblk * (d // 64) if mode in fb.TICKET_MODES else 1
         self.acc_floats = b * h * n_pad * d  # the dQ accumulator, then the int32 tickets
@@ -344,8 +350,8 @@ class _BackwardPlan:
         # Pointer slots, rewritten per call: Q K V O dO LSE dQ dK dV L2 D dQacc tickets.
         self.slots = slots = [u64() for _ in range(13)]
         maps = []
-        for t, rows in ((q, fb.BLOCK_QUERIES), (k, fb.BLOCK_KEYS), (v, fb.BLOCK_KEYS),
-                        (do, fb.BLOCK_QUERIES)):  # fmt: skip
+        for t, rows in ((q, q_rows), (k, fb.BLOCK_KEYS), (v, fb.BLOCK_KEYS),
+                        (do, q_rows)):  # fmt: skip
             if t.shape[1] > 1 and t.stride(1) == 0:  # K/V heads broadcast (_kv_readable)
                 sb = t.stride(0) if t.shape[0] > 1 else t.shape[2] * t.stride(2)
                 m = _encode(t.data_ptr(), d, t.shape[2], t.shape[1], t.shape[0],
@@ -358,7 +364,7 @@ class _BackwardPlan:
         self.maps = maps
         self.map_ptrs = tuple(ctypes.addressof(m) for m in maps)
         rows = self.rows
-        quads = self.acc_floats // 4
+        post_blocks, post_nblk = fb.post_launch(mode, b * h, n_q, n_pad, d)
         s = slots
         # The preprocess zeroes the accumulator and (DET) the tickets: no memset before it.
         self.no_tickets = ctypes.c_uint64(0)
@@ -367,7 +373,7 @@ class _BackwardPlan:
                     layout)  # fmt: skip
         main_args = (*maps, s[9], s[10], s[11], s[7], s[8], s[12], i32(n_q), i32(n_k),
                      i32(n_pad), f32(scale), f32(scale * LOG2E), i32(int(causal)), layout)  # fmt: skip
-        post_args = (s[11], s[6], i32(n_q), i32(nblk), f32(scale), layout)
+        post_args = (s[11], s[6], i32(n_q), i32(post_nblk), f32(scale), layout)
         launch = _launch_fn()
         # Looked up here, not per call: an import statement in run() costs about a us.
         self.replace, self.invalid_context = _replace_address_fn(), _INVALID_CONTEXT
@@ -376,7 +382,7 @@ class _BackwardPlan:
             (pre, (rows // fb.BLOCK_QUERIES, 1, 1), 256, 0, pre_args),
             (main, (-(-n_k // fb.BLOCK_KEYS), b * hk, 1), fb.WS_THREADS, fb.smem_bytes(d, mode),
              main_args),
-            (post, (quads // 1024, 1, 1), 256, 0, post_args),  # a block per 64 x 64 chunk
+            (post, (post_blocks, 1, 1), 256, 0, post_args),  # a block per accumulator chunk
         ):  # fmt: skip
             params = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
             call = functools.partial(launch, int(fn.kernel.ptr), *grid, block, 1, 1, smem)

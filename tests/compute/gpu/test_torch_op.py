@@ -495,6 +495,46 @@ def test_backward_plan_matches_flash_attention_backward_bit_for_bit(b, h, hk, n_
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize(
+    ("b", "h", "hk", "n_q", "n_k", "causal"),
+    [(2, 4, 4, 77, 203, False), (1, 16, 4, 1024, 1000, False), (1, 2, 2, 300, 300, True)],
+)
+def test_backward_plan_takes_mode_13_where_it_is_the_default(monkeypatch, b, h, hk, n_q, n_k,
+                                                              causal):  # fmt: skip
+    """With Q80_DEFAULT (round 46's temporary mode 13, d = 128 without a mask) the op's
+    cached plan launches mode 13 where it applies (mode 7 under the causal mask) and gives
+    flash_attention_backward's dK, dV bits on SDPA-shaped views with GQA; dQ (added in the
+    key blocks' finishing order) within bf16 rounding of it."""
+    from compute.gpu import flash_backward, torch_launch
+    from compute.gpu.flash_backward import flash_attention_backward
+
+    monkeypatch.setattr(flash_backward, "Q80_DEFAULT", True)
+    monkeypatch.setattr(torch_launch, "_BWD_PLANS", {})
+    d = 128
+    g = torch.Generator(device="cuda").manual_seed(n_q + hk)
+    mem = [torch.randn(b, n, heads, d, device="cuda", generator=g).to(torch.bfloat16)
+           for n, heads in ((n_q, h), (n_k, hk), (n_k, hk), (n_q, h))]  # fmt: skip
+    q, k, v, do = (t.transpose(1, 2) for t in mem)
+    o, lse = torch_launch.forward(q, k, v, causal, d**-0.5)
+    got = torch_launch.backward(q, k, v, o, do, lse, causal, d**-0.5)
+    (plan,) = torch_launch._BWD_PLANS.values()
+    assert plan.mode == (7 if causal else 13)
+    want = [torch.empty_like(t) for t in got]
+    with torch_launch._stream(torch, 0):
+        flash_attention_backward(
+            *(torch_launch.cupy_alias(torch, t) for t in (q, k, v, o, do, lse)),
+            causal=causal, scale=d**-0.5, out=tuple(torch_launch.cupy_alias(torch, t) for t in want),
+        )  # fmt: skip
+    torch.cuda.synchronize()
+    for name, a, w in zip(("dQ", "dK", "dV"), got, want, strict=True):
+        if name == "dQ":
+            assert _rel(a, w) < 5e-3, name
+        else:
+            assert torch.equal(a, w), f"{name} differs from flash_attention_backward's"
+
+
+@pytest.mark.gpu
+@needs_gpu
 @pytest.mark.parametrize(("hk", "n", "d"), [(4, 1024, 128), (2, 777, 64), (1, 300, 64)])
 def test_gqa_spread_and_kernel_group_agree_with_float64(hk, n, d):
     """The causal GQA backward both ways (the kernel's group loop, and K/V repeated with dK,
