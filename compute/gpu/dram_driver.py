@@ -111,7 +111,8 @@ def _flash(cfg: BenchConfig, base: tuple) -> tuple[Callable, dict]:
     q, k, v, do = (x[None] for x in base)  # (batch, heads, N, d): one batch of BH heads
     fcfg = flash.default_config(cfg.d, cfg.n, cfg.causal)
     tiles = {"variant": fcfg.spec(), "forward_tiles": [fcfg.block_m, fcfg.block_n],
-             "backward_tiles": [flash_backward.BLOCK_QUERIES, flash_backward.BLOCK_KEYS]}  # fmt: skip
+             "backward_tiles": [flash_backward.query_rows(cfg.d, cfg.causal),
+                                flash_backward.BLOCK_KEYS]}  # fmt: skip
 
     def forward():
         return flash.flash_attention(q, k, v, causal=cfg.causal, config=fcfg, return_lse=True)

@@ -311,8 +311,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #endif
 }
 
-// Temporary mode 13 (BACKWARD_NOTES.md, round 46): the 80-row query blocks at d = 128. After
-// fbw_bulk_load, which it uses.
+// Mode 13 (BACKWARD_NOTES.md, round 46): the 80-row query blocks at d = 128 without a mask.
+// After fbw_bulk_load, which it uses.
 #include "flash_bwd_ws80.cuh"
 
 #ifdef COMPILE_CHECK

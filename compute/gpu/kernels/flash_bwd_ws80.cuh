@@ -1,9 +1,10 @@
-// The ws backward at d = 128 with 80-row query blocks (flash_backward's temporary mode 13):
-// FlashAttention-4's sm90 tile for non-causal d = 128 (flash_bwd_sm90.py via interface.py's
-// _tile_size_bwd_sm90: 80 x 128, dQ with swapped operands). Each consumer warpgroup still owns
-// 64 of the CTA's 128 keys; per query block it does 25% more work than flash_bwd_ws.cu's
-// 64-row block for the same fixed costs (the dSᵀ hand-off barrier, the stage waits, one dQ tile
-// drain, the L2 / D reads' setup). BACKWARD_NOTES.md ("Round 46") says why this step.
+// The ws backward at d = 128 with 80-row query blocks (flash_backward's mode 13, the default
+// there without a mask or band): FlashAttention-4's sm90 tile for non-causal d = 128
+// (flash_bwd_sm90.py via interface.py's _tile_size_bwd_sm90: 80 x 128, dQ with swapped
+// operands). Each consumer warpgroup still owns 64 of the CTA's 128 keys; per query block it
+// does 25% more work than flash_bwd_ws.cu's 64-row block for the same fixed costs (the dSᵀ
+// hand-off barrier, the stage waits, one dQ tile drain, the L2 / D reads' setup).
+// BACKWARD_NOTES.md ("Round 46") has why and what it measured: 1.00-1.05x mode 7.
 // What changes against flash_bwd_ws.cu (same producer, rings, early dV, one named barrier):
 //   * Sᵀ, dPᵀ are m64n80 GEMMs (40 accumulator registers each), dV, dK five k-steps of 16;
 //   * wgmma's M is 64, so dQ (80 rows) is computed transposed: dQᵀ (64 columns of d x 80

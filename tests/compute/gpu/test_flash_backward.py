@@ -143,7 +143,7 @@ def test_other_dq_modes_match_float64(dtype, mode, d):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_80_row_mode_matches_float64(dtype):
-    # Temporary mode 13 (80-row query blocks, d = 128, no mask): tails in N_q not a multiple
+    # Mode 13 (80-row query blocks, d = 128, no mask): tails in N_q not a multiple
     # of 80 nor 64, key tails, N_q < 80, a single row, GQA-free heads and batches.
     for i, (b, h, n_q, n_k) in enumerate(
         [(2, 3, 77, 300), (2, 3, 1000, 900), (1, 2, 1500, 1700), (1, 2, 1, 513), (1, 3, 240, 128),

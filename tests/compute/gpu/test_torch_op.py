@@ -501,14 +501,13 @@ def test_backward_plan_matches_flash_attention_backward_bit_for_bit(b, h, hk, n_
 )
 def test_backward_plan_takes_mode_13_where_it_is_the_default(monkeypatch, b, h, hk, n_q, n_k,
                                                               causal):  # fmt: skip
-    """With Q80_DEFAULT (round 46's temporary mode 13, d = 128 without a mask) the op's
-    cached plan launches mode 13 where it applies (mode 7 under the causal mask) and gives
-    flash_attention_backward's dK, dV bits on SDPA-shaped views with GQA; dQ (added in the
-    key blocks' finishing order) within bf16 rounding of it."""
-    from compute.gpu import flash_backward, torch_launch
+    """The op's cached plan launches mode 13 (80-row query blocks) at d = 128 without a mask
+    (mode 7 under the causal mask) and gives flash_attention_backward's dK, dV bits on
+    SDPA-shaped views with GQA; dQ (added in the key blocks' finishing order) within bf16
+    rounding of it."""
+    from compute.gpu import torch_launch
     from compute.gpu.flash_backward import flash_attention_backward
 
-    monkeypatch.setattr(flash_backward, "Q80_DEFAULT", True)
     monkeypatch.setattr(torch_launch, "_BWD_PLANS", {})
     d = 128
     g = torch.Generator(device="cuda").manual_seed(n_q + hk)
