@@ -40,6 +40,8 @@
 // Causal CTAs are unequal (key block kb streams (N_q - 128 kb) / 64 query blocks): the
 // non-deterministic kernel launches them longest first within chunks of grid rows
 // (fbw_longest_first), so the last wave holds short CTAs.
+// At d = 128 without a mask the default is flash_bwd_ws80.cuh's kernel instead (80-row query
+// blocks, FlashAttention-4's tile there; included below).
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
