@@ -312,6 +312,8 @@ class _BackwardPlan:
     CuPy per call): parameters in ctypes storage made once, addresses rewritten per call."""
 
     def __init__(self, q, k, v, o, do, out, causal, scale, deterministic, band=None) -> None:
+        import cupy
+
         from . import flash_backward as fb
         from .flash_launch import (
             _INVALID_CONTEXT,
@@ -322,6 +324,10 @@ class _BackwardPlan:
         )
         from .tma import _encode, _TensorMap, tensor_map
 
+        # The plan is built in the backward, on autograd's device thread, where no CUDA
+        # context need be current yet (the first backward of a process, if ours is its first
+        # kernel): encoding the tensor maps then fails with CUDA_ERROR_INVALID_CONTEXT.
+        cupy.cuda.runtime.setDevice(q.device.index)
         b, h, n_q, d = q.shape
         hk, n_k = k.shape[1], k.shape[2]
         mode = fb.DETERMINISTIC_MODE if deterministic else fb.default_mode(d, causal, band)
