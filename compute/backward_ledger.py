@@ -58,7 +58,7 @@ def count_steps(steps: Iterable[BackwardStep]) -> Counts:
 
 
 def _add(a: Counts, b: Counts) -> Counts:
-    """a + b per tensor and direction (a tensor either lacks counts 0 there)."""
+    """a + b per tensor and direction (a tensor absent from one counts 0 there)."""
     none: Mapping[str, int] = {}
     return _freeze(
         {
