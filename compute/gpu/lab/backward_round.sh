@@ -8,7 +8,8 @@
 # XDIST=N runs the tests on N pytest-xdist workers; SKIP_BAND_SAN=1 leaves out the band's
 # sanitizer runs;
 # BAND_TIMING="ARGS" adds lab/backward_band.py ARGS (the band against causal) at the end;
-# SAN_KW=", dims=(128,), masks=(False,)" narrows the sanitizer cases (mode 13 takes no mask).
+# SAN_KW=", dims=(128,)" narrows the sanitizer cases (mode 13 is d = 128 only); CAUSAL=0 or 1
+# times only the full or the causal cases.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}
@@ -41,7 +42,8 @@ import backward_cases as b, CASES; b(np.random.default_rng(9), cases=CASES[:3], 
 fi
 TAIL=40 step timing "${TIME_LIMIT:-300}" python3 -m compute.gpu.lab.backward_vs_fa4 \
     --dtype ${DTYPES:-bfloat16} --d ${D:-64 128} --n ${N:-8192 16384} --modes ${MODES:-9} \
-    --peers ${PEERS:-sdpa-cudnn} --settle 0.1 --preheat 0.5 --budget-s "${TIME_BUDGET:-150}" \
+    --peers ${PEERS:-sdpa-cudnn} ${CAUSAL:+--causal $CAUSAL} --settle 0.1 --preheat 0.5 \
+    --budget-s "${TIME_BUDGET:-150}" \
     --json "$OUT/${JSON:-timing}.json"
 if [ -n "${BAND_TIMING:-}" ]; then
     TAIL=12 step band_timing "${BAND_LIMIT:-120}" python3 -m compute.gpu.lab.backward_band \
