@@ -26,7 +26,7 @@ Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 doma
 padded to whole 64-row query blocks; it also zeroes the dQ accumulator and tickets), the main kernel (one CTA per 128-key block and head: a
 producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
 in registers and add dQ into a float32 accumulator by one bulk reduction per 64 x 64 tile)
-and a conversion of dQ to the input dtype, times the scale. At d = 128 without a band
+and a conversion of dQ to the input dtype, times the scale. At d = 128 without a mask or band
 the query blocks are 80 rows (FlashAttention-4's tile there; dQ computed transposed, one
 bulk reduction per 64-column x 80-query tile, rows padded to a multiple of 320). ``deterministic=True`` makes the
 key blocks add each dQ tile in a fixed order (bitwise repeatable gradients, at a cost
@@ -65,10 +65,9 @@ THREADS = 256  # two warpgroups
 # order, so bitwise mode 9's results; measured 1.45-1.74x mode 9 (BACKWARD_NOTES.md), hence
 # the deterministic default (its GPU tests, mode 9's bits included, passed on the merged tree).
 # Mode 13 is 7 at d = 128 with 80-row query blocks (kernels/flash_bwd_ws80.cuh, FlashAttention-4's
-# non-causal d = 128 tile; causal too, no band or fixed order): 1.00-1.05x mode 7 in all six
-# non-causal d = 128 cases of the bar (BACKWARD_NOTES.md, round 46), and causal in the six
-# causal ones (round 46, bwd10), hence their default (default_mode); mode 7 stays the default
-# under a band and at d = 64.
+# non-causal d = 128 tile; no mask, band or fixed order): 1.00-1.05x mode 7 in all six
+# non-causal d = 128 cases of the bar (BACKWARD_NOTES.md, round 46), hence their default
+# (default_mode); mode 7 stays the default under a mask and at d = 64.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
 MODES = (0, 4, 5, 7, 9, 13, 16)
 WS_MODES = {7: False, 9: True, 13: False, 16: True}
@@ -87,16 +86,15 @@ DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgro
 
 
 def default_mode(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
-    """The mode a call that names none gets: mode 13 for d = 128 without a band, else
-    DEFAULT_MODES' for d."""
+    """The mode a call that names none gets: mode 13 for d = 128 without a causal mask or
+    band, else DEFAULT_MODES' for d."""
     return Q80_MODES[0] if query_rows(d, causal, band) == Q80_ROWS else DEFAULT_MODES[d]
 
 
 def query_rows(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
     """Rows per streamed query block of the default kernel for such a call (its tile is
-    that many queries x BLOCK_KEYS keys): 80 at d = 128 without a band (causal or not), else
-    64; `causal` is kept for the callers, the 80-row kernel taking the mask since round 46."""
-    return Q80_ROWS if d == 128 and band is None else BLOCK_QUERIES
+    that many queries x BLOCK_KEYS keys): 80 at d = 128 without a mask or band, else 64."""
+    return Q80_ROWS if d == 128 and not causal and band is None else BLOCK_QUERIES
 
 
 def ws_rows(mode: int, n_q: int) -> tuple[int, int]:
@@ -243,8 +241,8 @@ def backward_mode(
         _check_out(out, q, k)
     if band is not None:
         band = _check_band(band, causal, mode)
-    if mode in Q80_MODES and (d != 128 or band is not None):
-        raise ValueError(f"backward mode {mode} is for d = 128 without a band")
+    if mode in Q80_MODES and (d != 128 or causal or band is not None):
+        raise ValueError(f"backward mode {mode} is for d = 128 without a causal mask or band")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:

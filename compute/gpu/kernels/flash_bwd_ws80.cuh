@@ -1,5 +1,5 @@
 // The ws backward at d = 128 with 80-row query blocks (flash_backward's mode 13, the default
-// there without a band): FlashAttention-4's sm90 tile for non-causal d = 128
+// there without a mask or band): FlashAttention-4's sm90 tile for non-causal d = 128
 // (flash_bwd_sm90.py via interface.py's _tile_size_bwd_sm90: 80 x 128, dQ with swapped
 // operands). Each consumer warpgroup still owns 64 of the CTA's 128 keys; per query block it
 // does 25% more work than flash_bwd_ws.cu's 64-row block for the same fixed costs (the dSᵀ
@@ -13,14 +13,10 @@
 //   * the dQᵀ tile goes to a chunk of 64 x 80 floats in accumulator order (one bulk reduction,
 //     20 KB), converted by flash_bwd_post_t80_s; one dQ buffer per consumer (two would pass
 //     the 232,448-byte limit), so its store waits for the previous reduction to have read it;
-//   * causal (bottom-right, hi = lay.hi = N_k - N_q) as flash_bwd_ws.cu does it: a key block
-//     streams query blocks [i0, ceil(N_q / 80)) from the first whose last row reaches it, only
-//     the tiles the diagonal (or the key tail) crosses are masked per element, and the CTAs
-//     launch longest first (fbw_longest_first). FA4 keeps 64 x 128 for causal; BACKWARD_NOTES
-//     ("Round 46 (bwd10)") has what the 80-row tile measured there. No band or deterministic
-//     order (the host refuses them). Rows are padded to a multiple of 320 (64 and 80), so
-//     flash_bwd_pre_s pads L2 / D and zeroes the accumulator unchanged.
-// Included by flash_bwd_ws.cu after its own helpers (fbw_bulk_load, fbw_longest_first).
+//   * no causal mask, band or deterministic order (FA4 keeps 64 x 128 for causal; the host
+//     refuses them); the key tail is masked as before. Rows are padded to a multiple of 320
+//     (64 and 80), so flash_bwd_pre_s pads L2 / D and zeroes the accumulator unchanged.
+// Included by flash_bwd_ws.cu after its own helpers (fbw_bulk_load).
 #pragma once
 
 #include "flash_bwd_layout.cuh"
@@ -92,12 +88,10 @@ __device__ __forceinline__ void fbw80_issue_dq(float* dq, u32 klo, u32 dlo) {
     fa_wgmma_commit();
 }
 
-// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place; MASK: zero at key rows >= Nk and, causal, at key
-// rows row > r + hi of query r (hi = N_k - N_q; huge without a mask). q0: the block's first
-// query; this thread's pair of queries in register group j is q0 + 8 j + 2 t, + 1.
+// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place; MASK: zero at key rows >= Nk (the only mask here).
 template <bool MASK>
 __device__ __forceinline__ void fbw80_probs(float* s, u32 l2a, float scale_log2, int row_k,
-                                            int q0, int t, int Nk, int hi) {
+                                            int Nk) {
 #pragma unroll
     for (int j = 0; j < FBW80_BM / 8; ++j) {
         const float2 l2 = fbw_row_pair(l2a, j);
@@ -107,10 +101,7 @@ __device__ __forceinline__ void fbw80_probs(float* s, u32 l2a, float scale_log2,
             float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
             float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
             if constexpr (MASK) {
-                const int row = row_k + 8 * h;
-                const int r = q0 + 8 * j + 2 * t;
-                if (row >= Nk || row > r + hi) p0 = 0.f;
-                if (row >= Nk || row > r + 1 + hi) p1 = 0.f;
+                if (row_k + 8 * h >= Nk) p0 = p1 = 0.f;
             }
             s[e] = p0;
             s[e + 1] = p1;
@@ -171,9 +162,8 @@ __device__ __forceinline__ void fbw80_dq_bulk(const float* dq, u32 buf, int ctid
 }
 #endif
 
-// flash_bwd_ws's arguments (sems unused; lay.hi = N_k - N_q if causal, else BAND_OPEN: no
-// band). Grid (key blocks, batch * kv_heads); query blocks [i0, ceil(Nq / 80)); Npad a
-// multiple of 320.
+// flash_bwd_ws's arguments (sems and causal unused: causal must be 0, no band). Grid
+// (key blocks, batch * kv_heads); query blocks [0, ceil(Nq / 80)); Npad a multiple of 320.
 template <int DT>
 __global__ void __launch_bounds__(384, 1)
     flash_bwd_ws80(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
@@ -184,6 +174,7 @@ __global__ void __launch_bounds__(384, 1)
                    float scale_log2, int causal, const FbwLayout lay) {
 #if FA_HAVE_WGMMA
     (void)sems;
+    (void)causal;
     using L = Fbw80Smem;
     constexpr int ST = L::ST;
     constexpr int NS = FBW80_BM / 2;  // Sᵀ / dPᵀ / dQᵀ accumulator registers
@@ -198,20 +189,15 @@ __global__ void __launch_bounds__(384, 1)
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
-    int kb = static_cast<int>(blockIdx.x), row = static_cast<int>(blockIdx.y);
-    if (causal) fbw_longest_first(kb, row);  // causal CTAs are unequal: the longest first
+    const int kb = static_cast<int>(blockIdx.x), row = static_cast<int>(blockIdx.y);
     const int k0 = kb * FB_BN;
     const int kv_heads = lay.heads / lay.group;
     const int bat = row / kv_heads;
     const int hk = row - bat * kv_heads;
     const int bh0 = bat * lay.heads + hk * lay.group;
-    const int hi = lay.hi;  // query row r sees keys c <= r + hi
-    const int i1 = (Nq + FBW80_BM - 1) / FBW80_BM;  // query blocks of a head
+    const int nb = (Nq + FBW80_BM - 1) / FBW80_BM;  // query blocks of a head
     const int nblk = Npad / FBW80_BM;                // the accumulator's blocks per head
-    // The first query block whose last row reaches k0 (0 without a mask; < i1, since a key
-    // block k0 < N_k is reached by row N_q - 1).
-    const int i0 = max(0, k0 - hi) / FBW80_BM;
-    const int items = (i1 - i0) * lay.group;
+    const int items = nb * lay.group;
 
     if (tid == 0) {
         fa_mbar_init(barKV, 1);
@@ -232,7 +218,7 @@ __global__ void __launch_bounds__(384, 1)
             fa_mbar_expect_tx(barKV, 2 * L::KV_BYTES);
             fa_load_kv<2, FB_BN>(sK, &tmK, k0, hk, bat, barKV);
             fa_load_kv<2, FB_BN>(sV, &tmV, k0, hk, bat, barKV);
-            for (int it = 0, i = i0, gq = 0; it < items; ++it) {
+            for (int it = 0, i = 0, gq = 0; it < items; ++it) {
                 const int s = it % ST;
                 const int h = hk * lay.group + gq;
                 const long long bh = bh0 + gq;
@@ -248,8 +234,8 @@ __global__ void __launch_bounds__(384, 1)
                 fa_load_kv<2, FBW80_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FBW80_BM, h, bat,
                                         fulldO + 8 * s);
                 fbw_bulk_load(ld + FBW80_BM * 4, Db, FBW80_BM * 4, fulldO + 8 * s);
-                if (++i == i1) {
-                    i = i0;
+                if (++i == nb) {
+                    i = 0;
                     ++gq;
                 }
             }
@@ -270,13 +256,14 @@ __global__ void __launch_bounds__(384, 1)
     const u32 kdq = fbw_lo(sK + cw * (FB_BN * 128), FB_BN * 128);
     const u32 ds_off = fbw80_ds_offset(cw, warp, lane);
     const u32 dqbuf = sDQ + cw * L::DQ_BYTES;
+    const bool tail = kw0 + 64 > Nk;
 
     float dv[NA], dk[NA];
 #pragma unroll
     for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
 
     fa_mbar_wait(barKV, 0);
-    for (int it = 0, i = i0, gq = 0; it < items; ++it) {
+    for (int it = 0, i = 0, gq = 0; it < items; ++it) {
         const int s = it % ST;
         const long long bh = bh0 + gq;
         const u32 par = (it / ST) & 1;
@@ -284,7 +271,6 @@ __global__ void __launch_bounds__(384, 1)
         const u32 dobase = sdO + s * L::QT_BYTES;
         const u32 dsbuf = sdS + (it & 1) * L::DS_BYTES;
         const u32 lda = sLD + s * L::LD_BYTES + 8 * t;
-        const int q0 = i * FBW80_BM;
 
         float sv[NS], dp[NS];
         // Register-free definitions: the wrappers take accumulators as "+f", so without
@@ -299,12 +285,10 @@ __global__ void __launch_bounds__(384, 1)
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
-        // Masked tiles: the key tail, and those the diagonal crosses (some key of this
-        // consumer's 64 past the block's first row's last key).
-        if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi))
-            fbw80_probs<true>(sv, lda, scale_log2, row_k, q0, t, Nk, hi);
+        if (tail)
+            fbw80_probs<true>(sv, lda, scale_log2, row_k, Nk);
         else
-            fbw80_probs<false>(sv, lda, scale_log2, row_k, q0, t, Nk, hi);
+            fbw80_probs<false>(sv, lda, scale_log2, row_k, Nk);
         u32 ap[FBW80_BM / 16][4], ads[FBW80_BM / 16][4];
         fa_to_a<DT, NS>(sv, ap);
         // dV before the wait for dPᵀ, as flash_bwd_ws.cu does (FA4 issues it after dS).
@@ -340,8 +324,8 @@ __global__ void __launch_bounds__(384, 1)
         for (int e = 0; e < NS; ++e) fa_reg_fence(dq[e]);
         const long long chunk = (bh * nblk + i) * 2 + cw;
         fbw80_dq_bulk(dq, dqbuf, ctid, 2 + cw, dQacc + chunk * (FBW80_BM * 64));
-        if (++i == i1) {
-            i = i0;
+        if (++i == nb) {
+            i = 0;
             ++gq;
         }
     }
