@@ -131,7 +131,7 @@ def freeze_counts(
     return MappingProxyType(out)
 
 
-_NONE: Counts = MappingProxyType(dict.fromkeys(DIRECTIONS, 0))
+_NONE: Mapping[str, int] = MappingProxyType(dict.fromkeys(DIRECTIONS, 0))
 
 
 def _empty() -> dict[str, dict[str, int]]:

@@ -271,10 +271,15 @@ def _backward_plan(torch, q, k, v, o, do, lse, out, causal, scale, deterministic
         return None
     import cupy as cp
 
+    # Built in the backward, on autograd's device thread, where no CUDA context need be
+    # current yet (the first backward of a process, if ours is its first kernel): encoding
+    # the tensor maps then fails with CUDA_ERROR_INVALID_CONTEXT. cupy's Device() does not
+    # make it current when the thread's device number already matches; setDevice does.
+    cp.cuda.runtime.setDevice(q.device.index)
     with cp.cuda.Device(q.device.index):
         if not is_hopper():
             return None
-        return _BackwardPlan(q, k, v, o, do, out, causal, scale, deterministic, band)
+        return _BackwardPlan(q, k, v, o, do, out, causal, scale, mode, band)
 
 
 def _kv_readable(t: Any) -> bool:
@@ -311,9 +316,7 @@ class _BackwardPlan:
     """One signature's three ws-backward launches (flash_backward._backward_ws's, without
     CuPy per call): parameters in ctypes storage made once, addresses rewritten per call."""
 
-    def __init__(self, q, k, v, o, do, out, causal, scale, deterministic, band=None) -> None:
-        import cupy
-
+    def __init__(self, q, k, v, o, do, out, causal, scale, mode, band=None) -> None:
         from . import flash_backward as fb
         from .flash_launch import (
             _INVALID_CONTEXT,
@@ -324,14 +327,9 @@ class _BackwardPlan:
         )
         from .tma import _encode, _TensorMap, tensor_map
 
-        # The plan is built in the backward, on autograd's device thread, where no CUDA
-        # context need be current yet (the first backward of a process, if ours is its first
-        # kernel): encoding the tensor maps then fails with CUDA_ERROR_INVALID_CONTEXT.
-        cupy.cuda.runtime.setDevice(q.device.index)
         b, h, n_q, d = q.shape
         hk, n_k = k.shape[1], k.shape[2]
-        mode = fb.DETERMINISTIC_MODE if deterministic else fb.default_mode(d, causal, band)
-        self.mode = mode  # a ws mode
+        self.mode = mode  # a ws mode (_backward_plan's choice)
         pre, main, post = fb._functions(_DTYPE_CODES[str(q.dtype)], d, mode)
         n_pad, q_rows = fb.ws_rows(mode, n_q)
         self.n_pad = n_pad
