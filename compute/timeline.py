@@ -222,9 +222,12 @@ class LaneTimeline:
         self.length = int(self.seg_start[-1])
         totals = np.concatenate([self._segment_totals(p) for p in range(len(self.parts))])
         # cum[k]: counts (tensor, direction) of every action before segment k.
-        cum = np.zeros((len(lengths) + 1, len(self.tensors), len(DIRECTIONS)), dtype=np.int64)
-        np.cumsum(totals, axis=0, out=cum[1:])
-        self.seg_cumulative = _readonly(cum)
+        # Summed with the segment axis innermost: along axis 0 of a (segments, 32) array
+        # np.cumsum pays a call per segment over 32 elements (2x the time at 16 k segments);
+        # integer sums have the same value in any layout.
+        cum = np.zeros((len(self.tensors), len(DIRECTIONS), len(lengths) + 1), dtype=np.int64)
+        np.cumsum(np.moveaxis(totals, 0, -1), axis=-1, out=cum[..., 1:])
+        self.seg_cumulative = _readonly(np.moveaxis(cum, -1, 0))
         # A plain LRU, not functools.lru_cache on a bound method: that would make a cycle
         # (self -> cache -> method -> self), so every replaced trace's timelines would wait
         # for the cyclic collector, and the window's memory grew by a trace per change.
