@@ -281,14 +281,17 @@ PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 
 
 # Below this much work in the pass over S (N · N_k · (d + d_v) multiply-adds) a forward
-# or a training step comes in one tier: below it the second paint that streaming adds
+# comes in one tier: below it the second paint that streaming adds
 # costs more than the first tier saves. From N = 1024, d = 64 up (134M) the first paint
 # comes at about half the time for about a quarter more until the last part
 # (assets/benchmarks/interactive/NOTES.md, round 39).
 STREAM_WORK = 1 << 27
-# A backward's first tier is its rows' alone, a small part of its complete work (the
-# forward's pass, then the gradients'), so it streams from half of that size.
-BACKWARD_STREAM_WORK = 1 << 26
+# A backward's or a training step's first tier is its rows' alone, a small part of its
+# complete work (the forward's pass, then the gradients', then their images), so it
+# streams from an eighth of that size: at N = 256, d = 128 with 2×2 blocks the one-part
+# build's passes and images were 23 ms before its first paint, streamed the first tier
+# is 6 ms (first paint 50-55 -> 34-38 ms, the last part 15-25 ms later; NOTES.md).
+BACKWARD_STREAM_WORK = 1 << 24
 
 
 def streams(trace: Trace) -> bool:
@@ -298,7 +301,7 @@ def streams(trace: Trace) -> bool:
     without the backward's products: what the selected rows' gradients read)."""
     s = trace.schedule
     work = s.n_q * s.n_k * (s.d + s.d_v)
-    if work < (BACKWARD_STREAM_WORK if trace.pass_name == "backward" else STREAM_WORK):
+    if work < (STREAM_WORK if trace.backward is None else BACKWARD_STREAM_WORK):
         return False
     if trace.backward is not None:
         return not trace.backward.summary_cached(DISPLAY_CAP)
