@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -35,6 +36,7 @@ from compute.mask import Mask
 from desktop.panels.backward_memory import BackwardMemory
 from desktop.panels.lean_axis import LeanAxis, prepare_axes
 from desktop.panels.ledger_measured import LedgerMeasured
+from desktop.panels.pending_cover import PendingCover
 from desktop.state.app_state import AppState
 from desktop.state.config import Config
 from desktop.theme import FollowsPalette, style_plot
@@ -67,13 +69,20 @@ def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     """Total transfers of the config's pass (forward, backward or training) against N, for
     dense, q-outer and kv-outer at the config's shapes; with a sliding window (a bounded
     left side, not packed), against the window's left size at the config's N instead."""
+    fn, args = sweep_key(config, sram)
+    return fn(*args)  # (cached: one object per key)
+
+
+def sweep_key(config: Config, sram: int) -> tuple[Callable[..., dict], tuple]:
+    """(function, arguments) that `sweep` computes for a config: equal keys, equal sweeps,
+    so a panel can tell that its sweep changes without computing the new one."""
     m = config.mask
     if m.left >= 0 and not m.lengths:
         shape = (config.n, config.n_k, config.d, config.dv, config.block_q, config.block_k)
-        return _window_sweep(*shape, m, config.save_lse, sram, config.pass_name)
+        return _window_sweep, (*shape, m, config.save_lse, sram, config.pass_name)
     key = (config.n_k / config.n, config.d, config.dv, config.block_q, config.block_k)
     mask = dataclasses.replace(m, lengths=())  # packed lengths sum to one N: kept out
-    return _sweep(*key, mask, config.save_lse, sram, config.pass_name)  # (cached: one object)
+    return _sweep, (*key, mask, config.save_lse, sram, config.pass_name)
 
 
 @functools.lru_cache(maxsize=64)  # (new inputs of the same sizes: the same object)
@@ -185,6 +194,7 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.restyle()
         state.sigTraceChanged.connect(self._on_trace)
         state.sigStepChanged.connect(self._on_step)
+        state.sigPartsChanged.connect(self._on_parts)
 
     # ---- construction ----------------------------------------------------------------
     def _build_totals(self) -> QGridLayout:
@@ -269,6 +279,7 @@ class LedgerPanel(FollowsPalette, QWidget):
             axisItems={"left": LeanAxis("left"), "bottom": LeanAxis("bottom")}
         )
         self._plotted: tuple = ()  # (sweep, pens, marks) the plot shows
+        self._plotted_key: tuple | None = None  # _plot_key of what it shows (None: nothing)
         self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
         item.setLogMode(x=True, y=True)
@@ -294,6 +305,8 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.legend_label.setWordWrap(True)
         self.plot_note = QLabel()
         self.plot_note.setWordWrap(True)
+        self.plot_cover = PendingCover(self.plot, "computing the sweep…")
+        self.plot_cover.setObjectName("sweep_cover")
         return self.plot
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
@@ -332,10 +345,39 @@ class LedgerPanel(FollowsPalette, QWidget):
             self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
         if self._slide:
             self._fit_table()
-        self._update_plot(trace)
+        if "plots" not in self.state.pending_parts:
+            self._update_plot(trace)
+        elif self._plot_key(trace) != self._plotted_key:
+            self._hide_plot()  # (the new sweep comes with the plots' part: worker.PARTS)
+            self._set_texts(trace)
         self._on_step(self.state.step)
 
+    def _on_parts(self, pending: frozenset) -> None:
+        trace = self.state.trace
+        if trace is not None and "plots" not in pending and self._plotted_key is None:
+            self._update_plot(trace)
+
+    def _hide_plot(self) -> None:
+        """The sweep covered while the new one is to come: its lines and mark are another
+        configuration's, and setting the new ones with the first tier was a quarter of a
+        blocks change's GUI time before that tier's paint (the cover is opaque: nothing
+        beneath it is painted, and the lines keep their bounds, so no range moves)."""
+        if self._plotted_key is not None:
+            self._plotted_key = None
+            self.plot_cover.cover(True)
+
+    def _plot_key(self, trace: Trace) -> tuple:
+        """What the sweep plot shows for a trace, without computing its sweep: the sweep's
+        key, the pass (its pens), N, the window and the run's totals (the mark, the note)."""
+        config = self.state.config
+        sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
+        s = trace.schedule
+        totals = trace.totals_at(trace.n_steps - 1)
+        shape = (s.n_q, s.mask.left, s.block_q, s.block_k, trace.sram_capacity)
+        return (sweep_key(config, sram), config.pass_name, shape, totals["dense"], totals["tiled"])
+
     def _update_plot(self, trace: Trace) -> None:
+        self._plotted_key = self._plot_key(trace)
         config = self.state.config
         sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
         data = sweep(config, sram)
@@ -356,10 +398,21 @@ class LedgerPanel(FollowsPalette, QWidget):
             self._marks.setData([marks[0]] * 2, list(marks[1:]))
             self.plot.getPlotItem().setLabel("bottom", data["axis"])
             prepare_axes(self.plot, [self.plot.getPlotItem()])
-        self.legend_label.setText(legend_html(pens))
+        self._set_texts(trace)
+        self.plot_cover.cover(False)
+
+    def _set_texts(self, trace: Trace) -> None:
+        """The sweep's legend and note: from the config alone, so they are set with the
+        first tier even while the lines wait for the plots' part."""
+        config = self.state.config
+        sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
+        n = trace.schedule.n_q
+        by_n = sweep_key(config, sram)[0] is _sweep
+        x = n if by_n else max(1, trace.schedule.mask.left)
+        self.legend_label.setText(legend_html(pens_for(config.pass_name)))
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(
-            (f"● N = {n}" if data["axis"] == N_AXIS else f"● window left {x}, N = {n}")
+            (f"● N = {n}" if by_n else f"● window left {x}, N = {n}")
             + f"; blocks {trace.schedule.block_q}×"
             f"{trace.schedule.block_k}, {m_note}; "
             + ("" if config.pass_name == "forward" else f"{config.pass_name} pass; ")

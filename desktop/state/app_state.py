@@ -139,16 +139,21 @@ class AppState(QObject):
         if row_changed:
             self.sigRowChanged.emit(row)
 
-    def _part(self, trace: Trace, images: LaneImages) -> None:
-        """The rest of the shown trace: the row's curves, and of a streamed one every
-        heatmap and the all-rows numbers."""
+    def _part(
+        self, trace: Trace, images: LaneImages | None, done: frozenset[str] | None = None
+    ) -> None:
+        """A part of the shown trace: the plots (the row's curves, the ledger's sweep),
+        or a streamed one's heatmaps and all-rows numbers with their images (None: the
+        images are still to come). `done` names the parts it fills (None: every one)."""
         if trace is not self.trace:
             return  # (the builder delivers only the newest generation's parts)
         self.part_at = time.perf_counter()  # (bench-gui: the tier before was painted by now)
-        new_images = images is not self.images
-        self.images, self.pending_parts = images, frozenset()
+        new_images = images is not None and images is not self.images
+        if new_images:
+            self.images = images
+        self.pending_parts = frozenset() if done is None else self.pending_parts - done
         self.sigPartsChanged.emit(self.pending_parts)
-        if new_images:  # (a one-part build's curves come with the images it had)
+        if new_images:  # (a one-part build's plots come with the images it had)
             self.sigImagesChanged.emit()
 
     def adopt(self, other: AppState) -> None:

@@ -41,12 +41,14 @@ from desktop.state.config import BudgetError, Config, build
 
 # What a streamed trace's first delivery leaves to follow (AppState.pending_parts): the
 # heatmaps that need all of S (P, O, the tiled lane's O, m, ℓ, L), the all-rows numbers
-# (the maximum error, the overflow check) and the statistics panel's curves of the selected
-# row. A one-part build leaves only the curves: they need only that row, but handing
-# ~100 k vertices to pyqtgraph and painting them was a third of a first paint's GUI time
-# at N = 1024, so every threaded build delivers them after its first paint.
+# (the maximum error, the overflow check) and the plots: the statistics panel's curves of
+# the selected row and the ledger's sweep. The plots need only that row and the shapes,
+# but handing ~100 k vertices to pyqtgraph and painting them was a third of a first
+# paint's GUI time at N = 1024 (the ledger's sweep 8 ms of a blocks change's 30), so
+# every threaded build delivers them as a part of their own right after its first paint,
+# before any pass over S: a one-part build has nothing else to follow.
 PARTS = frozenset({"heatmaps", "errors", "plots"})
-CURVES_PART = frozenset({"plots"})  # what a one-part build leaves to follow
+CURVES_PART = frozenset({"plots"})
 
 
 class _Relay(QObject):
@@ -54,7 +56,9 @@ class _Relay(QObject):
 
     sigDone = Signal(int, object, object)  # generation, (config, trace, images) or None, error
     sigFirst = Signal(int, object, object)  # generation, (config, trace, first tier), Event
-    sigPart = Signal(int, object, object)  # generation, trace, complete images
+    # generation, (trace, complete images or None for the curves part, the parts done),
+    # Event (set once the part is painted)
+    sigPart = Signal(int, object, object)
 
 
 class _BuildJob(QRunnable):
@@ -66,9 +70,9 @@ class _BuildJob(QRunnable):
         self.current = current  # the builder's newest generation
         self.row = 0  # the selected query row (its block's history comes with the first tier)
         self.key = 0  # the selected key row (a backward's first tier has its tile)
-        # Set by the GUI once the first tier is painted: the second tier waits for it, as
-        # a worker running Python beside the paint takes the GIL from it (the paint of a
-        # first tier took 3-4x as long beside a running pass over S).
+        # Set by the GUI once the first tier (then the curves part) is painted: what
+        # follows waits for it, as a worker running Python beside the paint takes the
+        # GIL from it (the paint of a first tier took 3-4x as long beside a pass over S).
         self.painted = threading.Event()
 
     def check(self) -> None:
@@ -84,6 +88,13 @@ class _BuildJob(QRunnable):
             self.relay.sigFirst.emit(self.generation, (*result, pending), self.painted)
             self.painted.wait(PAINT_WAIT_S)
 
+        def curves(trace) -> None:  # the plots' part, painted before anything follows
+            self.check()
+            _row_curves(trace, self.row)
+            self.painted.clear()
+            self.relay.sigPart.emit(self.generation, (trace, None, CURVES_PART), self.painted)
+            self.painted.wait(PAINT_WAIT_S)
+
         try:
             result = build_all(
                 self.config,
@@ -92,14 +103,17 @@ class _BuildJob(QRunnable):
                 row=self.row,
                 key=self.key,
                 curves=False,
+                on_curves=curves,
             )
-            if not streamed:  # one part: shown now, the row's curves follow
+            if streamed:  # the first tier and the curves came; now the rest
+                self.relay.sigPart.emit(
+                    self.generation, (result[1], result[2], PARTS - CURVES_PART), None
+                )
+            else:  # one part: shown now, the plots follow it
                 first(*result, pending=CURVES_PART)
-            self.check()
-            # The statistics panel's curves come last: handing them to pyqtgraph and
-            # painting them is a third of a first paint's GUI time at N = 1024.
-            _row_curves(result[1], self.row)
-            self.relay.sigPart.emit(self.generation, result[1], result[2])
+                self.check()
+                _row_curves(result[1], self.row)
+                self.relay.sigPart.emit(self.generation, (result[1], result[2], CURVES_PART), None)
             result = None
         except Cancelled:
             self.relay.sigDone.emit(self.generation, None, Cancelled())
@@ -129,6 +143,7 @@ def build_all(
     row: int | None = None,
     key: int = 0,
     curves: bool = True,
+    on_curves: Callable[[object], None] | None = None,
 ) -> tuple[Config, object, LaneImages]:
     """The Trace and its precomputed heatmap images: everything a new trace needs. With
     `on_first`, a trace that streams (render.streams) is handed over with its first tier
@@ -137,7 +152,9 @@ def build_all(
     not, and in a backward row `row`'s block and key row `key`'s tile (its L, D,
     dQ_row, dK, dV: exact from those rows and columns once the forward's O and L are
     in); the whole gradients and dP, dS come with the second tier. `curves=False`
-    leaves the row's plotted curves to the caller (_row_curves)."""
+    leaves the row's plotted curves to the caller (_row_curves); a streamed build then
+    hands the trace to `on_curves` after its first tier and before its second, so the
+    caller delivers them in between."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
         if check is not None:  # the passes over S first, cancellable between chunks
@@ -156,6 +173,8 @@ def build_all(
     if check is not None:
         check()
     on_first(config, trace, first)
+    if on_curves is not None:
+        on_curves(trace)
     images = complete_images(trace, first, check)
     _all_rows(trace)
     if row is not None:  # every row's L and D are in now
@@ -232,7 +251,7 @@ class TraceBuilder(QObject):
         on_error: Callable[[str], None],
         on_refused: Callable[[str], None] | None = None,
         on_first: Callable[[Config, object, LaneImages], None] | None = None,
-        on_part: Callable[[object, LaneImages], None] | None = None,
+        on_part: Callable[[object, LaneImages | None, frozenset], None] | None = None,
         after_paint: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         super().__init__()
@@ -241,7 +260,8 @@ class TraceBuilder(QObject):
         self._after_paint = after_paint or (lambda fn: QTimer.singleShot(0, fn))
         self._on_done, self._on_error = on_done, on_error
         # A streamed build: on_first(config, trace, first tier), then on_part(trace,
-        # images); without them, on_done gets the complete result once the part is in.
+        # images or None, the parts it fills) for each part; without them, on_done gets
+        # the complete result once its last part is in.
         self._on_first, self._on_part = on_first, on_part
         self._first_config: Config | None = None
         self._on_refused = on_refused  # a BudgetError: over the memory budget
@@ -306,7 +326,7 @@ class TraceBuilder(QObject):
             else:
                 if self.force_inline or self._on_first is None:
                     self._deliver(generation, result, None)
-                else:  # as a threaded build: the row's curves after this paint
+                else:  # as a threaded build: the plots after this paint
                     self._on_first(*result, CURVES_PART)
                     self._after_paint(lambda: self._inline_curves(generation, result))
             return
@@ -322,7 +342,7 @@ class TraceBuilder(QObject):
         """An inline build's curves part, after the paint of its first delivery."""
         if generation == self._generation:
             _row_curves(result[1], self._pending_row)
-            self._part(generation, result[1], result[2])
+            self._part(generation, (result[1], result[2], CURVES_PART), None)
 
     def _start_pending(self) -> None:
         config, self._pending_config = self._pending_config, None
@@ -344,13 +364,21 @@ class TraceBuilder(QObject):
             self._on_first(*result)
         self._after_paint(painted.set)
 
-    def _part(self, generation: int, trace: object, images: object) -> None:
+    def _part(self, generation: int, part: tuple, painted: threading.Event | None) -> None:
+        """A part of a job's trace: (trace, its complete images, or None where they are
+        still to come, the parts it fills). A part that more of the job follows waits
+        for its paint (`painted`), as the first tier does."""
         if generation != self._generation:
+            if painted is not None:
+                painted.set()
             return
+        trace, images, done = part
         if self._on_first is not None and self._on_part is not None:
-            self._on_part(trace, images)
-        else:
+            self._on_part(trace, images, done)
+        elif images is not None:
             self._on_done(self._first_config, trace, images)
+        if painted is not None:
+            self._after_paint(painted.set)
 
     def _finished(self, generation: int, result: object, error: object) -> None:
         self._running = False

@@ -53,6 +53,7 @@ def test_sweep_plots_the_chosen_pass_totals(window, qtbot, pass_name):
     combo = window.findChild(QComboBox, "pass_combo")
     combo.setCurrentIndex(combo.findData(pass_name))
     qtbot.waitUntil(lambda: window.state.trace.pass_name == pass_name, timeout=5000)
+    qtbot.waitUntil(lambda: "plots" not in window.state.pending_parts, timeout=5000)
     panel, cfg = window.ledger_panel, window.state.config
     data = sweep(cfg, 1000)
     i = int(np.flatnonzero(SWEEP_N == 18)[0])
@@ -106,10 +107,15 @@ def test_the_wheel_never_zooms_a_plot_away(window, qtbot):
 
 def test_the_sweep_follows_a_block_change_and_back(window, qtbot):
     """The plot keeps what it shows while the sweep is the same (a new seed) and follows
-    every change of what the sweep depends on."""
+    every change of what the sweep depends on, with the plots' part: until that part
+    comes, no line of the old sweep is shown beside the new configuration."""
     from desktop.panels.ledger import sweep
 
     st, panel = window.state, window.ledger_panel
+    on_arrival = []  # (sweep covered, plots pending) as the first tier arrives
+    st.sigTraceChanged.connect(
+        lambda _t: on_arrival.append((panel.plot_cover.isVisible(), "plots" in st.pending_parts))
+    )
 
     def shown(key: str) -> np.ndarray:
         return panel._lines[key].getData()[1]
@@ -128,7 +134,11 @@ def test_the_sweep_follows_a_block_change_and_back(window, qtbot):
     for cfg in (base, base.replace(seed=4), base.replace(block_q=3, block_k=3), base):
         with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
             st.set_config(cfg)
+        qtbot.waitUntil(lambda: "plots" not in st.pending_parts, timeout=10_000)
         expect(st.config)
+    # a new seed keeps its sweep in sight; each block change hides it until its part
+    assert on_arrival == [(False, True), (False, True), (True, True), (True, True)]
+    assert not panel.plot_cover.isVisible()  # (each part uncovered it)
     assert not np.array_equal(
         np.asarray(sweep(base.replace(block_q=3, block_k=3), 1000)["q-outer"]),
         np.asarray(sweep(base, 1000)["q-outer"]),
@@ -139,14 +149,21 @@ def test_new_inputs_of_the_same_sizes_leave_the_sweep_plot_alone(window, qtbot, 
     """The sweep depends on sizes and blocks, not on the inputs: a new seed hands pyqtgraph
     nothing (its lines are not set again), a new block size does."""
     st, panel = window.state, window.ledger_panel
+
+    def plotted() -> None:  # the plots come as a part after the first tier
+        qtbot.waitUntil(lambda: "plots" not in st.pending_parts, timeout=10_000)
+
     with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
         st.set_config(Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=1))
+    plotted()
     calls = []
     line = panel._lines["dense"]
     monkeypatch.setattr(line, "setData", lambda *a, **k: calls.append(a))
     with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
         st.update_config(seed=2)
+    plotted()
     assert calls == []
     with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
         st.update_config(block_q=8)
+    plotted()
     assert len(calls) == 1

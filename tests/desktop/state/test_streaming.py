@@ -181,7 +181,11 @@ def test_a_change_mid_stream_never_mixes_two_configurations(qtbot, monkeypatch, 
     )
     assert state.builder.wait(30000)
     assert cancelled == [a]  # a's pass over S was abandoned, not finished
-    assert [s[0] for s in snapshots] == [a, b, b]  # a's first tier, b's, b's part
+    # a's first tier, b's, b's plots (their own part, right after its first paint), the rest
+    rest = worker.PARTS - worker.CURVES_PART
+    assert [(s[0], s[3]) for s in snapshots] == [
+        (a, worker.PARTS), (b, worker.PARTS), (b, rest), (b, frozenset())
+    ]  # fmt: skip
     for config, trace, images, pending in snapshots:
         assert trace.schedule.block_q == config.block_q and trace.schedule.order == config.order
         if pending:
