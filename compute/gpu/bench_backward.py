@@ -206,7 +206,7 @@ def flash_backward_row(cfg, base: list, n_heads: int, ref) -> dict:
         lane, extra = None, {"variant": fcfg.spec()}
     else:
         fn, sets = backward, [(q, k, v, do, *forward(q, k, v)) for q, k, v, do in base]
-        # its own tiles: 80 query rows at d = 128 without a mask, else 64
+        # its own tiles: 80 query rows at d = 128 without a band, else 64
         bq, bk = flash_backward.query_rows(cfg.d, cfg.causal), flash_backward.BLOCK_KEYS
         lane = _ledger(cfg, bq, bk).lanes["tiled"]
         extra = {"order": "kv-outer", "block_q": bq, "block_k": bk}

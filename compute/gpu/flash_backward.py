@@ -26,9 +26,10 @@ Three launches: a preprocessing kernel (D = rowsum(dO o O), LSE in the exp2 doma
 padded to whole 64-row query blocks; it also zeroes the dQ accumulator and tickets), the main kernel (one CTA per 128-key block and head: a
 producer warpgroup streams the query blocks in by TMA, two consumer warpgroups keep dK and dV
 in registers and add dQ into a float32 accumulator by one bulk reduction per 64 x 64 tile)
-and a conversion of dQ to the input dtype, times the scale. At d = 128 without a mask or band
-the query blocks are 80 rows (FlashAttention-4's tile there; dQ computed transposed, one
-bulk reduction per 64-column x 80-query tile, rows padded to a multiple of 320). ``deterministic=True`` makes the
+and a conversion of dQ to the input dtype, times the scale. At d = 128 without a band the
+query blocks are 80 rows (FlashAttention-4's non-causal tile; dQ computed transposed, one
+bulk reduction per 64-column x 80-query tile, rows padded to a multiple of 320; causal, the
+blocks end at N_q). ``deterministic=True`` makes the
 key blocks add each dQ tile in a fixed order (bitwise repeatable gradients, at a cost
 BACKWARD_NOTES.md records). ``backward_mode`` also runs the earlier wgmma kernel
 (`kernels/flash_bwd_wgmma.cu`, consumers loading by cp.async), kept as the fallback.
@@ -65,13 +66,16 @@ THREADS = 256  # two warpgroups
 # order, so bitwise mode 9's results; measured 1.45-1.74x mode 9 (BACKWARD_NOTES.md), hence
 # the deterministic default (its GPU tests, mode 9's bits included, passed on the merged tree).
 # Mode 13 is 7 at d = 128 with 80-row query blocks (kernels/flash_bwd_ws80.cuh, FlashAttention-4's
-# non-causal d = 128 tile; no mask, band or fixed order): 1.00-1.05x mode 7 in all six
-# non-causal d = 128 cases of the bar (BACKWARD_NOTES.md, round 46), hence their default
-# (default_mode); mode 7 stays the default under a mask and at d = 64.
+# non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order):
+# 1.00-1.05x mode 7 in all six non-causal d = 128 cases of the bar (BACKWARD_NOTES.md, round
+# 46), hence their default (default_mode); causal (round 47, bwd11) on trial: the default
+# there for the device call's tests, kept or reverted after its timing. Mode 21 (temporary,
+# round 47) is 13 with dV issued after dS (FA4's order): no spill, no dV under dS.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16)
-WS_MODES = {7: False, 9: True, 13: False, 16: True}
-Q80_MODES = (13,)
+MODES = (0, 4, 5, 7, 9, 13, 16, 21)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 21: False}
+Q80_MODES = (13, 21)
+LATE_DV_MODES = (21,)  # flash_bwd_ws80's LATE_DV
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
 Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks) and 80
 DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
@@ -86,15 +90,15 @@ DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgro
 
 
 def default_mode(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
-    """The mode a call that names none gets: mode 13 for d = 128 without a causal mask or
-    band, else DEFAULT_MODES' for d."""
+    """The mode a call that names none gets: mode 13 for d = 128 without a band, else
+    DEFAULT_MODES' for d."""
     return Q80_MODES[0] if query_rows(d, causal, band) == Q80_ROWS else DEFAULT_MODES[d]
 
 
 def query_rows(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
     """Rows per streamed query block of the default kernel for such a call (its tile is
-    that many queries x BLOCK_KEYS keys): 80 at d = 128 without a mask or band, else 64."""
-    return Q80_ROWS if d == 128 and not causal and band is None else BLOCK_QUERIES
+    that many queries x BLOCK_KEYS keys): 80 at d = 128 without a band, else 64."""
+    return Q80_ROWS if d == 128 and band is None else BLOCK_QUERIES
 
 
 def ws_rows(mode: int, n_q: int) -> tuple[int, int]:
@@ -126,12 +130,19 @@ def smem_bytes(d: int, mode: int = 0) -> int:
     return tiles + 1024 + dq_tile + 1024
 
 
+def _functions(dt: int, d: int, mode: int, causal: bool = False) -> tuple[Any, Any, Any]:
+    """(pre, main, post) of a mode; `causal` picks Q80_MODES' causal kernels (their query
+    blocks end at N_q, so their pre / post kernels shift the rows), the same for the rest."""
+    return _module_functions(dt, d, mode, causal and mode in Q80_MODES)
+
+
 @functools.cache
-def _functions(dt: int, d: int, mode: int) -> tuple[Any, Any, Any]:
+def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any, Any]:
     cp = _cupy()
     if mode in Q80_MODES:
-        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws80<{dt}>",
-                 f"flash_bwd_post_t80_s<{dt}>"]  # fmt: skip
+        e, late = str(endq).lower(), str(mode in LATE_DV_MODES).lower()
+        names = [f"flash_bwd_pre80_s<{dt}>" if endq else f"flash_bwd_pre_s<{dt},{d}>",
+                 f"flash_bwd_ws80<{dt},{e},{late}>", f"flash_bwd_post_t80_s<{dt},{e}>"]  # fmt: skip
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
@@ -241,8 +252,8 @@ def backward_mode(
         _check_out(out, q, k)
     if band is not None:
         band = _check_band(band, causal, mode)
-    if mode in Q80_MODES and (d != 128 or causal or band is not None):
-        raise ValueError(f"backward mode {mode} is for d = 128 without a causal mask or band")
+    if mode in Q80_MODES and (d != 128 or band is not None):
+        raise ValueError(f"backward mode {mode} is for d = 128 without a band")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:
@@ -373,7 +384,7 @@ def _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band=None):
         dk.fill(0)
         dv.fill(0)
         return dq, dk, dv
-    pre, main, post = _functions(_dtype_code(q), d, mode)
+    pre, main, post = _functions(_dtype_code(q), d, mode, causal)
     n_pad, rows = ws_rows(mode, n_q)
     nblk = n_pad // BLOCK_QUERIES
     bh = b * h

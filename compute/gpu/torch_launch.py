@@ -330,7 +330,7 @@ class _BackwardPlan:
         b, h, n_q, d = q.shape
         hk, n_k = k.shape[1], k.shape[2]
         self.mode = mode  # a ws mode (_backward_plan's choice)
-        pre, main, post = fb._functions(_DTYPE_CODES[str(q.dtype)], d, mode)
+        pre, main, post = fb._functions(_DTYPE_CODES[str(q.dtype)], d, mode, causal)
         n_pad, q_rows = fb.ws_rows(mode, n_q)
         self.n_pad = n_pad
         nblk = n_pad // fb.BLOCK_QUERIES

@@ -30,11 +30,14 @@ struct FbwLayout {
 //    zeroed, so no memset runs before it. 16-byte loads, D / 8 threads a row, every row's
 //    loads issued before any sum: one warp per row with 4-byte loads left too few bytes in
 //    flight at d = 64 (BACKWARD_NOTES.md, round 40).
-template <int DT, int D>
-__global__ void __launch_bounds__(256) flash_bwd_pre_s(
-    const u16* __restrict__ O, const u16* __restrict__ dO, const float* __restrict__ LSE,
-    float* __restrict__ L2, float* __restrict__ Dsum, float* __restrict__ dQacc,
-    int* __restrict__ tickets, int Nq, int Npad, const FbwLayout lay) {
+//    The body is fbw_pre's, shared with flash_bwd_ws80.cuh's flash_bwd_pre80_s, whose padded
+//    row r holds query row r - pad (ENDQ: the causal 80-row blocks end at N_q).
+template <int DT, int D, bool ENDQ>
+__device__ __forceinline__ void fbw_pre(const u16* __restrict__ O, const u16* __restrict__ dO,
+                                        const float* __restrict__ LSE, float* __restrict__ L2,
+                                        float* __restrict__ Dsum, float* __restrict__ dQacc,
+                                        int* __restrict__ tickets, int Nq, int Npad, int pad,
+                                        const FbwLayout& lay) {
     constexpr int TPR = D / 8;       // threads per row, 8 columns each
     constexpr int RPP = 256 / TPR;   // rows per pass
     constexpr int PASSES = 64 / RPP;
@@ -51,10 +54,10 @@ __global__ void __launch_bounds__(256) flash_bwd_pre_s(
     float lse[PASSES];
 #pragma unroll
     for (int p = 0; p < PASSES; ++p) {
-        const int r = r0 + p * RPP;
+        const int r = r0 + p * RPP - (ENDQ ? pad : 0);  // the query row
         po[p] = pd[p] = make_uint4(0u, 0u, 0u, 0u);
         lse[p] = FA_NEG_INF;
-        if (r < Nq) {
+        if (r < Nq && (!ENDQ || r >= 0)) {
             po[p] = *reinterpret_cast<const uint4*>(o + r * lay.o_r);
             pd[p] = *reinterpret_cast<const uint4*>(gd + r * lay.do_r);
             if (t % TPR == 0) lse[p] = LSE[bh * Nq + r];
@@ -82,6 +85,14 @@ __global__ void __launch_bounds__(256) flash_bwd_pre_s(
             Dsum[bh * Npad + r] = l2 == fb_pos_inf() ? 0.f : acc;
         }
     }
+}
+
+template <int DT, int D>
+__global__ void __launch_bounds__(256) flash_bwd_pre_s(
+    const u16* __restrict__ O, const u16* __restrict__ dO, const float* __restrict__ LSE,
+    float* __restrict__ L2, float* __restrict__ Dsum, float* __restrict__ dQacc,
+    int* __restrict__ tickets, int Nq, int Npad, const FbwLayout lay) {
+    fbw_pre<DT, D, false>(O, dO, LSE, L2, Dsum, dQacc, tickets, Nq, Npad, 0, lay);
 }
 
 // One 16-byte store (a plain uint4 assignment was split into four 4-byte stores by nvcc 13.0).

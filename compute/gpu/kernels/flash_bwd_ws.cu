@@ -336,14 +336,22 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
-#define FBW80_INST(DT)                                                                        \
-    template __global__ void flash_bwd_ws80<DT>(                                              \
+#define FBW80_MAIN(DT, CAUSAL, LATE_DV)                                                       \
+    template __global__ void flash_bwd_ws80<DT, CAUSAL, LATE_DV>(                             \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
-        const FbwLayout);                                                                     \
-    template __global__ void flash_bwd_post_t80_s<DT>(const float*, u16*, int, int, float,    \
-                                                      const FbwLayout);
-FBW80_INST(0)
-FBW80_INST(1)
+        const FbwLayout);
+#define FBW80_INST(DT, CAUSAL)                                                                \
+    FBW80_MAIN(DT, CAUSAL, false) FBW80_MAIN(DT, CAUSAL, true)                                \
+    template __global__ void flash_bwd_post_t80_s<DT, CAUSAL>(const float*, u16*, int, int,  \
+                                                              float, const FbwLayout);
+FBW80_INST(0, false)
+FBW80_INST(1, false)
+FBW80_INST(0, true)
+FBW80_INST(1, true)
+template __global__ void flash_bwd_pre80_s<0>(const u16*, const u16*, const float*, float*,
+                                              float*, float*, int*, int, int, const FbwLayout);
+template __global__ void flash_bwd_pre80_s<1>(const u16*, const u16*, const float*, float*,
+                                              float*, float*, int*, int, int, const FbwLayout);
 #endif

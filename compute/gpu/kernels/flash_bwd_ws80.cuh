@@ -88,10 +88,13 @@ __device__ __forceinline__ void fbw80_issue_dq(float* dq, u32 klo, u32 dlo) {
     fa_wgmma_commit();
 }
 
-// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place; MASK: zero at key rows >= Nk (the only mask here).
-template <bool MASK>
+// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place; MASK: zero at key rows >= Nk or, CAUSAL, at key
+// rows row > r + hi of query r (hi = N_k - N_q), which holds for every row >= N_k too (r <
+// N_q), so the causal mask is that test alone: over = row_k - (the last key this thread's
+// first query, r = q0 + 2 t, sees), its queries in register group j being r + 8 j, + 1.
+template <bool MASK, bool CAUSAL>
 __device__ __forceinline__ void fbw80_probs(float* s, u32 l2a, float scale_log2, int row_k,
-                                            int Nk) {
+                                            int Nk, int over) {
 #pragma unroll
     for (int j = 0; j < FBW80_BM / 8; ++j) {
         const float2 l2 = fbw_row_pair(l2a, j);
@@ -100,7 +103,10 @@ __device__ __forceinline__ void fbw80_probs(float* s, u32 l2a, float scale_log2,
             const int e = 4 * j + 2 * h;
             float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
             float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
-            if constexpr (MASK) {
+            if constexpr (MASK && CAUSAL) {
+                if (over + 8 * h > 8 * j) p0 = 0.f;
+                if (over + 8 * h > 8 * j + 1) p1 = 0.f;
+            } else if constexpr (MASK) {
                 if (row_k + 8 * h >= Nk) p0 = p1 = 0.f;
             }
             s[e] = p0;
@@ -162,9 +168,21 @@ __device__ __forceinline__ void fbw80_dq_bulk(const float* dq, u32 buf, int ctid
 }
 #endif
 
-// flash_bwd_ws's arguments (sems and causal unused: causal must be 0, no band). Grid
-// (key blocks, batch * kv_heads); query blocks [0, ceil(Nq / 80)); Npad a multiple of 320.
-template <int DT>
+// flash_bwd_ws's arguments (sems and causal unused: CAUSAL is the template's; no band). Grid
+// (key blocks, batch * kv_heads); Npad a multiple of 320. Without CAUSAL query block i is rows
+// [80 i, 80 i + 80) and every key block streams all of them. CAUSAL (bottom-right, hi =
+// lay.hi = N_k - N_q): the blocks end at N_q, block i being rows [80 i - pad, 80 i - pad + 80)
+// with pad = 80 ceil(N_q / 80) - N_q (our forward's end-aligned blocks, FLASH_NOTES v13), so
+// the partial block is the first, which only the key blocks at the start of the diagonal
+// stream, instead of the last, which every key block streams; L2 / D are stored shifted by
+// pad (flash_bwd_pre80_s), so block i's are still at 80 i, and the copy engine zero-fills the
+// rows before 0. A key block streams [i0, ceil(N_q / 80)) from the first block whose last row
+// reaches it, masks per element only the tiles the diagonal (or the key tail) crosses, and the
+// CTAs launch longest first (fbw_longest_first).
+// LATE_DV (flash_backward's temporary mode 21, round 47): dV += Pᵀ dO issued after dSᵀ, with
+// dK (FA4's order), instead of before the wait for dPᵀ: no register then stays live across the
+// exponentials (0 bytes of spill against 8), at the cost of the tensor cores' dV during dSᵀ.
+template <int DT, bool CAUSAL = false, bool LATE_DV = false>
 __global__ void __launch_bounds__(384, 1)
     flash_bwd_ws80(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                    const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -189,7 +207,8 @@ __global__ void __launch_bounds__(384, 1)
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
-    const int kb = static_cast<int>(blockIdx.x), row = static_cast<int>(blockIdx.y);
+    int kb = static_cast<int>(blockIdx.x), row = static_cast<int>(blockIdx.y);
+    if constexpr (CAUSAL) fbw_longest_first(kb, row);  // unequal CTAs: the longest first
     const int k0 = kb * FB_BN;
     const int kv_heads = lay.heads / lay.group;
     const int bat = row / kv_heads;
@@ -197,7 +216,12 @@ __global__ void __launch_bounds__(384, 1)
     const int bh0 = bat * lay.heads + hk * lay.group;
     const int nb = (Nq + FBW80_BM - 1) / FBW80_BM;  // query blocks of a head
     const int nblk = Npad / FBW80_BM;                // the accumulator's blocks per head
-    const int items = nb * lay.group;
+    const int pad = CAUSAL ? nb * FBW80_BM - Nq : 0;  // block i's first row is 80 i - pad
+    // CAUSAL: query r sees keys <= r + lay.hi, so block i's first row sees keys <= 80 i + hp.
+    const int hp = lay.hi - pad;
+    // The first query block whose last row reaches k0 (< nb: row N_q - 1 reaches every key).
+    const int i0 = CAUSAL ? max(0, k0 - hp) / FBW80_BM : 0;
+    const int items = (nb - i0) * lay.group;
 
     if (tid == 0) {
         fa_mbar_init(barKV, 1);
@@ -218,7 +242,7 @@ __global__ void __launch_bounds__(384, 1)
             fa_mbar_expect_tx(barKV, 2 * L::KV_BYTES);
             fa_load_kv<2, FB_BN>(sK, &tmK, k0, hk, bat, barKV);
             fa_load_kv<2, FB_BN>(sV, &tmV, k0, hk, bat, barKV);
-            for (int it = 0, i = 0, gq = 0; it < items; ++it) {
+            for (int it = 0, i = i0, gq = 0; it < items; ++it) {
                 const int s = it % ST;
                 const int h = hk * lay.group + gq;
                 const long long bh = bh0 + gq;
@@ -227,15 +251,15 @@ __global__ void __launch_bounds__(384, 1)
                 const u32 ld = sLD + s * L::LD_BYTES;
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);
                 fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + FBW80_BM * 4);
-                fa_load_kv<2, FBW80_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FBW80_BM, h, bat,
+                fa_load_kv<2, FBW80_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FBW80_BM - pad, h, bat,
                                         fullQ + 8 * s);
                 fbw_bulk_load(ld, L2b, FBW80_BM * 4, fullQ + 8 * s);
                 fa_mbar_expect_tx(fulldO + 8 * s, L::QT_BYTES + FBW80_BM * 4);
-                fa_load_kv<2, FBW80_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FBW80_BM, h, bat,
-                                        fulldO + 8 * s);
+                fa_load_kv<2, FBW80_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FBW80_BM - pad, h,
+                                        bat, fulldO + 8 * s);
                 fbw_bulk_load(ld + FBW80_BM * 4, Db, FBW80_BM * 4, fulldO + 8 * s);
                 if (++i == nb) {
-                    i = 0;
+                    i = i0;
                     ++gq;
                 }
             }
@@ -263,7 +287,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
 
     fa_mbar_wait(barKV, 0);
-    for (int it = 0, i = 0, gq = 0; it < items; ++it) {
+    for (int it = 0, i = i0, gq = 0; it < items; ++it) {
         const int s = it % ST;
         const long long bh = bh0 + gq;
         const u32 par = (it / ST) & 1;
@@ -285,17 +309,22 @@ __global__ void __launch_bounds__(384, 1)
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
-        if (tail)
-            fbw80_probs<true>(sv, lda, scale_log2, row_k, Nk);
+        // Masked tiles: the key tail or, CAUSAL, those the diagonal crosses (a key of this
+        // consumer's 64 past the last the block's first row sees, which the tail's keys are).
+        const int lim0 = i * FBW80_BM + hp;  // the last key the block's first row sees
+        if (CAUSAL ? kw0 + 63 > lim0 : tail)
+            fbw80_probs<true, CAUSAL>(sv, lda, scale_log2, row_k, Nk, row_k - lim0 - 2 * t);
         else
-            fbw80_probs<false>(sv, lda, scale_log2, row_k, Nk);
+            fbw80_probs<false, CAUSAL>(sv, lda, scale_log2, row_k, Nk, 0);
         u32 ap[FBW80_BM / 16][4], ads[FBW80_BM / 16][4];
         fa_to_a<DT, NS>(sv, ap);
-        // dV before the wait for dPᵀ, as flash_bwd_ws.cu does (FA4 issues it after dS).
+        // dV before the wait for dPᵀ, as flash_bwd_ws.cu does (LATE_DV: after dS, FA4's order).
+        if constexpr (!LATE_DV) {
 #pragma unroll
-        for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
-        fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
-        fa_wgmma_wait<1>();
+            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+            fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
+        }
+        fa_wgmma_wait<LATE_DV ? 0 : 1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
         fbw80_dsoft(dp, sv, lda + FBW80_BM * 4);
@@ -303,6 +332,11 @@ __global__ void __launch_bounds__(384, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMMs, which both consumers
         // finished before block it - 1's barrier.
         fbw80_store_ds(ads, dsbuf + ds_off);
+        if constexpr (LATE_DV) {
+#pragma unroll
+            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+            fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
+        }
 #pragma unroll
         for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
         fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));
@@ -325,7 +359,7 @@ __global__ void __launch_bounds__(384, 1)
         const long long chunk = (bh * nblk + i) * 2 + cw;
         fbw80_dq_bulk(dq, dqbuf, ctid, 2 + cw, dQacc + chunk * (FBW80_BM * 64));
         if (++i == nb) {
-            i = 0;
+            i = i0;
             ++gq;
         }
     }
@@ -338,12 +372,25 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// The causal kernel's preprocess: flash_bwd_pre_s's (one block per 64 padded rows, the same
+// grid), with padded row r holding query row r - pad, pad = 80 ceil(N_q / 80) - N_q, so the
+// end-aligned block i's L2 / D are at 80 i (the rows before pad padded as past N_q).
+template <int DT>
+__global__ void __launch_bounds__(256) flash_bwd_pre80_s(
+    const u16* __restrict__ O, const u16* __restrict__ dO, const float* __restrict__ LSE,
+    float* __restrict__ L2, float* __restrict__ Dsum, float* __restrict__ dQacc,
+    int* __restrict__ tickets, int Nq, int Npad, const FbwLayout lay) {
+    const int pad = (Nq + FBW80_BM - 1) / FBW80_BM * FBW80_BM - Nq;
+    fbw_pre<DT, 128, true>(O, dO, LSE, L2, Dsum, dQacc, tickets, Nq, Npad, pad, lay);
+}
+
 // dQ from the 80-row accumulator (flash_bwd_ws80's chunks: chunk (bh * nblk + blk) * 2 + w
 // holds columns 64 w.. of d x queries 80 blk.. in accumulator order: float4 j * 128 + c of
 // thread c = 32 warp + 4 g + t is (d 16 warp + g, + 8) x (query 8 j + 2 t, + 1)), times the
 // scale, into strided dQ. One block per chunk: the 20 KB chunk read in order into shared
-// memory, then each thread writes 8 columns of one query row as one 16-byte store.
-template <int DT>
+// memory, then each thread writes 8 columns of one query row as one 16-byte store. ENDQ: the
+// causal kernel's end-aligned blocks (query 80 blk + q - pad; the rows before 0 are skipped).
+template <int DT, bool ENDQ = false>
 __global__ void __launch_bounds__(256) flash_bwd_post_t80_s(
     const float* __restrict__ dQacc, u16* __restrict__ dQ, int Nq, int nblk, float scale,
     const FbwLayout lay) {
@@ -351,6 +398,7 @@ __global__ void __launch_bounds__(256) flash_bwd_post_t80_s(
     const int tid = threadIdx.x;
     const int cid = static_cast<int>(blockIdx.x);  // over bh * ceil(Nq / 80) * 2
     const int nb = (Nq + FBW80_BM - 1) / FBW80_BM;
+    const int pad = ENDQ ? nb * FBW80_BM - Nq : 0;
     const int w = cid & 1;
     const int bb = cid >> 1;
     const int bh = bb / nb;
@@ -363,8 +411,8 @@ __global__ void __launch_bounds__(256) flash_bwd_post_t80_s(
     const int b = bh / lay.heads, h = bh - b * lay.heads;
     for (int u = tid; u < FBW80_BM * 8; u += 256) {
         const int c8 = u & 7, q = u >> 3;  // columns 8 c8.. of query q
-        const int r = blk * FBW80_BM + q;
-        if (r >= Nq) continue;
+        const int r = blk * FBW80_BM + q - pad;
+        if (r >= Nq || (ENDQ && r < 0)) continue;
         // float index of (d 16 wp + g + 8 hh, query q): 4 (j 128 + 32 wp + 4 g + t) + 2 hh + p
         const int wp = c8 >> 1, hh = c8 & 1;
         const int at = 4 * ((q >> 3) * 128 + 32 * wp + ((q >> 1) & 3)) + 2 * hh + (q & 1);

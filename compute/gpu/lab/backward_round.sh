@@ -8,7 +8,7 @@
 # XDIST=N runs the tests on N pytest-xdist workers; SKIP_BAND_SAN=1 leaves out the band's
 # sanitizer runs;
 # BAND_TIMING="ARGS" adds lab/backward_band.py ARGS (the band against causal) at the end;
-# SAN_KW=", dims=(128,), masks=(False,)" narrows the sanitizer cases (mode 13 takes no mask);
+# SAN_KW=", dims=(128,)" narrows the sanitizer cases (mode 13 is d = 128 only);
 # CAUSAL=0 or 1 times only the full or the causal cases.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}

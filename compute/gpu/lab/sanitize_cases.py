@@ -81,7 +81,7 @@ def backward_cases(
     """flash_attention_backward (sm_90 only) on the odd shapes, both d, masks (devrun.sh bwd
     runs it alone under memcheck, and under racecheck on the first shape in float16, since
     racecheck took over 150 s for the first two shapes); `mode` picks flash_bwd_main's MODE,
-    `masks` the causal flags (mode 13 takes no mask)."""
+    `masks` the causal flags (mode 13 is d = 128 only)."""
     import cupy
 
     from ..dtypes import device_array
