@@ -179,10 +179,7 @@ __device__ __forceinline__ void fbw80_dq_bulk(const float* dq, u32 buf, int ctid
 // rows before 0. A key block streams [i0, ceil(N_q / 80)) from the first block whose last row
 // reaches it, masks per element only the tiles the diagonal (or the key tail) crosses, and the
 // CTAs launch longest first (fbw_longest_first).
-// LATE_DV (flash_backward's temporary mode 21, round 47): dV += Pᵀ dO issued after dSᵀ, with
-// dK (FA4's order), instead of before the wait for dPᵀ: no register then stays live across the
-// exponentials (0 bytes of spill against 8), at the cost of the tensor cores' dV during dSᵀ.
-template <int DT, bool CAUSAL = false, bool LATE_DV = false>
+template <int DT, bool CAUSAL = false>
 __global__ void __launch_bounds__(384, 1)
     flash_bwd_ws80(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                    const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -318,13 +315,12 @@ __global__ void __launch_bounds__(384, 1)
             fbw80_probs<false, CAUSAL>(sv, lda, scale_log2, row_k, Nk, 0);
         u32 ap[FBW80_BM / 16][4], ads[FBW80_BM / 16][4];
         fa_to_a<DT, NS>(sv, ap);
-        // dV before the wait for dPᵀ, as flash_bwd_ws.cu does (LATE_DV: after dS, FA4's order).
-        if constexpr (!LATE_DV) {
+        // dV before the wait for dPᵀ, as flash_bwd_ws.cu does (FA4 issues it after dS; here
+        // that measured 0.97-1.02x, BACKWARD_NOTES.md round 47).
 #pragma unroll
-            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
-            fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
-        }
-        fa_wgmma_wait<LATE_DV ? 0 : 1>();
+        for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+        fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
+        fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
         fbw80_dsoft(dp, sv, lda + FBW80_BM * 4);
@@ -332,11 +328,6 @@ __global__ void __launch_bounds__(384, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMMs, which both consumers
         // finished before block it - 1's barrier.
         fbw80_store_ds(ads, dsbuf + ds_off);
-        if constexpr (LATE_DV) {
-#pragma unroll
-            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
-            fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
-        }
 #pragma unroll
         for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
         fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));

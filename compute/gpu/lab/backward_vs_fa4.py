@@ -10,8 +10,11 @@ tokens, H*d = 2048, inputs rotated past L2, `timing.time_interleaved` after a pr
 Paths, each the backward alone on an autograd graph built once per input set (what the issue's
 bar times): "ours" through ``torch_attention`` (the shipped default mode), SDPA cuDNN and SDPA
 FA2 (``--peers``), FA4 (``flash_attn_func``, inputs (batch, N, heads, d) copies of the same
-values); and each ``--modes`` MODE of ``flash_backward.backward_mode`` called directly on
-CuPy arrays with our forward's O and LSE (the deterministic mode, the wgmma fallback).
+values); each ``--modes`` MODE of ``flash_backward.backward_mode`` called directly on
+CuPy arrays with our forward's O and LSE (the deterministic mode, the wgmma fallback); and
+each ``--plan-modes`` MODE as "plan-mMODE": the op's cached plan (``torch_launch``'s three
+launches, its workspace) built for that mode, without autograd, so two ws modes compare by
+the path "ours" takes.
 TFLOP/s = 2.5 x 4*B*H*N^2*d, halved for causal. Errors: max |g - ref| / max |ref| on head 0
 against float64. ``--budget-s`` starts no case after that many seconds (JSON is rewritten
 after every case, so a run cut short keeps what it measured).
@@ -39,7 +42,6 @@ MODE_NAMES = {
     9: "ws-det",
     13: "ws-q80",
     16: "ws-drain-det",
-    21: "ws-q80-late",
 }
 
 
@@ -102,6 +104,27 @@ def _ours_prepare(q: Any, k: Any, v: Any, do: Any, causal: bool):
     return run
 
 
+def _plan_prepare(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, causal: bool, mode: int):
+    """torch_launch's backward plan for `mode` alone on (1, BH, N, d) CuPy arrays (the launches
+    and workspace 'ours' runs, without autograd): a zero-argument callable returning (dq, dk,
+    dv) as tensors."""
+    import torch
+
+    from .. import torch_launch
+    from ..peers import torch_view
+
+    ts = [torch_view(torch, x) for x in (q, k, v, o, do, lse)]
+    out = [torch.empty_like(t) for t in ts[:3]]
+    plan = torch_launch._BackwardPlan(*ts[:5], out, causal, q.shape[3] ** -0.5, mode)
+    ptrs = [t.data_ptr() for t in (*ts, *out)]  # Q K V O dO LSE dQ dK dV
+
+    def run() -> list:
+        plan.run(torch, list(ptrs))  # run appends its workspace's addresses to the list
+        return out
+
+    return run
+
+
 def _torch_grads(prepared) -> tuple:
     """A prepared path's (dq, dk, dv) as CuPy arrays."""
     import torch
@@ -112,7 +135,7 @@ def _torch_grads(prepared) -> tuple:
 
 
 def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat_s: float,
-             settle_s: float, peers=PEER_NAMES) -> dict:  # fmt: skip
+             settle_s: float, peers=PEER_NAMES, plan_modes=()) -> dict:  # fmt: skip
     """One case: per path median ms, TFLOP/s and errors vs float64."""
     import cupy as cp
 
@@ -127,6 +150,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
 
     # The 80-row modes serve d = 128 only; the other cases time the rest.
     modes = [m for m in modes if m not in Q80_MODES or d == 128]
+    plan_modes = [m for m in plan_modes if m not in Q80_MODES or d == 128]
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes
     sets = _inputs(cp, bh, n, d, dtype, causal, rotation_count(5 * bh * n * d * 2, l2), n + d)
@@ -141,6 +165,8 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
 
     paths = {"ours": (call, [(_ours_prepare(s[0], s[1], s[2], s[4], causal),) for s in sets])}
     paths.update({MODE_NAMES[m]: (ours(m), sets) for m in modes})
+    for m in plan_modes:
+        paths[f"plan-m{m}"] = (call, [(_plan_prepare(*s, causal, m),) for s in sets])
     flat = [tuple(x.reshape(bh, n, d) for x in (s[0], s[1], s[2], s[4])) for s in sets]
     sdpas = {p: sdpa_backward(p) for p in peers if p.startswith("sdpa-")}
     for name, fn in sdpas.items():
@@ -158,6 +184,9 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     one = [x[:, :1] for x in (q, k, v, do)]
     grads = {"ours": _torch_grads(_ours_prepare(*one, causal))}
     grads.update({MODE_NAMES[m]: tuple(g[:, :1] for g in ours(m)(*sets[0])) for m in modes})
+    for m in plan_modes:
+        prepared = _plan_prepare(*sets[0], causal, m)
+        grads[f"plan-m{m}"] = tuple(g[:, :1] for g in _torch_grads(prepared))
     for name, fn in sdpas.items():
         grads[name] = fn(*(x[0] for x in one), causal)
     if fa4 is not None:
@@ -213,12 +242,19 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="start no case after this many seconds (0: no limit)",
     )
+    ap.add_argument(
+        "--plan-modes",
+        type=int,
+        nargs="*",
+        default=[],
+        help="ws MODEs timed through the op's backward plan without autograd (plan-mMODE)",
+    )
     ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--preheat", type=float, default=1.0)
     ap.add_argument("--settle", type=float, default=0.25)
     ap.add_argument("--json", type=Path, help="write the reports here")
     args = ap.parse_args(argv)
-    bad = [m for m in args.modes if m not in MODE_NAMES]
+    bad = [m for m in (*args.modes, *args.plan_modes) if m not in MODE_NAMES]
     if bad:
         print(f"backward_vs_fa4: --modes takes {sorted(MODE_NAMES)}, not {bad}", file=sys.stderr)
         return 2
@@ -228,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         "flops_formula": "2.5 * 4*B*H*N^2*d (x0.5 causal)",
         "ours": "torch_attention autograd, flash_attention_backward's default mode",
         "modes": {MODE_NAMES[m]: m for m in args.modes},
+        "plan_modes": args.plan_modes,
         "peers": args.peers,
         "fa4": _fa4() is not None,
         "gpu_before": identity(),
@@ -243,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                             print("backward_vs_fa4: --budget-s spent; stopping", file=sys.stderr)
                             raise StopIteration
                         rep = run_case(n, d, dtype, causal, args.modes, args.reps, args.preheat,
-                                       args.settle, args.peers)  # fmt: skip
+                                       args.settle, args.peers, args.plan_modes)  # fmt: skip
                         data["reports"].append(rep)
                         print(line(rep), flush=True)
                         if args.json:  # rewritten after every case: a cut-short run keeps its data

@@ -141,16 +141,15 @@ def test_other_dq_modes_match_float64(dtype, mode, d):
     _run(1, 2, 1, 513, d, dtype, False, seed=[65, CODE[dtype], mode], mode=mode)  # one row
 
 
-@pytest.mark.parametrize("mode", [13, 21])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_80_row_mode_matches_float64(dtype, causal, mode):
-    # Modes 13 and 21 (80-row query blocks, d = 128; 21 issues dV late): tails in N_q not a multiple of 80 nor 64, key
+def test_80_row_mode_matches_float64(dtype, causal):
+    # Mode 13 (80-row query blocks, d = 128): tails in N_q not a multiple of 80 nor 64, key
     # tails, N_q < 80, a single row, GQA-free heads and batches; causal (bottom-right): N_q
     # < N_k (key blocks no query block's diagonal crosses at first), N_q > N_k (rows that see
     # no key, skipped query blocks, 700 x 5 most of them), N_q = N_k with a diagonal through
     # 80-row blocks that are not 128-key aligned (333), many key blocks both ways; the causal
-    # blocks end at N_q, so N_q mod 80 (77, 40, 20, 1, 0, 1; 30, 13, 60, 20, 60) sets the
+    # blocks end at N_q, so N_q mod 80 (77, 40, 60, 1, 0, 1; 30, 13, 60, 20, 60) sets the
     # partial first block and the rows the pre / post kernels shift.
     shapes = [(2, 3, 77, 300), (2, 3, 1000, 900), (1, 2, 1500, 1700), (1, 2, 1, 513),
               (1, 3, 240, 128), (2, 2, 81, 1)]  # fmt: skip
@@ -158,19 +157,17 @@ def test_80_row_mode_matches_float64(dtype, causal, mode):
         shapes += [(1, 2, 190, 60), (1, 1, 333, 333), (1, 2, 700, 5), (2, 2, 1700, 1500),
                    (1, 2, 300, 1300)]  # fmt: skip
     for i, (b, h, n_q, n_k) in enumerate(shapes):
-        seed = [66, CODE[dtype], i, int(causal), mode]
-        _run(b, h, n_q, n_k, 128, dtype, causal, seed=seed, mode=mode)
+        _run(b, h, n_q, n_k, 128, dtype, causal, seed=[66, CODE[dtype], i, int(causal)], mode=13)
 
 
-@pytest.mark.parametrize("mode", [13, 21])
-def test_80_row_mode_refuses_what_it_does_not_serve(mode):
+def test_80_row_mode_refuses_what_it_does_not_serve():
     from compute.gpu.flash_backward import backward_mode
 
     for d, causal, band in ((64, False, None), (64, True, None), (128, False, (-4, 0))):
         (q, k, v, do), _ = _inputs(1, 1, 16, 16, d, "float16", [67, d])
         lse = cp.zeros((1, 1, 16), dtype=cp.float32)
-        with pytest.raises(ValueError, match=f"^backward mode {mode} is for d = 128 without"):
-            backward_mode(q, k, v, q, do, lse, causal=causal, band=band, mode=mode)
+        with pytest.raises(ValueError, match="^backward mode 13 is for d = 128 without"):
+            backward_mode(q, k, v, q, do, lse, causal=causal, band=band, mode=13)
 
 
 @pytest.mark.parametrize("mode", [5, 9, 16])
@@ -231,7 +228,7 @@ def _rounding(ref, dtype) -> float:
 @pytest.mark.parametrize(
     "n_q,n_k", [(113, 203), (128, 217), (108, 256), (1023, 1024), (2048, 2048)]
 )
-@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 13, 21])
+@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 13])
 def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     # FlashAttention's tests' bar: max |dX - ref| <= 2 max |dX_pt - ref| + rounding, ref float64,
     # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs; for
@@ -240,7 +237,7 @@ def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
-    d = 128 if n_q < 1000 or variant in (13, 21) else 64
+    d = 128 if n_q < 1000 or variant == 13 else 64
     (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [81, CODE[dtype], n_q, n_k])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     if isinstance(variant, int):
@@ -340,7 +337,7 @@ def _gqa_inputs(b, h, hk, n_q, n_k, d, dtype, seed):
     return dev, host
 
 
-@pytest.mark.parametrize("mode", [7, 9, 13, 16, 21])
+@pytest.mark.parametrize("mode", [7, 9, 13, 16])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (300, 77)])
@@ -352,8 +349,8 @@ def test_strided_inputs_and_outputs_bit_for_bit(mode, d, causal, n_q, n_k):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode
 
-    if mode in (13, 21) and d != 128:
-        pytest.skip("modes 13, 21 (80-row query blocks) are d = 128 only")
+    if mode == 13 and d != 128:
+        pytest.skip("mode 13 (80-row query blocks) is d = 128 only")
     (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [91, d, n_q, n_k, int(causal)])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     want = backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
@@ -409,7 +406,7 @@ def _gqa_reference(host, group, causal):
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (203, 113)])
-@pytest.mark.parametrize("mode", [None, 13, 21])
+@pytest.mark.parametrize("mode", [None, 13])
 def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     # GQA at group sizes 1, 4, 8 on SDPA-shaped views (dK, dV summed over the group inside
     # the kernel): FlashAttention's tests' bar against float64 with K/V repeated, pt being
@@ -420,8 +417,8 @@ def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
     d = 128 if n_q < 1000 else 64
-    if mode in (13, 21) and d != 128:
-        pytest.skip("modes 13, 21 (80-row query blocks) are d = 128 only")
+    if mode == 13 and d != 128:
+        pytest.skip("mode 13 (80-row query blocks) is d = 128 only")
     hk = 2 if group < 8 else 1  # at most 8 query heads for the float64 reference on the host
     deterministic = dtype == "bfloat16" and mode is None  # both modes, each on one dtype
     seed = [93, CODE[dtype], group, int(causal), n_q, n_k]
