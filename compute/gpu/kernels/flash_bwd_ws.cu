@@ -40,7 +40,7 @@
 // Causal CTAs are unequal (key block kb streams (N_q - 128 kb) / 64 query blocks): the
 // non-deterministic kernel launches them longest first within chunks of grid rows
 // (fbw_longest_first), so the last wave holds short CTAs.
-// At d = 128 without a mask the default is flash_bwd_ws80.cuh's kernel instead (80-row query
+// At d = 128 without a band the default is flash_bwd_ws80.cuh's kernel instead (80-row query
 // blocks, FlashAttention-4's tile there; included below).
 // compile-check-arch: sm_90a
 
@@ -313,8 +313,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #endif
 }
 
-// Mode 13 (BACKWARD_NOTES.md, round 46): the 80-row query blocks at d = 128 without a mask.
-// After fbw_bulk_load, which it uses.
+// Mode 13 (BACKWARD_NOTES.md, rounds 46, 47): the 80-row query blocks at d = 128 without a
+// band. After fbw_bulk_load and fbw_longest_first, which it uses.
 #include "flash_bwd_ws80.cuh"
 
 #ifdef COMPILE_CHECK

@@ -1,10 +1,11 @@
 // The ws backward at d = 128 with 80-row query blocks (flash_backward's mode 13, the default
-// there without a mask or band): FlashAttention-4's sm90 tile for non-causal d = 128
+// there without a band, causal or not): FlashAttention-4's sm90 tile for non-causal d = 128
 // (flash_bwd_sm90.py via interface.py's _tile_size_bwd_sm90: 80 x 128, dQ with swapped
 // operands). Each consumer warpgroup still owns 64 of the CTA's 128 keys; per query block it
 // does 25% more work than flash_bwd_ws.cu's 64-row block for the same fixed costs (the dSᵀ
 // hand-off barrier, the stage waits, one dQ tile drain, the L2 / D reads' setup).
-// BACKWARD_NOTES.md ("Round 46") has why and what it measured: 1.00-1.05x mode 7.
+// BACKWARD_NOTES.md ("Round 46") has why and what it measured: 1.00-1.05x mode 7; causal,
+// with query blocks that end at N_q, 1.01-1.07x ("Round 47 (bwd11)").
 // What changes against flash_bwd_ws.cu (same producer, rings, early dV, one named barrier):
 //   * Sᵀ, dPᵀ are m64n80 GEMMs (40 accumulator registers each), dV, dK five k-steps of 16;
 //   * wgmma's M is 64, so dQ (80 rows) is computed transposed: dQᵀ (64 columns of d x 80
@@ -13,10 +14,11 @@
 //   * the dQᵀ tile goes to a chunk of 64 x 80 floats in accumulator order (one bulk reduction,
 //     20 KB), converted by flash_bwd_post_t80_s; one dQ buffer per consumer (two would pass
 //     the 232,448-byte limit), so its store waits for the previous reduction to have read it;
-//   * no causal mask, band or deterministic order (FA4 keeps 64 x 128 for causal; the host
-//     refuses them); the key tail is masked as before. Rows are padded to a multiple of 320
-//     (64 and 80), so flash_bwd_pre_s pads L2 / D and zeroes the accumulator unchanged.
-// Included by flash_bwd_ws.cu after its own helpers (fbw_bulk_load).
+//   * causal (CAUSAL, below: end-aligned blocks, L2 / D shifted by flash_bwd_pre80_s); no band
+//     or deterministic order (the host refuses them); the key tail is masked as before. Rows
+//     are padded to a multiple of 320 (64 and 80), so the preprocess pads L2 / D and zeroes
+//     the accumulator unchanged.
+// Included by flash_bwd_ws.cu after its own helpers (fbw_bulk_load, fbw_longest_first).
 #pragma once
 
 #include "flash_bwd_layout.cuh"
