@@ -10,7 +10,8 @@ back to the GUI thread through a queued signal.
 
 Numbers come in two tiers (desktop.scene.render.prepare_first / complete_images): a
 large forward's job delivers the trace with its first tier as soon as it has it (the veil
-lifts; what is missing is marked "computing"), then the second tier as a part. A newer
+lifts; what is missing is marked "computing"), then the plots (the row's curves, the
+ledger's sweep) as a part once that tier is painted, then the second tier. A newer
 request cancels the job between chunks of its pass over S (compute.numbers.Cancelled),
 so the newest request starts within a chunk, and a part of an old trace never arrives;
 a job that comes in one part (a small or cached pass) is cancelled the same way. A
