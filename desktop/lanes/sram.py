@@ -26,7 +26,7 @@ from desktop.lanes.painting import (
 from desktop.lanes.sampling import SampledPicks, draw_sampled
 from desktop.scene import geometry as geo
 from desktop.scene.equations import step_equation
-from desktop.scene.render import P_TILDE
+from desktop.scene.render import DISPLAY_CAP, P_TILDE, downsample
 from desktop.scene.sampled_region import SampledRegion
 from desktop.theme import READ, WRITE, accent, qimage
 
@@ -40,7 +40,10 @@ class TileImages:
     or regions the trace keeps while they are asked for). An entry holds its array, so the
     array's address cannot be reused by another while the key stands for it. The least
     recently drawn go first: clearing all at once made the large ones that stay on chip
-    (a backward's whole dO and V, 1024 × 64) again every dozen frames."""
+    (a backward's whole dO and V, 1024 × 64) again every dozen frames. A tile larger than
+    DISPLAY_CAP a side is drawn from its block means, as the HBM heatmaps are (render.
+    downsample): the dense backward's whole Q, K, V or dO at N = 4096, d = 128 took 3 ms
+    of the playback frame it first appeared in at full size, its means 0.6 ms."""
 
     LIMIT = 64
 
@@ -52,7 +55,8 @@ class TileImages:
         key = (values.__array_interface__["data"][0], values.shape, values.strides, scale.vmax)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._cache[key] = (values, paint_ready(qimage(scale.rgba(values))))
+            small = values if max(values.shape) <= DISPLAY_CAP else downsample(values)[0]
+            entry = self._cache[key] = (values, paint_ready(qimage(scale.rgba(small))))
             if len(self._cache) > self.LIMIT:
                 self._cache.popitem(last=False)
         else:

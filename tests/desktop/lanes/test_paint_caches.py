@@ -174,3 +174,25 @@ def test_steps_of_equal_veil_state_have_equal_veils(qapp):
                 ]
                 assert seen.setdefault(state, masks) == masks
             assert len(seen) > 2  # the state moves with the writes
+
+
+def test_a_large_sram_tile_is_drawn_from_its_block_means_and_a_small_one_cell_for_cell(qapp):
+    """A tile larger than DISPLAY_CAP a side (a dense backward's whole K at N = 4096)
+    gets the HBM heatmaps' block means (render.downsample); a small one every cell."""
+    from desktop.lanes.sram import TileImages
+    from desktop.scene.render import DISPLAY_CAP, ColorScale, downsample
+
+    rng = np.random.default_rng(5)
+    scale, cache = ColorScale(2.5), TileImages()
+    big = rng.standard_normal((DISPLAY_CAP * 4 + 3, 7))
+    big[5, :3] = -np.inf  # a masked corner: its block stays what downsample makes of it
+    small = rng.standard_normal((DISPLAY_CAP, 9))
+    for values in (big, small):
+        values.setflags(write=False)
+        want = values if max(values.shape) <= DISPLAY_CAP else downsample(values)[0]
+        image = cache.get(values, scale)
+        assert (image.height(), image.width()) == want.shape
+        rgba = scale.rgba(want)
+        for r, c in ((0, 0), (want.shape[0] - 1, want.shape[1] - 1), (1, 2)):
+            assert image.pixelColor(c, r).getRgb() == tuple(int(x) for x in rgba[r, c])
+    assert cache.get(big, scale) is cache.get(big, scale)  # made once
