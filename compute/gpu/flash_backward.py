@@ -66,10 +66,10 @@ THREADS = 256  # two warpgroups
 # order, so bitwise mode 9's results; measured 1.45-1.74x mode 9 (BACKWARD_NOTES.md), hence
 # the deterministic default (its GPU tests, mode 9's bits included, passed on the merged tree).
 # Mode 13 is 7 at d = 128 with 80-row query blocks (kernels/flash_bwd_ws80.cuh, FlashAttention-4's
-# non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order):
-# 1.00-1.05x mode 7 in all six non-causal d = 128 cases of the bar (BACKWARD_NOTES.md, round
-# 46) and 1.01-1.07x in the six causal ones through the op's launch path (round 47), hence
-# their default (default_mode); mode 7 stays the default under a band and at d = 64.
+# non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order): faster
+# than mode 7 in all twelve d = 128 cases of the bar (BACKWARD_NOTES.md, rounds 46 and 47; the
+# causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
+# the default under a band and at d = 64.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
 MODES = (0, 4, 5, 7, 9, 13, 16)
 WS_MODES = {7: False, 9: True, 13: False, 16: True}

@@ -42,8 +42,8 @@ class TileImages:
     recently drawn go first: clearing all at once made the large ones that stay on chip
     (a backward's whole dO and V, 1024 × 64) again every dozen frames. A tile larger than
     DISPLAY_CAP a side is drawn from its block means, as the HBM heatmaps are (render.
-    downsample): the dense backward's whole Q, K, V or dO at N = 4096, d = 128 took 3 ms
-    of the playback frame it first appeared in at full size, its means 0.6 ms."""
+    downsample): made at full size, the dense backward's whole Q, K, V or dO at N = 4096
+    was most of the playback frame it first appeared in."""
 
     LIMIT = 64
 

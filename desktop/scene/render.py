@@ -288,9 +288,9 @@ PENDING_RGBA = (150, 150, 150, 60)  # a tensor still computing: a faint grey
 STREAM_WORK = 1 << 27
 # A backward's or a training step's first tier is its rows' alone, a small part of its
 # complete work (the forward's pass, then the gradients', then their images), so it
-# streams from an eighth of that size: at N = 256, d = 128 with 2×2 blocks the one-part
-# build's passes and images were 23 ms before its first paint, streamed the first tier
-# is 6 ms (first paint 50-55 -> 34-38 ms, the last part 15-25 ms later; NOTES.md).
+# streams from an eighth of that size: at N = 256, d = 128 with 2×2 blocks a one-part
+# build made all of them before its first paint (assets/benchmarks/interactive/NOTES.md,
+# round 47).
 BACKWARD_STREAM_WORK = 1 << 24
 
 

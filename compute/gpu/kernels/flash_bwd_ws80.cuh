@@ -4,8 +4,8 @@
 // operands). Each consumer warpgroup still owns 64 of the CTA's 128 keys; per query block it
 // does 25% more work than flash_bwd_ws.cu's 64-row block for the same fixed costs (the dSᵀ
 // hand-off barrier, the stage waits, one dQ tile drain, the L2 / D reads' setup).
-// BACKWARD_NOTES.md ("Round 46") has why and what it measured: 1.00-1.05x mode 7; causal,
-// with query blocks that end at N_q, 1.01-1.07x ("Round 47 (bwd11)").
+// BACKWARD_NOTES.md ("Round 46"; causal, with query blocks that end at N_q, "Round 47
+// (bwd11)") has why and what it measured against mode 7.
 // What changes against flash_bwd_ws.cu (same producer, rings, early dV, one named barrier):
 //   * Sᵀ, dPᵀ are m64n80 GEMMs (40 accumulator registers each), dV, dK five k-steps of 16;
 //   * wgmma's M is 64, so dQ (80 rows) is computed transposed: dQᵀ (64 columns of d x 80
