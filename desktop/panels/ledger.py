@@ -73,6 +73,11 @@ def sweep(config: Config, sram: int) -> dict[str, np.ndarray]:
     return fn(*args)  # (cached: one object per key)
 
 
+def _sweep_sram(trace: Trace) -> int:
+    """The SRAM capacity the sweep's bound is drawn for: the trace's M, else its working set."""
+    return trace.sram_capacity or trace.schedule.sram_elements("tiled")
+
+
 def sweep_key(config: Config, sram: int) -> tuple[Callable[..., dict], tuple]:
     """(function, arguments) that `sweep` computes for a config: equal keys, equal sweeps,
     so a panel can tell that its sweep changes without computing the new one."""
@@ -278,8 +283,7 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.plot = pg.PlotWidget(
             axisItems={"left": LeanAxis("left"), "bottom": LeanAxis("bottom")}
         )
-        self._plotted: tuple = ()  # (sweep, pens, marks) the plot shows
-        self._plotted_key: tuple | None = None  # _plot_key of what it shows (None: nothing)
+        self._lines_key: tuple | None = None  # _plot_key of what the lines hold
         self.plot.setMinimumHeight(110)
         item = self.plot.getPlotItem()
         item.setLogMode(x=True, y=True)
@@ -345,67 +349,58 @@ class LedgerPanel(FollowsPalette, QWidget):
             self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
         if self._slide:
             self._fit_table()
+        self._set_texts(trace)
         if "plots" not in self.state.pending_parts:
             self._update_plot(trace)
-        elif self._plot_key(trace) != self._plotted_key:
-            self._hide_plot()  # (the new sweep comes with the plots' part: worker.PARTS)
-            self._set_texts(trace)
+        elif self._lines_key is not None and self._plot_key(trace) != self._lines_key:
+            # The new sweep comes with the plots' part (worker.PARTS): until then its lines
+            # and mark are another configuration's, covered (opaque: nothing beneath it is
+            # painted, and the lines keep their bounds, so no range moves). Setting the new
+            # ones here cost a blocks change's first tier a quarter of its GUI time.
+            self.plot_cover.cover(True)
         self._on_step(self.state.step)
 
     def _on_parts(self, pending: frozenset) -> None:
-        trace = self.state.trace
-        if trace is not None and "plots" not in pending and self._plotted_key is None:
-            self._update_plot(trace)
-
-    def _hide_plot(self) -> None:
-        """The sweep covered while the new one is to come: its lines and mark are another
-        configuration's, and setting the new ones with the first tier was a quarter of a
-        blocks change's GUI time before that tier's paint (the cover is opaque: nothing
-        beneath it is painted, and the lines keep their bounds, so no range moves)."""
-        if self._plotted_key is not None:
-            self._plotted_key = None
-            self.plot_cover.cover(True)
+        if self.state.trace is not None and "plots" not in pending:
+            self._update_plot(self.state.trace)
 
     def _plot_key(self, trace: Trace) -> tuple:
         """What the sweep plot shows for a trace, without computing its sweep: the sweep's
         key, the pass (its pens), N, the window and the run's totals (the mark, the note)."""
-        config = self.state.config
-        sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
         s = trace.schedule
         totals = trace.totals_at(trace.n_steps - 1)
         shape = (s.n_q, s.mask.left, s.block_q, s.block_k, trace.sram_capacity)
-        return (sweep_key(config, sram), config.pass_name, shape, totals["dense"], totals["tiled"])
+        key = sweep_key(self.state.config, _sweep_sram(trace))
+        return (key, self.state.config.pass_name, shape, totals["dense"], totals["tiled"])
 
     def _update_plot(self, trace: Trace) -> None:
-        self._plotted_key = self._plot_key(trace)
-        config = self.state.config
-        sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
-        data = sweep(config, sram)
-        pens = pens_for(config.pass_name)
-        totals = trace.totals_at(trace.n_steps - 1)  # the whole run's totals
-        n = trace.schedule.n_q
-        x = n if data["axis"] == N_AXIS else max(1, trace.schedule.mask.left)
-        marks = (np.log10(x), np.log10(totals["dense"]), np.log10(totals["tiled"]))
-        # New inputs of the same sizes (a seed, a file) leave the sweep as it was: the
-        # sweep is cached, so the same object. Setting it again repainted the plot twice
-        # per change (its axes re-measure their labels during the first paint).
-        shown = self._plotted
-        if not shown or shown[0] is not data or shown[1:] != (pens, marks):
-            self._plotted = (data, pens, marks)
-            for key, line in self._lines.items():
-                line.setData(data["n"], data[key])
-                line.setVisible(key in pens)
-            self._marks.setData([marks[0]] * 2, list(marks[1:]))
+        """The lines and mark of the trace's sweep, set only when what they show changes:
+        new inputs of the same sizes (a seed, a file) keep them (setting them again
+        repainted the plot twice per change, its axes re-measuring their labels)."""
+        key = self._plot_key(trace)
+        if key != self._lines_key:
+            self._lines_key = key
+            config = self.state.config
+            data = sweep(config, _sweep_sram(trace))
+            pens = pens_for(config.pass_name)
+            totals = trace.totals_at(trace.n_steps - 1)  # the whole run's totals
+            n = trace.schedule.n_q
+            x = n if data["axis"] == N_AXIS else max(1, trace.schedule.mask.left)
+            for name, line in self._lines.items():
+                line.setData(data["n"], data[name])
+                line.setVisible(name in pens)
+            self._marks.setData(
+                [np.log10(x)] * 2, [np.log10(totals["dense"]), np.log10(totals["tiled"])]
+            )
             self.plot.getPlotItem().setLabel("bottom", data["axis"])
             prepare_axes(self.plot, [self.plot.getPlotItem()])
-        self._set_texts(trace)
         self.plot_cover.cover(False)
 
     def _set_texts(self, trace: Trace) -> None:
         """The sweep's legend and note: from the config alone, so they are set with the
         first tier even while the lines wait for the plots' part."""
         config = self.state.config
-        sram = trace.sram_capacity or trace.schedule.sram_elements("tiled")
+        sram = _sweep_sram(trace)
         n = trace.schedule.n_q
         by_n = sweep_key(config, sram)[0] is _sweep
         x = n if by_n else max(1, trace.schedule.mask.left)

@@ -44,10 +44,10 @@ from desktop.state.config import BudgetError, Config, build
 # heatmaps that need all of S (P, O, the tiled lane's O, m, ℓ, L), the all-rows numbers
 # (the maximum error, the overflow check) and the plots: the statistics panel's curves of
 # the selected row and the ledger's sweep. The plots need only that row and the shapes,
-# but handing ~100 k vertices to pyqtgraph and painting them was a third of a first
-# paint's GUI time at N = 1024 (the ledger's sweep 8 ms of a blocks change's 30), so
-# every threaded build delivers them as a part of their own right after its first paint,
-# before any pass over S: a one-part build has nothing else to follow.
+# but handing ~100 k vertices to pyqtgraph and painting them (and laying out the sweep's
+# log axes) was a third of a first paint's GUI time at N = 1024, so every threaded build
+# delivers them as a part of their own right after its first paint, before any pass over
+# S: a one-part build has nothing else to follow.
 PARTS = frozenset({"heatmaps", "errors", "plots"})
 CURVES_PART = frozenset({"plots"})
 
@@ -89,9 +89,13 @@ class _BuildJob(QRunnable):
             self.relay.sigFirst.emit(self.generation, (*result, pending), self.painted)
             self.painted.wait(PAINT_WAIT_S)
 
-        def curves(trace) -> None:  # the plots' part, painted before anything follows
+        def plots(trace, images: LaneImages | None = None) -> None:
+            """The plots' part; one that more parts follow (no images yet) waits for its paint."""
             self.check()
             _row_curves(trace, self.row)
+            if images is not None:
+                self.relay.sigPart.emit(self.generation, (trace, images, CURVES_PART), None)
+                return
             self.painted.clear()
             self.relay.sigPart.emit(self.generation, (trace, None, CURVES_PART), self.painted)
             self.painted.wait(PAINT_WAIT_S)
@@ -104,7 +108,7 @@ class _BuildJob(QRunnable):
                 row=self.row,
                 key=self.key,
                 curves=False,
-                on_curves=curves,
+                on_curves=plots,
             )
             if streamed:  # the first tier and the curves came; now the rest
                 self.relay.sigPart.emit(
@@ -112,9 +116,7 @@ class _BuildJob(QRunnable):
                 )
             else:  # one part: shown now, the plots follow it
                 first(*result, pending=CURVES_PART)
-                self.check()
-                _row_curves(result[1], self.row)
-                self.relay.sigPart.emit(self.generation, (result[1], result[2], CURVES_PART), None)
+                plots(result[1], result[2])
             result = None
         except Cancelled:
             self.relay.sigDone.emit(self.generation, None, Cancelled())
