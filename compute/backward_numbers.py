@@ -86,6 +86,10 @@ class BackwardNumbers(Memo):
             f.tiled_lane,
             f.do_key,
         )
+        # Set while a worker makes the selected key's tile after its first paint: no
+        # other tile counts as ready meanwhile, so the views mark them computing rather
+        # than make one on the GUI thread (desktop.state.worker).
+        self.key_tiles_deferred = False
 
     def _need_do(self) -> np.ndarray:
         if self.do is None:
@@ -174,10 +178,11 @@ class BackwardNumbers(Memo):
 
     def key_tile_ready(self, tile: int) -> bool:
         """Whether key_tile(tile) is at hand without a pass over every row (it needs every
-        row's L and D): in a streamed backward's first tier it is not, and views mark it
-        as computing instead of making it on the GUI thread."""
+        row's L and D): in a streamed backward's first tier it is not, nor while
+        `key_tiles_deferred`, and views mark it as computing instead of making it on the
+        GUI thread."""
         held = tile in self._caches.get("key_tiles", ())
-        return held or self.forward.summary_cached(DISPLAY_CELLS)
+        return held or (not self.key_tiles_deferred and self.forward.summary_cached(DISPLAY_CELLS))
 
     def _found_dense(self, cap: int = DISPLAY_CELLS):
         """The dense backward pass of these inputs, mask and dO, if made (with the float64

@@ -69,6 +69,7 @@ class LaneView(QWidget):
         state.sigStepChanged.connect(self._on_step)
         state.sigRowChanged.connect(self.update)
         state.sigProgressChanged.connect(self.update)
+        state.sigPartsChanged.connect(self._on_parts)
 
     # ---- state -------------------------------------------------------------------
     def _on_trace(self, trace: Trace) -> None:
@@ -88,6 +89,13 @@ class LaneView(QWidget):
 
     def _on_step(self, _step: int) -> None:
         self.update()
+
+    def _on_parts(self, _pending: frozenset) -> None:
+        """A part came without new heatmaps (a one-part build's late key tile): the frame
+        is drawn again only if it shows a tile that was still computing."""
+        if any(tile.values is None and tile.note for tile, _slot, _rect in self._sram):
+            self._frame = None
+            self.update()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self._rects, self._static = {}, None

@@ -50,6 +50,11 @@ from desktop.state.config import BudgetError, Config, build
 # S: a one-part build has nothing else to follow.
 PARTS = frozenset({"heatmaps", "errors", "plots"})
 CURVES_PART = frozenset({"plots"})
+# A threaded build whose passes over S are cached or small comes in one part with its
+# heatmaps, and what it still needs of every row (the maximum error, the overflow
+# check, in a backward the selected key's tile: 10-30 ms at N = 4096) follows with the
+# plots, after the first paint.
+LATE_PARTS = CURVES_PART | {"errors"}
 
 
 class _Relay(QObject):
@@ -89,12 +94,12 @@ class _BuildJob(QRunnable):
             self.relay.sigFirst.emit(self.generation, (*result, pending), self.painted)
             self.painted.wait(PAINT_WAIT_S)
 
-        def plots(trace, images: LaneImages | None = None) -> None:
+        def plots(trace, images: LaneImages | None = None, done=CURVES_PART) -> None:
             """The plots' part; one that more parts follow (no images yet) waits for its paint."""
             self.check()
             _row_curves(trace, self.row)
             if images is not None:
-                self.relay.sigPart.emit(self.generation, (trace, images, CURVES_PART), None)
+                self.relay.sigPart.emit(self.generation, (trace, images, done), None)
                 return
             self.painted.clear()
             self.relay.sigPart.emit(self.generation, (trace, None, CURVES_PART), self.painted)
@@ -109,15 +114,25 @@ class _BuildJob(QRunnable):
                 key=self.key,
                 curves=False,
                 on_curves=plots,
+                late=True,
             )
             if streamed:  # the first tier and the curves came; now the rest
                 self.relay.sigPart.emit(
                     self.generation, (result[1], result[2], PARTS - CURVES_PART), None
                 )
-            else:  # one part: shown now, the plots follow it
-                first(*result, pending=CURVES_PART)
-                plots(result[1], result[2])
-            result = None
+            else:  # one part: shown now, the every-row numbers and the plots follow it
+                trace = result[1]
+                if trace.backward is not None:
+                    trace.backward.key_tiles_deferred = True
+                first(*result, pending=LATE_PARTS)
+                try:
+                    self.check()
+                    _late_rows(trace, self.key)
+                finally:  # (cancelled: the tiles are made where they are read, as before)
+                    if trace.backward is not None:
+                        trace.backward.key_tiles_deferred = False
+                plots(trace, result[2], LATE_PARTS)
+            result = trace = None
         except Cancelled:
             self.relay.sigDone.emit(self.generation, None, Cancelled())
         except BudgetError as exc:
@@ -147,6 +162,7 @@ def build_all(
     key: int = 0,
     curves: bool = True,
     on_curves: Callable[[object], None] | None = None,
+    late: bool = False,
 ) -> tuple[Config, object, LaneImages]:
     """The Trace and its precomputed heatmap images: everything a new trace needs. With
     `on_first`, a trace that streams (render.streams) is handed over with its first tier
@@ -157,7 +173,8 @@ def build_all(
     in); the whole gradients and dP, dS come with the second tier. `curves=False`
     leaves the row's plotted curves to the caller (_row_curves); a streamed build then
     hands the trace to `on_curves` after its first tier and before its second, so the
-    caller delivers them in between."""
+    caller delivers them in between. With `late`, a build that does not stream leaves
+    the every-row numbers and key row `key`'s tile to the caller (_late_rows)."""
     config, trace = build(config)
     if on_first is None or not streams(trace):
         if check is not None:  # the passes over S first, cancellable between chunks
@@ -165,10 +182,10 @@ def build_all(
             if trace.backward is not None:
                 trace.backward.backward_summary(DISPLAY_CAP, check)
         images = prepare_images(trace)
-        _all_rows(trace)
         if row is not None:  # the selected rows' numbers here, not on the GUI thread
             _selected_rows(trace, row, curves)
-            _selected_key(trace, key)
+        if not late:
+            _late_rows(trace, key if row is not None else None)
         return config, trace, images
     first = prepare_first(trace)
     if row is not None:  # a backward's from its rows alone: no every-row pass first
@@ -183,6 +200,14 @@ def build_all(
     if row is not None:  # every row's L and D are in now
         _selected_key(trace, key)
     return config, trace, images
+
+
+def _late_rows(trace, key: int | None) -> None:
+    """What a one-part build makes after its first paint: the all-rows numbers and,
+    unless `key` is None, the selected key row's tile."""
+    _all_rows(trace)
+    if key is not None:
+        _selected_key(trace, key)
 
 
 def _all_rows(trace) -> None:

@@ -196,3 +196,32 @@ def test_a_large_sram_tile_is_drawn_from_its_block_means_and_a_small_one_cell_fo
         for r, c in ((0, 0), (want.shape[0] - 1, want.shape[1] - 1), (1, 2)):
             assert image.pixelColor(c, r).getRgb() == tuple(int(x) for x in rgba[r, c])
     assert cache.get(big, scale) is cache.get(big, scale)  # made once
+
+
+def test_a_key_tile_made_late_replaces_its_computing_mark(window, qtbot):
+    """A one-part backward's key tiles wait for the worker (key_tiles_deferred): the
+    frame that marked dK_j computing is drawn again when the part comes, with no new
+    heatmaps to say so."""
+    from desktop.state.config import Config
+
+    st = window.state
+    cfg = Config(n=12, d=2, block_q=4, block_k=4, input="random", seed=5, pass_name="backward")
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(cfg)
+    qtbot.waitUntil(lambda: not st.pending_parts, timeout=10_000)
+    trace, lane = st.trace, window.lanes["tiled"]
+    step = next(
+        t for t in range(trace.n_steps)
+        if (a := trace.action("tiled", t)) is not None and a.block_j == 2
+        and any(r.tensor == "dK" for r in a.resident)
+    )  # fmt: skip
+    trace.backward.key_tiles_deferred = True
+    st.set_step(step)
+    marked = _lane_image(window, "tiled")
+    notes = {t.tensor: t.note for t, _slot, _rect in lane._sram if t.tensor in ("dK", "dV")}
+    assert notes == {"dK": "computing…", "dV": "computing…"}
+    trace.backward.key_tiles_deferred = False
+    st.sigPartsChanged.emit(st.pending_parts)  # as AppState._part, images unchanged
+    assert _lane_image(window, "tiled") != marked
+    held = {t.tensor: t.values for t, _slot, _rect in lane._sram if t.tensor in ("dK", "dV")}
+    assert set(held) == {"dK", "dV"} and all(v is not None for v in held.values())

@@ -1,6 +1,7 @@
-"""A threaded build that comes in one part shows its numbers first and the row's curves
-after that paint: the plots are covered meanwhile (never another configuration's
-curves), and the lanes keep the heatmaps they were given (no second static rebuild)."""
+"""A threaded build that comes in one part shows its numbers first and the row's curves,
+the all-rows numbers and the key row's tile after that paint: the plots are covered
+meanwhile (never another configuration's curves), dK is marked computing, and the lanes
+keep the heatmaps they were given (no second static rebuild)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_a_one_part_build_delivers_its_curves_after_the_first_paint(qtbot, monke
                 stats.plots_cover.isVisible(),
                 backward.plot_cover.isVisible(),
                 backward._drawn,
+                _trace.backward is not None and _trace.key_tile_ready(0),
+                backward.labels["dk"].text() if _trace.backward is not None else None,
             )
         )
 
@@ -43,8 +46,13 @@ def test_a_one_part_build_delivers_its_curves_after_the_first_paint(qtbot, monke
     qtbot.waitUntil(lambda: state.config == a and not state.pending_parts, timeout=30000)
     assert state.builder.wait(30000)
     forward_plots = pass_name != "backward"
-    # The first delivery: numbers, with the curves still to come and their plots covered.
-    assert seen == [(frozenset({"plots"}), forward_plots, pass_name != "forward", None)]
+    # The first delivery: numbers, with the curves, the all-rows numbers and the key row's
+    # tile still to come: the plots covered, dK marked computing, not made on this thread.
+    bwd = pass_name != "forward"
+    assert seen == [
+        (worker.LATE_PARTS, forward_plots, bwd, None, False, "computing…" if bwd else None)
+    ]
+    assert worker.LATE_PARTS == {"plots", "errors"}
     assert images_changed == []  # one part: the lanes' heatmaps were complete at once
     # The curves' part: uncovered, drawn from this trace and row.
     assert not stats.plots_cover.isVisible() and not backward.plot_cover.isVisible()
@@ -52,6 +60,8 @@ def test_a_one_part_build_delivers_its_curves_after_the_first_paint(qtbot, monke
         assert stats._series is stats_curves(state.trace, state.row)
     if pass_name != "forward":
         assert backward._drawn == (state.trace, state.row)
+        assert state.trace.key_tile_ready(0) and not state.trace.backward.key_tiles_deferred
+        assert backward.labels["dk"].text().startswith("[")  # the worker's tile, shown
     state.builder.shutdown()
 
 
