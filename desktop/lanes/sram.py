@@ -64,6 +64,48 @@ class TileImages:
         return entry[1]
 
 
+def _shorter(label: str) -> list[str]:
+    """A label and its shorter forms: its first word ("a = Σ P̃V" → "a"), then without
+    its block subscript ("dK_j" → "dK")."""
+    word = label.split(" ")[0]
+    return list(dict.fromkeys((label, word, word.split("_")[0])))
+
+
+def fit_labels(fm, labels: list[str], slots: list[QRectF]) -> list[str]:
+    """The tiles' labels as drawn centred over their columns: each as long as fits in
+    its column and 6 px each side, shortened (_shorter) where two neighbours would
+    touch, the wider of the two first (a backward's dQ_i, dK_j, dV_j over narrow
+    columns at 1366 px). `fm` is the painter's QFontMetrics."""
+    forms = [_shorter(label) for label in labels]
+    pick = [0] * len(labels)
+
+    def width(k: int) -> float:
+        return fm.horizontalAdvance(forms[k][pick[k]])
+
+    for k, slot in enumerate(slots):
+        while pick[k] + 1 < len(forms[k]) and width(k) > slot.width() + 12:
+            pick[k] += 1
+    order = sorted(range(len(slots)), key=lambda k: slots[k].center().x())  # (not list order)
+    for a, b in zip(order, order[1:], strict=False):
+        gap = slots[b].center().x() - slots[a].center().x()
+        while (width(a) + width(b)) / 2 + 3 > gap:
+            wider, other = (a, b) if width(a) >= width(b) else (b, a)
+            if pick[wider] + 1 < len(forms[wider]):
+                pick[wider] += 1
+            elif pick[other] + 1 < len(forms[other]):
+                pick[other] += 1
+            else:
+                break
+    return [f[i] for f, i in zip(forms, pick, strict=True)]
+
+
+def fitted_note(p: QPainter, note: str, rect: QRectF) -> str:
+    """An empty tile's note ("computing…") as it fits: wrapped at its words, or "…" when
+    its longest word is wider than the tile (a clipped "ut" says nothing)."""
+    widest = max(p.fontMetrics().horizontalAdvance(w) for w in note.split())
+    return note if widest <= rect.width() else "…"
+
+
 def paint_sram(
     p: QPainter, ctx: LaneContext, trace: Trace, step: int, area: QRectF, tiles_cache: TileImages
 ) -> PlacedTiles:
@@ -74,22 +116,22 @@ def paint_sram(
     pal = ctx.palette
     images = ctx.state.images
     placed: PlacedTiles = []
-    for tile, slot in zip(tiles, slots, strict=True):
+    p.setFont(ctx.font)
+    labels = fit_labels(p.fontMetrics(), [t.label for t in tiles], slots)
+    for tile, slot, label in zip(tiles, slots, labels, strict=True):
         rect = tile_rect(tile, slot.adjusted(0, 18, 0, 0))
         placed.append((tile, slot, rect))
         p.setPen(pal.color(QPalette.ColorRole.WindowText))
         p.setFont(ctx.font)
-        label_rect = QRectF(slot.left() - 6, slot.top(), slot.width() + 12, 16)
-        label = tile.label
-        if p.fontMetrics().horizontalAdvance(label) > label_rect.width():
-            label = label.split(" ")[0]  # "a = Σ P̃V" → "a" over a narrow column
+        label_rect = QRectF(slot.center().x() - 100, slot.top(), 200, 16)  # never clipped
         p.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, label)
         if tile.values is None:
             p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1, Qt.PenStyle.DashLine))
             p.setBrush(Qt.BrushStyle.NoBrush)
             p.drawRect(rect)
             if tile.note:
-                p.drawText(rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, tile.note)
+                p.drawText(rect, Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
+                           fitted_note(p, tile.note, rect))  # fmt: skip
             continue
         scale = tile_scale(images, tile)
         values = tile.values
