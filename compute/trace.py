@@ -34,7 +34,7 @@ from .ledger import LaneLedger, Ledger, check_ledger_args, freeze_counts, make_l
 from .mask import Mask
 from .problem import Problem
 from .schedule import DIRECTIONS, LANES, Action, Schedule
-from .timeline import LaneTimeline
+from .timeline import LaneTimeline, lane_timelines
 
 __all__ = ["DISPLAY_CELLS", "RowState", "Step", "Steps", "Trace", "build_trace"]
 
@@ -281,7 +281,10 @@ def build_trace(
             do = _readonly(do.copy())
     else:
         do = None
-    schedule = Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse)
+    lanes = lane_timelines(
+        Schedule(n_q, n_k, d, d_v, block_q, block_k, order, causal, save_lse), LANES, pass_name
+    )
+    schedule = lanes[LANES[0]].schedule  # (a kept timeline's: the same object for both)
     scale = default_scale(d) if scale is None else float(scale)
     round_to(np.zeros(1), dtype)  # an unknown dtype is one sentence now, not at first view
     return Trace(
@@ -292,7 +295,7 @@ def build_trace(
         q=_readonly(q),
         k=_readonly(k),
         v=_readonly(v),
-        lanes={lane: LaneTimeline(schedule, lane, pass_name) for lane in LANES},
+        lanes=lanes,
         pass_name=pass_name,
         do=do,
         inputs_key=(object() if inputs_key is None else inputs_key, n_q, n_k, d, d_v),

@@ -133,3 +133,27 @@ def test_write_steps_per_cell_equal_every_write_spread(s, lane, pass_name, fr, f
         got_first, got_last = tl.write_steps_per_cell(tensor, shape, (fr, fc))
         np.testing.assert_array_equal(got_first, first, err_msg=tensor)
         np.testing.assert_array_equal(got_last, last, err_msg=tensor)
+
+
+def test_traces_of_one_tiling_share_their_timelines_and_schedule():
+    """A new seed keeps the timelines (they depend on the schedule and the pass alone);
+    other blocks or another pass get their own, equal to ones made afresh."""
+    from compute import build_trace
+    from compute.timeline import LaneTimeline
+
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((37, 3)) for _ in range(3))
+    a = build_trace(q, k, v, block_q=5, block_k=7, causal=True, pass_name="training")
+    q2, k2, v2 = (rng.standard_normal((37, 3)) for _ in range(3))
+    b = build_trace(q2, k2, v2, block_q=5, block_k=7, causal=True, pass_name="training")
+    assert all(b.lanes[lane] is a.lanes[lane] for lane in a.lanes)
+    assert b.schedule is a.schedule and all(t.schedule is b.schedule for t in b.lanes.values())
+    c = build_trace(q, k, v, block_q=6, block_k=7, causal=True, pass_name="training")
+    d = build_trace(q, k, v, block_q=5, block_k=7, causal=True, pass_name="backward")
+    for other in (c, d):
+        assert all(other.lanes[lane] is not a.lanes[lane] for lane in a.lanes)
+        for lane, t in other.lanes.items():
+            fresh = LaneTimeline(other.schedule, lane, other.pass_name)
+            assert t.length == fresh.length
+            assert np.array_equal(t.seg_cumulative, fresh.seg_cumulative)
+            assert np.array_equal(t.seg_start, fresh.seg_start)
