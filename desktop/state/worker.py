@@ -14,7 +14,8 @@ lifts; what is missing is marked "computing"), then the plots (the row's curves,
 ledger's sweep) as a part once that tier is painted, then the second tier. A newer
 request cancels the job between chunks of its pass over S (compute.numbers.Cancelled),
 so the newest request starts within a chunk, and a part of an old trace never arrives;
-a job that comes in one part (a small or cached pass) is cancelled the same way. A
+a job that comes in one part (a small or cached pass) is cancelled the same way, and its
+all-rows numbers and a backward's key-row tile follow with the plots (LATE_PARTS). A
 large backward (or training step) streams too: its first tier has the forward's O, L,
 D and the selected rows' gradients, the second the whole gradients, dP and dS.
 """
