@@ -153,6 +153,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     modes = [m for m in modes if m not in Q80_MODES or d == 128]
     modes = [m for m in modes if m not in IL_MODES or d == 64]  # mode 20: d = 64 only
     plan_modes = [m for m in plan_modes if m not in Q80_MODES or d == 128]
+    plan_modes = [m for m in plan_modes if m not in IL_MODES or d == 64]
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes
     sets = _inputs(cp, bh, n, d, dtype, causal, rotation_count(5 * bh * n * d * 2, l2), n + d)
