@@ -70,12 +70,9 @@ THREADS = 256  # two warpgroups
 # than mode 7 in all twelve d = 128 cases of the bar (BACKWARD_NOTES.md, rounds 46 and 47; the
 # causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
 # the default under a band and at d = 64.
-# Mode 20 is 7 at d = 64 with the exponentials beside the dS^T arithmetic (flash_bwd_ws's IL;
-# BACKWARD_NOTES.md, round 47, bwd13).
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 20)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 20: False}
-IL_MODES = (20,)  # d = 64, the exponentials interleaved with dS^T (flash_bwd_ws's IL)
+MODES = (0, 4, 5, 7, 9, 13, 16)
+WS_MODES = {7: False, 9: True, 13: False, 16: True}
 Q80_MODES = (13,)
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
 Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks) and 80
@@ -84,7 +81,7 @@ WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5, 7, 9, 16, 20)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+FRAG_MODES = (4, 5, 7, 9, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -147,7 +144,7 @@ def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any,
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
-        drain = ",true" if mode in DRAIN_MODES else ",false,true" if mode in IL_MODES else ""
+        drain = ",true" if mode in DRAIN_MODES else ""
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
@@ -255,8 +252,6 @@ def backward_mode(
         band = _check_band(band, causal, mode)
     if mode in Q80_MODES and (d != 128 or band is not None):
         raise ValueError(f"backward mode {mode} is for d = 128 without a band")
-    if mode in IL_MODES and d != 64:
-        raise ValueError(f"backward mode {mode} is for d = 64")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:

@@ -99,12 +99,7 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
     row = c0 + r - kb * rows;
 }
 
-// IL (mode 20, d = 64; BACKWARD_NOTES.md, round 47, bwd13): the row pairs below FBW_IL_J0 take
-// their exponentials under dPᵀ's GEMM, the rest after its wait beside the dSᵀ arithmetic
-// (fbw_probs_dsoft), the mask applied to both afterwards; dV is issued after dSᵀ.
-#define FBW_IL_J0 2
-
-template <int DT, int D, bool DET, bool DRAIN = false, bool IL = false>
+template <int DT, int D, bool DET, bool DRAIN = false>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -253,40 +248,21 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
         // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
-        const bool masked =
-            (kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo);
+        if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
+            fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+        else
+            fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+        // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it to
+        // run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then dV).
         u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
-        if constexpr (IL) {
-            // The first FBW_IL_J0 pairs under dPᵀ, then the rest beside dSᵀ, all unmasked (one
-            // straight-line block), then the mask; dV after both (the dSᵀ arithmetic it ran
-            // under in mode 7 now fills the gaps between the MUFU.EX2).
-            fbw_probs<NS, false, 0, FBW_IL_J0>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
-            fa_wgmma_wait<0>();
+        fa_to_a<DT, NS>(sv, ap);
 #pragma unroll
-            for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
-            fbw_probs_dsoft<NS, FBW_IL_J0>(sv, dp, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
-            if (masked) fbw_mask_pds<NS>(sv, dp, row_k, q0, t, Nk, lo, hi);
-            fa_to_a<DT, NS>(sv, ap);
+        for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+        fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
+        fa_wgmma_wait<1>();
 #pragma unroll
-            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
-            fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
-        } else {
-            if (masked)
-                fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
-            else
-                fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
-            // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it
-            // to run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then
-            // dV).
-            fa_to_a<DT, NS>(sv, ap);
-#pragma unroll
-            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
-            fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
-            fa_wgmma_wait<1>();
-#pragma unroll
-            for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
-            fbw_dsoft<NS>(dp, sv, lda + 256);
-        }
+        for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
+        fbw_dsoft<NS>(dp, sv, lda + 256);
         fa_to_a<DT, NS>(dp, ads);
         // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
         // finished before block it - 1's barrier.
@@ -343,8 +319,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, DRAIN, IL)                                                       \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, IL>(                             \
+#define FBW_MAIN(DT, D, DET, DRAIN)                                                           \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN>(                                 \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -355,12 +331,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                                                     const FbwLayout);                        \
     template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int, float, \
                                                           const FbwLayout);                  \
-    FBW_MAIN(DT, D, false, false, false)                                                      \
-    FBW_MAIN(DT, D, true, false, false) FBW_MAIN(DT, D, true, true, false)
+    FBW_MAIN(DT, D, false, false) FBW_MAIN(DT, D, true, false) FBW_MAIN(DT, D, true, true)
 FBW_INST(0, 64)
 FBW_INST(1, 64)
-FBW_MAIN(0, 64, false, false, true)
-FBW_MAIN(1, 64, false, false, true)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
 #define FBW80_INST(DT, CAUSAL)                                                                \

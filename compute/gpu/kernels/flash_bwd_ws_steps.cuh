@@ -88,45 +88,29 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
     }
 }
 
-// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place for the accumulator elements of row pair j
-// (query columns 8 j + 2 t, + 1; l2 = their L2 pair). MASK: zero where key row row >= Nk or
-// outside query r's band, row < r + lo or row > r + hi.
-template <bool MASK>
-__device__ __forceinline__ void fbw_prob_pair(float* s, int j, float2 l2, float scale_log2,
-                                              int row_k, int q0, int t, int Nk, int lo, int hi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int e = 4 * j + 2 * h;
-        float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-        float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
-        if constexpr (MASK) {
-            const int row = row_k + 8 * h;
-            const int r = q0 + 8 * j + 2 * t;
-            if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
-            if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
-        }
-        s[e] = p0;
-        s[e + 1] = p1;
-    }
-}
-
-// Pᵀ in place (fb_probs' layout) for row pairs J0 <= j < J1; l2a = the shared address of this
-// thread's first L2 pair (the block's L2 row + 8 t bytes).
-template <int NS, bool MASK, int J0 = 0, int J1 = NS / 4>
+// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place (fb_probs' layout); l2a = the shared address of
+// this thread's first L2 pair (the block's L2 row + 8 t bytes). MASK: zero where key row
+// row >= Nk or outside query r's band, row < r + lo or row > r + hi.
+template <int NS, bool MASK>
 __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, int row_k, int q0,
                                           int t, int Nk, int lo, int hi) {
 #pragma unroll
-    for (int j = J0; j < J1; ++j)
-        fbw_prob_pair<MASK>(s, j, fbw_row_pair(l2a, j), scale_log2, row_k, q0, t, Nk, lo, hi);
-}
-
-// dSᵀ = Pᵀ o (dPᵀ - D) in place of dPᵀ for row pair j (dd = its D pair).
-__device__ __forceinline__ void fbw_dsoft_pair(float* dp, const float* p, int j, float2 dd) {
+    for (int j = 0; j < NS / 4; ++j) {
+        const float2 l2 = fbw_row_pair(l2a, j);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int e = 4 * j + 2 * h;
-        dp[e] = p[e] * (dp[e] - dd.x);
-        dp[e + 1] = p[e + 1] * (dp[e + 1] - dd.y);
+        for (int h = 0; h < 2; ++h) {
+            const int e = 4 * j + 2 * h;
+            float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
+            float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
+            if constexpr (MASK) {
+                const int row = row_k + 8 * h;
+                const int r = q0 + 8 * j + 2 * t;
+                if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
+                if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
+            }
+            s[e] = p0;
+            s[e + 1] = p1;
+        }
     }
 }
 
@@ -135,48 +119,13 @@ __device__ __forceinline__ void fbw_dsoft_pair(float* dp, const float* p, int j,
 template <int NS>
 __device__ __forceinline__ void fbw_dsoft(float* dp, const float* p, u32 da) {
 #pragma unroll
-    for (int j = 0; j < NS / 4; ++j) fbw_dsoft_pair(dp, p, j, fbw_row_pair(da, j));
-}
-
-// Mode 20: Pᵀ of row pairs J0 .. NS / 4 - 1, unmasked, and dSᵀ of every pair, each pair's
-// exponentials beside the dSᵀ arithmetic of pair j - J0 (whose Pᵀ is done), so the MUFU.EX2
-// (8 clocks apart at the XU's rate) have independent FADD / FMUL / LDS between them instead
-// of idle issue slots; pairs below J0 hold Pᵀ already (fbw_probs<NS, false, 0, J0>). Both Sᵀ
-// and dPᵀ must have landed; masked tiles then take fbw_mask_pds, so that this stays one
-// block of straight-line code (a mask branch here let ptxas move the dSᵀ of the pairs below
-// J0, the same in both paths, past the branch's join and out of the MUFU gaps). l2a: the
-// first L2 pair's address; D is 256 bytes on.
-template <int NS, int J0>
-__device__ __forceinline__ void fbw_probs_dsoft(float* s, float* dp, u32 l2a, float scale_log2,
-                                                int row_k, int q0, int t, int Nk, int lo,
-                                                int hi) {
-    static_assert(J0 >= 0 && J0 <= NS / 4, "J0 row pairs of Pᵀ at most");
-#pragma unroll
-    for (int j = J0; j < NS / 4; ++j) {
-        fbw_prob_pair<false>(s, j, fbw_row_pair(l2a, j), scale_log2, row_k, q0, t, Nk, lo, hi);
-        fbw_dsoft_pair(dp, s, j - J0, fbw_row_pair(l2a + 256, j - J0));
-    }
-#pragma unroll
-    for (int j = NS / 4 - J0; j < NS / 4; ++j)
-        fbw_dsoft_pair(dp, s, j, fbw_row_pair(l2a + 256, j));
-}
-
-// Mode 20's mask, after Pᵀ and dSᵀ were computed unmasked: both zero where key row row >= Nk
-// or outside query r's band (fbw_prob_pair's rule). A select, so that an infinite or NaN Pᵀ
-// outside the mask (a row that sees no key) does not survive; dSᵀ there is +0 where mode 7's
-// 0 (dPᵀ - D) may be -0, a zero's sign only.
-template <int NS>
-__device__ __forceinline__ void fbw_mask_pds(float* p, float* ds, int row_k, int q0, int t,
-                                             int Nk, int lo, int hi) {
-#pragma unroll
     for (int j = 0; j < NS / 4; ++j) {
+        const float2 dd = fbw_row_pair(da, j);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int e = 4 * j + 2 * h;
-            const int row = row_k + 8 * h;
-            const int r = q0 + 8 * j + 2 * t;
-            if (row >= Nk || row > r + hi || row < r + lo) p[e] = ds[e] = 0.f;
-            if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p[e + 1] = ds[e + 1] = 0.f;
+            dp[e] = p[e] * (dp[e] - dd.x);
+            dp[e + 1] = p[e + 1] * (dp[e + 1] - dd.y);
         }
     }
 }
