@@ -69,13 +69,11 @@ THREADS = 256  # two warpgroups
 # non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order): faster
 # than mode 7 in all twelve d = 128 cases of the bar (BACKWARD_NOTES.md, rounds 46 and 47; the
 # causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
-# the default under a band and at d = 64. Mode 23 (temporary, round 48) is 13 with
-# FlashAttention-4's order after the hand-off: dQ issued before dK, its tile stored under dK.
+# the default under a band and at d = 64.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 23)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False}
-Q80_MODES = (13, 23)
-DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
+MODES = (0, 4, 5, 7, 9, 13, 16)
+WS_MODES = {7: False, 9: True, 13: False, 16: True}
+Q80_MODES = (13,)
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
 Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks) and 80
 DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
@@ -140,9 +138,9 @@ def _functions(dt: int, d: int, mode: int, causal: bool = False) -> tuple[Any, A
 def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any, Any]:
     cp = _cupy()
     if mode in Q80_MODES:
-        e, first = str(endq).lower(), str(mode in DQ_FIRST_MODES).lower()
+        e = str(endq).lower()
         names = [f"flash_bwd_pre80_s<{dt}>" if endq else f"flash_bwd_pre_s<{dt},{d}>",
-                 f"flash_bwd_ws80<{dt},{e},{first}>", f"flash_bwd_post_t80_s<{dt},{e}>"]  # fmt: skip
+                 f"flash_bwd_ws80<{dt},{e}>", f"flash_bwd_post_t80_s<{dt},{e}>"]  # fmt: skip
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
