@@ -69,11 +69,15 @@ THREADS = 256  # two warpgroups
 # non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order): faster
 # than mode 7 in all twelve d = 128 cases of the bar (BACKWARD_NOTES.md, rounds 46 and 47; the
 # causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
-# the default under a band and at d = 64.
+# the default under a band and at d = 64. Mode 23 is 13 with FlashAttention-4's order after
+# the hand-off: dQ issued before dK, its tile stored while dK runs; 1.006-1.054x mode 13 in
+# all six non-causal d = 128 cases (two timings, the op's launch path; BACKWARD_NOTES.md round
+# 48), 0.98-1.04x under the causal mask, hence the non-causal d = 128 default only.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16)
-WS_MODES = {7: False, 9: True, 13: False, 16: True}
-Q80_MODES = (13,)
+MODES = (0, 4, 5, 7, 9, 13, 16, 23)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False}
+Q80_MODES = (13, 23)
+DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
 Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks) and 80
 DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
@@ -88,9 +92,11 @@ DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgro
 
 
 def default_mode(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
-    """The mode a call that names none gets: mode 13 for d = 128 without a band, else
-    DEFAULT_MODES' for d."""
-    return Q80_MODES[0] if query_rows(d, causal, band) == Q80_ROWS else DEFAULT_MODES[d]
+    """The mode a call that names none gets: at d = 128 without a band mode 23, or 13
+    under the causal mask; else DEFAULT_MODES' for d."""
+    if query_rows(d, causal, band) != Q80_ROWS:
+        return DEFAULT_MODES[d]
+    return 13 if causal else 23
 
 
 def query_rows(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
@@ -138,9 +144,9 @@ def _functions(dt: int, d: int, mode: int, causal: bool = False) -> tuple[Any, A
 def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any, Any]:
     cp = _cupy()
     if mode in Q80_MODES:
-        e = str(endq).lower()
+        e, first = str(endq).lower(), str(mode in DQ_FIRST_MODES).lower()
         names = [f"flash_bwd_pre80_s<{dt}>" if endq else f"flash_bwd_pre_s<{dt},{d}>",
-                 f"flash_bwd_ws80<{dt},{e}>", f"flash_bwd_post_t80_s<{dt},{e}>"]  # fmt: skip
+                 f"flash_bwd_ws80<{dt},{e},{first}>", f"flash_bwd_post_t80_s<{dt},{e}>"]  # fmt: skip
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()

@@ -336,12 +336,14 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
-#define FBW80_INST(DT, CAUSAL)                                                                \
-    template __global__ void flash_bwd_ws80<DT, CAUSAL>(                                      \
+#define FBW80_MAIN(DT, CAUSAL, DQ_FIRST)                                                      \
+    template __global__ void flash_bwd_ws80<DT, CAUSAL, DQ_FIRST>(                            \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
-        const FbwLayout);                                                                     \
+        const FbwLayout);
+#define FBW80_INST(DT, CAUSAL)                                                                \
+    FBW80_MAIN(DT, CAUSAL, false) FBW80_MAIN(DT, CAUSAL, true)                                \
     template __global__ void flash_bwd_post_t80_s<DT, CAUSAL>(const float*, u16*, int, int,  \
                                                               float, const FbwLayout);
 FBW80_INST(0, false)

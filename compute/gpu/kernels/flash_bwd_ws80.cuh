@@ -168,6 +168,18 @@ __device__ __forceinline__ void fbw80_dq_bulk(const float* dq, u32 buf, int ctid
     fa_bar_sync(bar, 128);
     if (ctid == 0) fb_bulk_add(dst, buf, Fbw80Smem::DQ_BYTES);
 }
+// The end of a block's GEMMs: wait for all of them, release the stage (Q, dO, L2, D are no
+// longer read) and pin dV, dK's registers after the wait.
+template <int NA>
+__device__ __forceinline__ void fbw80_release(float* dv, float* dk, u32 empty) {
+    fa_wgmma_wait<0>();
+    fa_mbar_arrive(empty);
+#pragma unroll
+    for (int e = 0; e < NA; ++e) {
+        fa_reg_fence(dv[e]);
+        fa_reg_fence(dk[e]);
+    }
+}
 #endif
 
 // flash_bwd_ws's arguments (sems and causal unused: CAUSAL is the template's; no band). Grid
@@ -181,7 +193,11 @@ __device__ __forceinline__ void fbw80_dq_bulk(const float* dq, u32 buf, int ctid
 // rows before 0. A key block streams [i0, ceil(N_q / 80)) from the first block whose last row
 // reaches it, masks per element only the tiles the diagonal (or the key tail) crosses, and the
 // CTAs launch longest first (fbw_longest_first).
-template <int DT, bool CAUSAL = false>
+// DQ_FIRST (mode 23, the non-causal default; BACKWARD_NOTES.md round 48): FlashAttention-4's
+// order after the hand-off, dQ issued before dK, so the single dQᵀ buffer's wait, the tile's
+// store and its two barriers run while the tensor cores still hold dK, instead of after every
+// GEMM is done.
+template <int DT, bool CAUSAL = false, bool DQ_FIRST = false>
 __global__ void __launch_bounds__(384, 1)
     flash_bwd_ws80(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                    const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -330,9 +346,11 @@ __global__ void __launch_bounds__(384, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMMs, which both consumers
         // finished before block it - 1's barrier.
         fbw80_store_ds(ads, dsbuf + ds_off);
+        if constexpr (!DQ_FIRST) {  // dK first: the tensor cores run it under the hand-off
 #pragma unroll
-        for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
-        fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));
+            for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
+            fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));
+        }
         fa_fence_proxy_async();
         fa_bar_sync(1, 256);  // both consumers' dS panels are in shared memory
 
@@ -340,17 +358,19 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int e = 0; e < NS; ++e) asm volatile("" : "=f"(dq[e]));
         fbw80_issue_dq<DT>(dq, kdq, fbw_lo(dsbuf, 16));
-        fa_wgmma_wait<0>();
-        fa_mbar_arrive(empty + 8 * s);
+        if constexpr (DQ_FIRST) {  // dK after dQ: the dQᵀ tile is drained under it
 #pragma unroll
-        for (int e = 0; e < NA; ++e) {
-            fa_reg_fence(dv[e]);
-            fa_reg_fence(dk[e]);
+            for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
+            fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));
+            fa_wgmma_wait<1>();  // dV and dQᵀ done; dK still reads Q and its dS registers
+        } else {
+            fbw80_release<NA>(dv, dk, empty + 8 * s);
         }
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dq[e]);
         const long long chunk = (bh * nblk + i) * 2 + cw;
         fbw80_dq_bulk(dq, dqbuf, ctid, 2 + cw, dQacc + chunk * (FBW80_BM * 64));
+        if constexpr (DQ_FIRST) fbw80_release<NA>(dv, dk, empty + 8 * s);
         if (++i == nb) {
             i = i0;
             ++gq;

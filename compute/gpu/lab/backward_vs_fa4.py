@@ -42,6 +42,7 @@ MODE_NAMES = {
     9: "ws-det",
     13: "ws-q80",
     16: "ws-drain-det",
+    23: "ws-q80-dqfirst",
 }
 
 

@@ -151,23 +151,46 @@ def test_80_row_mode_matches_float64(dtype, causal):
     # 80-row blocks that are not 128-key aligned (333), many key blocks both ways; the causal
     # blocks end at N_q, so N_q mod 80 (77, 40, 60, 1, 0, 1; 30, 13, 60, 20, 60) sets the
     # partial first block and the rows the pre / post kernels shift.
+    for i, (b, h, n_q, n_k) in enumerate(_q80_shapes(causal)):
+        _run(b, h, n_q, n_k, 128, dtype, causal, seed=[66, CODE[dtype], i, int(causal)], mode=13)
+
+
+def _q80_shapes(causal):
     shapes = [(2, 3, 77, 300), (2, 3, 1000, 900), (1, 2, 1500, 1700), (1, 2, 1, 513),
               (1, 3, 240, 128), (2, 2, 81, 1)]  # fmt: skip
     if causal:
         shapes += [(1, 2, 190, 60), (1, 1, 333, 333), (1, 2, 700, 5), (2, 2, 1700, 1500),
                    (1, 2, 300, 1300)]  # fmt: skip
-    for i, (b, h, n_q, n_k) in enumerate(shapes):
-        _run(b, h, n_q, n_k, 128, dtype, causal, seed=[66, CODE[dtype], i, int(causal)], mode=13)
+    return shapes
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dq_first_mode_matches_float64_and_mode_13(dtype, causal):
+    # Mode 23 (mode 13 with dQ issued before dK, its tile stored under dK) on mode 13's
+    # shapes and seeds: against float64, and dK, dV bit for bit mode 13's (the same GEMMs
+    # into the same registers in the same order; only dQ's additions land in another order).
+    from compute.gpu.flash import flash_attention
+    from compute.gpu.flash_backward import backward_mode
+
+    for i, (b, h, n_q, n_k) in enumerate(_q80_shapes(causal)):
+        seed = [66, CODE[dtype], i, int(causal)]
+        _, got, _, (q, k, v, do) = _run(b, h, n_q, n_k, 128, dtype, causal, seed=seed, mode=23)
+        o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+        want = backward_mode(q, k, v, o, do, lse, causal=causal, mode=13)
+        for name, g, w in zip(("dk", "dv"), got[1:], want[1:], strict=True):
+            assert bool(cp.array_equal(g, w)), f"{name} differs from mode 13 at {n_q} x {n_k}"
 
 
 def test_80_row_mode_refuses_what_it_does_not_serve():
     from compute.gpu.flash_backward import backward_mode
 
-    for d, causal, band in ((64, False, None), (64, True, None), (128, False, (-4, 0))):
-        (q, k, v, do), _ = _inputs(1, 1, 16, 16, d, "float16", [67, d])
-        lse = cp.zeros((1, 1, 16), dtype=cp.float32)
-        with pytest.raises(ValueError, match="^backward mode 13 is for d = 128 without"):
-            backward_mode(q, k, v, q, do, lse, causal=causal, band=band, mode=13)
+    for mode in (13, 23):
+        for d, causal, band in ((64, False, None), (64, True, None), (128, False, (-4, 0))):
+            (q, k, v, do), _ = _inputs(1, 1, 16, 16, d, "float16", [67, d])
+            lse = cp.zeros((1, 1, 16), dtype=cp.float32)
+            with pytest.raises(ValueError, match=f"^backward mode {mode} is for d = 128 without"):
+                backward_mode(q, k, v, q, do, lse, causal=causal, band=band, mode=mode)
 
 
 @pytest.mark.parametrize("mode", [5, 9, 16])
@@ -228,7 +251,7 @@ def _rounding(ref, dtype) -> float:
 @pytest.mark.parametrize(
     "n_q,n_k", [(113, 203), (128, 217), (108, 256), (1023, 1024), (2048, 2048)]
 )
-@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 13])
+@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 13, 23])
 def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     # FlashAttention's tests' bar: max |dX - ref| <= 2 max |dX_pt - ref| + rounding, ref float64,
     # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs; for
@@ -237,7 +260,7 @@ def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
-    d = 128 if n_q < 1000 or variant == 13 else 64
+    d = 128 if n_q < 1000 or variant in (13, 23) else 64
     (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [81, CODE[dtype], n_q, n_k])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     if isinstance(variant, int):
@@ -337,7 +360,7 @@ def _gqa_inputs(b, h, hk, n_q, n_k, d, dtype, seed):
     return dev, host
 
 
-@pytest.mark.parametrize("mode", [7, 9, 13, 16])
+@pytest.mark.parametrize("mode", [7, 9, 13, 16, 23])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (300, 77)])
@@ -349,8 +372,8 @@ def test_strided_inputs_and_outputs_bit_for_bit(mode, d, causal, n_q, n_k):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode
 
-    if mode == 13 and d != 128:
-        pytest.skip("mode 13 (80-row query blocks) is d = 128 only")
+    if mode in (13, 23) and d != 128:
+        pytest.skip(f"mode {mode} (80-row query blocks) is d = 128 only")
     (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [91, d, n_q, n_k, int(causal)])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     want = backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
@@ -406,7 +429,7 @@ def _gqa_reference(host, group, causal):
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (203, 113)])
-@pytest.mark.parametrize("mode", [None, 13])
+@pytest.mark.parametrize("mode", [None, 13, 23])
 def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     # GQA at group sizes 1, 4, 8 on SDPA-shaped views (dK, dV summed over the group inside
     # the kernel): FlashAttention's tests' bar against float64 with K/V repeated, pt being
@@ -417,8 +440,8 @@ def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
     d = 128 if n_q < 1000 else 64
-    if mode == 13 and d != 128:
-        pytest.skip("mode 13 (80-row query blocks) is d = 128 only")
+    if mode in (13, 23) and d != 128:
+        pytest.skip(f"mode {mode} (80-row query blocks) is d = 128 only")
     hk = 2 if group < 8 else 1  # at most 8 query heads for the float64 reference on the host
     deterministic = dtype == "bfloat16" and mode is None  # both modes, each on one dtype
     seed = [93, CODE[dtype], group, int(causal), n_q, n_k]
