@@ -692,10 +692,12 @@ def _spread(origin, n_rows, n_cols, width):
     return origin[at] + (k // n_cols[at]) * width + k % n_cols[at], at
 
 
-# The lanes' timelines of the last few traces, by what they depend on (the schedule and
-# the pass): an inputs change (a new seed, a scale) keeps them, and a drag back finds
-# the tiling it left. At N = 4096 with 2×2 blocks a training step's two take 9-10 ms.
-TIMELINES_KEPT = 2
+# The lanes' timelines of the last trace, by what they depend on (the schedule and the
+# pass): an inputs change (a new seed, a scale) keeps them. At N = 4096 with 2×2 blocks a
+# training step's two take 9-10 ms. One entry only: it is the shown trace's own, so the
+# cache holds nothing the window does not (a schedule's tile classes are T_r × T_c bytes,
+# 64 MB at N = 8192 with 1×1 blocks, outside the memory estimate if kept for a trace gone).
+TIMELINES_KEPT = 1
 _KEPT: OrderedDict[tuple, dict[str, LaneTimeline]] = OrderedDict()
 _KEPT_LOCK = threading.Lock()
 
@@ -703,8 +705,8 @@ _KEPT_LOCK = threading.Lock()
 def lane_timelines(
     schedule: Schedule, lanes: tuple[str, ...], pass_name: str = "forward"
 ) -> dict[str, LaneTimeline]:
-    """{lane: LaneTimeline(schedule, lane, pass_name)}, the ones made last for an equal
-    schedule and pass if among the last TIMELINES_KEPT (timelines are immutable). Every
+    """{lane: LaneTimeline(schedule, lane, pass_name)}, the ones made last if for an equal
+    schedule and pass (the last TIMELINES_KEPT are kept; timelines are immutable). Every
     timeline of one entry holds the same schedule object: the caller's, or the equal
     one they were made with (whose cached tile classes come with it)."""
     key = (schedule, tuple(lanes), pass_name)
