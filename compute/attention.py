@@ -216,7 +216,9 @@ class RowHistory:
 
 def _prepare(q, k, v, dtype, scale):
     acc = stats_dtype(dtype)
-    qd, kd, vd = (round_to(np.asarray(x, dtype=np.float64), dtype).astype(acc) for x in (q, k, v))
+    qd, kd, vd = (
+        round_to(np.asarray(x, dtype=np.float64), dtype).astype(acc, copy=False) for x in (q, k, v)
+    )
     scale = default_scale(qd.shape[1]) if scale is None else float(scale)
     return acc, qd, kd, vd, acc(scale)
 

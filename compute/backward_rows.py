@@ -123,18 +123,19 @@ class Operands:
 
 
 def input_operands(q, k, v, do, dtype: str) -> Operands:
-    """The inputs' part of Operands (float64 and rounded copies), without L and D: what
+    """The inputs' part of Operands (float64, and rounded to the tiled lane's dtype: the
+    float64 inputs themselves, read-only, when that is float64), without L and D: what
     one block's backward reads beside its own rows' L and D (row_stats)."""
     acc = stats_dtype(dtype)
     raw = [np.asarray(x, dtype=np.float64) for x in (q, k, v, do)]
-    qd, kd, vd, dod = (round_to(x, dtype).astype(acc) for x in raw)
+    qd, kd, vd, dod = (round_to(x, dtype).astype(acc, copy=False) for x in raw)
     return Operands(*raw, acc, qd, kd, vd, dod, None, None, None)  # type: ignore[arg-type]
 
 
 def row_stats(ops: Operands, r0: int, o_rows, lse_rows, dtype: str):
     """(L, L with −∞ replaced, D) of rows r0.. from those rows' O and L alone: the same
     digits as operands() gives them (every quantity is the row's own)."""
-    od = round_to(np.asarray(o_rows, float), dtype).astype(ops.acc)
+    od = round_to(np.asarray(o_rows, float), dtype).astype(ops.acc, copy=False)
     d_rows = np.sum(ops.dod[r0 : r0 + len(od)] * od, axis=1)  # D = rowsum(dO ∘ O)
     lse = np.asarray(lse_rows)
     return lse, _safe_max(lse.astype(ops.acc)), d_rows
@@ -203,7 +204,9 @@ def backward_block(
     p = np.exp(sc - lse_a[:, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
     # D_i = rowsum(dO_i ∘ O_i), the preprocessing pass's
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
-    ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS_i = P̃_i ∘ (dP_i − D_i)
+    ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(
+        acc, copy=False
+    )  # dS_i = P̃_i ∘ (dP_i − D_i)
     # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: the running sums in tile order,
     # each made when asked for (compute.running_sums).
     kd_tiles, kd_last = _tiles_of(kd, s.block_k)
@@ -238,8 +241,8 @@ def key_tile(
     p = np.exp(sc - lse_a[:, None])  # P̃_:j = exp(S_:j − L)
     d_rows = ops.D  # D = rowsum(dO ∘ O)
     dp = dod @ vd[cols].T  # dP_:j = dO V_jᵀ
-    p_lo = round_to(p, dtype).astype(acc)
-    ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc)  # dS = P̃ ∘ (dP − D)
+    p_lo = round_to(p, dtype).astype(acc, copy=False)
+    ds_lo = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc, copy=False)  # dS = P̃ ∘ (dP − D)
     # Per query block i (a block that sees no key here adds 0), the running sums in block
     # order, each made when asked for:
     (do_b, do_last), (q_b, q_last) = _tiles_of(dod, s.block_q), _tiles_of(qd, s.block_q)
