@@ -693,10 +693,10 @@ def _spread(origin, n_rows, n_cols, width):
 
 
 # The lanes' timelines of the last trace, by what they depend on (the schedule and the
-# pass): an inputs change (a new seed, a scale) keeps them. At N = 4096 with 2×2 blocks a
-# training step's two take 9-10 ms. One entry only: it is the shown trace's own, so the
+# pass): an inputs change (a new seed, a scale) keeps them (their cost: assets/benchmarks/
+# interactive/NOTES.md, round 48). One entry only: it is the shown trace's own, so the
 # cache holds nothing the window does not (a schedule's tile classes are T_r × T_c bytes,
-# 64 MB at N = 8192 with 1×1 blocks, outside the memory estimate if kept for a trace gone).
+# outside the memory estimate if kept for a trace gone).
 TIMELINES_KEPT = 1
 _KEPT: OrderedDict[tuple, dict[str, LaneTimeline]] = OrderedDict()
 _KEPT_LOCK = threading.Lock()

@@ -53,8 +53,8 @@ PARTS = frozenset({"heatmaps", "errors", "plots"})
 CURVES_PART = frozenset({"plots"})
 # A threaded build whose passes over S are cached or small comes in one part with its
 # heatmaps, and what it still needs of every row (the maximum error, the overflow
-# check, in a backward the selected key's tile: 10-30 ms at N = 4096) follows with the
-# plots, after the first paint.
+# check, in a backward the selected key's tile) follows with the plots, after the first
+# paint (assets/benchmarks/interactive/NOTES.md, round 48).
 LATE_PARTS = CURVES_PART | {"errors"}
 
 
