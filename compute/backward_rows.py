@@ -204,9 +204,8 @@ def backward_block(
     p = np.exp(sc - lse_a[:, None])  # P̃_i = exp(S_i − L_i), recomputed from the saved L
     # D_i = rowsum(dO_i ∘ O_i), the preprocessing pass's
     dp = dod[rows] @ vd.T  # dP_i = dO_i Vᵀ
-    ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(
-        acc, copy=False
-    )  # dS_i = P̃_i ∘ (dP_i − D_i)
+    # dS_i = P̃_i ∘ (dP_i − D_i)
+    ds = round_to(p * (dp - d_rows[:, None]), dtype).astype(acc, copy=False)
     # dQ_i ← dQ_i + dS_ij K_j · scale, once per key tile: the running sums in tile order,
     # each made when asked for (compute.running_sums).
     kd_tiles, kd_last = _tiles_of(kd, s.block_k)

@@ -27,6 +27,7 @@ import numpy as np
 
 from .backward_actions import backward_action
 from .backward_schedule import PASS_TENSORS
+from .numbers import NumberCache
 from .schedule import DIRECTIONS, TENSORS, Action, Schedule, lane_kind, make_action
 
 PHASES: tuple[str, ...] = (
@@ -697,28 +698,18 @@ def _spread(origin, n_rows, n_cols, width):
 # interactive/NOTES.md, round 48). One entry only: it is the shown trace's own, so the
 # cache holds nothing the window does not (a schedule's tile classes are T_r × T_c bytes,
 # outside the memory estimate if kept for a trace gone).
-TIMELINES_KEPT = 1
-_KEPT: OrderedDict[tuple, dict[str, LaneTimeline]] = OrderedDict()
-_KEPT_LOCK = threading.Lock()
+_KEPT = NumberCache(entries=1, max_bytes=None)
 
 
 def lane_timelines(
     schedule: Schedule, lanes: tuple[str, ...], pass_name: str = "forward"
 ) -> dict[str, LaneTimeline]:
-    """{lane: LaneTimeline(schedule, lane, pass_name)}, the ones made last if for an equal
-    schedule and pass (the last TIMELINES_KEPT are kept; timelines are immutable). Every
-    timeline of one entry holds the same schedule object: the caller's, or the equal
-    one they were made with (whose cached tile classes come with it)."""
-    key = (schedule, tuple(lanes), pass_name)
-    with _KEPT_LOCK:
-        found = _KEPT.get(key)
-        if found is not None:
-            _KEPT.move_to_end(key)
-            return found
-    made = {lane: LaneTimeline(schedule, lane, pass_name) for lane in lanes}
-    with _KEPT_LOCK:
-        found = _KEPT.setdefault(key, made)
-        _KEPT.move_to_end(key)
-        while len(_KEPT) > TIMELINES_KEPT:
-            _KEPT.popitem(last=False)
-    return found
+    """{lane: LaneTimeline(schedule, lane, pass_name)}, the last ones made if they were
+    for an equal schedule and pass (timelines are immutable). Every timeline of one call
+    holds the same schedule object: the caller's, or the equal one they were made with
+    (whose cached tile classes come with it)."""
+    return _KEPT.value(
+        "lanes",
+        (schedule, tuple(lanes), pass_name),
+        lambda: {lane: LaneTimeline(schedule, lane, pass_name) for lane in lanes},
+    )

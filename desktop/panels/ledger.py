@@ -78,6 +78,11 @@ def _sweep_sram(trace: Trace) -> int:
     return trace.sram_capacity or trace.schedule.sram_elements("tiled")
 
 
+def _mark_x(trace: Trace, by_n: bool) -> int:
+    """Where the trace sits on its sweep's x axis: N, or the window's left size."""
+    return trace.schedule.n_q if by_n else max(1, trace.schedule.mask.left)
+
+
 def sweep_key(config: Config, sram: int) -> tuple[Callable[..., dict], tuple]:
     """(function, arguments) that `sweep` computes for a config: equal keys, equal sweeps,
     so a panel can tell that its sweep changes without computing the new one."""
@@ -380,18 +385,14 @@ class LedgerPanel(FollowsPalette, QWidget):
         key = self._plot_key(trace)
         if key != self._lines_key:
             self._lines_key = key
-            config = self.state.config
-            data = sweep(config, _sweep_sram(trace))
-            pens = pens_for(config.pass_name)
-            totals = trace.totals_at(trace.n_steps - 1)  # the whole run's totals
-            n = trace.schedule.n_q
-            x = n if data["axis"] == N_AXIS else max(1, trace.schedule.mask.left)
+            (fn, args), pass_name, _shape, dense, tiled = key
+            data = fn(*args)  # sweep(config, sram): the key holds its call
+            pens = pens_for(pass_name)
             for name, line in self._lines.items():
                 line.setData(data["n"], data[name])
                 line.setVisible(name in pens)
-            self._marks.setData(
-                [np.log10(x)] * 2, [np.log10(totals["dense"]), np.log10(totals["tiled"])]
-            )
+            x = _mark_x(trace, fn is _sweep)
+            self._marks.setData([np.log10(x)] * 2, [np.log10(dense), np.log10(tiled)])
             self.plot.getPlotItem().setLabel("bottom", data["axis"])
             prepare_axes(self.plot, [self.plot.getPlotItem()])
         self.plot_cover.cover(False)
@@ -403,11 +404,10 @@ class LedgerPanel(FollowsPalette, QWidget):
         sram = _sweep_sram(trace)
         n = trace.schedule.n_q
         by_n = sweep_key(config, sram)[0] is _sweep
-        x = n if by_n else max(1, trace.schedule.mask.left)
         self.legend_label.setText(legend_html(pens_for(config.pass_name)))
         m_note = f"M = {sram:,}" + ("" if trace.sram_capacity else " (working set)")
         self.plot_note.setText(
-            (f"● N = {n}" if by_n else f"● window left {x}, N = {n}")
+            (f"● N = {n}" if by_n else f"● window left {_mark_x(trace, by_n)}, N = {n}")
             + f"; blocks {trace.schedule.block_q}×"
             f"{trace.schedule.block_k}, {m_note}; "
             + ("" if config.pass_name == "forward" else f"{config.pass_name} pass; ")
