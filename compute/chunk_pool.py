@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -55,6 +55,25 @@ def ordered_map(
     # starting two threads costs well under a chunk's time.
     with ThreadPoolExecutor(threads, thread_name_prefix="chunk") as pool:
         yield from _in_order(pool, run, items, check, threads)
+
+
+def run_all(jobs: Sequence[Callable[[], R]], threads: int = CHUNK_THREADS) -> list[R]:
+    """Each job() on up to `threads` threads, each started as soon as a thread is free
+    (not when the one before it is consumed, as ordered_map's chunks are), the results
+    in job order. An error is raised once every job has ended: none runs on after."""
+    if threads <= 1 or len(jobs) <= 1:
+        return [job() for job in jobs]
+    errors = np.geterr()
+
+    def run(job: Callable[[], R]) -> R:
+        with np.errstate(**errors):
+            return job()
+
+    with ThreadPoolExecutor(min(threads, len(jobs)), thread_name_prefix="chunk") as pool:
+        futures = [pool.submit(run, job) for job in jobs]
+        for future in futures:  # every job ended before the first error is raised
+            future.exception()
+        return [future.result() for future in futures]
 
 
 def _in_order(

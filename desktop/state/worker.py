@@ -28,7 +28,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
 
 from compute import InputError
-from compute.chunk_pool import ordered_map
+from compute.chunk_pool import run_all
 from compute.numbers import Cancelled
 from desktop.scene.render import (
     DISPLAY_CAP,
@@ -182,15 +182,13 @@ def build_all(
             trace.forward.summary(DISPLAY_CAP, check)
             if trace.backward is not None:
                 trace.backward.backward_summary(DISPLAY_CAP, check)
-        images = prepare_images(trace)
-        if row is not None:  # the selected rows' numbers here, not on the GUI thread
-            _selected_rows(trace, row, curves)
+        # The selected rows' numbers here, not on the GUI thread, beside the images
+        images = _beside_rows(trace, row, lambda: prepare_images(trace), curves)
         if not late:
             _late_rows(trace, key if row is not None else None)
         return config, trace, images
-    first = prepare_first(trace)
-    if row is not None:  # a backward's from its rows alone: no every-row pass first
-        _selected_rows(trace, row, curves)
+    # A backward's rows from those rows alone: no every-row pass first
+    first = _beside_rows(trace, row, lambda: prepare_first(trace), curves)
     if check is not None:
         check()
     on_first(config, trace, first)
@@ -218,11 +216,17 @@ def _all_rows(trace) -> None:
     trace.forward.overflow  # noqa: B018
 
 
-def _selected_rows(trace, row: int, curves: bool = True) -> None:
-    """The statistics panel's row: its dense and tiled rows (their chunk's products), its
-    block's history where the pass shows the forward (a loop over key tiles: a backward
-    alone shows no online-softmax state), in a backward its block's gradients, and with
-    `curves` its plotted curves (_row_curves), made once here, not on the GUI thread."""
+def _beside_rows(trace, row: int | None, images: Callable[[], LaneImages], curves: bool):
+    """images() on both cores beside the statistics panel's row (unless `row` is None):
+    its dense and tiled rows (their chunk's products), its block's history where the
+    pass shows the forward (a loop over key tiles: a backward alone shows no
+    online-softmax state), in a backward its block's gradients, and with `curves` its
+    plotted curves (_row_curves), made once here, not on the GUI thread. The three
+    share no number and each caches under its own name, so they run at once: the images
+    and the chunk's products (each the longest in some pass) first, the history on the
+    thread that frees first. Returns images()'s result."""
+    if row is None:
+        return images()
     s = trace.schedule
     row = min(row, s.n_q - 1)
     r0, r1 = s.rows(row // s.block_q)  # its block's chunks (they hold the row)
@@ -236,14 +240,11 @@ def _selected_rows(trace, row: int, curves: bool = True) -> None:
     def history() -> None:  # the read-outs' m, ℓ, α, a: from Q, K, V alone
         trace.forward.row_history(row)
 
-    # Both on the two cores: the chunk's products and the block's history share no
-    # number, and each caches under its own name. A backward alone shows no forward
-    # state: its rows alone, on this thread.
     jobs = (rows, history) if trace.pass_name != "backward" else (rows,)
-    for _ in ordered_map(lambda job: job(), jobs):
-        pass
+    made = run_all([images, *jobs])[0]
     if curves:
         _row_curves(trace, row)
+    return made
 
 
 def _row_curves(trace, row: int) -> None:

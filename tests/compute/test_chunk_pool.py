@@ -71,6 +71,53 @@ def test_the_callers_errstate_holds_in_the_chunk_threads():
         assert list(ordered_map(overflow, range(4), threads=2)) == [np.inf] * 4
 
 
+def test_run_all_starts_a_job_as_soon_as_a_thread_is_free():
+    """ordered_map would wait for the slow first job's result before starting the third;
+    run_all starts it on the thread the quick second one left."""
+    ended, third_started = threading.Event(), []
+
+    def slow() -> str:
+        time.sleep(0.1)
+        ended.set()
+        return "slow"
+
+    def third() -> str:
+        third_started.append(ended.is_set())
+        return "third"
+
+    jobs = [slow, lambda: "quick", third]
+    assert chunk_pool.run_all(jobs, threads=2) == ["slow", "quick", "third"]
+    assert third_started == [False]
+
+
+def test_run_all_raises_only_once_every_job_has_ended():
+    finished = []
+
+    def fail() -> None:
+        raise ValueError("first")
+
+    def slow() -> None:
+        time.sleep(0.05)
+        finished.append("slow")
+
+    with pytest.raises(ValueError, match="first"):
+        chunk_pool.run_all([fail, slow], threads=2)
+    assert finished == ["slow"]  # nothing still running when the error left
+
+
+def test_run_all_holds_the_callers_errstate_and_runs_inline_on_one_thread():
+    def overflow() -> tuple[float, str]:
+        return float(np.exp(np.float64(1000.0))), threading.current_thread().name
+
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        chunk_pool.run_all([overflow, overflow], threads=2)
+    with np.errstate(over="ignore"):
+        (value, name), _ = chunk_pool.run_all([overflow, overflow], threads=2)
+        assert value == np.inf and name.startswith("chunk")
+        (_, name), _ = chunk_pool.run_all([overflow, overflow], threads=1)
+        assert name == threading.current_thread().name
+
+
 def _inputs(seed: int, n_q: int, n_k: int, d: int):
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((n, d)) for n in (n_q, n_k, n_k))
