@@ -72,13 +72,13 @@ THREADS = 256  # two warpgroups
 # the default under a band and at d = 64. Mode 23 is 13 with FlashAttention-4's order after
 # the hand-off: dQ issued before dK, its tile stored while dK runs; faster than mode 13 in
 # every non-causal d = 128 case and not under the causal mask (BACKWARD_NOTES.md, round 48),
-# hence the non-causal d = 128 default only. Mode 24 (temporary, round 49) is 7 at d = 64
-# with dV's four k-steps issued one commit group each as their rows' exponentials finish
-# (flash_bwd_ws's DVK).
+# hence the non-causal d = 128 default only. Modes 24, 25 (temporary, round 49) are 7 at
+# d = 64 with dV's k-steps issued as their rows' exponentials finish, one commit group each
+# (24) or two to a group (25) (flash_bwd_ws's DVK).
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 23, 24)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 24: False}
-DVK_MODES = (24,)  # d = 64, dV issued by k-step under the exponentials (flash_bwd_ws's DVK)
+MODES = (0, 4, 5, 7, 9, 13, 16, 23, 24, 25)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 24: False, 25: False}
+DVK_MODES = {24: 1, 25: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
 Q80_MODES = (13, 23)
 DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
@@ -88,7 +88,8 @@ WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5, 7, 9, 16, 24)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+# dQ in accumulator order, one bulk reduction per 64 x 64 tile
+FRAG_MODES = (4, 5, 7, 9, 16, 24, 25)
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -153,7 +154,8 @@ def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any,
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
-        drain = ",true" if mode in DRAIN_MODES else ",false,true" if mode in DVK_MODES else ""
+        drain = ",true" if mode in DRAIN_MODES else ""
+        drain = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else drain
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"

@@ -44,6 +44,7 @@ MODE_NAMES = {
     16: "ws-drain-det",
     23: "ws-q80-dqfirst",
     24: "ws-dvk",
+    25: "ws-dvk2",
 }
 
 
@@ -153,7 +154,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     # The 80-row modes serve d = 128 only; the other cases time the rest.
     modes = [m for m in modes if m not in Q80_MODES or d == 128]
     plan_modes = [m for m in plan_modes if m not in Q80_MODES or d == 128]
-    modes = [m for m in modes if m not in DVK_MODES or d == 64]  # mode 24: d = 64 only
+    modes = [m for m in modes if m not in DVK_MODES or d == 64]  # modes 24, 25: d = 64 only
     plan_modes = [m for m in plan_modes if m not in DVK_MODES or d == 64]
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes

@@ -611,10 +611,13 @@ def test_drained_deterministic_mode_equals_mode_9_bit_for_bit(d, n_q, n_k, causa
      (1, 2, 2, 1000, 900, False, (257, 0, False))],
 )  # fmt: skip
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_dv_by_k_step_gives_mode_7s_dk_dv_bit_for_bit(b, h, hk, n_q, n_k, causal, window, dtype):
-    # Mode 24 (d = 64) computes Pᵀ and dSᵀ as mode 7 does, element for element, and runs
+@pytest.mark.parametrize("mode", [24, 25])
+def test_dv_by_k_step_gives_mode_7s_dk_dv_bit_for_bit(
+    b, h, hk, n_q, n_k, causal, window, dtype, mode
+):
+    # Modes 24, 25 (d = 64) compute Pᵀ and dSᵀ as mode 7 does, element for element, and run
     # dV's four k-steps on the same fragments in the same order into the same accumulator,
-    # only in four commit groups instead of one, so dK and dV must equal mode 7's bit for bit
+    # only in four or two commit groups instead of one, so dK and dV must equal mode 7's bit for bit
     # (odd shapes, a single query row, GQA groups 2 and 4, windows: masked and unmasked
     # tiles); dQ (added in whichever order the key blocks finish) against float64.
     from compute import Mask
@@ -630,10 +633,10 @@ def test_dv_by_k_step_gives_mode_7s_dk_dv_bit_for_bit(b, h, hk, n_q, n_k, causal
                                  dtype)  # fmt: skip
         band = _band_of(mask, n_q, n_k)
     seven, dvk = (
-        backward_mode(q, k, v, o, do, lse, causal=causal, mode=m, band=band) for m in (7, 24)
+        backward_mode(q, k, v, o, do, lse, causal=causal, mode=m, band=band) for m in (7, mode)
     )
     for name, a, c in zip(("dk", "dv"), seven[1:], dvk[1:], strict=True):
-        assert bool(cp.array_equal(a, c)), f"{name}: mode 24 differs from mode 7"
+        assert bool(cp.array_equal(a, c)), f"{name}: mode {mode} differs from mode 7"
     if mask is None:
         ref = _gqa_reference(host, h // hk, causal)[0]
     else:
@@ -642,10 +645,11 @@ def test_dv_by_k_step_gives_mode_7s_dk_dv_bit_for_bit(b, h, hk, n_q, n_k, causal
     assert err <= ERR[dtype], f"dq rel err {err:.2e}"
 
 
-def test_dv_by_k_step_mode_refuses_d_128():
+@pytest.mark.parametrize("mode", [24, 25])
+def test_dv_by_k_step_mode_refuses_d_128(mode):
     from compute.gpu.flash_backward import backward_mode
 
     (q, k, v, do), _ = _inputs(1, 1, 16, 16, 128, "float16", [99])
     lse = cp.zeros((1, 1, 16), dtype=cp.float32)
-    with pytest.raises(ValueError, match="^backward mode 24 is for d = 64$"):
-        backward_mode(q, k, v, q, do, lse, mode=24)
+    with pytest.raises(ValueError, match=f"^backward mode {mode} is for d = 64$"):
+        backward_mode(q, k, v, q, do, lse, mode=mode)
