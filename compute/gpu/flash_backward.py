@@ -72,13 +72,10 @@ THREADS = 256  # two warpgroups
 # the default under a band and at d = 64. Mode 23 is 13 with FlashAttention-4's order after
 # the hand-off: dQ issued before dK, its tile stored while dK runs; faster than mode 13 in
 # every non-causal d = 128 case and not under the causal mask (BACKWARD_NOTES.md, round 48),
-# hence the non-causal d = 128 default only. Modes 24, 25 (temporary, round 49) are 7 at
-# d = 64 with dV's k-steps issued as their rows' exponentials finish, one commit group each
-# (24) or two to a group (25) (flash_bwd_ws's DVK).
+# hence the non-causal d = 128 default only.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 23, 24, 25)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 24: False, 25: False}
-DVK_MODES = {24: 1, 25: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
+MODES = (0, 4, 5, 7, 9, 13, 16, 23)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False}
 Q80_MODES = (13, 23)
 DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
@@ -88,8 +85,7 @@ WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 7, 128: 7}
 DEFAULT_MODE = None
-# dQ in accumulator order, one bulk reduction per 64 x 64 tile
-FRAG_MODES = (4, 5, 7, 9, 16, 24, 25)
+FRAG_MODES = (4, 5, 7, 9, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -155,7 +151,6 @@ def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any,
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
         drain = ",true" if mode in DRAIN_MODES else ""
-        drain = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else drain
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
@@ -263,8 +258,6 @@ def backward_mode(
         band = _check_band(band, causal, mode)
     if mode in Q80_MODES and (d != 128 or band is not None):
         raise ValueError(f"backward mode {mode} is for d = 128 without a band")
-    if mode in DVK_MODES and d != 64:
-        raise ValueError(f"backward mode {mode} is for d = 64")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:
