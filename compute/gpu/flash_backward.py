@@ -69,13 +69,17 @@ THREADS = 256  # two warpgroups
 # non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order): faster
 # than mode 7 in all twelve d = 128 cases of the bar (BACKWARD_NOTES.md, rounds 46 and 47; the
 # causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
-# the default under a band and at d = 64. Mode 23 is 13 with FlashAttention-4's order after
+# the default under a band at d = 128. Mode 23 is 13 with FlashAttention-4's order after
 # the hand-off: dQ issued before dK, its tile stored while dK runs; faster than mode 13 in
 # every non-causal d = 128 case and not under the causal mask (BACKWARD_NOTES.md, round 48),
-# hence the non-causal d = 128 default only.
+# hence the non-causal d = 128 default only. Mode 25 is 7 with dV's k-steps issued two to a
+# commit group as their rows' exponentials finish (flash_bwd_ws's DVK): at or above mode 7 in
+# every d = 64 case's mean over four timings (BACKWARD_NOTES.md, round 49), hence the d = 64
+# default.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 23)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False}
+MODES = (0, 4, 5, 7, 9, 13, 16, 23, 25)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 25: False}
+DVK_MODES = {25: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
 Q80_MODES = (13, 23)
 DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
@@ -83,9 +87,10 @@ Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks)
 DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
-DEFAULT_MODES = {64: 7, 128: 7}
+DEFAULT_MODES = {64: 25, 128: 7}
 DEFAULT_MODE = None
-FRAG_MODES = (4, 5, 7, 9, 16)  # dQ in accumulator order, one bulk reduction per 64 x 64 tile
+# dQ in accumulator order, one bulk reduction per 64 x 64 tile
+FRAG_MODES = (4, 5, 7, 9, 16, 25)
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -93,7 +98,7 @@ DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgro
 
 def default_mode(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
     """The mode a call that names none gets: at d = 128 without a band mode 23, or 13
-    under the causal mask; else DEFAULT_MODES' for d."""
+    under the causal mask; else DEFAULT_MODES' for d (d = 64: mode 25)."""
     if query_rows(d, causal, band) != Q80_ROWS:
         return DEFAULT_MODES[d]
     return 13 if causal else 23
@@ -151,6 +156,7 @@ def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any,
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
         drain = ",true" if mode in DRAIN_MODES else ""
+        drain = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else drain
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
@@ -220,9 +226,7 @@ def _check_band(band, causal: bool, mode: int) -> tuple[int, int]:
             "(causal is the band (-BAND_OPEN, N_k - N_q))"
         )
     if mode not in WS_MODES:
-        raise ValueError(
-            f"backward mode {mode} takes no band: use the default (mode 7), or 9 or 16"
-        )
+        raise ValueError(f"backward mode {mode} takes no band: use the default, or mode 7, 9 or 16")
     try:
         lo, hi = (int(x) for x in band)
     except (TypeError, ValueError):
@@ -258,10 +262,12 @@ def backward_mode(
         band = _check_band(band, causal, mode)
     if mode in Q80_MODES and (d != 128 or band is not None):
         raise ValueError(f"backward mode {mode} is for d = 128 without a band")
+    if mode in DVK_MODES and d != 64:
+        raise ValueError(f"backward mode {mode} is for d = 64")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)
     if k.shape[1] != h:
-        raise ValueError(f"backward mode {mode} takes no GQA: use mode 7 or 9 (the default)")
+        raise ValueError(f"backward mode {mode} takes no GQA: use the default, or mode 7 or 9")
     if out is not None:  # the fallback writes contiguous gradients; copy them over
         for dst, src in zip(out, backward_mode(q, k, v, o, do, lse, causal=causal, scale=scale,
                                                mode=mode), strict=True):  # fmt: skip

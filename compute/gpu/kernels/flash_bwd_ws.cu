@@ -99,7 +99,11 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
     row = c0 + r - kb * rows;
 }
 
-template <int DT, int D, bool DET, bool DRAIN = false>
+// DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49), 0 for mode 7: dV's k-steps issued DVK
+// to a commit group as the exponentials of their row pairs finish (fbw_probs_dv), so the
+// tensor cores start dV during the exponentials (2: two groups; one k-step a group lost).
+// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups.
+template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -247,19 +251,35 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         fa_wgmma_wait<1>();
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
-        // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
-        if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
-            fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
-        else
-            fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
-        // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it to
-        // run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then dV).
         u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
-        fa_to_a<DT, NS>(sv, ap);
+        if constexpr (DVK != 0) {
+            // Pᵀ and dV's k-steps by pairs of rows, then the wait for dPᵀ (the oldest group;
+            // dV's may still run under the dSᵀ arithmetic).
 #pragma unroll
-        for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
-        fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
-        fa_wgmma_wait<1>();
+            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+            const u32 dvb = fbw_lo(dobase, 8192);
+            if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
+                fbw_probs_dv<DT, D, NS, true, DVK>(sv, ap, dv, lda, scale_log2, row_k, q0, t, Nk,
+                                                   lo, hi, dvb);
+            else
+                fbw_probs_dv<DT, D, NS, false, DVK>(sv, ap, dv, lda, scale_log2, row_k, q0, t,
+                                                    Nk, lo, hi, dvb);
+            fa_wgmma_wait<FB_BM / 16 / DVK>();
+        } else {
+            // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
+            if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
+                fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+            else
+                fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+            // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it
+            // to run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then
+            // dV).
+            fa_to_a<DT, NS>(sv, ap);
+#pragma unroll
+            for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
+            fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
+            fa_wgmma_wait<1>();
+        }
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
         fbw_dsoft<NS>(dp, sv, lda + 256);
@@ -319,8 +339,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, DRAIN)                                                           \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN>(                                 \
+#define FBW_MAIN(DT, D, DET, DRAIN, DVK)                                                      \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK>(                            \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -331,9 +351,12 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                                                     const FbwLayout);                        \
     template __global__ void flash_bwd_post_frag_s<DT, D>(const float*, u16*, int, int, float, \
                                                           const FbwLayout);                  \
-    FBW_MAIN(DT, D, false, false) FBW_MAIN(DT, D, true, false) FBW_MAIN(DT, D, true, true)
+    FBW_MAIN(DT, D, false, false, 0)                                                          \
+    FBW_MAIN(DT, D, true, false, 0) FBW_MAIN(DT, D, true, true, 0)
 FBW_INST(0, 64)
 FBW_INST(1, 64)
+FBW_MAIN(0, 64, false, false, 2)
+FBW_MAIN(1, 64, false, false, 2)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
 #define FBW80_MAIN(DT, CAUSAL, DQ_FIRST)                                                      \

@@ -114,6 +114,52 @@ __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, i
     }
 }
 
+// DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49): fbw_probs with dV += Pᵀ dO
+// issued as its rows are ready: k-step kk of the RS wgmma takes the queries 16 kk .. 16 kk +
+// 15, row pairs 2 kk and 2 kk + 1, so after those two pairs' exponentials they are packed
+// into a[kk], and every KPG k-steps the last KPG go to the tensor cores in a commit group
+// of their own (a fence for a[kk]'s registers first) while the next pairs' exponentials run:
+// KPG = 2, two groups (mode 25). The same arithmetic and the same four
+// k-steps in the same order into dv as fbw_probs, fa_to_a and fbw_issue_pv: only the groups
+// differ.
+template <int DT, int D, int NS, bool MASK, int KPG>
+__device__ __forceinline__ void fbw_probs_dv(float* s, u32 (*a)[4], float* dv, u32 l2a,
+                                             float scale_log2, int row_k, int q0, int t, int Nk,
+                                             int lo, int hi, u32 blo) {
+#pragma unroll
+    for (int kk = 0; kk < NS / 8; ++kk) {
+#pragma unroll
+        for (int j = 2 * kk; j < 2 * kk + 2; ++j) {
+            const float2 l2 = fbw_row_pair(l2a, j);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = 4 * j + 2 * h;
+                float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
+                float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
+                if constexpr (MASK) {
+                    const int row = row_k + 8 * h;
+                    const int r = q0 + 8 * j + 2 * t;
+                    if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
+                    if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
+                }
+                s[e] = p0;
+                s[e + 1] = p1;
+            }
+        }
+        a[kk][0] = fa_pack<DT>(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = fa_pack<DT>(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = fa_pack<DT>(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = fa_pack<DT>(s[8 * kk + 6], s[8 * kk + 7]);
+        if (kk % KPG == KPG - 1) {
+            fa_wgmma_fence();
+#pragma unroll
+            for (int k = kk + 1 - KPG; k <= kk; ++k)
+                fa_wgmma_rs<DT, D>(dv, a[k], fbw_desc(blo, k * 2048));
+            fa_wgmma_commit();
+        }
+    }
+}
+
 // dSᵀ = Pᵀ o (dPᵀ - D) in place of dPᵀ; da = the shared address of this thread's first D
 // pair.
 template <int NS>

@@ -43,6 +43,7 @@ MODE_NAMES = {
     13: "ws-q80",
     16: "ws-drain-det",
     23: "ws-q80-dqfirst",
+    25: "ws-dvk2",
 }
 
 
@@ -143,7 +144,7 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     from ..dense_backward import dense_attention_backward_gpu
     from ..device import status
     from ..dtypes import float64_values
-    from ..flash_backward import Q80_MODES, backward_mode
+    from ..flash_backward import DVK_MODES, Q80_MODES, backward_mode
     from ..peers import sdpa_backward
     from ..timing import rotation_count, time_interleaved
     from .flash_bwd_vs_sdpa import _errors, _inputs
@@ -152,6 +153,8 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     # The 80-row modes serve d = 128 only; the other cases time the rest.
     modes = [m for m in modes if m not in Q80_MODES or d == 128]
     plan_modes = [m for m in plan_modes if m not in Q80_MODES or d == 128]
+    modes = [m for m in modes if m not in DVK_MODES or d == 64]  # mode 25: d = 64 only
+    plan_modes = [m for m in plan_modes if m not in DVK_MODES or d == 64]
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes
     sets = _inputs(cp, bh, n, d, dtype, causal, rotation_count(5 * bh * n * d * 2, l2), n + d)

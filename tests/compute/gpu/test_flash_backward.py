@@ -125,15 +125,16 @@ def test_many_blocks_and_heads(d):
     _run(2, 5, 1700, 1500, d, "bfloat16", True, seed=[42, d])
 
 
-OTHER_MODES = [(m, d) for m in (0, 4, 5, 9, 16) for d in (64, 128)]
+OTHER_MODES = [(m, d) for m in (0, 4, 5, 7, 9, 16) for d in (64, 128)]
 
 
 @pytest.mark.parametrize("mode,d", OTHER_MODES)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_other_dq_modes_match_float64(dtype, mode, d):
-    # The modes that are not the default (7, the warp-specialised kernel): the wgmma kernel's
-    # 0 (per-thread atomics), 4 (an accumulator-ordered dQ tile, one bulk reduction each) and
-    # 5 (4 in a fixed key-block order), and 9 (the warp-specialised kernel's 5).
+    # The modes that are not a default: the wgmma kernel's 0 (per-thread atomics), 4 (an
+    # accumulator-ordered dQ tile, one bulk reduction each) and 5 (4 in a fixed key-block
+    # order), the warp-specialised kernel's 7 (d = 64's default before mode 25) and 9 (its
+    # 5).
     _run(2, 3, 77, 300, d, dtype, True, seed=[61, CODE[dtype], mode], mode=mode)
     _run(2, 3, 1000, 900, d, dtype, True, seed=[62, CODE[dtype], mode], mode=mode)
     _run(1, 2, 1500, 1700, d, dtype, False, seed=[63, CODE[dtype], mode], mode=mode)
@@ -251,7 +252,7 @@ def _rounding(ref, dtype) -> float:
 @pytest.mark.parametrize(
     "n_q,n_k", [(113, 203), (128, 217), (108, 256), (1023, 1024), (2048, 2048)]
 )
-@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 13, 23])
+@pytest.mark.parametrize("variant", ["default", "det", 0, 4, 5, 7, 13, 23])
 def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     # FlashAttention's tests' bar: max |dX - ref| <= 2 max |dX_pt - ref| + rounding, ref float64,
     # pt PyTorch's attention computed in the low dtype, on their sequence-length pairs; for
@@ -260,7 +261,7 @@ def test_flashattention_rule(dtype, causal, n_q, n_k, variant):
     from compute.gpu.flash import flash_attention
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
-    d = 128 if n_q < 1000 or variant in (13, 23) else 64
+    d = 128 if (n_q < 1000 or variant in (13, 23)) and variant != 7 else 64  # 7: at d = 64
     (q, k, v, do), host = _inputs(1, 2, n_q, n_k, d, dtype, [81, CODE[dtype], n_q, n_k])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     if isinstance(variant, int):
@@ -360,7 +361,7 @@ def _gqa_inputs(b, h, hk, n_q, n_k, d, dtype, seed):
     return dev, host
 
 
-@pytest.mark.parametrize("mode", [7, 9, 13, 16, 23])
+@pytest.mark.parametrize("mode", [7, 9, 13, 16, 23, 25])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (300, 77)])
@@ -374,6 +375,8 @@ def test_strided_inputs_and_outputs_bit_for_bit(mode, d, causal, n_q, n_k):
 
     if mode in (13, 23) and d != 128:
         pytest.skip(f"mode {mode} (80-row query blocks) is d = 128 only")
+    if mode == 25 and d != 64:
+        pytest.skip("mode 25 (dV by k-step) is d = 64 only")
     (q, k, v, do), host = _inputs(2, 3, n_q, n_k, d, "bfloat16", [91, d, n_q, n_k, int(causal)])
     o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     want = backward_mode(q, k, v, o, do, lse, causal=causal, mode=mode)
@@ -429,7 +432,7 @@ def _gqa_reference(host, group, causal):
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("n_q,n_k", [(113, 203), (1023, 1024), (203, 113)])
-@pytest.mark.parametrize("mode", [None, 13, 23])
+@pytest.mark.parametrize("mode", [None, 7, 13, 23])
 def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     # GQA at group sizes 1, 4, 8 on SDPA-shaped views (dK, dV summed over the group inside
     # the kernel): FlashAttention's tests' bar against float64 with K/V repeated, pt being
@@ -439,7 +442,7 @@ def test_gqa_flashattention_rule(dtype, group, causal, n_q, n_k, mode):
     torch = pytest.importorskip("torch")
     from compute.gpu.flash_backward import backward_mode, flash_attention_backward
 
-    d = 128 if n_q < 1000 else 64
+    d = 128 if n_q < 1000 and mode != 7 else 64  # mode 7: at d = 64 (the default is 25)
     if mode in (13, 23) and d != 128:
         pytest.skip(f"mode {mode} (80-row query blocks) is d = 128 only")
     hk = 2 if group < 8 else 1  # at most 8 query heads for the float64 reference on the host
@@ -597,3 +600,56 @@ def test_drained_deterministic_mode_equals_mode_9_bit_for_bit(d, n_q, n_k, causa
     )
     for name, a, b in zip(("dq", "dk", "dv"), nine, sixteen, strict=True):
         assert np.array_equal(a, b), f"{name}: mode 16 differs from mode 9"
+
+
+@pytest.mark.parametrize(
+    "b,h,hk,n_q,n_k,causal,window",
+    [(2, 3, 3, 77, 300, True, None), (2, 3, 3, 1000, 900, True, None),
+     (1, 2, 2, 1500, 1700, False, None), (1, 2, 2, 190, 60, True, None),
+     (1, 2, 2, 1, 513, False, None), (1, 4, 1, 300, 203, True, None),
+     (1, 8, 2, 203, 300, False, None), (1, 2, 2, 1100, 1100, False, (5, 5, True)),
+     (1, 2, 2, 1000, 900, False, (257, 0, False))],
+)  # fmt: skip
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mode", [25])
+def test_dv_by_k_step_gives_mode_7s_dk_dv_bit_for_bit(
+    b, h, hk, n_q, n_k, causal, window, dtype, mode
+):
+    # Mode 25 (d = 64) computes Pᵀ and dSᵀ as mode 7 does, element for element, and runs
+    # dV's four k-steps on the same fragments in the same order into the same accumulator,
+    # only in two commit groups instead of one, so dK and dV must equal mode 7's bit for bit
+    # (odd shapes, a single query row, GQA groups 2 and 4, windows: masked and unmasked
+    # tiles); dQ (added in whichever order the key blocks finish) against float64.
+    from compute import Mask
+    from compute.gpu.flash_backward import backward_mode
+
+    (q, k, v, do), host = _gqa_inputs(b, h, hk, n_q, n_k, 64, dtype, [98, n_q, n_k, hk])
+    band, mask = None, None
+    if window is None:
+        o, lse = _forward_gqa(q, k, v, causal)
+    else:  # hk == h here
+        mask = Mask(*window)
+        o, lse = _masked_forward(host, mask.visible(np.arange(n_q), np.arange(n_k), n_q, n_k),
+                                 dtype)  # fmt: skip
+        band = _band_of(mask, n_q, n_k)
+    seven, dvk = (
+        backward_mode(q, k, v, o, do, lse, causal=causal, mode=m, band=band) for m in (7, mode)
+    )
+    for name, a, c in zip(("dk", "dv"), seven[1:], dvk[1:], strict=True):
+        assert bool(cp.array_equal(a, c)), f"{name}: mode {mode} differs from mode 7"
+    if mask is None:
+        ref = _gqa_reference(host, h // hk, causal)[0]
+    else:
+        ref = _reference(host, False, None, mask)[0]
+    err = _rel(float64_values(dvk[0].get(), dtype), ref)
+    assert err <= ERR[dtype], f"dq rel err {err:.2e}"
+
+
+@pytest.mark.parametrize("mode", [25])
+def test_dv_by_k_step_mode_refuses_d_128(mode):
+    from compute.gpu.flash_backward import backward_mode
+
+    (q, k, v, do), _ = _inputs(1, 1, 16, 16, 128, "float16", [99])
+    lse = cp.zeros((1, 1, 16), dtype=cp.float32)
+    with pytest.raises(ValueError, match=f"^backward mode {mode} is for d = 64$"):
+        backward_mode(q, k, v, q, do, lse, mode=mode)
