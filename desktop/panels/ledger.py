@@ -177,6 +177,9 @@ class LedgerPanel(FollowsPalette, QWidget):
         super().__init__(parent)
         self.state = state
         self._tensors: list[str] = []
+        # What the table and totals show now (_shown_key): new inputs of the same sizes keep
+        # the trace's timelines (compute.timeline.lane_timelines), so their counts too.
+        self._shown: tuple | None = None
         left = QVBoxLayout()
         left.addLayout(self._build_totals())
         self.backward_memory = BackwardMemory(state)  # backward and training only
@@ -344,16 +347,12 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.table.setFixedHeight(self.table.horizontalHeader().sizeHint().height() + rows + 4)
         self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
+    def _shown_key(self, trace: Trace, step: int | None) -> tuple:
+        """What the counts shown depend on: the lanes' timelines (by identity: a kept pair is
+        the same objects), the dtype (the bytes) and the step (None: the table's rows)."""
+        return (id(trace.lanes["dense"]), id(trace.lanes["tiled"]), trace.dtype, step)
+
     def _on_trace(self, trace: Trace) -> None:
-        full = trace.counts_at(trace.n_steps - 1)
-        self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
-        self._tensors = [t for t in trace.tensors if any(full[lane][t][d] for lane, d in COLUMNS)]
-        self.table.setRowCount(len(self._tensors))
-        self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors])
-        for r, t in enumerate(self._tensors):
-            self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
-        if self._slide:
-            self._fit_table()
         self._set_texts(trace)
         if "plots" not in self.state.pending_parts:
             self._update_plot(trace)
@@ -363,6 +362,20 @@ class LedgerPanel(FollowsPalette, QWidget):
             # painted, and the lines keep their bounds, so no range moves). Setting the new
             # ones here cost a blocks change's first tier a quarter of its GUI time.
             self.plot_cover.cover(True)
+        if self._shown is not None and self._shown[0][:3] == self._shown_key(trace, None)[:3]:
+            self._shown = (self._shown[0], trace.lanes)  # (the ids' objects stay alive)
+            self._on_step(self.state.step)  # the same rows: only a step may differ
+            return
+        full = trace.counts_at(trace.n_steps - 1)
+        self._final = trace.totals_at(trace.n_steps - 1)  # the whole run, for "of N"
+        self._tensors = [t for t in trace.tensors if any(full[lane][t][d] for lane, d in COLUMNS)]
+        self.table.setRowCount(len(self._tensors))
+        self.table.setVerticalHeaderLabels([SYMBOLS.get(t, t) for t in self._tensors])
+        for r, t in enumerate(self._tensors):
+            self.table.verticalHeaderItem(r).setToolTip(TENSOR_TIPS.get(t, t))
+        if self._slide:
+            self._fit_table()
+        self._shown = None
         self._on_step(self.state.step)
 
     def _on_parts(self, pending: frozenset) -> None:
@@ -418,6 +431,10 @@ class LedgerPanel(FollowsPalette, QWidget):
         trace = self.state.trace
         if trace is None:
             return
+        key = self._shown_key(trace, step)
+        if self._shown is not None and self._shown[0] == key:
+            return  # (a new trace of the same timelines at the same step)
+        self._shown = (key, trace.lanes)
         counts = trace.counts_at(step)
         for r, t in enumerate(self._tensors):
             for c, (lane, d) in enumerate(COLUMNS):

@@ -167,3 +167,59 @@ def test_new_inputs_of_the_same_sizes_leave_the_sweep_plot_alone(window, qtbot, 
         st.update_config(block_q=8)
     plotted()
     assert len(calls) == 1
+
+
+def _table_texts(panel) -> list[list[str]]:
+    rows = []
+    for table in (panel.table, panel.totals_table):
+        for r in range(table.rowCount()):
+            head = table.verticalHeaderItem(r)
+            cells = [table.item(r, c).text() for c in range(table.columnCount())]
+            rows.append([head.text() if head else "", *cells])
+    labels = (panel.dense_total_label, panel.tiled_total_label, panel.ratio_label,
+              panel.dense_bytes_label, panel.tiled_bytes_label, panel.dense_run_label,
+              panel.tiled_run_label)  # fmt: skip
+    return [*rows, [w.text() for w in labels]]
+
+
+@pytest.mark.parametrize("pass_name", ["forward", "training"])
+def test_new_inputs_keep_the_table_and_it_still_follows_step_and_dtype(
+    window, qtbot, monkeypatch, pass_name
+):
+    """New inputs of the same sizes keep the trace's timelines, so the counts: the table is
+    not written again, and it reads as a fresh build's; a step, a dtype (its bytes) and a
+    block size change it as before."""
+    st, panel = window.state, window.ledger_panel
+    base = Config(n=40, d=3, dv=3, block_q=4, block_k=5, input="random", seed=1,
+                  pass_name=pass_name)  # fmt: skip
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(base)
+    st.set_step(7)
+    before = _table_texts(panel)
+    writes = []
+    real_set = panel._set
+    monkeypatch.setattr(panel, "_set", lambda *a, **k: (writes.append(a), real_set(*a, **k)))
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.update_config(seed=2)
+    assert st.step == 7 and writes == [] and _table_texts(panel) == before
+
+    def fresh(config: Config) -> list[list[str]]:  # another window's panel, built anew
+        from desktop.window.main_window import MainWindow
+
+        other = MainWindow(persist=False)
+        qtbot.addWidget(other)
+        with qtbot.waitSignal(other.state.sigTraceChanged, timeout=10_000):
+            other.state.set_config(config)
+        other.state.set_step(st.step)
+        return _table_texts(other.ledger_panel)
+
+    assert _table_texts(panel) == fresh(base.replace(seed=2))
+    st.set_step(12)
+    assert writes and _table_texts(panel) == fresh(base.replace(seed=2))
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.update_config(dtype="float16")
+    assert "as float16" in panel.dense_bytes_label.text()
+    assert _table_texts(panel) == fresh(base.replace(seed=2, dtype="float16"))
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.update_config(block_q=8)
+    assert _table_texts(panel) == fresh(base.replace(seed=2, dtype="float16", block_q=8))
