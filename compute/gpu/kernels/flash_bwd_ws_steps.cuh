@@ -91,27 +91,34 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
 // Pᵀ = exp2(Sᵀ scale log2 e - L2) in place (fb_probs' layout); l2a = the shared address of
 // this thread's first L2 pair (the block's L2 row + 8 t bytes). MASK: zero where key row
 // row >= Nk or outside query r's band, row < r + lo or row > r + hi.
+// Row pair j of fbw_probs (its four accumulator entries s[4 j .. 4 j + 3]).
+template <bool MASK>
+__device__ __forceinline__ void fbw_probs_pair(float* s, u32 l2a, int j, float scale_log2,
+                                               int row_k, int q0, int t, int Nk, int lo,
+                                               int hi) {
+    const float2 l2 = fbw_row_pair(l2a, j);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int e = 4 * j + 2 * h;
+        float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
+        float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
+        if constexpr (MASK) {
+            const int row = row_k + 8 * h;
+            const int r = q0 + 8 * j + 2 * t;
+            if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
+            if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
+        }
+        s[e] = p0;
+        s[e + 1] = p1;
+    }
+}
+
 template <int NS, bool MASK>
 __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, int row_k, int q0,
                                           int t, int Nk, int lo, int hi) {
 #pragma unroll
-    for (int j = 0; j < NS / 4; ++j) {
-        const float2 l2 = fbw_row_pair(l2a, j);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int e = 4 * j + 2 * h;
-            float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-            float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
-            if constexpr (MASK) {
-                const int row = row_k + 8 * h;
-                const int r = q0 + 8 * j + 2 * t;
-                if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
-                if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
-            }
-            s[e] = p0;
-            s[e + 1] = p1;
-        }
-    }
+    for (int j = 0; j < NS / 4; ++j)
+        fbw_probs_pair<MASK>(s, l2a, j, scale_log2, row_k, q0, t, Nk, lo, hi);
 }
 
 // DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49): fbw_probs with dV += Pᵀ dO
@@ -129,23 +136,8 @@ __device__ __forceinline__ void fbw_probs_dv(float* s, u32 (*a)[4], float* dv, u
 #pragma unroll
     for (int kk = 0; kk < NS / 8; ++kk) {
 #pragma unroll
-        for (int j = 2 * kk; j < 2 * kk + 2; ++j) {
-            const float2 l2 = fbw_row_pair(l2a, j);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int e = 4 * j + 2 * h;
-                float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-                float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
-                if constexpr (MASK) {
-                    const int row = row_k + 8 * h;
-                    const int r = q0 + 8 * j + 2 * t;
-                    if (row >= Nk || row > r + hi || row < r + lo) p0 = 0.f;
-                    if (row >= Nk || row > r + 1 + hi || row < r + 1 + lo) p1 = 0.f;
-                }
-                s[e] = p0;
-                s[e + 1] = p1;
-            }
-        }
+        for (int j = 2 * kk; j < 2 * kk + 2; ++j)
+            fbw_probs_pair<MASK>(s, l2a, j, scale_log2, row_k, q0, t, Nk, lo, hi);
         a[kk][0] = fa_pack<DT>(s[8 * kk + 0], s[8 * kk + 1]);
         a[kk][1] = fa_pack<DT>(s[8 * kk + 2], s[8 * kk + 3]);
         a[kk][2] = fa_pack<DT>(s[8 * kk + 4], s[8 * kk + 5]);
