@@ -71,8 +71,8 @@ THREADS = 256  # two warpgroups
 # causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
 # the default under a band at d = 128. Mode 23 is 13 with FlashAttention-4's order after
 # the hand-off: dQ issued before dK, its tile stored while dK runs; faster than mode 13 in
-# every non-causal d = 128 case and not under the causal mask (BACKWARD_NOTES.md, round 48),
-# hence the non-causal d = 128 default only. Mode 25 is 7 with dV's k-steps issued two to a
+# every non-causal d = 128 case (round 48) and, by every causal case's mean over four timings,
+# under the causal mask too (BACKWARD_NOTES.md, round 49), hence the d = 128 default. Mode 25 is 7 with dV's k-steps issued two to a
 # commit group as their rows' exponentials finish (flash_bwd_ws's DVK): at or above mode 7 in
 # every d = 64 case's mean over four timings (BACKWARD_NOTES.md, round 49), hence the d = 64
 # default.
@@ -97,11 +97,11 @@ DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgro
 
 
 def default_mode(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:
-    """The mode a call that names none gets: at d = 128 without a band mode 23, or 13
-    under the causal mask; else DEFAULT_MODES' for d (d = 64: mode 25)."""
+    """The mode a call that names none gets: at d = 128 without a band mode 23 (causal
+    or not); else DEFAULT_MODES' for d (d = 64: mode 25)."""
     if query_rows(d, causal, band) != Q80_ROWS:
         return DEFAULT_MODES[d]
-    return 13 if causal else 23
+    return 23
 
 
 def query_rows(d: int, causal: bool, band: tuple[int, int] | None = None) -> int:

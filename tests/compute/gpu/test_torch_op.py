@@ -508,7 +508,7 @@ def test_backward_plan_matches_flash_attention_backward_bit_for_bit(b, h, hk, n_
 )
 def test_backward_plan_takes_the_default(monkeypatch, b, h, hk, n_q, n_k, causal, d):
     """The op's cached plan launches the default: at d = 128 the 80-row query blocks' mode
-    23 without a mask, 13 under it (N_q != N_k both ways), at d = 64 mode 25; and gives
+    23, masked or not (N_q != N_k both ways), at d = 64 mode 25; and gives
     flash_attention_backward's dK, dV bits on SDPA-shaped views with GQA; dQ (added in the
     key blocks' finishing order) within bf16 rounding of it."""
     from compute.gpu import torch_launch
@@ -522,7 +522,7 @@ def test_backward_plan_takes_the_default(monkeypatch, b, h, hk, n_q, n_k, causal
     o, lse = torch_launch.forward(q, k, v, causal, d**-0.5)
     got = torch_launch.backward(q, k, v, o, do, lse, causal, d**-0.5)
     (plan,) = torch_launch._BWD_PLANS.values()
-    assert plan.mode == ((13 if causal else 23) if d == 128 else 25)
+    assert plan.mode == (23 if d == 128 else 25)
     want = [torch.empty_like(t) for t in got]
     with torch_launch._stream(torch, 0):
         flash_attention_backward(
