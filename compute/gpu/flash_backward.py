@@ -72,10 +72,10 @@ THREADS = 256  # two warpgroups
 # the default under a band at d = 128. Mode 23 is 13 with FlashAttention-4's order after
 # the hand-off: dQ issued before dK, its tile stored while dK runs; faster than mode 13 in
 # every non-causal d = 128 case (round 48) and, by every causal case's mean over four timings,
-# under the causal mask too (BACKWARD_NOTES.md, round 49), hence the d = 128 default. Mode 25 is 7 with dV's k-steps issued two to a
-# commit group as their rows' exponentials finish (flash_bwd_ws's DVK): at or above mode 7 in
-# every d = 64 case's mean over four timings (BACKWARD_NOTES.md, round 49), hence the d = 64
-# default.
+# under the causal mask too (BACKWARD_NOTES.md, round 49), hence the d = 128 default. Mode 25
+# is 7 with dV's k-steps issued two to a commit group as their rows' exponentials finish
+# (flash_bwd_ws's DVK): at or above mode 7 in every d = 64 case's mean over four timings
+# (BACKWARD_NOTES.md, round 49), hence the d = 64 default.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
 MODES = (0, 4, 5, 7, 9, 13, 16, 23, 25)
 WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 25: False}
