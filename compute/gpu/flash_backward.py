@@ -68,8 +68,8 @@ THREADS = 256  # two warpgroups
 # Mode 13 is 7 at d = 128 with 80-row query blocks (kernels/flash_bwd_ws80.cuh, FlashAttention-4's
 # non-causal d = 128 tile; causal with blocks that end at N_q; no band or fixed order): faster
 # than mode 7 in all twelve d = 128 cases of the bar (BACKWARD_NOTES.md, rounds 46 and 47; the
-# causal ones through the op's launch path), hence their default (default_mode); mode 7 stays
-# the default under a band at d = 128. Mode 23 is 13 with FlashAttention-4's order after
+# causal ones through the op's launch path), hence the 80-row kernel there (default_mode, now
+# as mode 23); mode 7 stays the default under a band at d = 128. Mode 23 is 13 with FlashAttention-4's order after
 # the hand-off: dQ issued before dK, its tile stored while dK runs; faster than mode 13 in
 # every non-causal d = 128 case (round 48) and, by every causal case's mean over four timings,
 # under the causal mask too (BACKWARD_NOTES.md, round 49), hence the d = 128 default. Mode 25
