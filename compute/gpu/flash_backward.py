@@ -155,9 +155,9 @@ def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any,
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
-        drain = ",true" if mode in DRAIN_MODES else ""
-        drain = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else drain
-        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{drain}>",
+        tail = ",true" if mode in DRAIN_MODES else ""  # DRAIN, then DVK
+        tail = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else tail
+        names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{tail}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
     else:

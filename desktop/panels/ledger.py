@@ -177,8 +177,9 @@ class LedgerPanel(FollowsPalette, QWidget):
         super().__init__(parent)
         self.state = state
         self._tensors: list[str] = []
-        # What the table and totals show now (_shown_key): new inputs of the same sizes keep
-        # the trace's timelines (compute.timeline.lane_timelines), so their counts too.
+        # (dense timeline, tiled timeline, dtype, step) the table and totals show: new inputs
+        # of the same sizes keep the trace's timelines (compute.timeline.lane_timelines), so
+        # their counts too.
         self._shown: tuple | None = None
         left = QVBoxLayout()
         left.addLayout(self._build_totals())
@@ -347,10 +348,16 @@ class LedgerPanel(FollowsPalette, QWidget):
         self.table.setFixedHeight(self.table.horizontalHeader().sizeHint().height() + rows + 4)
         self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
-    def _shown_key(self, trace: Trace, step: int | None) -> tuple:
-        """What the counts shown depend on: the lanes' timelines (by identity: a kept pair is
-        the same objects), the dtype (the bytes) and the step (None: the table's rows)."""
-        return (id(trace.lanes["dense"]), id(trace.lanes["tiled"]), trace.dtype, step)
+    def _same_rows(self, trace: Trace) -> bool:
+        """Whether the table shows this trace's counts at some step: the same timelines (a
+        kept pair is the same objects) and dtype (the bytes)."""
+        s = self._shown
+        return (
+            s is not None
+            and s[0] is trace.lanes["dense"]
+            and s[1] is trace.lanes["tiled"]
+            and s[2] == trace.dtype
+        )
 
     def _on_trace(self, trace: Trace) -> None:
         self._set_texts(trace)
@@ -362,8 +369,7 @@ class LedgerPanel(FollowsPalette, QWidget):
             # painted, and the lines keep their bounds, so no range moves). Setting the new
             # ones here cost a blocks change's first tier a quarter of its GUI time.
             self.plot_cover.cover(True)
-        if self._shown is not None and self._shown[0][:3] == self._shown_key(trace, None)[:3]:
-            self._shown = (self._shown[0], trace.lanes)  # (the ids' objects stay alive)
+        if self._same_rows(trace):
             self._on_step(self.state.step)  # the same rows: only a step may differ
             return
         full = trace.counts_at(trace.n_steps - 1)
@@ -431,10 +437,9 @@ class LedgerPanel(FollowsPalette, QWidget):
         trace = self.state.trace
         if trace is None:
             return
-        key = self._shown_key(trace, step)
-        if self._shown is not None and self._shown[0] == key:
+        if self._same_rows(trace) and self._shown[3] == step:
             return  # (a new trace of the same timelines at the same step)
-        self._shown = (key, trace.lanes)
+        self._shown = (trace.lanes["dense"], trace.lanes["tiled"], trace.dtype, step)
         counts = trace.counts_at(step)
         for r, t in enumerate(self._tensors):
             for c, (lane, d) in enumerate(COLUMNS):

@@ -88,9 +88,6 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
     }
 }
 
-// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place (fb_probs' layout); l2a = the shared address of
-// this thread's first L2 pair (the block's L2 row + 8 t bytes). MASK: zero where key row
-// row >= Nk or outside query r's band, row < r + lo or row > r + hi.
 // Row pair j of fbw_probs (its four accumulator entries s[4 j .. 4 j + 3]).
 template <bool MASK>
 __device__ __forceinline__ void fbw_probs_pair(float* s, u32 l2a, int j, float scale_log2,
@@ -113,6 +110,9 @@ __device__ __forceinline__ void fbw_probs_pair(float* s, u32 l2a, int j, float s
     }
 }
 
+// Pᵀ = exp2(Sᵀ scale log2 e - L2) in place (fb_probs' layout); l2a = the shared address of
+// this thread's first L2 pair (the block's L2 row + 8 t bytes). MASK: zero where key row
+// row >= Nk or outside query r's band, row < r + lo or row > r + hi.
 template <int NS, bool MASK>
 __device__ __forceinline__ void fbw_probs(float* s, u32 l2a, float scale_log2, int row_k, int q0,
                                           int t, int Nk, int lo, int hi) {
