@@ -37,7 +37,7 @@ from .full_pass import (
 )
 from .inputs import HISTORY_BLOCKS
 from .numbers import SHARED
-from .recurrence import TileCursor, block_history
+from .recurrence import BlockHistory, TileCursor
 from .schedule import Schedule
 from .timeline import LaneTimeline
 
@@ -45,6 +45,9 @@ T = TypeVar("T")
 Check = Callable[[], None] | None  # called between chunks; raises to cancel a pass
 
 DEFAULT_DO_KEY = ("default dO",)  # compute.backward_rows.default_do, the same for a shape
+# Query blocks whose partly made history is kept: the block playback is in, the one it
+# left, and the selected row's.
+PARTIAL_BLOCKS = 4
 
 
 class Memo:
@@ -386,14 +389,22 @@ class ForwardNumbers(Memo):
     def block_history(self, block: int) -> RowHistory:
         """Query block `block`'s rows: m, ℓ, α, a and P̃ after each key tile, computed on
         first use (compute.recurrence); the 16 blocks asked for last are kept."""
+        return self._memo("blocks", HISTORY_BLOCKS, block, lambda: self._partial(block).complete())
+
+    def _partial(self, block: int) -> BlockHistory:
+        """The block's history made as far as it has been read (recurrence.BlockHistory):
+        playback reads one tile of each block it enters; the last few are kept."""
         return self._memo(
-            "blocks",
-            HISTORY_BLOCKS,
+            "partial",
+            PARTIAL_BLOCKS,
             block,
-            lambda: block_history(
+            lambda: BlockHistory(
                 self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
             ),
         )
+
+    def _holds(self, name: str, key: Hashable) -> bool:
+        return key in self._caches.get(name, ())
 
     def row_history(self, row: int) -> RowHistory:
         """One query row's m, ℓ, α (T_c + 1,), a (T_c + 1, d_v) and P̃ (N_k,) after each key
@@ -421,19 +432,23 @@ class ForwardNumbers(Memo):
         stepping through blocks never recomputes a block's whole history.
         """
         r0, r1 = self.schedule.rows(block)
-        if self.schedule.order == "kv-outer" and ("blocks", block) not in self._held():
+        if self._holds("blocks", block):
+            h = self.block_history(block)
+            return h.m[:, tiles], h.l[:, tiles], h.a[:, tiles]
+        if self.schedule.order == "kv-outer" and not self._holds("partial", block):
             m, l, o = self.state_after_tiles(tiles)  # noqa: E741
             return m[r0:r1], l[r0:r1], o[r0:r1] * l[r0:r1, None]
-        h = self.block_history(block)
-        return h.m[:, tiles], h.l[:, tiles], h.a[:, tiles]
+        return self._partial(block).state(tiles)
 
     def p_tilde_tile(self, block: int, tile: int) -> np.ndarray:
         """P̃_ij = exp(S_ij − m_new) of block i's rows and key tile j, as the recurrence
         formed it (inputs rounded to the dtype, statistics dtype); from the block's history
         when at hand, else computed for this tile alone (KV-outer, as in block_state)."""
         c0, c1 = self.schedule.cols(tile)
-        if self.schedule.order == "q-outer" or ("blocks", block) in self._held():
+        if self._holds("blocks", block):
             return self.block_history(block).p_tilde[:, c0:c1]
+        if self.schedule.order == "q-outer" or self._holds("partial", block):
+            return self._partial(block).p_tilde[:, c0:c1]
         return self._memo("p_tilde", 4, (block, tile), lambda: self._p_tilde(block, tile))
 
     def _p_tilde(self, block: int, tile: int) -> np.ndarray:
@@ -454,11 +469,16 @@ class ForwardNumbers(Memo):
         """(step indices, key tile indices) at which the tiled lane updated `row`."""
         return self.tiled_lane.steps_of("update", row // self.schedule.block_q)
 
-    def row_state(self, row: int, step: int) -> RowState:
-        """The tiled lane's state of `row` after step `step` (-1 = before the first step)."""
+    def tiles_seen(self, row: int, step: int) -> int:
+        """How many key tiles (by index) `row`'s block has been updated with after `step`
+        (the tile of its last update, plus one; 0 before any)."""
         steps, tiles = self.row_updates(row)
         n = int(np.searchsorted(steps, step, side="right"))
-        tile = int(tiles[n - 1]) + 1 if n else 0
+        return int(tiles[n - 1]) + 1 if n else 0
+
+    def row_state(self, row: int, step: int) -> RowState:
+        """The tiled lane's state of `row` after step `step` (-1 = before the first step)."""
+        tile = self.tiles_seen(row, step)
         h = self.row_history(row)
         return RowState(tile, float(h.m[tile]), float(h.l[tile]), h.a[tile], float(h.alpha[tile]))
 

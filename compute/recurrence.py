@@ -17,6 +17,8 @@ The Trace no longer records every row's state after every key tile (at N = 4096 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .attention import (
@@ -49,47 +51,144 @@ def block_history(
 ) -> RowHistory:
     """The rows of query block `block`: m, ℓ, α (R, T_c + 1), a (R, T_c + 1, d_v) and
     P̃ (R, N_k), exactly as the full recurrence forms them for those rows."""
-    s = schedule
-    r0, r1 = s.rows(block)
-    n_rows = r1 - r0
-    n_keys, rows_of = s.n_k, None
-    if s.mask and s.mask != Mask.causal_mask():
-        rows_of = (r0, s.n_q)  # other masks: all keys, masked as the block's own rows
-    elif s.causal:
-        # Row r sees key c iff c <= r + (N_k − N_q): the block's last row sees the first
-        # r1 + N_k − N_q keys. Keeping exactly those keys gives the cut problem the same
-        # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
-        n_keys = max(0, min(s.n_k, r1 + s.n_k - s.n_q))
-    acc = stats_dtype(dtype)
-    hist = RowHistory.empty(n_rows, s.t_c, s.n_k, s.d_v, acc)
-    hist.alpha[:, 1:] = 1  # a tile the block never loads rescales nothing
-    if n_keys > 0:
+    return BlockHistory(q, k, v, schedule, block, scale=scale, dtype=dtype).complete()
+
+
+class BlockHistory:
+    """block_history's numbers, made as far as they are read.
+
+    Construction makes m, ℓ, α and P̃ after every key tile (one product with the block's
+    keys: O(N_k) per row); a = Σ P̃V, the (R, T_c + 1, d_v) part and most of the cost,
+    is made by `state(tiles)` only up to that tile, in chunks of tiles from fixed
+    boundaries (_ProductScan), so each entry has the digits of the whole history
+    however it is reached. A playback frame at a new query block then pays for the
+    tiles it shows, not for the block's whole row of tiles. Thread-safe: the build's
+    worker and the GUI thread may read one block."""
+
+    def __init__(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, schedule: Schedule, block: int,
+        *, scale: float, dtype: str,
+    ) -> None:  # fmt: skip
+        s = schedule
+        r0, r1 = s.rows(block)
+        n_rows = r1 - r0
+        n_keys, rows_of = s.n_k, None
+        if s.mask and s.mask != Mask.causal_mask():
+            rows_of = (r0, s.n_q)  # other masks: all keys, masked as the block's own rows
+        elif s.causal:
+            # Row r sees key c iff c <= r + (N_k − N_q): the block's last row sees the first
+            # r1 + N_k − N_q keys. Keeping exactly those keys gives the cut problem the same
+            # alignment (its offset N_k' − R equals r0 + N_k − N_q for local row 0).
+            n_keys = max(0, min(s.n_k, r1 + s.n_k - s.n_q))
+        acc = stats_dtype(dtype)
+        self._lock = threading.Lock()
+        self._scan: _ProductScan | None = None
+        self._seen = 1  # columns of the history the block's own tiles fill
+        self._complete: RowHistory | None = None
+        hist = RowHistory.empty(n_rows, s.t_c, s.n_k, s.d_v, acc)
+        hist.alpha[:, 1:] = 1  # a tile the block never loads rescales nothing
+        self._hist = hist
+        if n_keys == 0:
+            return
         kw = dict(order=s.order, scale=scale, dtype=dtype, rows_of=rows_of)
         if s.block_k < SCAN_TILE_LIMIT:  # many small tiles: no loop over them
             with np.errstate(over="ignore", invalid="ignore"):
-                h = rows_history(
-                    q[r0:r1], k[:n_keys], v[:n_keys], block_k=s.block_k, mask=s.mask, **kw
-                )
+                h, self._scan = _rows_scan(
+                    q[r0:r1], k[:n_keys], v[:n_keys], block_k=s.block_k, mask=s.mask,
+                    out=hist, **kw,
+                )  # fmt: skip
         else:  # few tiles: the loop is the cheaper (its products are the tiles' own)
             _, _, h = tiled_attention_history(
                 q[r0:r1], k[:n_keys], v[:n_keys], block_q=n_rows, block_k=s.block_k,
                 causal=s.mask, **kw,
             )  # fmt: skip
-        seen = h.m.shape[1]  # 1 + the tiles this block loads
-        if seen == s.t_c + 1 and n_keys == s.n_k and h.a.dtype == acc:
-            hist = h  # every tile and key: nothing to carry over (4 MB at 2×2, d_v 128)
-        else:
+            seen = h.m.shape[1]
             hist.m[:, :seen], hist.l[:, :seen], hist.a[:, :seen] = h.m, h.l, h.a
             hist.alpha[:, :seen] = h.alpha
             hist.p_tilde[:, :n_keys] = h.p_tilde
-            # Tiles the block never loads leave its state as it was; α = 1 (nothing
-            # rescaled).
-            hist.m[:, seen:] = h.m[:, -1:]
-            hist.l[:, seen:] = h.l[:, -1:]
-            hist.a[:, seen:] = h.a[:, -1:]
-    for x in (hist.m, hist.l, hist.a, hist.alpha, hist.p_tilde):
+        seen = self._seen = h.m.shape[1]  # 1 + the tiles this block loads
+        # Tiles the block never loads leave its state as it was; α = 1 (nothing rescaled).
+        hist.m[:, seen:] = hist.m[:, seen - 1 : seen]
+        hist.l[:, seen:] = hist.l[:, seen - 1 : seen]
+
+    @property
+    def p_tilde(self) -> np.ndarray:
+        """P̃ (R, N_k), made on construction."""
+        return _read_only(self._hist.p_tilde)[0]
+
+    def state(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, ℓ, a) of the block's rows after `tiles` key tiles, a made as far as that."""
+        h = self._hist
+        self._made(min(tiles, self._seen - 1))
+        return _read_only(h.m[:, tiles], h.l[:, tiles], h.a[:, min(tiles, self._seen - 1)])
+
+    def complete(self) -> RowHistory:
+        """The whole history (read-only arrays), made once."""
+        with self._lock:
+            if self._complete is None:
+                h, seen = self._hist, self._seen
+                if self._scan is not None:
+                    self._scan.upto(seen - 1)
+                    self._scan = None  # its rounded P̃ and V are no longer needed
+                h.a[:, seen:] = h.a[:, seen - 1 : seen]
+                for x in (h.m, h.l, h.a, h.alpha, h.p_tilde):
+                    x.setflags(write=False)
+                self._complete = h
+            return self._complete
+
+    def _made(self, tiles: int) -> None:
+        with self._lock:
+            if self._scan is not None:
+                self._scan.upto(tiles)
+
+
+def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Read-only views (the history's arrays stay writable while it is being made)."""
+    views = tuple(x.view() for x in arrays)
+    for x in views:
         x.setflags(write=False)
-    return hist
+    return views
+
+
+class _ProductScan:
+    """a after each key tile of one block, a[:, j + 1] = α_j a[:, j] + P̃_j V_j (each
+    product times β_j under KV-outer), made up to a tile when asked. Chunks of tiles
+    start at multiples of `chunk`, so every product and sum is formed by the same call
+    whichever tile is asked for first: the entries have one set of digits."""
+
+    def __init__(self, a, alpha, p, vd, weight, block_k: int) -> None:
+        self._a, self._alpha, self._p, self._vd, self._weight = a, alpha, p, vd, weight
+        self._block_k = block_k
+        rows, n_tiles = alpha.shape
+        self._n_tiles = n_tiles
+        self.chunk = max(MIN_CHUNK_TILES, SCAN_CHUNK_ELEMENTS // max(1, rows * a.shape[2]))
+        self.done = 0  # tiles whose a is made
+
+    def upto(self, tiles: int) -> None:
+        """Make a after the first `tiles` tiles (at least; a chunk at a time)."""
+        bk, vd, d_v = self._block_k, self._vd, self._a.shape[2]
+        while self.done < min(tiles, self._n_tiles):
+            lo = self.done
+            hi = min(self._n_tiles, (lo // self.chunk + 1) * self.chunk)
+            c0, c1 = lo * bk, min(len(vd), hi * bk)
+            width = (hi - lo) * bk
+            if width == c1 - c0 and vd.flags.c_contiguous:  # whole tiles: V's rows as they are
+                vt = vd[c0:c1]
+            else:
+                vt = np.zeros((width, d_v), dtype=self._a.dtype)  # the last tile's gap: V = 0
+                vt[: c1 - c0] = vd[c0:c1]
+            # P̃_ij V_j of every tile of the chunk, written where a is kept
+            out = self._a[:, lo + 1 : hi + 1]
+            np.matmul(
+                self._p[:, lo:hi].transpose(1, 0, 2),
+                vt.reshape(hi - lo, bk, d_v),
+                out=out.transpose(1, 0, 2),
+            )
+            if self._weight is not None:
+                out *= self._weight[:, lo:hi, None]
+            alpha = self._alpha[:, lo:hi]
+            _linear_scan(alpha, out, self._a[:, lo], _unit_runs(alpha))
+            self.done = hi
 
 
 # Below this B_c, block_history forms a block's tiles at once (rows_history): at N = 4096
@@ -97,6 +196,10 @@ def block_history(
 SCAN_TILE_LIMIT = 16
 # Scores formed at once per group of key tiles: about this many entries (bounded memory).
 HISTORY_GROUP_ELEMENTS = 1 << 20
+# a made per chunk of tiles: about this many entries, and at least MIN_CHUNK_TILES tiles
+# (each chunk is a few NumPy calls: fewer, larger chunks when a's rows are narrow).
+SCAN_CHUNK_ELEMENTS = 1 << 16
+MIN_CHUNK_TILES = 32
 
 
 def _unit_runs(alpha: np.ndarray) -> list[tuple[int, int]]:
@@ -133,31 +236,52 @@ def rows_history(
     The same formulas as `_tile_update`, added in tile order; the products of a group
     come from one matmul rather than one per tile (and Algorithm 1 keeps a, not O), so
     the digits agree with the tile loop up to the last places (tests hold both)."""
+    h, scan = _rows_scan(
+        q, k, v, block_k=block_k, order=order, mask=mask, rows_of=rows_of, scale=scale,
+        dtype=dtype, out=None,
+    )  # fmt: skip
+    scan.upto(h.m.shape[1] - 1)
+    return h
+
+
+def _rows_scan(
+    q, k, v, *, block_k: int, order: str, mask, rows_of, scale, dtype: str,
+    out: RowHistory | None,
+) -> tuple[RowHistory, _ProductScan]:  # fmt: skip
+    """rows_history's numbers but a, with the scan that makes a as far as asked. With
+    `out` (a history of at least these tiles and keys, α = 1 after column 0), written
+    into its first columns; the returned history is views of them."""
     acc, qd, kd, vd, sc = _prepare_once(q, k, v, dtype, scale)
     n_rows, n_k, d_v = len(qd), len(kd), vd.shape[1]
     row0, n_all = rows_of if rows_of is not None else (0, n_rows)
     t_c = -(-n_k // block_k)
     mask = Mask.of(mask)
     loads = mask.row_tile_classes(row0, row0 + n_rows, n_all, n_k, n_rows, block_k)[0]
-    h = RowHistory.empty(n_rows, t_c, n_k, d_v, acc, alpha=1.0)
-    h.alpha[:, 0] = 0  # before any key
+    if out is None:
+        h = RowHistory.empty(n_rows, t_c, n_k, d_v, acc, alpha=1.0)
+        h.alpha[:, 0] = 0  # before any key
+    else:
+        cols = slice(0, t_c + 1)
+        h = RowHistory(
+            out.m[:, cols], out.l[:, cols], out.a[:, cols], out.alpha[:, cols],
+            out.p_tilde[:, :n_k],
+        )  # fmt: skip
+    # The products' P̃ (rounded to the dtype; under KV-outer against each tile's own max)
+    # and β, kept for the scan
+    p_round = np.empty((n_rows, t_c, block_k), dtype=acc)
+    weights = np.empty((n_rows, t_c), dtype=acc) if order != "q-outer" else None
     group = max(1, HISTORY_GROUP_ELEMENTS // max(1, n_rows * block_k))
     for g0 in range(0, t_c, group):
         g1 = min(t_c, g0 + group)
         c0, c1 = g0 * block_k, min(n_k, g1 * block_k)
         width = (g1 - g0) * block_k
-        st = np.full((n_rows, width), -np.inf, dtype=acc)  # the last tile's gap: −∞, V = 0
+        st = np.full((n_rows, width), -np.inf, dtype=acc)  # the last tile's gap: −∞
         st[:, : c1 - c0] = _tile_scores(
             qd, kd, slice(None), slice(c0, c1), n_all, n_k, sc, mask, row0
         )
         skipped = loads[g0:g1] == SKIPPED  # tiles the block never loads change nothing
         st = st.reshape(n_rows, g1 - g0, block_k)
         st[:, skipped] = -np.inf
-        if width == c1 - c0 and vd.flags.c_contiguous:  # whole tiles: V's rows as they are
-            vt = vd[c0:c1]
-        else:
-            vt = np.zeros((width, d_v), dtype=acc)
-            vt[: c1 - c0] = vd[c0:c1]
         tile_max = st.max(axis=2)  # rowmax(S_ij), each tile's
         m_old = h.m[:, g0 : g1 + 1]  # column 0: the state before the group
         m_new = np.maximum.accumulate(np.concatenate([m_old[:, :1], tile_max], 1), 1)
@@ -165,35 +289,24 @@ def rows_history(
         alpha = np.exp(m_new[:, :-1] - m_ref)  # α = exp(m − m_new); 0 before any key
         if order == "q-outer":
             p = np.exp(st - m_ref[:, :, None])  # P̃_ij = exp(S_ij − m_new)
-            weight = None
         else:  # Algorithm 1: P̃ against the tile's own max, then β = exp(m̃_ij − m_new)
             p = np.exp(st - _safe_max(tile_max)[:, :, None])
-            weight = np.exp(tile_max - m_ref)
-        # P̃_ij V_j for every tile of the group (P̃ rounded to the dtype), written where
-        # a is kept (rows, tiles, d_v): no second 4 MB array at 2×2 blocks, d_v = 128
-        a = h.a[:, g0 + 1 : g1 + 1]
-        np.matmul(
-            round_to(p, dtype).astype(acc).transpose(1, 0, 2),
-            vt.reshape(g1 - g0, block_k, d_v),
-            out=a.transpose(1, 0, 2),
-        )
+        p_round[:, g0:g1] = round_to(p, dtype)
         sums = p.sum(axis=2)  # rowsum(P̃_ij)
-        if weight is not None:
+        if weights is not None:
+            weight = weights[:, g0:g1] = np.exp(tile_max - m_ref)
             sums = sums * weight
-            a *= weight[:, :, None]
             p = p * weight[:, :, None]  # P̃ against the running max, as q-outer keeps it
         alpha[:, skipped] = 1  # (their state is carried: α = 1, nothing added)
-        # ℓ and a share α: both run through the recurrence where they are kept, from the
-        # group's first state, in tile order
+        # ℓ runs through the recurrence where it is kept, from the group's first state,
+        # in tile order; a (the same α) when the scan is asked for it
         l_new = h.l[:, g0 + 1 : g1 + 1]
         l_new[...] = sums
-        runs = _unit_runs(alpha)
-        _linear_scan(alpha, a, h.a[:, g0], runs)
-        _linear_scan(alpha, l_new[:, :, None], h.l[:, g0, None], runs)
+        _linear_scan(alpha, l_new[:, :, None], h.l[:, g0, None], _unit_runs(alpha))
         h.m[:, g0 + 1 : g1 + 1] = m_new[:, 1:]
         h.alpha[:, g0 + 1 : g1 + 1] = alpha
         h.p_tilde[:, c0:c1] = p.reshape(n_rows, width)[:, : c1 - c0]
-    return h
+    return h, _ProductScan(h.a, h.alpha[:, 1:], p_round, vd, weights, block_k)
 
 
 def _prepare_once(q, k, v, dtype: str, scale):

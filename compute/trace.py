@@ -45,7 +45,7 @@ FORWARD_NAMES = frozenset(
         "scores_region", "probs_region", "scores", "probs", "block_history", "row_history",
         "state_after_tiles", "block_state", "p_tilde_tile", "row_updates", "row_state",
         "dense_partial_output", "max_abs_error", "overflow", "dense_rows", "reference_rows",
-        "tiled_output_rows", "tiled_rows_state",
+        "tiled_output_rows", "tiled_rows_state", "tiles_seen",
     }
 )  # fmt: skip
 BACKWARD_NAMES = frozenset(

@@ -84,7 +84,7 @@ def _block_tile_count(trace: Trace, action: Action, step: int) -> int:
     """Key tiles the action's query block has been updated with after `step`."""
     if trace.schedule.order == "kv-outer":  # visiting tile j: updated once `update` ran
         return action.block_j + (action.phase != "load_state")
-    return trace.row_state(trace.schedule.rows(action.block_i)[0], step).tile
+    return trace.tiles_seen(trace.schedule.rows(action.block_i)[0], step)
 
 
 def tiled_sram(trace: Trace, step: int) -> list[SramTile]:

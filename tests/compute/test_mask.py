@@ -482,3 +482,38 @@ def _compare_histories(recurrence, s, dtype, seed):
             )
         for name in ("m", "l", "a", "alpha", "p_tilde"):
             np.testing.assert_allclose(getattr(got, name), getattr(want, name), **tol, err_msg=name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    s=masked_schedules(),
+    dtype=st.sampled_from(["float64", "float16"]),
+    seed=st.integers(0, 2**16),
+    chunk=st.sampled_from([1, 2, 3, 32]),
+    asked=st.lists(st.integers(0, 1 << 10), min_size=1, max_size=4),
+)
+def test_a_blocks_history_read_in_part_has_the_whole_ones_digits(s, dtype, seed, chunk, asked):
+    """recurrence.BlockHistory: the state after any tile, read first (a made only that
+    far, in chunks of any size), equals the whole history made afterwards, bit for bit,
+    for every mask and both orders; and equals block_history made at once."""
+    import compute.recurrence as recurrence
+
+    r = random_inputs(s.n_q, s.d, s.d_v, n_k=s.n_k, seed=seed)
+    kw = dict(scale=1 / np.sqrt(s.d), dtype=dtype)
+    old = recurrence.MIN_CHUNK_TILES, recurrence.SCAN_CHUNK_ELEMENTS
+    recurrence.MIN_CHUNK_TILES, recurrence.SCAN_CHUNK_ELEMENTS = chunk, 1
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            for block in range(s.t_r):
+                part = recurrence.BlockHistory(r.q, r.k, r.v, s, block, **kw)
+                tiles = [t % (s.t_c + 1) for t in asked]
+                read = [(t, part.state(t)) for t in tiles]
+                whole = part.complete()
+                at_once = recurrence.block_history(r.q, r.k, r.v, s, block, **kw)
+                for t, (m, l, a) in read:
+                    for got, want in ((m, whole.m[:, t]), (l, whole.l[:, t]), (a, whole.a[:, t])):
+                        np.testing.assert_array_equal(got, want)
+                for name in ("m", "l", "a", "alpha", "p_tilde"):
+                    np.testing.assert_array_equal(getattr(whole, name), getattr(at_once, name))
+    finally:
+        recurrence.MIN_CHUNK_TILES, recurrence.SCAN_CHUNK_ELEMENTS = old

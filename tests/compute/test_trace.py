@@ -156,3 +156,29 @@ def test_kv_outer_block_state_without_the_blocks_history(dtype):
         c0, c1 = s.cols(min(t, s.t_c - 1))
         if s.visible[i, min(t, s.t_c - 1)]:
             np.testing.assert_allclose(p, h.p_tilde[:, c0:c1], **tol)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_a_frame_reads_a_blocks_tile_without_its_whole_history(dtype, monkeypatch):
+    # Q-outer playback shows the current block's state at one tile: made as far as that
+    # tile (recurrence.BlockHistory), with the whole history's very digits.
+    import compute.recurrence as recurrence
+
+    monkeypatch.setattr(recurrence, "SCAN_CHUNK_ELEMENTS", 1)  # chunks of MIN_CHUNK_TILES
+    r = random_inputs(20, 3, 2, n_k=600, seed=4)
+    trace = build_trace(r.q, r.k, r.v, block_q=4, block_k=2, dtype=dtype)
+    s = trace.schedule
+    step = int(trace.row_updates(8)[0][40])  # block 2's update with key tile 40
+    t = trace.tiles_seen(8, step)
+    assert t == 41
+    m, l, a = trace.block_state(2, t)  # noqa: E741
+    p = trace.p_tilde_tile(2, 40)
+    assert trace.cached("blocks") == 0  # no block's whole history was made
+    chunk = recurrence.MIN_CHUNK_TILES
+    assert trace.forward._partial(2)._scan.done == -(-t // chunk) * chunk < s.t_c
+    h = trace.block_history(2)
+    assert trace.forward._partial(2).complete() is h  # the same arrays, finished
+    for got, want in ((m, h.m[:, t]), (l, h.l[:, t]), (a, h.a[:, t]), (p, h.p_tilde[:, 80:82])):
+        np.testing.assert_array_equal(got, want)
+        assert not got.flags.writeable
+    assert trace.row_state(8, step).tile == t
