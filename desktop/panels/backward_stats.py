@@ -90,7 +90,7 @@ class BackwardStats(FollowsPalette, QGroupBox):
             angle=90, pen=pg.mkPen((128, 128, 128), width=1.5, style=Qt.PenStyle.DashLine)
         )
         item.addItem(self._marker, ignoreBounds=True)
-        self._curves: list[pg.PlotDataItem] = []
+        self._curves: list[pg.PlotCurveItem] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(grid)
@@ -154,18 +154,22 @@ class BackwardStats(FollowsPalette, QGroupBox):
         while len(self._curves) < 2 * comps:
             k = len(self._curves) // 2
             color = pg.intColor(k, hues=MAX_COLOURED)
-            self._curves.append(item.plot(pen=pg.mkPen(color, width=1.5)))
-            self._curves.append(item.plot(pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine)))
-            for curve in self._curves[-2:]:
+            for pen in (
+                pg.mkPen(color, width=1.5),
+                pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
+            ):
+                curve = pg.PlotCurveItem(pen=pen)  # (as the stats panel's: a cheap setData)
+                item.addItem(curve)
                 # The step marker moves every playback frame: the curves keep their pixels
                 # instead of drawing T_c steps each again (16 curves of 2,048 steps at
                 # N = 4096, 2 × 2 blocks); redrawn when the data or the view changes.
-                curve.curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+                curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+                self._curves.append(curve)
         span = np.array([-0.5, trace.n_steps - 0.5]) + STEP_X
         for k, curve in enumerate(self._curves):
             c = k // 2
             if c >= comps:
-                curve.setData([], [])
+                curve.setData([], [], stepMode=None)  # (a PlotCurveItem keeps its mode)
             elif k % 2 == 0:
                 curve.setData(edges, values[:, c], stepMode="center")
             else:

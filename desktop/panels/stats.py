@@ -188,8 +188,8 @@ class StatsPanel(FollowsPalette, QWidget):
         self.plots.setMinimumHeight(PLOTS_MIN_HEIGHT)
         self._items: dict[str, pg.PlotItem] = {}
         self._markers: list[pg.InfiniteLine] = []
-        self._curves: dict[str, list[pg.PlotDataItem]] = {k: [] for k, _ in PLOTS}
-        self._refs: list[pg.PlotDataItem] = []
+        self._curves: dict[str, list[pg.PlotCurveItem]] = {k: [] for k, _ in PLOTS}
+        self._refs: list[pg.PlotCurveItem] = []
         for k, (key, title) in enumerate(PLOTS):
             item = self.plots.addPlot(
                 row=k, col=0, axisItems={"left": SparseAxis("left"), "bottom": LeanAxis("bottom")}
@@ -221,9 +221,9 @@ class StatsPanel(FollowsPalette, QWidget):
         """One line item per plot for many components (see _rebuild)."""
         # Opaque pens: alpha-blended lines over 64 components cost ~8 ms a repaint.
         self._bundles = [
-            pg.PlotDataItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
-            pg.PlotDataItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
-            pg.PlotDataItem(
+            pg.PlotCurveItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
+            pg.PlotCurveItem(pen=pg.mkPen(120, 150, 210), connect="finite"),
+            pg.PlotCurveItem(
                 pen=pg.mkPen(200, 80, 60, style=Qt.PenStyle.DashLine), connect="finite"
             ),
         ]
@@ -234,7 +234,7 @@ class StatsPanel(FollowsPalette, QWidget):
     def restyle(self) -> None:
         style_plot(self.plots, self._items.values(), self.palette())
 
-    def _curves_for(self, key: str, count: int, dashed: bool = False) -> list[pg.PlotDataItem]:
+    def _curves_for(self, key: str, count: int, dashed: bool = False) -> list[pg.PlotCurveItem]:
         pool = self._refs if dashed else self._curves[key]
         item = self._items[key]
         while len(pool) < count:
@@ -244,12 +244,14 @@ class StatsPanel(FollowsPalette, QWidget):
                 width=1.5,
                 style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine,
             )
-            curve = pg.PlotDataItem(pen=pen, connect="finite")
+            # PlotCurveItem, not PlotDataItem: its setData costs a sixth as much (25 against
+            # ~160 us), and one change sets up to 3 · 64 + 3 curves.
+            curve = pg.PlotCurveItem(pen=pen, connect="finite")
             item.addItem(curve)
             _cache_lines(curve)
             pool.append(curve)
         for curve in pool[count:]:
-            curve.setData([], [])
+            curve.setData([], [], stepMode=None)  # (a PlotCurveItem keeps its mode)
         return pool[:count]
 
     def _rebuild(self, *_args: object) -> None:
@@ -379,13 +381,13 @@ def as_text(spin: QSpinBox) -> None:
     spin.setStyleSheet("QSpinBox { background: transparent; }")
 
 
-def _cache_lines(line: pg.PlotDataItem) -> None:
+def _cache_lines(line: pg.PlotCurveItem) -> None:
     """Keep a line's pixels between repaints: the step marker moves every playback frame,
     and redrawing the step curves under it (64 components bundled: ~260 k points at
     N = 4096 with 2×2 blocks) cost ~15 ms a frame. The cache is redrawn when the data, the
     pen or the view range changes; zoom_window moves the range at most four times as
     playback passes the row."""
-    line.curve.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    line.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
 def components_legend(d_v: int) -> str:
