@@ -45,6 +45,7 @@
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
+#include "flash_bwd_timeline.cuh"
 #include "flash_bwd_ws_steps.cuh"
 #include "ws_pipeline.cuh"
 
@@ -102,8 +103,9 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
 // DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49), 0 for mode 7: dV's k-steps issued DVK
 // to a commit group as the exponentials of their row pairs finish (fbw_probs_dv), so the
 // tensor cores start dV during the exponentials (2: two groups; one k-step a group lost).
-// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups.
-template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0>
+// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups. RED (mode 26 with DVK 2, not DET or
+// DRAIN): the dQ tile added from the registers (fbw_dq_red) instead of by bulk reduction.
+template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0, bool RED = false>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -165,6 +167,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();  // the only CTA-wide barrier: the roles split below
+    FBW_TL_DECL
+    FBW_TL_START;
 
     if (wg == 0) {
         fa_setmaxnreg_dec<24>();
@@ -180,7 +184,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 const long long bh = bh0 + gq;
                 const float* L2b = L2 + bh * Npad;
                 const float* Db = Dsum + bh * Npad;
+                FBW_TL(it, 0);
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);  // a fresh stage: at once
+                FBW_TL(it, 1);
                 fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + 256);
                 fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, h, bat,
                                       fullQ + 8 * s);
@@ -189,6 +195,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, h, bat,
                                       fulldO + 8 * s);
                 fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
+                FBW_TL(it, 2);
                 if (++i == i1) {
                     i = i0;
                     ++gq;
@@ -201,6 +208,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 fbw_drain<D, DET>(w - 1, tid & 31, sDQ, dQacc, sems, items, i0, i1, nblk, bh0, kb,
                                   causal, offset, lo);
         }
+        FBW_TL_END(items);
         return;
     }
 
@@ -243,12 +251,18 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const u32 lda = sLD + s * 512 + 8 * t;  // this thread's first L2 pair; D 256 bytes on
 
         float sv[NS], dp[NS];
+        FBW_TL(it, 0);
         fa_mbar_wait(fullQ + 8 * s, par);
+        FBW_TL(it, 1);
         fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
+        FBW_TL(it, 2);
         fa_mbar_wait(fulldO + 8 * s, par);
+        FBW_TL(it, 3);
         fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
+        FBW_TL(it, 4);
         // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
         fa_wgmma_wait<1>();
+        FBW_TL(it, 5);
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
         u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
@@ -264,13 +278,16 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             else
                 fbw_probs_dv<DT, D, NS, false, DVK>(sv, ap, dv, lda, scale_log2, row_k, q0, t,
                                                     Nk, lo, hi, dvb);
+            FBW_TL(it, 6);
             fa_wgmma_wait<FB_BM / 16 / DVK>();
+            FBW_TL(it, 8);
         } else {
             // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
             if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
                 fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
             else
                 fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+            FBW_TL(it, 6);
             // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it
             // to run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then
             // dV).
@@ -278,7 +295,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #pragma unroll
             for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
             fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
+            FBW_TL(it, 7);
             fa_wgmma_wait<1>();
+            FBW_TL(it, 8);
         }
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
@@ -287,17 +306,22 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
         // finished before block it - 1's barrier.
         fbw_store_dst(ads, dsbuf, dst_off);
+        FBW_TL(it, 9);
 #pragma unroll
         for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
         fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
+        FBW_TL(it, 10);
         fa_fence_proxy_async();
         fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
+        FBW_TL(it, 11);
 
         const bool dq_here = (D == 128) || (cw == (it & 1));
         float dq[32];
         if (dq_here) fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
+        if (dq_here) FBW_TL(it, 12);
         fa_wgmma_wait<0>();
         fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
+        FBW_TL(it, 13);
 #pragma unroll
         for (int e = 0; e < NA; ++e) {
             fa_reg_fence(dv[e]);
@@ -308,15 +332,22 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
             const int b = ntile & 1;
             const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
-            if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
+            const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
+            if constexpr (RED) {
+                fbw_dq_red<8>(dq, dQacc + chunk * 4096, ctid);
+            } else if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
                 if (ntile >= 2) fa_bar_sync(fbw_free_bar(cw, b), 160);
                 fb_dq_store(dq, buf, ctid);
                 fbw_bar_arrive(fbw_full_bar(cw, b), 160);
             } else {
-                const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
                 const int want = DET ? fbw_ticket(i, kb, causal, offset, lo) : 0;
+#ifdef FBW_TIMELINE
+                if (ctid == 0) fb_bulk_wait_read<1>();  // fb_dq_bulk's own wait, stamped
+                FBW_TL(it, 15);
+#endif
                 fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, want);
             }
+            FBW_TL(it, 14);
             ++ntile;
         }
         if (++i == i1) {
@@ -328,6 +359,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     fbw_store_rows<DT, D>(dv, dV + bat * lay.dv_b + hk * lay.dv_h, lay.dv_r, row_k, Nk, t, 1.f);
     fbw_store_rows<DT, D>(dk, dK + bat * lay.dk_b + hk * lay.dk_h, lay.dk_r, row_k, Nk, t,
                           scale);
+    FBW_TL_END(items);
 #else
     __trap();
 #endif
@@ -339,8 +371,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, DRAIN, DVK)                                                      \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK>(                            \
+#define FBW_MAIN(DT, D, DET, DRAIN, DVK) FBW_MAIN_R(DT, D, DET, DRAIN, DVK, false)
+#define FBW_MAIN_R(DT, D, DET, DRAIN, DVK, RED)                                               \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK, RED>(                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -357,16 +390,20 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_MAIN(0, 64, false, false, 2)
 FBW_MAIN(1, 64, false, false, 2)
+FBW_MAIN_R(0, 64, false, false, 2, true)
+FBW_MAIN_R(1, 64, false, false, 2, true)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
-#define FBW80_MAIN(DT, CAUSAL, DQ_FIRST)                                                      \
-    template __global__ void flash_bwd_ws80<DT, CAUSAL, DQ_FIRST>(                            \
+#define FBW80_MAIN(DT, CAUSAL, DQ_FIRST) FBW80_MAIN_R(DT, CAUSAL, DQ_FIRST, false)
+#define FBW80_MAIN_R(DT, CAUSAL, DQ_FIRST, RED)                                               \
+    template __global__ void flash_bwd_ws80<DT, CAUSAL, DQ_FIRST, RED>(                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
         const FbwLayout);
 #define FBW80_INST(DT, CAUSAL)                                                                \
     FBW80_MAIN(DT, CAUSAL, false) FBW80_MAIN(DT, CAUSAL, true)                                \
+    FBW80_MAIN_R(DT, CAUSAL, true, true)                                                      \
     template __global__ void flash_bwd_post_t80_s<DT, CAUSAL>(const float*, u16*, int, int,  \
                                                               float, const FbwLayout);
 FBW80_INST(0, false)
