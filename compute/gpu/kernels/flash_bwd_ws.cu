@@ -103,9 +103,8 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
 // DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49), 0 for mode 7: dV's k-steps issued DVK
 // to a commit group as the exponentials of their row pairs finish (fbw_probs_dv), so the
 // tensor cores start dV during the exponentials (2: two groups; one k-step a group lost).
-// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups. RED (mode 26 with DVK 2, not DET or
-// DRAIN): the dQ tile added from the registers (fbw_dq_red) instead of by bulk reduction.
-template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0, bool RED = false>
+// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups.
+template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -332,14 +331,12 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             for (int e = 0; e < 32; ++e) fa_reg_fence(dq[e]);
             const int b = ntile & 1;
             const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
-            const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
-            if constexpr (RED) {
-                fbw_dq_red<8>(dq, dQacc + chunk * 4096, ctid);
-            } else if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
+            if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
                 if (ntile >= 2) fa_bar_sync(fbw_free_bar(cw, b), 160);
                 fb_dq_store(dq, buf, ctid);
                 fbw_bar_arrive(fbw_full_bar(cw, b), 160);
             } else {
+                const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
                 const int want = DET ? fbw_ticket(i, kb, causal, offset, lo) : 0;
 #ifdef FBW_TIMELINE
                 if (ctid == 0) fb_bulk_wait_read<1>();  // fb_dq_bulk's own wait, stamped
@@ -371,9 +368,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, DRAIN, DVK) FBW_MAIN_R(DT, D, DET, DRAIN, DVK, false)
-#define FBW_MAIN_R(DT, D, DET, DRAIN, DVK, RED)                                               \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK, RED>(                       \
+#define FBW_MAIN(DT, D, DET, DRAIN, DVK)                                                      \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK>(                            \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -390,20 +386,16 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_MAIN(0, 64, false, false, 2)
 FBW_MAIN(1, 64, false, false, 2)
-FBW_MAIN_R(0, 64, false, false, 2, true)
-FBW_MAIN_R(1, 64, false, false, 2, true)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
-#define FBW80_MAIN(DT, CAUSAL, DQ_FIRST) FBW80_MAIN_R(DT, CAUSAL, DQ_FIRST, false)
-#define FBW80_MAIN_R(DT, CAUSAL, DQ_FIRST, RED)                                               \
-    template __global__ void flash_bwd_ws80<DT, CAUSAL, DQ_FIRST, RED>(                       \
+#define FBW80_MAIN(DT, CAUSAL, DQ_FIRST)                                                      \
+    template __global__ void flash_bwd_ws80<DT, CAUSAL, DQ_FIRST>(                            \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
         const FbwLayout);
 #define FBW80_INST(DT, CAUSAL)                                                                \
     FBW80_MAIN(DT, CAUSAL, false) FBW80_MAIN(DT, CAUSAL, true)                                \
-    FBW80_MAIN_R(DT, CAUSAL, true, true)                                                      \
     template __global__ void flash_bwd_post_t80_s<DT, CAUSAL>(const float*, u16*, int, int,  \
                                                               float, const FbwLayout);
 FBW80_INST(0, false)

@@ -197,9 +197,8 @@ __device__ __forceinline__ void fbw80_release(float* dv, float* dk, u32 empty) {
 // DQ_FIRST (mode 23, the non-causal default; BACKWARD_NOTES.md round 48): FlashAttention-4's
 // order after the hand-off, dQ issued before dK, so the single dQᵀ buffer's wait, the tile's
 // store and its two barriers run while the tensor cores still hold dK, instead of after every
-// GEMM is done. RED (mode 27, with DQ_FIRST): the dQᵀ tile added from the registers
-// (fbw_dq_red: no staging in the dQ buffer, no barriers, no wait for the previous reduction).
-template <int DT, bool CAUSAL = false, bool DQ_FIRST = false, bool RED = false>
+// GEMM is done.
+template <int DT, bool CAUSAL = false, bool DQ_FIRST = false>
 __global__ void __launch_bounds__(384, 1)
     flash_bwd_ws80(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                    const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -396,10 +395,7 @@ __global__ void __launch_bounds__(384, 1)
         if (ctid == 0) fb_bulk_wait_read<0>();  // fbw80_dq_bulk's own wait, stamped
         FBW_TL(it, 15);
 #endif
-        if constexpr (RED)
-            fbw_dq_red<FBW80_BM / 8>(dq, dQacc + chunk * (FBW80_BM * 64), ctid);
-        else
-            fbw80_dq_bulk(dq, dqbuf, ctid, 2 + cw, dQacc + chunk * (FBW80_BM * 64));
+        fbw80_dq_bulk(dq, dqbuf, ctid, 2 + cw, dQacc + chunk * (FBW80_BM * 64));
         FBW_TL(it, 14);
         if constexpr (DQ_FIRST) fbw80_release<NA>(dv, dk, empty + 8 * s);
         if constexpr (DQ_FIRST) FBW_TL(it, 16);

@@ -236,40 +236,6 @@ __device__ __forceinline__ void fbw_drain(int cw, int lane, u32 sDQ, float* __re
     if (lane == 0) fb_bulk_wait();
 }
 
-// RED (modes 26, 27; BACKWARD_NOTES.md, round 50): a dQ tile of J float4 a thread added
-// straight from the registers into its chunk of the accumulator, in the order fb_dq_store
-// and fbw80_dq_bulk store it (float4 j * 128 + ctid), by one 16-byte vector reduction a
-// float4 (sm_90): no shared-memory staging, proxy fence, warpgroup barriers or bulk-copy
-// wait on the consumer's path; the same one addition per element and key block.
-template <int OFF>
-__device__ __forceinline__ void fbw_red4(float* at, const float* x) {
-    asm volatile("red.global.add.v4.f32 [%0+%1], {%2, %3, %4, %5};\n" ::"l"(at), "n"(OFF),
-                 "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
-                 : "memory");
-}
-
-// One address register pair: float4 j is at an immediate 2048 j bytes past the first (j a
-// constant once the loop unrolls, so the switch leaves one reduction).
-template <int J>
-__device__ __forceinline__ void fbw_dq_red(const float* dq, float* __restrict__ dst, int ctid) {
-    float* const at = dst + ctid * 4;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-        switch (j) {
-            case 0: fbw_red4<0>(at, dq); break;
-            case 1: fbw_red4<2048>(at, dq + 4); break;
-            case 2: fbw_red4<4096>(at, dq + 8); break;
-            case 3: fbw_red4<6144>(at, dq + 12); break;
-            case 4: fbw_red4<8192>(at, dq + 16); break;
-            case 5: fbw_red4<10240>(at, dq + 20); break;
-            case 6: fbw_red4<12288>(at, dq + 24); break;
-            case 7: fbw_red4<14336>(at, dq + 28); break;
-            case 8: fbw_red4<16384>(at, dq + 32); break;
-            default: fbw_red4<18432>(at, dq + 36); break;
-        }
-    }
-}
-
 // The warpgroup's dSᵀ A fragments into the tile at buf: one stmatrix.x4 per k-step (matrix
 // q of k-step kk is a[kk][q], the mma fragment layout).
 __device__ __forceinline__ void fbw_store_dst(u32 (*a)[4], u32 buf, const u32* off) {

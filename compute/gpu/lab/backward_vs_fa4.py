@@ -44,8 +44,6 @@ MODE_NAMES = {
     16: "ws-drain-det",
     23: "ws-q80-dqfirst",
     25: "ws-dvk2",
-    26: "ws-dvk2-red4",
-    27: "ws-q80-dqfirst-red4",
 }
 
 
