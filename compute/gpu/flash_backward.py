@@ -147,7 +147,12 @@ def _functions(dt: int, d: int, mode: int, causal: bool = False) -> tuple[Any, A
 
 @functools.cache
 def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any, Any]:
-    cp = _cupy()
+    return _compile(*kernel_names(dt, d, mode, endq), d, mode)[:3]
+
+
+def kernel_names(dt: int, d: int, mode: int, endq: bool) -> tuple[list[str], str]:
+    """([pre, main, post] kernel name expressions of a mode, the source: "ws" or "wgmma"
+    for kernels/flash_bwd_{source}.cu); endq as _module_functions'."""
     if mode in Q80_MODES:
         e, first = str(endq).lower(), str(mode in DQ_FIRST_MODES).lower()
         names = [f"flash_bwd_pre80_s<{dt}>" if endq else f"flash_bwd_pre_s<{dt},{d}>",
@@ -167,14 +172,27 @@ def _module_functions(dt: int, d: int, mode: int, endq: bool) -> tuple[Any, Any,
             f"flash_bwd_post_frag<{dt},{d}>" if mode in FRAG_MODES else f"flash_bwd_post<{dt},{d}>",
         ]
         source = "wgmma"
+    return names, source
+
+
+def _compile(names: list[str], source: str, d: int, mode: int, defines: tuple = ()):
+    """(pre, main, post, the module) compiled from kernels/flash_bwd_{source}.cu; `defines`:
+    extra -D options (the lab's timeline build, FBW_TIMELINE)."""
+    cp = _cupy()
     mod = cp.RawModule(
         code=kernel_source(KERNEL_DIR / f"flash_bwd_{source}.cu"),
-        options=("-std=c++17", "-I" + str(KERNEL_DIR), "-arch=sm_90a", "-DFA_FORCE_WGMMA"),
+        options=(
+            "-std=c++17",
+            "-I" + str(KERNEL_DIR),
+            "-arch=sm_90a",
+            "-DFA_FORCE_WGMMA",
+            *(f"-D{x}" for x in defines),
+        ),  # fmt: skip
         name_expressions=names,
     )
     pre, main, post = (mod.get_function(n) for n in names)
     main.max_dynamic_shared_size_bytes = smem_bytes(d, mode)
-    return pre, main, post
+    return pre, main, post, mod
 
 
 def _check_backward(q, k, v, o, do, lse) -> None:

@@ -45,6 +45,7 @@
 // compile-check-arch: sm_90a
 
 #include "flash_bwd_layout.cuh"
+#include "flash_bwd_timeline.cuh"
 #include "flash_bwd_ws_steps.cuh"
 #include "ws_pipeline.cuh"
 
@@ -165,6 +166,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();  // the only CTA-wide barrier: the roles split below
+    FBW_TL_DECL
+    FBW_TL_START;
 
     if (wg == 0) {
         fa_setmaxnreg_dec<24>();
@@ -180,7 +183,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 const long long bh = bh0 + gq;
                 const float* L2b = L2 + bh * Npad;
                 const float* Db = Dsum + bh * Npad;
+                FBW_TL(it, 0);
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);  // a fresh stage: at once
+                FBW_TL(it, 1);
                 fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + 256);
                 fa_load_kv<NP, FB_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FB_BM, h, bat,
                                       fullQ + 8 * s);
@@ -189,6 +194,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 fa_load_kv<NP, FB_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FB_BM, h, bat,
                                       fulldO + 8 * s);
                 fbw_bulk_load(sLD + s * 512 + 256, Db + i * FB_BM, 256, fulldO + 8 * s);
+                FBW_TL(it, 2);
                 if (++i == i1) {
                     i = i0;
                     ++gq;
@@ -201,6 +207,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
                 fbw_drain<D, DET>(w - 1, tid & 31, sDQ, dQacc, sems, items, i0, i1, nblk, bh0, kb,
                                   causal, offset, lo);
         }
+        FBW_TL_END(items);
         return;
     }
 
@@ -243,12 +250,18 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         const u32 lda = sLD + s * 512 + 8 * t;  // this thread's first L2 pair; D 256 bytes on
 
         float sv[NS], dp[NS];
+        FBW_TL(it, 0);
         fa_mbar_wait(fullQ + 8 * s, par);
+        FBW_TL(it, 1);
         fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
+        FBW_TL(it, 2);
         fa_mbar_wait(fulldO + 8 * s, par);
+        FBW_TL(it, 3);
         fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
+        FBW_TL(it, 4);
         // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
         fa_wgmma_wait<1>();
+        FBW_TL(it, 5);
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
         u32 ap[FB_BM / 16][4], ads[FB_BM / 16][4];
@@ -264,13 +277,16 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             else
                 fbw_probs_dv<DT, D, NS, false, DVK>(sv, ap, dv, lda, scale_log2, row_k, q0, t,
                                                     Nk, lo, hi, dvb);
+            FBW_TL(it, 6);
             fa_wgmma_wait<FB_BM / 16 / DVK>();
+            FBW_TL(it, 8);
         } else {
             // Masked tiles: the key tail, and the band's (or the diagonal's) edges.
             if ((kw0 + 64 > Nk) || (kw0 + 63 > q0 + hi) || (kw0 < q0 + FB_BM - 1 + lo))
                 fbw_probs<NS, true>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
             else
                 fbw_probs<NS, false>(sv, lda, scale_log2, row_k, q0, t, Nk, lo, hi);
+            FBW_TL(it, 6);
             // dV += Pᵀ dO goes to the tensor cores before the wait for dPᵀ, so they have it
             // to run while this warpgroup computes dSᵀ (groups complete in order: dPᵀ, then
             // dV).
@@ -278,7 +294,9 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 #pragma unroll
             for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
             fbw_issue_pv<DT, D>(dv, ap, fbw_lo(dobase, 8192));
+            FBW_TL(it, 7);
             fa_wgmma_wait<1>();
+            FBW_TL(it, 8);
         }
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
@@ -287,17 +305,22 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMM, which both warpgroups
         // finished before block it - 1's barrier.
         fbw_store_dst(ads, dsbuf, dst_off);
+        FBW_TL(it, 9);
 #pragma unroll
         for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
         fbw_issue_pv<DT, D>(dk, ads, fbw_lo(qbase, 8192));
+        FBW_TL(it, 10);
         fa_fence_proxy_async();
         fa_bar_sync(1, 256);  // both consumers' dSᵀ are in shared memory
+        FBW_TL(it, 11);
 
         const bool dq_here = (D == 128) || (cw == (it & 1));
         float dq[32];
         if (dq_here) fbw_issue_dq<DT>(dq, fbw_lo(dsbuf, FB_BN * 128), kdq);
+        if (dq_here) FBW_TL(it, 12);
         fa_wgmma_wait<0>();
         fa_mbar_arrive(empty + 8 * s);  // Q, dO, L2, D of this stage are no longer read
+        FBW_TL(it, 13);
 #pragma unroll
         for (int e = 0; e < NA; ++e) {
             fa_reg_fence(dv[e]);
@@ -315,8 +338,13 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             } else {
                 const long long chunk = (bh * nblk + i) * (D / 64) + (D == 128 ? cw : 0);
                 const int want = DET ? fbw_ticket(i, kb, causal, offset, lo) : 0;
+#ifdef FBW_TIMELINE
+                if (ctid == 0) fb_bulk_wait_read<1>();  // fb_dq_bulk's own wait, stamped
+                FBW_TL(it, 15);
+#endif
                 fb_dq_bulk<DET>(dq, buf, ctid, cw + 1, dQacc, sems, chunk, want);
             }
+            FBW_TL(it, 14);
             ++ntile;
         }
         if (++i == i1) {
@@ -328,6 +356,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     fbw_store_rows<DT, D>(dv, dV + bat * lay.dv_b + hk * lay.dv_h, lay.dv_r, row_k, Nk, t, 1.f);
     fbw_store_rows<DT, D>(dk, dK + bat * lay.dk_b + hk * lay.dk_h, lay.dk_r, row_k, Nk, t,
                           scale);
+    FBW_TL_END(items);
 #else
     __trap();
 #endif

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "flash_bwd_layout.cuh"
+#include "flash_bwd_timeline.cuh"
 #include "flash_bwd_ws_steps.cuh"
 #include "ws_pipeline.cuh"
 
@@ -248,6 +249,8 @@ __global__ void __launch_bounds__(384, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    FBW_TL_DECL
+    FBW_TL_START;
 
     if (wg == 0) {
         fa_setmaxnreg_dec<24>();
@@ -264,7 +267,9 @@ __global__ void __launch_bounds__(384, 1)
                 const float* L2b = L2 + bh * Npad + i * FBW80_BM;
                 const float* Db = Dsum + bh * Npad + i * FBW80_BM;
                 const u32 ld = sLD + s * L::LD_BYTES;
+                FBW_TL(it, 0);
                 fa_mbar_wait(empty + 8 * s, ((it / ST) & 1) ^ 1);
+                FBW_TL(it, 1);
                 fa_mbar_expect_tx(fullQ + 8 * s, L::QT_BYTES + FBW80_BM * 4);
                 fa_load_kv<2, FBW80_BM>(sQ + s * L::QT_BYTES, &tmQ, i * FBW80_BM - pad, h, bat,
                                         fullQ + 8 * s);
@@ -273,12 +278,14 @@ __global__ void __launch_bounds__(384, 1)
                 fa_load_kv<2, FBW80_BM>(sdO + s * L::QT_BYTES, &tmdO, i * FBW80_BM - pad, h,
                                         bat, fulldO + 8 * s);
                 fbw_bulk_load(ld + FBW80_BM * 4, Db, FBW80_BM * 4, fulldO + 8 * s);
+                FBW_TL(it, 2);
                 if (++i == nb) {
                     i = i0;
                     ++gq;
                 }
             }
         }
+        FBW_TL_END(items);
         return;
     }
 
@@ -317,11 +324,17 @@ __global__ void __launch_bounds__(384, 1)
         // wgmmas for want of registers (C7512).
 #pragma unroll
         for (int e = 0; e < NS; ++e) asm volatile("" : "=f"(sv[e]), "=f"(dp[e]));
+        FBW_TL(it, 0);
         fa_mbar_wait(fullQ + 8 * s, par);
+        FBW_TL(it, 1);
         fbw80_issue_s<DT>(sv, klo, fbw_lo(qbase, 16));
+        FBW_TL(it, 2);
         fa_mbar_wait(fulldO + 8 * s, par);
+        FBW_TL(it, 3);
         fbw80_issue_s<DT>(dp, vlo, fbw_lo(dobase, 16));
+        FBW_TL(it, 4);
         fa_wgmma_wait<1>();
+        FBW_TL(it, 5);
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(sv[e]);
         // Masked tiles: the key tail or, CAUSAL, those the diagonal crosses (a key of this
@@ -331,6 +344,7 @@ __global__ void __launch_bounds__(384, 1)
             fbw80_probs<true, CAUSAL>(sv, lda, scale_log2, row_k, Nk, row_k - lim0 - 2 * t);
         else
             fbw80_probs<false, CAUSAL>(sv, lda, scale_log2, row_k, Nk, 0);
+        FBW_TL(it, 6);
         u32 ap[FBW80_BM / 16][4], ads[FBW80_BM / 16][4];
         fa_to_a<DT, NS>(sv, ap);
         // dV before the wait for dPᵀ, as flash_bwd_ws.cu does (FA4 issues it after dS; here
@@ -338,7 +352,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int e = 0; e < NA; ++e) fa_reg_fence(dv[e]);
         fbw80_issue_pv<DT>(dv, ap, fbw_lo(dobase, L::PANEL));
+        FBW_TL(it, 7);
         fa_wgmma_wait<1>();
+        FBW_TL(it, 8);
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dp[e]);
         fbw80_dsoft(dp, sv, lda + FBW80_BM * 4);
@@ -346,31 +362,43 @@ __global__ void __launch_bounds__(384, 1)
         // Buffer it & 1 was last read by block it - 2's dQ GEMMs, which both consumers
         // finished before block it - 1's barrier.
         fbw80_store_ds(ads, dsbuf + ds_off);
+        FBW_TL(it, 9);
         if constexpr (!DQ_FIRST) {  // dK first: the tensor cores run it under the hand-off
 #pragma unroll
             for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
             fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));
+            FBW_TL(it, 10);
         }
         fa_fence_proxy_async();
         fa_bar_sync(1, 256);  // both consumers' dS panels are in shared memory
+        FBW_TL(it, 11);
 
         float dq[NS];
 #pragma unroll
         for (int e = 0; e < NS; ++e) asm volatile("" : "=f"(dq[e]));
         fbw80_issue_dq<DT>(dq, kdq, fbw_lo(dsbuf, 16));
+        FBW_TL(it, 12);
         if constexpr (DQ_FIRST) {  // dK after dQ: the dQᵀ tile is drained under it
 #pragma unroll
             for (int e = 0; e < NA; ++e) fa_reg_fence(dk[e]);
             fbw80_issue_pv<DT>(dk, ads, fbw_lo(qbase, L::PANEL));
+            FBW_TL(it, 10);
             fa_wgmma_wait<1>();  // dV and dQᵀ done; dK still reads Q and its dS registers
         } else {
             fbw80_release<NA>(dv, dk, empty + 8 * s);
         }
+        FBW_TL(it, 13);
 #pragma unroll
         for (int e = 0; e < NS; ++e) fa_reg_fence(dq[e]);
         const long long chunk = (bh * nblk + i) * 2 + cw;
+#ifdef FBW_TIMELINE
+        if (ctid == 0) fb_bulk_wait_read<0>();  // fbw80_dq_bulk's own wait, stamped
+        FBW_TL(it, 15);
+#endif
         fbw80_dq_bulk(dq, dqbuf, ctid, 2 + cw, dQacc + chunk * (FBW80_BM * 64));
+        FBW_TL(it, 14);
         if constexpr (DQ_FIRST) fbw80_release<NA>(dv, dk, empty + 8 * s);
+        if constexpr (DQ_FIRST) FBW_TL(it, 16);
         if (++i == nb) {
             i = i0;
             ++gq;
@@ -380,6 +408,7 @@ __global__ void __launch_bounds__(384, 1)
     fbw_store_rows<DT, 128>(dv, dV + bat * lay.dv_b + hk * lay.dv_h, lay.dv_r, row_k, Nk, t, 1.f);
     fbw_store_rows<DT, 128>(dk, dK + bat * lay.dk_b + hk * lay.dk_h, lay.dk_r, row_k, Nk, t,
                             scale);
+    FBW_TL_END(items);
 #else
     __trap();
 #endif
