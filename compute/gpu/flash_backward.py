@@ -75,25 +75,22 @@ THREADS = 256  # two warpgroups
 # under the causal mask too (BACKWARD_NOTES.md, round 49), hence the d = 128 default. Mode 25
 # is 7 with dV's k-steps issued two to a commit group as their rows' exponentials finish
 # (flash_bwd_ws's DVK): at or above mode 7 in every d = 64 case's mean over four timings
-# (BACKWARD_NOTES.md, round 49), hence the d = 64 default. Mode 28 (temporary, round 50) is
-# 25 with its dQ tiles added by the producer warpgroup's drain warps (DRAIN without DET): the
-# consumer stores its tile and arrives on a named barrier; no buffer wait, second warpgroup
-# barrier or bulk-reduction issue on its path.
+# (BACKWARD_NOTES.md, round 49), hence the d = 64 default.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 23, 25, 28)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 25: False, 28: False}
-DVK_MODES = {25: 2, 28: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
+MODES = (0, 4, 5, 7, 9, 13, 16, 23, 25)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 25: False}
+DVK_MODES = {25: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
 Q80_MODES = (13, 23)
 DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
 Q80_PAD = 320  # their rows padded to a multiple of 64 (the preprocess's blocks) and 80
-DRAIN_MODES = (16, 28)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
+DRAIN_MODES = (16,)  # the dQ tiles added by producer-warpgroup warps (flash_bwd_ws's DRAIN)
 WS_THREADS = 384  # producer warpgroup + two consumer warpgroups
 WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 25, 128: 7}
 DEFAULT_MODE = None
 # dQ in accumulator order, one bulk reduction per 64 x 64 tile
-FRAG_MODES = (4, 5, 7, 9, 16, 25, 28)
+FRAG_MODES = (4, 5, 7, 9, 16, 25)
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -163,9 +160,8 @@ def kernel_names(dt: int, d: int, mode: int, endq: bool) -> tuple[list[str], str
         source = "ws"
     elif mode in WS_MODES:  # the strided pre / post of flash_bwd_layout.cuh
         det = str(WS_MODES[mode]).lower()
-        drain = str(mode in DRAIN_MODES).lower()
-        tail = f",{drain}" if mode in DRAIN_MODES else ""  # DRAIN, then DVK
-        tail = f",{drain},{DVK_MODES[mode]}" if mode in DVK_MODES else tail
+        tail = ",true" if mode in DRAIN_MODES else ""  # DRAIN, then DVK
+        tail = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else tail
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{tail}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"

@@ -103,8 +103,7 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
 // DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49), 0 for mode 7: dV's k-steps issued DVK
 // to a commit group as the exponentials of their row pairs finish (fbw_probs_dv), so the
 // tensor cores start dV during the exponentials (2: two groups; one k-step a group lost).
-// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups. DRAIN without DET (mode 28, temporary,
-// round 50): mode 25's tiles added by the producer warpgroup's drain warps.
+// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups.
 template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
@@ -388,8 +387,6 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_MAIN(0, 64, false, false, 2)
 FBW_MAIN(1, 64, false, false, 2)
-FBW_MAIN(0, 64, false, true, 2)
-FBW_MAIN(1, 64, false, true, 2)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
 #define FBW80_MAIN(DT, CAUSAL, DQ_FIRST)                                                      \
