@@ -333,6 +333,7 @@ __global__ void __launch_bounds__(FBW_NT, 1)
             const u32 buf = sDQ + static_cast<u32>(cw * 2 + b) * 16384u;
             if constexpr (DRAIN) {  // the drain warp adds it (fbw_drain)
                 if (ntile >= 2) fa_bar_sync(fbw_free_bar(cw, b), 160);
+                FBW_TL(it, 15);
                 fb_dq_store(dq, buf, ctid);
                 fbw_bar_arrive(fbw_full_bar(cw, b), 160);
             } else {
