@@ -83,6 +83,8 @@ class BackwardStats(FollowsPalette, QGroupBox):
         item = self.plot.getPlotItem()
         item.setTitle("dQ_row → dense dQ (dashed), tile by tile", size="9pt")
         item.setLabel("bottom", "step (1-based, as the playback bar)")
+        for name in ("left", "bottom"):  # as the statistics plots: no unit, so no prefix,
+            item.getAxis(name).enableAutoSIPrefix(False)  # and no label re-typeset a change
         item.setMenuEnabled(False)
         item.hideButtons()
         item.setMouseEnabled(x=False, y=False)  # the view follows the data, not the wheel
