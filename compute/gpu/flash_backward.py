@@ -75,15 +75,11 @@ THREADS = 256  # two warpgroups
 # under the causal mask too (BACKWARD_NOTES.md, round 49), hence the d = 128 default. Mode 25
 # is 7 with dV's k-steps issued two to a commit group as their rows' exponentials finish
 # (flash_bwd_ws's DVK): at or above mode 7 in every d = 64 case's mean over four timings
-# (BACKWARD_NOTES.md, round 49), hence the d = 64 default. Modes 29 and 30 (temporary, round
-# 50; flash_bwd_ws's KREG): 29 is 25 with each consumer's 64 rows of K held as register A
-# fragments for the whole query loop (Sᵀ as RS wgmmas, reading only Q from shared memory); 30
-# is 7 with K and V so held (Sᵀ and dPᵀ); 25 with both exceeds the consumers' registers.
+# (BACKWARD_NOTES.md, round 49), hence the d = 64 default.
 # DEFAULT_MODE = None means "the default for the call" (default_mode).
-MODES = (0, 4, 5, 7, 9, 13, 16, 23, 25, 29, 30)
-WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 25: False, 29: False, 30: False}
-DVK_MODES = {25: 2, 29: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
-KREG_MODES = {29: 1, 30: 3}  # d = 64: flash_bwd_ws's KREG (1: K, 3: K and V in registers)
+MODES = (0, 4, 5, 7, 9, 13, 16, 23, 25)
+WS_MODES = {7: False, 9: True, 13: False, 16: True, 23: False, 25: False}
+DVK_MODES = {25: 2}  # d = 64: flash_bwd_ws's DVK (dV under the exponentials)
 Q80_MODES = (13, 23)
 DQ_FIRST_MODES = (23,)  # flash_bwd_ws80's DQ_FIRST
 Q80_ROWS = 80  # rows per streamed query block in Q80_MODES
@@ -94,7 +90,7 @@ WS_STAGES = 2  # flash_bwd_ws.cu's FBW_ST
 DEFAULT_MODES = {64: 25, 128: 7}
 DEFAULT_MODE = None
 # dQ in accumulator order, one bulk reduction per 64 x 64 tile
-FRAG_MODES = (4, 5, 7, 9, 16, 25, 29, 30)
+FRAG_MODES = (4, 5, 7, 9, 16, 25)
 DETERMINISTIC_MODE = 16
 TICKET_MODES = (5, 9, 16)  # a ticket per (head, query block, 64-column chunk)
 DQ_BUFFERS_BYTES = 4 * 64 * 64 * 4  # FRAG: two 64 x 64 fp32 buffers per warpgroup
@@ -166,7 +162,6 @@ def kernel_names(dt: int, d: int, mode: int, endq: bool) -> tuple[list[str], str
         det = str(WS_MODES[mode]).lower()
         tail = ",true" if mode in DRAIN_MODES else ""  # DRAIN, then DVK
         tail = f",false,{DVK_MODES[mode]}" if mode in DVK_MODES else tail
-        tail = f",false,{DVK_MODES.get(mode, 0)},{KREG_MODES[mode]}" if mode in KREG_MODES else tail
         names = [f"flash_bwd_pre_s<{dt},{d}>", f"flash_bwd_ws<{dt},{d},{det}{tail}>",
                  f"flash_bwd_post_frag_s<{dt},{d}>"]  # fmt: skip
         source = "ws"
@@ -285,7 +280,7 @@ def backward_mode(
         band = _check_band(band, causal, mode)
     if mode in Q80_MODES and (d != 128 or band is not None):
         raise ValueError(f"backward mode {mode} is for d = 128 without a band")
-    if (mode in DVK_MODES or mode in KREG_MODES) and d != 64:
+    if mode in DVK_MODES and d != 64:
         raise ValueError(f"backward mode {mode} is for d = 64")
     if mode in WS_MODES:
         return _backward_ws(mode, q, k, v, o, do, lse, causal, scale, out, band)

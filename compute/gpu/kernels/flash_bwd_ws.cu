@@ -103,11 +103,8 @@ __device__ __forceinline__ void fbw_longest_first(int& kb, int& row) {
 // DVK (mode 25, d = 64; BACKWARD_NOTES.md, round 49), 0 for mode 7: dV's k-steps issued DVK
 // to a commit group as the exponentials of their row pairs finish (fbw_probs_dv), so the
 // tensor cores start dV during the exponentials (2: two groups; one k-step a group lost).
-// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups. KREG (modes 29, 30, temporary, round 50;
-// d = 64 only): bit 0, each consumer holds its 64 rows of K as A fragments (16 registers,
-// loaded once) and issues Sᵀ as RS wgmmas, reading only Q from shared memory; bit 1, V and
-// dPᵀ the same. Both bits with DVK = 2 exceed the 240 registers (ptxas serializes the wgmmas).
-template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0, int KREG = 0>
+// dSᵀ then waits for dPᵀ past dV's 4 / DVK groups.
+template <int DT, int D, bool DET, bool DRAIN = false, int DVK = 0>
 __global__ void __launch_bounds__(FBW_NT, 1)
     flash_bwd_ws(const __grid_constant__ FaTmap tmQ, const __grid_constant__ FaTmap tmK,
                  const __grid_constant__ FaTmap tmV, const __grid_constant__ FaTmap tmdO,
@@ -237,10 +234,6 @@ __global__ void __launch_bounds__(FBW_NT, 1)
     for (int e = 0; e < NA; ++e) dv[e] = dk[e] = 0.f;
 
     fa_mbar_wait(barKV, 0);
-    static_assert(!KREG || D == 64, "KREG: d = 64 only");
-    u32 ka[KREG ? D / 16 : 1][4], va[KREG ? D / 16 : 1][4];
-    if constexpr ((KREG & 1) != 0) fa_load_q_frags<D, FB_BN>(ka, sK + cw * 64 * 128, warp, g, t);
-    if constexpr ((KREG & 2) != 0) fa_load_q_frags<D, FB_BN>(va, sV + cw * 64 * 128, warp, g, t);
     for (int it = 0, i = i0, gq = 0; it < items; ++it) {
         if constexpr (DET) {  // the ticket's spin loop (one lane) hides that these are uniform
             it = __shfl_sync(0xffffffffu, it, 0);
@@ -260,13 +253,11 @@ __global__ void __launch_bounds__(FBW_NT, 1)
         FBW_TL(it, 0);
         fa_mbar_wait(fullQ + 8 * s, par);
         FBW_TL(it, 1);
-        if constexpr ((KREG & 1) != 0) fbw_issue_s_rk<DT, D>(sv, ka, fbw_lo(qbase, 16));
-        else fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
+        fbw_issue_s<DT, D>(sv, klo, fbw_lo(qbase, 16));
         FBW_TL(it, 2);
         fa_mbar_wait(fulldO + 8 * s, par);
         FBW_TL(it, 3);
-        if constexpr ((KREG & 2) != 0) fbw_issue_s_rk<DT, D>(dp, va, fbw_lo(dobase, 16));
-        else fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
+        fbw_issue_s<DT, D>(dp, vlo, fbw_lo(dobase, 16));
         FBW_TL(it, 4);
         // Pᵀ while dPᵀ is still on the tensor cores (Sᵀ is the older of the two groups).
         fa_wgmma_wait<1>();
@@ -378,8 +369,8 @@ __global__ void __launch_bounds__(FBW_NT, 1)
 
 #ifdef COMPILE_CHECK
 // nvcc --ptx -DCOMPILE_CHECK instantiates the variants flash_backward.py uses.
-#define FBW_MAIN(DT, D, DET, DRAIN, DVK, ...)                                                 \
-    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK, ##__VA_ARGS__>(             \
+#define FBW_MAIN(DT, D, DET, DRAIN, DVK)                                                      \
+    template __global__ void flash_bwd_ws<DT, D, DET, DRAIN, DVK>(                            \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap,                       \
         const __grid_constant__ FaTmap, const __grid_constant__ FaTmap, const float*,         \
         const float*, float*, u16*, u16*, int*, int, int, int, float, float, int,          \
@@ -396,10 +387,6 @@ FBW_INST(0, 64)
 FBW_INST(1, 64)
 FBW_MAIN(0, 64, false, false, 2)
 FBW_MAIN(1, 64, false, false, 2)
-FBW_MAIN(0, 64, false, false, 2, 1)
-FBW_MAIN(1, 64, false, false, 2, 1)
-FBW_MAIN(0, 64, false, false, 0, 3)
-FBW_MAIN(1, 64, false, false, 0, 3)
 FBW_INST(0, 128)
 FBW_INST(1, 128)
 #define FBW80_MAIN(DT, CAUSAL, DQ_FIRST)                                                      \

@@ -38,19 +38,6 @@ __device__ __forceinline__ void fbw_issue_s(float* s, u32 alo, u32 blo) {
     fa_wgmma_commit();
 }
 
-// fbw_issue_s with A from registers (ka: the warpgroup's 64 key rows of K or V as D / 16
-// k-steps of A fragments, loaded once per CTA by fa_load_q_frags): wgmma RS, so only B (the
-// Q or dO tile, K-major) is read from shared memory. KREG (modes 29, 30, d = 64).
-template <int DT, int D>
-__device__ __forceinline__ void fbw_issue_s_rk(float* s, u32 (*ka)[4], u32 blo) {
-    fa_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-        fa_wgmma_rk<DT, FB_BM>(s, ka[kk], fbw_desc(blo, (kk >> 2) * (FB_BM * 128) + (kk & 3) * 32),
-                               kk > 0);
-    fa_wgmma_commit();
-}
-
 // acc += A B, A from registers (64 keys x 64 queries), B = the 64-row Q (or dO) tile read
 // MN-major (low word blo, LBO = the 64-row panel stride): dV += Pᵀ dO, dK += dSᵀ Q.
 template <int DT, int D>

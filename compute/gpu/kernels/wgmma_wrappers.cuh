@@ -88,14 +88,6 @@ __device__ __forceinline__ void fa_wgmma_rs_m64n192k16_f16(float* d, const unsig
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
 }
 
-__device__ __forceinline__ void fa_wgmma_rk_m64n64k16_f16(float* d, const unsigned int* a, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-
 __device__ __forceinline__ void fa_wgmma_rk_m64n128k16_f16(float* d, const unsigned int* a, unsigned long long db, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -216,14 +208,6 @@ __device__ __forceinline__ void fa_wgmma_rs_m64n192k16_bf16(float* d, const unsi
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
 }
 
-__device__ __forceinline__ void fa_wgmma_rk_m64n64k16_bf16(float* d, const unsigned int* a, unsigned long long db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
-}
-
 __device__ __forceinline__ void fa_wgmma_rk_m64n128k16_bf16(float* d, const unsigned int* a, unsigned long long db, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -294,11 +278,9 @@ __device__ __forceinline__ void fa_wgmma_rs(float* d, const u32* a, u64 db) {
 
 template <int DT, int N>
 __device__ __forceinline__ void fa_wgmma_rk(float* d, const u32* a, u64 db, int scale_d) {
-    if constexpr (DT == 0 && N == 64) fa_wgmma_rk_m64n64k16_f16(d, a, db, scale_d);
     if constexpr (DT == 0 && N == 128) fa_wgmma_rk_m64n128k16_f16(d, a, db, scale_d);
     if constexpr (DT == 0 && N == 176) fa_wgmma_rk_m64n176k16_f16(d, a, db, scale_d);
     if constexpr (DT == 0 && N == 192) fa_wgmma_rk_m64n192k16_f16(d, a, db, scale_d);
-    if constexpr (DT == 1 && N == 64) fa_wgmma_rk_m64n64k16_bf16(d, a, db, scale_d);
     if constexpr (DT == 1 && N == 128) fa_wgmma_rk_m64n128k16_bf16(d, a, db, scale_d);
     if constexpr (DT == 1 && N == 176) fa_wgmma_rk_m64n176k16_bf16(d, a, db, scale_d);
     if constexpr (DT == 1 && N == 192) fa_wgmma_rk_m64n192k16_bf16(d, a, db, scale_d);

@@ -44,8 +44,6 @@ MODE_NAMES = {
     16: "ws-drain-det",
     23: "ws-q80-dqfirst",
     25: "ws-dvk2",
-    29: "ws-dvk2-kreg",
-    30: "ws-kvreg",
 }
 
 

@@ -17,7 +17,7 @@ HEADER = Path(__file__).parents[1] / "kernels" / "wgmma_wrappers.cuh"
 # N of m64nNk16: BN for S = Q Kᵀ (176, 192: flash_fwd_ws), D for O += P V
 SHAPES = (64, 80, 128, 176, 192)  # 80: the d = 128 backward's 80-query blocks (Sᵀ, dPᵀ)
 # N of S = Q Kᵀ with Q from registers (flash_fwd_ws's ':qreg', FLASH_NOTES v9)
-RK_SHAPES = (64, 128, 176, 192)  # 64: the d = 64 backward's Sᵀ, dPᵀ (K, V from registers)
+RK_SHAPES = (128, 176, 192)
 TT_SHAPES = (64,)  # N of the both-transposed form (flash_bwd_wgmma.cu's dQ: 64 columns of d)
 TS_SHAPES = (80,)  # N of A MN-major, B K-major (flash_bwd_ws80.cuh's dQᵀ = Kᵀ dSᵀ, 80 queries)
 DTYPES = (("f16", 0), ("bf16", 1))  # PTX type name, the kernels' DT template code
