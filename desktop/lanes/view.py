@@ -129,10 +129,16 @@ class LaneView(QWidget):
     def frame_key(self) -> tuple:
         """Everything a frame shows depends on: the trace and its images (by identity),
         the step, transfer progress, selected rows, size, pixel ratio and the static layer
-        (dropped on a palette, font or size change)."""
+        (dropped on a palette, font or size change). Once the lane's own timeline has
+        ended (its last action done, the other lane may go on) every later step shows
+        the same finished lane, so it keys as one step, without progress: playback on
+        through the other lane's steps draws this lane's frame once, not every frame."""
         st = self.state
+        step, progress = st.step, st.progress
+        if st.trace is not None and step >= st.trace.lane_length(self.lane):
+            step, progress = st.trace.lane_length(self.lane), None
         return (
-            id(st.trace), id(st.images), id(self._static), st.step, st.progress,
+            id(st.trace), id(st.images), id(self._static), step, progress,
             st.row, st.key, self.width(), self.height(), self.devicePixelRatioF(),
         )  # fmt: skip
 

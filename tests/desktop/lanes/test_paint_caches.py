@@ -225,3 +225,36 @@ def test_a_key_tile_made_late_replaces_its_computing_mark(window, qtbot):
     assert _lane_image(window, "tiled") != marked
     held = {t.tensor: t.values for t, _slot, _rect in lane._sram if t.tensor in ("dK", "dV")}
     assert set(held) == {"dK", "dV"} and all(v is not None for v in held.values())
+
+
+def test_a_finished_lane_keeps_one_frame_while_the_other_plays_on(window, qtbot):
+    """After its last action a lane shows the same picture at every later step (its
+    frame is keyed as one step): the kept frame is what a fresh paint at the run's last
+    step draws, and playing on through the other lane's steps paints it no more."""
+    from desktop.state.config import Config
+
+    st = window.state
+    cfg = Config(n=12, d=2, block_q=4, block_k=4, input="random", seed=5, pass_name="backward")
+    with qtbot.waitSignal(st.sigTraceChanged, timeout=10_000):
+        st.set_config(cfg)
+    qtbot.waitUntil(lambda: not st.pending_parts, timeout=10_000)
+    lengths = {lane: st.trace.lane_length(lane) for lane in ("dense", "tiled")}
+    done, other = sorted(lengths, key=lengths.get)
+    assert lengths[done] < lengths[other] <= st.trace.n_steps  # one lane ends first
+    lane = window.lanes[done]
+    st.set_step(lengths[done] - 1)
+    last_action = _lane_image(window, done)
+    st.set_step(lengths[done])
+    kept = _lane_image(window, done)
+    assert kept != last_action  # "done" differs from the last action's picture
+    painted = []
+    real = lane._paint_frame
+    lane._paint_frame = lambda device: (painted.append(st.step), real(device))[1]
+    for step in range(lengths[done] + 1, st.trace.n_steps):
+        st.set_step(step)
+        st.set_progress(0.5)
+        assert _lane_image(window, done) == kept
+    assert painted == []  # the other lane's steps did not paint this one
+    lane._frame = None  # a fresh paint at the last step draws the kept picture
+    assert _lane_image(window, done) == kept
+    assert painted == [st.trace.n_steps - 1]
