@@ -14,7 +14,8 @@ configuration's first tier (its timeline, ledger and the numbers shown at once);
 complete_ms, until the last panel is filled (AppState.pending_parts is empty); floor_ms,
 the unavoidable exact work of that change (compute.floor), timed in the same process
 right after it, so complete_ms / floor_ms is honest on a noisy machine. Then frame_ms:
-one playback frame (advance one frame's steps, set the transfer progress, paint). The
+one playback frame (advance one frame's steps, set the transfer progress, paint) from the
+run's first step, and frame_late_ms: the same from its middle step. The
 JSON's "machine" holds the machine's speed before and after (machine_speed): figures
 from two sittings compare only where those agree.
 
@@ -221,16 +222,20 @@ def measure(window, app, cfg, repeats: int, frames: int) -> dict:
     _settle(app, state, shown)
     trace = state.trace
     stride = grouping_for(trace).stride
-    state.set_step(0)
-    app.processEvents()
-    frame = []
-    for k in range(1, frames + 1):  # frames wrap around a short timeline, as a replay does
-        t0 = time.perf_counter()
-        state.set_step((k * stride) % trace.n_steps)
-        state.set_progress(0.5)
-        app.processEvents()  # paints whatever the step made dirty, as the event loop does
-        frame.append(time.perf_counter() - t0)
-    result.update(n_steps=trace.n_steps, steps_per_frame=stride, frame_ms=_ms(frame))
+    result.update(n_steps=trace.n_steps, steps_per_frame=stride)
+    # From the start, and from the middle of the run (a playback's frames are not all
+    # its first: a lane may have ended, the selected row's block be long done)
+    for name, start in (("frame_ms", 0), ("frame_late_ms", trace.n_steps // 2)):
+        state.set_step(start)
+        app.processEvents()
+        frame = []
+        for k in range(1, frames + 1):  # frames wrap around a short timeline, as a replay does
+            t0 = time.perf_counter()
+            state.set_step((start + k * stride) % trace.n_steps)
+            state.set_progress(0.5)
+            app.processEvents()  # paints whatever the step made dirty, as the event loop does
+            frame.append(time.perf_counter() - t0)
+        result[name] = _ms(frame)
     return result
 
 
@@ -268,7 +273,7 @@ def _line(r: dict) -> str:
         f"floor {pq('floor_ms', p)}"
         for kind, p in r["changes"].items()
     )
-    return f"{head} {kinds}  frame {pq('frame_ms', r)} ms"
+    return f"{head} {kinds}  frame {pq('frame_ms', r)} mid-run {pq('frame_late_ms', r)} ms"
 
 
 SPEED_SIZE = 1024  # the calibration product: a SPEED_SIZE² float64 matmul

@@ -166,7 +166,7 @@ def test_bench_gui_writes_its_json(tmp_path, capsys):
     assert main([*args, "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["config"]["n"] == 12 and data["config"]["block_q"] == 3
-    for name in ("first_ms", "complete_ms", "floor_ms", "frame_ms"):
+    for name in ("first_ms", "complete_ms", "floor_ms", "frame_ms", "frame_late_ms"):
         assert set(data[name]) == {"p50", "p90"}
         assert data[name]["p90"] >= data[name]["p50"] > 0
     assert set(data["changes"]) == {"inputs", "blocks"}
