@@ -104,8 +104,8 @@ __device__ __forceinline__ void fbw80_probs(float* s, u32 l2a, float scale_log2,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int e = 4 * j + 2 * h;
-            float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-            float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
+            const float2 p = fbw_exp_pair(s, e, scale_log2, l2);
+            float p0 = p.x, p1 = p.y;
             if constexpr (MASK && CAUSAL) {
                 if (over + 8 * h > 8 * j) p0 = 0.f;
                 if (over + 8 * h > 8 * j + 1) p1 = 0.f;

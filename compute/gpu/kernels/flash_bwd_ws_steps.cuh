@@ -88,6 +88,14 @@ __device__ __forceinline__ float2 fbw_row_pair(u32 a, int j) {
     }
 }
 
+// P = exp2(S scale log2 e - L2) of accumulator entries s[e], s[e + 1] (queries with L2 l2.x,
+// l2.y), unmasked: the 64- and 80-row kernels' exponentials (fbw_probs_pair, fbw80_probs).
+__device__ __forceinline__ float2 fbw_exp_pair(const float* s, int e, float scale_log2,
+                                               float2 l2) {
+    return make_float2(fa_exp2(fmaf(s[e], scale_log2, -l2.x)),
+                       fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y)));
+}
+
 // Row pair j of fbw_probs (its four accumulator entries s[4 j .. 4 j + 3]).
 template <bool MASK>
 __device__ __forceinline__ void fbw_probs_pair(float* s, u32 l2a, int j, float scale_log2,
@@ -97,8 +105,8 @@ __device__ __forceinline__ void fbw_probs_pair(float* s, u32 l2a, int j, float s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int e = 4 * j + 2 * h;
-        float p0 = fa_exp2(fmaf(s[e], scale_log2, -l2.x));
-        float p1 = fa_exp2(fmaf(s[e + 1], scale_log2, -l2.y));
+        const float2 p = fbw_exp_pair(s, e, scale_log2, l2);
+        float p0 = p.x, p1 = p.y;
         if constexpr (MASK) {
             const int row = row_k + 8 * h;
             const int r = q0 + 8 * j + 2 * t;
