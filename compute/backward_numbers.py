@@ -283,7 +283,7 @@ class BackwardNumbers(Memo):
     def summary_cached(self, cap: int = DISPLAY_CELLS) -> bool:
         """Whether `backward_summary(cap)` would find its passes done (this trace's, or
         the shared ones of the same inputs, mask, B_c, order and dtype)."""
-        if ("bwd_summary", cap) in self._held():
+        if self._holds("bwd_summary", cap):
             return True
         if self._found_dense(cap) is None or not self.forward.summary_cached(cap):
             return False

@@ -72,8 +72,9 @@ class Memo:
         """How many values of one cache are held (tests: nothing computed early)."""
         return len(self._caches.get(name, ()))
 
-    def _held(self) -> set:
-        return {(name, key) for name, cache in self._caches.items() for key in cache}
+    def _holds(self, name: str, key: Hashable) -> bool:
+        """Whether cache `name` holds a value for `key` (nothing is computed)."""
+        return key in self._caches.get(name, ())
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ class ForwardNumbers(Memo):
     def summary_cached(self, cap: int = DISPLAY_CELLS) -> bool:
         """Whether `summary(cap)` would find its passes over S already done (a change of
         B_r, or back to blocks seen before): then nothing is worth streaming."""
-        if ("summary", cap) in self._held():
+        if self._holds("summary", cap):
             return True
         return self._dense_found(cap) and self._tiled_found()
 
@@ -402,9 +403,6 @@ class ForwardNumbers(Memo):
                 self.q, self.k, self.v, self.schedule, block, scale=self.scale, dtype=self.dtype
             ),
         )
-
-    def _holds(self, name: str, key: Hashable) -> bool:
-        return key in self._caches.get(name, ())
 
     def row_history(self, row: int) -> RowHistory:
         """One query row's m, ℓ, α (T_c + 1,), a (T_c + 1, d_v) and P̃ (N_k,) after each key

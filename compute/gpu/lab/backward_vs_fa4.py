@@ -150,11 +150,11 @@ def run_case(n: int, d: int, dtype: str, causal: bool, modes, reps: int, preheat
     from .flash_bwd_vs_sdpa import _errors, _inputs
     from .flash_vs_sdpa import MODEL_DIM, TOKENS
 
-    # The 80-row modes serve d = 128 only; the other cases time the rest.
-    modes = [m for m in modes if m not in Q80_MODES or d == 128]
-    plan_modes = [m for m in plan_modes if m not in Q80_MODES or d == 128]
-    modes = [m for m in modes if m not in DVK_MODES or d == 64]  # mode 25: d = 64 only
-    plan_modes = [m for m in plan_modes if m not in DVK_MODES or d == 64]
+    # The 80-row modes serve d = 128 only, the DVK ones d = 64; the other cases time the rest.
+    def serves(m: int) -> bool:
+        return (m not in Q80_MODES or d == 128) and (m not in DVK_MODES or d == 64)
+
+    modes, plan_modes = [m for m in modes if serves(m)], [m for m in plan_modes if serves(m)]
     bh = (TOKENS // n) * (MODEL_DIM // d)
     l2 = status().l2_bytes
     sets = _inputs(cp, bh, n, d, dtype, causal, rotation_count(5 * bh * n * d * 2, l2), n + d)
