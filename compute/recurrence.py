@@ -118,9 +118,9 @@ class BlockHistory:
 
     def state(self, tiles: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(m, ℓ, a) of the block's rows after `tiles` key tiles, a made as far as that."""
-        h = self._hist
-        self._made(min(tiles, self._seen - 1))
-        return _read_only(h.m[:, tiles], h.l[:, tiles], h.a[:, min(tiles, self._seen - 1)])
+        h, made = self._hist, min(tiles, self._seen - 1)  # (a's tail is the last made)
+        self._made(made)
+        return _read_only(h.m[:, tiles], h.l[:, tiles], h.a[:, made])
 
     def complete(self) -> RowHistory:
         """The whole history (read-only arrays), made once."""
