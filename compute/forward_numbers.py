@@ -275,8 +275,14 @@ class ForwardNumbers(Memo):
         return self._memo("region", 6, ("S", r0, r1, c0, c1), lambda: self._scores(r0, r1, c0, c1))
 
     def probs_region(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
-        """Dense P[r0:r1, c0:c1] = exp(S − rowmax) / rowsum, with the rows' full statistics."""
-        return self._memo("region", 6, ("P", r0, r1, c0, c1), lambda: self._probs(r0, r1, c0, c1))
+        """Dense P[r0:r1, c0:c1] = exp(S − rowmax) / rowsum, with the rows' full statistics,
+        from the kept S region (a dense lane holds S and P of the same rows at once)."""
+        return self._memo(
+            "region",
+            6,
+            ("P", r0, r1, c0, c1),
+            lambda: self._probs(r0, r1, c0, c1, self.scores_region(r0, r1, c0, c1)),
+        )
 
     def _scores(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
         s = (self.q[r0:r1] @ self.k[c0:c1].T) * self.scale  # S = Q Kᵀ · scale
@@ -366,11 +372,14 @@ class ForwardNumbers(Memo):
 
         return self._memo("tiled_rows", 4, (r0, r1), run)
 
-    def _probs(self, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+    def _probs(
+        self, r0: int, r1: int, c0: int, c1: int, scores: np.ndarray | None = None
+    ) -> np.ndarray:
         # The rows' softmax statistics: dense_rows (one source: the pass's chunks).
         m, l, _ = self.dense_rows(r0, r1)  # noqa: E741
         m, l = m[:, None], l[:, None]  # noqa: E741
-        p = np.exp(self._scores(r0, r1, c0, c1) - np.where(np.isfinite(m), m, 0.0))
+        s = self._scores(r0, r1, c0, c1) if scores is None else scores
+        p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
         out = np.zeros_like(p)
         np.divide(p, l, out=out, where=l > 0)  # a fully masked row has P = 0
         out.setflags(write=False)

@@ -111,7 +111,7 @@ def dense_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
             continue
         if r.tensor in results:
             values = results[r.tensor][r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
-        elif r.tensor in ("P", "dP", "dS") and _cells(r) > SAMPLED_ABOVE:
+        elif r.tensor in ("P", "dP", "dS") and region_cells(r) > SAMPLED_ABOVE:
             values = dense_region(trace, r.tensor, r.rows, r.cols)  # made where drawn
         else:
             values = _operand(trace, r.tensor, r.rows, r.cols)
@@ -122,7 +122,8 @@ def dense_backward_sram(trace: Trace, step: int, action) -> list[SramTile]:
     return tiles
 
 
-def _cells(r) -> int:
+def region_cells(r) -> int:
+    """How many cells a resident region holds."""
     return (r.rows[1] - r.rows[0]) * (r.cols[1] - r.cols[0])
 
 

@@ -13,7 +13,14 @@ from PySide6.QtCore import QRectF
 
 from compute import Action, Region, Trace
 
-from .backward import dense_backward_sram, grad_slots, is_backward, tiled_backward_sram
+from .backward import (
+    dense_backward_sram,
+    grad_slots,
+    is_backward,
+    region_cells,
+    tiled_backward_sram,
+)
+from .sampled_region import SAMPLED_ABOVE, dense_region
 from .tiles import QUERY_TENSORS, SramTile
 
 __all__ = ["QUERY_TENSORS", "SramTile"]  # re-exported: views import them from here
@@ -147,8 +154,11 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
         if values is not None:
             values = values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
         elif r.tensor in ("S", "P"):  # computed for this region only (N × N is never held)
-            region = trace.scores_region if r.tensor == "S" else trace.probs_region
-            values = region(*r.rows, *r.cols)
+            if region_cells(r) > SAMPLED_ABOVE:  # a block's S or P rows: made where drawn
+                values = dense_region(trace, r.tensor, r.rows, r.cols)
+            else:
+                region = trace.scores_region if r.tensor == "S" else trace.probs_region
+                values = region(*r.rows, *r.cols)
         first = r.rows[0] if r.tensor in QUERY_TENSORS else None
         if values is None:  # the O accumulator: Σ P_ij V_j over the tiles read so far
             partial = trace.dense_partial_output(action.block_i, action.block_j)

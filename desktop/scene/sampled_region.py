@@ -2,13 +2,14 @@
 
 In a backward step the dense lane holds a whole column block of P, dP or dS: 4096 × 128
 cells at N = 4096 with 128-wide blocks, drawn as a tile about 100 px tall, so a raster
-paint reads one row in 40 of it. Forming all of it (its products and exponentials) and
-colour-mapping all of it cost ~8 ms a playback frame. A SampledRegion stands for such a
-region: `cells(rows, cols)` makes the cells at those indices only (the same formulas
-as the trace's regions; one BLAS product of a subset may differ from the whole's in
-the last place, ~1e-14), `np.asarray` the whole region through the trace (an export, a
-vector paint, a test). NumPy only: the scene builds it, the lanes draw it
-(desktop.lanes.sampling).
+paint reads one row in 40 of it; in a forward its softmax step holds a query block's S
+and P rows, 64 × 4096, read one column in ten or more. Forming all of it (its products
+and exponentials) and colour-mapping all of it cost ~8 ms a playback frame. A
+SampledRegion stands for such a region: `cells(rows, cols)` makes the cells at those
+indices only (the same formulas as the trace's regions; one BLAS product of a subset may
+differ from the whole's in the last place, ~1e-14), `np.asarray` the whole region through
+the trace (an export, a vector paint, a test). NumPy only: the scene builds it, the lanes
+draw it (desktop.lanes.sampling).
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ class SampledRegion:
 
 
 def dense_region(trace: Trace, tensor: str, rows, cols) -> SampledRegion:
-    """P, dP or dS over rows × cols (element ranges) of the dense lane, as a region
-    made where drawn; np.asarray gives trace.probs_region / grad_region's array."""
+    """S, P, dP or dS over rows × cols (element ranges) of the dense lane, as a region
+    made where drawn; np.asarray gives trace.scores_region / probs_region /
+    grad_region's array."""
     (r0, r1), (c0, c1) = rows, cols
-    if tensor == "P":
+    if tensor == "S":
+        whole = lambda: trace.scores_region(r0, r1, c0, c1)  # noqa: E731
+    elif tensor == "P":
         whole = lambda: trace.probs_region(r0, r1, c0, c1)  # noqa: E731
     else:
         whole = lambda: trace.grad_region(tensor, r0, r1, c0, c1)  # noqa: E731
@@ -63,17 +67,19 @@ def dense_region(trace: Trace, tensor: str, rows, cols) -> SampledRegion:
 
 
 def _cells(trace: Trace, tensor: str, rows: np.ndarray, cols: np.ndarray, span) -> np.ndarray:
-    """The formulas of ForwardNumbers._probs and BackwardNumbers.grad_region at the
-    rows × cols given (global indices; `span` the region's rows, whose statistics the
-    trace keeps)."""
+    """The formulas of ForwardNumbers._scores, _probs and BackwardNumbers.grad_region
+    at the rows × cols given (global indices; `span` the region's rows, whose
+    statistics the trace keeps)."""
     local = rows - span[0]
-    if tensor in ("P", "dS"):
-        m, l, o = trace.dense_rows(*span)  # noqa: E741 (the rows' full statistics)
-        m, l = m[local, None], l[local, None]  # noqa: E741
+    if tensor in ("S", "P", "dS"):
         s = (trace.q[rows] @ trace.k[cols].T) * trace.scale  # S = Q Kᵀ · scale
         sch = trace.schedule
         if sch.mask:
             s = np.where(causal_mask(rows, cols, sch.n_q, sch.n_k, sch.mask), s, -np.inf)
+        if tensor == "S":
+            return s
+        m, l, o = trace.dense_rows(*span)  # noqa: E741 (the rows' full statistics)
+        m, l = m[local, None], l[local, None]  # noqa: E741
         p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
         probs = np.zeros_like(p)
         np.divide(p, l, out=probs, where=l > 0)  # a fully masked row has P = 0

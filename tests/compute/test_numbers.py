@@ -217,3 +217,19 @@ def test_the_float64_tiled_lane_from_the_dense_products_equals_its_loops(
     for got, ref in zip(t.gradients("tiled"), want, strict=True):
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_a_p_region_is_made_from_the_kept_s_region():
+    """probs_region forms its S once and keeps it: the dense lane's softmax step draws
+    S and P of the same rows, and its P is exp(S − m) / ℓ of that very S."""
+    r = random_inputs(40, 4, 3, n_k=33, seed=11)
+    trace = build_trace(r.q, r.k, r.v, block_q=8, block_k=16, causal=True)
+    f = trace.forward
+    p = f.probs_region(8, 16, 0, 33)
+    assert f.cached("region") == 2
+    s = f.scores_region(8, 16, 0, 33)
+    assert f.cached("region") == 2  # found, not made again
+    m, l, _ = f.dense_rows(8, 16)  # noqa: E741
+    want = np.exp(s - np.where(np.isfinite(m), m, 0.0)[:, None]) / l[:, None]
+    np.testing.assert_array_equal(p, want)
+    np.testing.assert_array_equal(s, f._scores(8, 16, 0, 33))

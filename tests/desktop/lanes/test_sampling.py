@@ -98,15 +98,45 @@ def test_dense_regions_make_the_trace_regions_cells(causal):
     trace.forward.summary()  # every row's statistics, as the dense lane's P needs
     trace.backward_summary(64)
     rng = np.random.default_rng(0)
-    for tensor in ("P", "dP", "dS"):
+    for tensor in ("S", "P", "dP", "dS"):
         region = dense_region(trace, tensor, (0, 96), (32, 64))
         whole = np.asarray(region)
-        want = (
-            trace.probs_region(0, 96, 32, 64)
-            if tensor == "P"
-            else trace.grad_region(tensor, 0, 96, 32, 64)
-        )
+        if tensor in ("S", "P"):
+            want = (trace.scores_region if tensor == "S" else trace.probs_region)(0, 96, 32, 64)
+        else:
+            want = trace.grad_region(tensor, 0, 96, 32, 64)
         assert whole is want  # the trace's own array
         r = np.sort(rng.choice(96, 17, replace=False))
         c = np.sort(rng.choice(32, 9, replace=False))
         np.testing.assert_allclose(region.cells(r, c), want[np.ix_(r, c)], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_forward_softmax_step_holds_its_rows_as_regions_made_where_drawn(causal):
+    """The dense forward's softmax step holds a query block's S and P rows: above
+    SAMPLED_ABOVE cells they are regions made where drawn, whose whole is the trace's
+    region and whose cells are its cells; a small step keeps the arrays."""
+    from desktop.scene.geometry import dense_sram
+    from desktop.scene.sampled_region import SAMPLED_ABOVE
+
+    for n, sampled in ((160, True), (40, False)):
+        cfg = Config(n=n, d=8, dv=8, block_q=64, block_k=32, input="random", seed=4,
+                     causal=causal)  # fmt: skip
+        _, trace = build(cfg)
+        step = next(
+            k for k in range(trace.n_steps)
+            if (a := trace.action("dense", k)) is not None and a.phase == "softmax"
+        )  # fmt: skip
+        held = {t.tensor: t for t in dense_sram(trace, step)}
+        r = {x.tensor: x for x in trace.action("dense", step).resident}["S"]
+        assert (r.rows[1] - r.rows[0]) * (r.cols[1] - r.cols[0]) > SAMPLED_ABOVE or not sampled
+        for tensor, region in (("S", trace.scores_region), ("P", trace.probs_region)):
+            values = held[tensor].values
+            assert isinstance(values, SampledRegion) is sampled
+            want = region(*r.rows, *r.cols)
+            np.testing.assert_array_equal(np.asarray(values), want)
+            if sampled:
+                rows, cols = np.array([0, 5, 63]), np.array([0, 77, n - 1])
+                np.testing.assert_allclose(
+                    values.cells(rows, cols), want[np.ix_(rows, cols)], rtol=1e-12, atol=1e-14
+                )
