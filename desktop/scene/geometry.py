@@ -154,11 +154,9 @@ def dense_sram(trace: Trace, step: int) -> list[SramTile]:
         if values is not None:
             values = values[r.rows[0] : r.rows[1], r.cols[0] : r.cols[1]]
         elif r.tensor in ("S", "P"):  # computed for this region only (N × N is never held)
-            if region_cells(r) > SAMPLED_ABOVE:  # a block's S or P rows: made where drawn
-                values = dense_region(trace, r.tensor, r.rows, r.cols)
-            else:
-                region = trace.scores_region if r.tensor == "S" else trace.probs_region
-                values = region(*r.rows, *r.cols)
+            values = dense_region(trace, r.tensor, r.rows, r.cols)  # made where drawn
+            if region_cells(r) <= SAMPLED_ABOVE:  # a tile: held whole, the trace's array
+                values = np.asarray(values)
         first = r.rows[0] if r.tensor in QUERY_TENSORS else None
         if values is None:  # the O accumulator: Σ P_ij V_j over the tiles read so far
             partial = trace.dense_partial_output(action.block_i, action.block_j)

@@ -116,6 +116,7 @@ def test_a_forward_softmax_step_holds_its_rows_as_regions_made_where_drawn(causa
     """The dense forward's softmax step holds a query block's S and P rows: above
     SAMPLED_ABOVE cells they are regions made where drawn, whose whole is the trace's
     region and whose cells are its cells; a small step keeps the arrays."""
+    from desktop.scene.backward import region_cells
     from desktop.scene.geometry import dense_sram
     from desktop.scene.sampled_region import SAMPLED_ABOVE
 
@@ -129,7 +130,7 @@ def test_a_forward_softmax_step_holds_its_rows_as_regions_made_where_drawn(causa
         )  # fmt: skip
         held = {t.tensor: t for t in dense_sram(trace, step)}
         r = {x.tensor: x for x in trace.action("dense", step).resident}["S"]
-        assert (r.rows[1] - r.rows[0]) * (r.cols[1] - r.cols[0]) > SAMPLED_ABOVE or not sampled
+        assert (region_cells(r) > SAMPLED_ABOVE) is sampled
         for tensor, region in (("S", trace.scores_region), ("P", trace.probs_region)):
             values = held[tensor].values
             assert isinstance(values, SampledRegion) is sampled
